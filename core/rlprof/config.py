@@ -1,0 +1,452 @@
+"""verl-compatible profiler configuration: read it from anywhere, check it, type it.
+
+Accepts what verl users already have: a YAML file, a dict, an OmegaConf ``DictConfig`` (what
+verl hands its workers), dotted overrides (``global_profiler.steps=[1,2]``), or any mix, overrides
+winning. Only the profiler sections are read (``global_profiler``, each role's ``profiler``, and the
+legacy keys of older guides, see :mod:`rlprof.legacy`); the rest of a trainer config is left alone,
+so a full ``_generated_ppo_trainer.yaml`` with unresolved ``???`` values elsewhere still loads.
+
+Inside the profiler sections every key verl defines is understood or knowingly ignored; any other
+key is a :class:`ConfigError` with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .errors import ConfigError, describe, did_you_mean, fail, unknown_key
+from .schedule import Schedule, parse_schedule, token_window
+
+ROLES = ("actor", "rollout", "ref", "critic", "reward")
+"""Roles in canonical order (the first selected hosted role owns an end-to-end capture's tool_config)."""
+
+ROLE_PATHS = {
+    "actor": "actor_rollout_ref.actor",
+    "rollout": "actor_rollout_ref.rollout",
+    "ref": "actor_rollout_ref.ref",
+    "critic": "critic",
+    "reward": "reward_model",
+}
+FOLLOWS_ACTOR = ("rollout", "ref")
+"""Roles whose ``profiler`` section, when absent, is the actor's (verl's rule)."""
+
+VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
+"""Tool names verl's config defines sections for; their sections are never "unknown"."""
+
+GLOBAL_KEYS = {
+    "tool", "steps", "save_path", "profile_continuous_steps", "global_tool_config",
+    "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_",
+}
+ROLE_KEYS = {
+    "enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
+    # verl mirrors these global keys into every role (by interpolation); the global value rules.
+    "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks",
+}
+CORE_TOOL_KEYS = ("_target_", "discrete", "schedule", "profile_token_start", "profile_token_end")
+"""Keys inside ``tool_config.<tool>`` that the core owns; backends never see them."""
+
+DEFAULT_SAVE_PATH = "outputs/profile"
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """One role's ``profiler`` section, typed. ``discrete`` and ``schedule`` are already resolved
+    from wherever verl lets users write them."""
+
+    name: str
+    key_path: str
+    enable: bool = False
+    all_ranks: bool = False
+    ranks: tuple[int, ...] = ()
+    discrete: bool = False
+    schedule: Schedule | None = None
+    tool_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per tool: ``global_tool_config.<tool>`` merged under the role's ``tool_config.<tool>``, core keys removed."""
+    follows: str | None = None
+    """Set to ``actor`` when this role had no section of its own."""
+
+
+@dataclass(frozen=True)
+class GlobalConfig:
+    tools: tuple[str, ...] = ()
+    steps: tuple[int, ...] | None = None
+    save_path: str = DEFAULT_SAVE_PATH
+    profile_continuous_steps: bool = False
+    global_tool_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    relocate_results: bool = False
+    finish_hook_cmd: str | None = None
+    finish_hook_all_ranks: bool = False
+    finish_hook_ranks: tuple[int, ...] | None = None
+    """None: the default (the profiled ranks); a tuple: exactly those ranks."""
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    """The whole profiler configuration of a run, as every process sees it."""
+
+    global_: GlobalConfig
+    roles: Mapping[str, RoleConfig]
+    agent_loop: bool = False
+    """Rollout runs in agent-loop mode (``actor_rollout_ref.rollout.mode: async``): its ``ranks``
+    count replica ranks."""
+    warnings: tuple[str, ...] = ()
+    """Deprecations and suspicious-but-valid settings found while loading."""
+    source: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The profiler sections after legacy migration, in today's keys (``rlprof check --migrate``)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Profiling is on at all: a tool and steps are set and some role is enabled."""
+        return bool(self.global_.tools and self.global_.steps and any(r.enable for r in self.roles.values()))
+
+    def with_overrides(self, **global_changes: Any) -> "ProfilerConfig":
+        return replace(self, global_=replace(self.global_, **global_changes))
+
+
+# ----------------------------------------------------------------------------------- loading
+
+
+def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerConfig:
+    """Read a configuration from a YAML path, a mapping or a ``DictConfig``, apply dotted overrides.
+
+    :raises ConfigError: for anything wrong, naming the key path, the value and what is allowed.
+    """
+    if isinstance(source, ProfilerConfig) and not overrides:
+        return source
+    from omegaconf import OmegaConf  # imported here: keeps ``import rlprof`` light
+
+    root = _to_omegaconf(source, OmegaConf)
+    overrides = [o for o in overrides if o]
+    if overrides:
+        cleaned = []
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r}: expected key=value, e.g. global_profiler.steps=[1,2]", key=item)
+            cleaned.append(item.lstrip("+"))
+        try:
+            root = OmegaConf.merge(root, OmegaConf.from_dotlist(cleaned))
+        except Exception as exc:  # omegaconf's grammar errors
+            raise ConfigError(f"overrides {cleaned}: {exc}") from exc
+    raw = _relevant_sections(root, OmegaConf)
+    from .legacy import migrate
+
+    raw, warnings = migrate(raw)
+    return parse(raw, warnings=warnings)
+
+
+def _to_omegaconf(source: Any, OmegaConf):
+    if source is None:
+        return OmegaConf.create({})
+    if isinstance(source, ProfilerConfig):
+        return OmegaConf.create(dict(source.source))
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r}: not found (give a YAML file or key=value overrides)")
+        try:
+            loaded = OmegaConf.load(path)
+        except Exception as exc:
+            raise ConfigError(f"config file {str(path)!r}: cannot be read as YAML: {exc}") from exc
+        return loaded
+    if OmegaConf.is_config(source):
+        return source
+    if isinstance(source, Mapping):
+        return OmegaConf.create(_plain(source))
+    raise ConfigError(f"config: got {describe(source)}; allowed: a YAML path, a mapping or an OmegaConf DictConfig")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+_LEGACY_SELECTIONS = (
+    "trainer.profile_steps",
+    "trainer.npu_profile",
+    "npu_profile",
+    "actor_rollout_ref.profiler",
+    "actor_rollout_ref.critic",
+    "actor_rollout_ref.rm",
+)
+_LEGACY_ROLE_KEYS = ("profile_ranks", "profile_ranks_all", "profile_discrete")
+
+
+def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
+    """Pull the profiler sections out of a whole trainer config, interpolations resolved."""
+
+    def select(path: str) -> Any:
+        try:
+            node = OmegaConf.select(root, path, default=_ABSENT, throw_on_missing=False)
+            if node is _ABSENT:
+                return _ABSENT
+            if OmegaConf.is_config(node):
+                return OmegaConf.to_container(node, resolve=True)
+            return node
+        except Exception as exc:
+            raise ConfigError(f"{path}: cannot be resolved: {exc}", key=path) from exc
+
+    raw: dict[str, Any] = {}
+    keys = list(root.keys()) if OmegaConf.is_dict(root) else []
+    for key in keys:
+        if key not in ("global_profiler",) and difflib.get_close_matches(key, ["global_profiler"], n=1, cutoff=0.85):
+            raise ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key)
+    value = select("global_profiler")
+    if value is not _ABSENT:
+        raw["global_profiler"] = value
+    for role, path in ROLE_PATHS.items():
+        section = OmegaConf.select(root, path, default=None, throw_on_missing=False)
+        if section is None or not OmegaConf.is_dict(section):
+            continue
+        for key in section.keys():
+            if key != "profiler" and key not in _LEGACY_ROLE_KEYS and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85):
+                raise ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}")
+        entry: dict[str, Any] = {}
+        prof = select(f"{path}.profiler")
+        if prof is not _ABSENT:
+            entry["profiler"] = prof
+        for legacy_key in _LEGACY_ROLE_KEYS:
+            legacy_value = select(f"{path}.{legacy_key}")
+            if legacy_value is not _ABSENT:
+                entry[legacy_key] = legacy_value
+        if entry:
+            raw.setdefault("roles", {})[role] = entry
+    mode = select("actor_rollout_ref.rollout.mode")
+    if mode is not _ABSENT:
+        raw["rollout_mode"] = mode
+    for path in _LEGACY_SELECTIONS:
+        legacy = select(path)
+        if legacy is not _ABSENT:
+            raw.setdefault("legacy", {})[path] = legacy
+    return raw
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+_ABSENT = _Absent()
+
+
+# ----------------------------------------------------------------------------------- parsing
+
+
+def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerConfig:
+    """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends."""
+    warnings = list(warnings)
+    g_raw = raw.get("global_profiler") or {}
+    if not isinstance(g_raw, Mapping):
+        raise fail("global_profiler", g_raw, "a mapping of tool, steps, save_path, ...")
+    for key in g_raw:
+        if key not in GLOBAL_KEYS:
+            raise unknown_key("global_profiler", key, GLOBAL_KEYS)
+    tools = _parse_tools(g_raw.get("tool"))
+    steps = _parse_steps(g_raw.get("steps"))
+    save_path = g_raw.get("save_path", DEFAULT_SAVE_PATH)
+    if save_path is None:
+        save_path = DEFAULT_SAVE_PATH
+    if not isinstance(save_path, (str, os.PathLike)) or not str(save_path):
+        raise fail("global_profiler.save_path", save_path, "a directory path (string)")
+    continuous = _bool(g_raw, "profile_continuous_steps", "global_profiler")
+    gtc = g_raw.get("global_tool_config") or {}
+    if not isinstance(gtc, Mapping):
+        raise fail("global_profiler.global_tool_config", gtc, "a mapping from tool name to its settings")
+    known_tools = set(VERL_TOOLS) | set(tools) | installed_backend_names()
+    for name, section in gtc.items():
+        if name not in known_tools:
+            raise unknown_key("global_profiler.global_tool_config", name, known_tools)
+        if section is not None and not isinstance(section, Mapping):
+            raise fail(f"global_profiler.global_tool_config.{name}", section, "a mapping")
+    hook_cmd = g_raw.get("finish_hook_cmd")
+    if hook_cmd is not None and not isinstance(hook_cmd, str):
+        raise fail("global_profiler.finish_hook_cmd", hook_cmd, "a shell command string or null")
+    hook_ranks_raw = g_raw.get("finish_hook_ranks")
+    hook_ranks = None if hook_ranks_raw in (None, []) else _parse_ranks(hook_ranks_raw, "global_profiler.finish_hook_ranks")
+    global_ = GlobalConfig(
+        tools=tools,
+        steps=steps,
+        save_path=str(save_path),
+        profile_continuous_steps=continuous,
+        global_tool_config={k: dict(v or {}) for k, v in gtc.items()},
+        relocate_results=_bool(g_raw, "relocate_results", "global_profiler"),
+        finish_hook_cmd=hook_cmd or None,
+        finish_hook_all_ranks=_bool(g_raw, "finish_hook_all_ranks", "global_profiler"),
+        finish_hook_ranks=hook_ranks,
+    )
+
+    roles_raw = raw.get("roles") or {}
+    roles: dict[str, RoleConfig] = {}
+    for role in ROLES:
+        entry = roles_raw.get(role) or {}
+        section = entry.get("profiler", _ABSENT)
+        if section is _ABSENT or section is None:
+            continue
+        roles[role] = _parse_role(role, f"{ROLE_PATHS[role]}.profiler", section, global_, known_tools, warnings)
+    for role in FOLLOWS_ACTOR:
+        if role not in roles and "actor" in roles:
+            roles[role] = replace(roles["actor"], name=role, follows="actor")
+    for role in ROLES:
+        roles.setdefault(role, RoleConfig(name=role, key_path=f"{ROLE_PATHS[role]}.profiler"))
+
+    mode = raw.get("rollout_mode")
+    agent_loop = mode == "async"
+    rollout = roles["rollout"]
+    if agent_loop and rollout.enable and global_.tools and steps and not rollout.discrete:
+        raise ConfigError(
+            f"{rollout.key_path}: rollout runs in agent-loop mode (actor_rollout_ref.rollout.mode=async), where its "
+            f"profiling is triggered by the inference engine and must be discrete; set "
+            f"{rollout.key_path}.tool_config.<tool>.discrete=true (or disable rollout profiling)",
+            key=rollout.key_path,
+        )
+    if continuous and any(r.discrete and r.enable for r in roles.values()):
+        names = [r.name for r in roles.values() if r.discrete and r.enable]
+        raise ConfigError(
+            "global_profiler.profile_continuous_steps: got True together with discrete mode for "
+            f"{', '.join(names)}; allowed: continuous steps merge whole steps into one capture, which only exists in "
+            "end-to-end mode: set discrete=false or profile_continuous_steps=false",
+            key="global_profiler.profile_continuous_steps",
+        )
+    for r in roles.values():
+        if r.enable and not r.all_ranks and not r.ranks and tools and steps:
+            warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing (set ranks or all_ranks=true)")
+        if r.enable and r.schedule is not None and not r.discrete:
+            warnings.append(
+                f"{r.key_path}.schedule: in end-to-end mode a schedule narrows the role's ranges to the sampled "
+                "iterations but the step capture still holds the whole step; use discrete mode to shrink the capture"
+            )
+    return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(warnings), source=dict(raw))
+
+
+def _parse_tools(value: Any) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        names = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        raise fail("global_profiler.tool", value, "a backend name, a list of names (e.g. [nsys, torch_memory]) or null")
+    for name in names:
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+            raise fail("global_profiler.tool", value, "backend names made of letters, digits, '_' and '-'")
+    if len(set(names)) != len(names):
+        raise fail("global_profiler.tool", value, "each backend at most once")
+    return tuple(names)
+
+
+def _parse_steps(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    allowed = "a list of non-negative step numbers, e.g. [1, 2, 5], or null for no profiling"
+    if not isinstance(value, (list, tuple)):
+        raise fail("global_profiler.steps", value, allowed)
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise fail("global_profiler.steps", value, allowed)
+    if len(set(value)) != len(value):
+        raise fail("global_profiler.steps", value, "each step at most once")
+    return tuple(sorted(value))
+
+
+def _parse_ranks(value: Any, key: str) -> tuple[int, ...]:
+    allowed = "a list of non-negative integer ranks, e.g. [0, 1] ([] collects nothing)"
+    if value is None:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise fail(key, value, allowed)
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise fail(key, value, allowed)
+    return tuple(sorted(set(value)))
+
+
+def _bool(section: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise fail(f"{path}.{key}", value, "true or false")
+    return value
+
+
+def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known_tools: set[str], warnings: list[str]) -> RoleConfig:
+    if not isinstance(section, Mapping):
+        raise fail(path, section, "a mapping with enable, all_ranks, ranks, tool_config")
+    for key in section:
+        if key not in ROLE_KEYS:
+            raise unknown_key(path, key, ROLE_KEYS)
+    enable = _bool(section, "enable", path)
+    all_ranks = _bool(section, "all_ranks", path)
+    ranks = _parse_ranks(section.get("ranks"), f"{path}.ranks")
+    role_tool = section.get("tool")
+    if role_tool not in (None, "") and _parse_tools(role_tool) != global_.tools and global_.tools:
+        warnings.append(f"{path}.tool={role_tool!r} differs from global_profiler.tool={list(global_.tools)}: rlprof uses global_profiler.tool for every role")
+    tc_raw = section.get("tool_config") or {}
+    if not isinstance(tc_raw, Mapping):
+        raise fail(f"{path}.tool_config", tc_raw, "a mapping from tool name to its settings")
+    for name, sub in tc_raw.items():
+        if name not in known_tools:
+            raise unknown_key(f"{path}.tool_config", name, known_tools)
+        if sub is not None and not isinstance(sub, Mapping):
+            raise fail(f"{path}.tool_config.{name}", sub, "a mapping")
+
+    discrete_votes: dict[str, bool] = {}
+    if section.get("discrete") is not None:
+        discrete_votes[f"{path}.discrete"] = _bool(section, "discrete", path)
+    schedules: dict[str, Schedule | None] = {}
+    if section.get("schedule") is not None:
+        schedules[f"{path}.schedule"] = parse_schedule(section["schedule"], f"{path}.schedule")
+    merged: dict[str, dict[str, Any]] = {}
+    for tool in sorted(set(tc_raw) | set(global_.global_tool_config)):
+        combined = dict(global_.global_tool_config.get(tool) or {})
+        combined.update(tc_raw.get(tool) or {})
+        key = f"{path}.tool_config.{tool}"
+        if tool in global_.tools:
+            if combined.get("discrete") is not None:
+                discrete_votes[f"{key}.discrete"] = _bool(combined, "discrete", key)
+            if combined.get("schedule") is not None:
+                schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], f"{key}.schedule", default_repeat=0)
+            window = token_window(combined.get("profile_token_start"), combined.get("profile_token_end"), key)
+            if window is not None:
+                schedules[f"{key}.profile_token_start/end"] = window
+        merged[tool] = {k: v for k, v in combined.items() if k not in CORE_TOOL_KEYS}
+    if len(set(discrete_votes.values())) > 1:
+        raise ConfigError(
+            f"{path}: discrete disagrees between {', '.join(f'{k}={v}' for k, v in discrete_votes.items())}; "
+            "allowed: one mode per role: set them all to true or all to false",
+            key=path,
+        )
+    active_schedules = {k: v for k, v in schedules.items() if v is not None}
+    if len(set(active_schedules.values())) > 1:
+        raise ConfigError(
+            f"{path}: sampling schedules disagree: {', '.join(f'{k}={v}' for k, v in active_schedules.items())}; allowed: set it in one place",
+            key=path,
+        )
+    return RoleConfig(
+        name=role,
+        key_path=path,
+        enable=enable,
+        all_ranks=all_ranks,
+        ranks=ranks,
+        discrete=next(iter(discrete_votes.values()), False),
+        schedule=next(iter(active_schedules.values()), None),
+        tool_config=merged,
+    )
+
+
+def installed_backend_names() -> set[str]:
+    """Names in the ``rlprof.backends`` entry-point group (metadata only, nothing imported)."""
+    from .registry import discover
+
+    return set(discover())

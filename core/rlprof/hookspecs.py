@@ -1,0 +1,160 @@
+"""What a backend can do: the hook specification.
+
+A backend is a class found through the ``rlprof.backends`` entry-point group; the core
+instantiates it once per :class:`rlprof.Profiler` (no arguments) and calls the methods it marks
+with :data:`rlprof.hookimpl`. A backend implements only the hooks it needs, and each hookimpl
+names only the arguments it uses (pluggy passes no defaults).
+
+Lifecycle
+---------
+
+The core (:mod:`rlprof.profiler`) decides *what* is profiled; a backend decides only *how* to
+capture. For one process, on a rank where at least one hosted role is selected, the calls are::
+
+    validate_tool_config          once per role section that names this backend (at Profiler creation)
+    for each profiled step:
+        start_step                opens_capture=True when end-to-end and first step of a run of steps
+        for each region (role + stage) of a selected role, as the trainer enters it:
+            start_role            opens_capture=True in discrete mode
+            [step_boundary]       iteration=i, only between sampled iterations (profiler.schedule)
+            stop_role             closes_capture=True in discrete mode; also when the region raised
+        step_boundary             closes_capture=True when end-to-end and last step of a run
+    finalize                      once: end of run, interpreter exit or SIGTERM
+
+Unselected ranks, steps and roles make no calls at all. With a ``profiler.schedule`` a region is
+cut into active windows of iterations: ``start_role``/``stop_role`` bracket each window instead
+of the whole region (see docs/sampling.md).
+
+Isolation: every hookimpl is called on its own. If it raises, the core logs it once (backend,
+hook, rank, traceback), records it in the manifest, skips that backend's later calls, and the
+training goes on (``RLPROF_STRICT=1`` re-raises instead, for tests).
+
+Artifacts: any hook may return paths (``str``/``os.PathLike``, or a list of them) or call
+``ctx.add_artifact(path)``; the core lists each in the manifest with the call's run, step,
+role, rank, host and pid. Write only under ``ctx.output_dir()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pluggy
+
+PROJECT = "rlprof"
+
+_hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+"""Marker for backend methods that implement a hook: ``@rlprof.hookimpl``."""
+
+
+@_hookspec
+def validate_tool_config(tool_config: Mapping[str, Any], key_path: str) -> Mapping[str, Any]:
+    """Check and normalise this backend's ``tool_config`` section; return the result.
+
+    Called by the core for every role that is enabled and for ``global_tool_config.<name>``,
+    when a :class:`~rlprof.Profiler` is created and by ``rlprof check``; before any capture.
+
+    :param tool_config: the section as the user wrote it, with ``global_tool_config.<name>``
+        merged under it and the core's keys (``discrete``, ``schedule``, ``profile_token_*``,
+        ``_target_``) removed.
+    :param key_path: where the section lives, e.g. ``actor_rollout_ref.actor.profiler.tool_config.torch``;
+        use it in error messages.
+    :returns: the normalised config; the backend receives it later as ``ctx.tool_config``.
+    :raises rlprof.ConfigError: for unknown keys or bad values; name the key path, the bad value
+        and what is allowed (:func:`rlprof.config.fail` builds that message). Keys that verl
+        defines for this tool but the backend does not use must be accepted (ignored), not rejected.
+    """
+
+
+@_hookspec
+def check_environment() -> list[str]:
+    """Report what is missing for this backend to capture on this machine.
+
+    Called by ``rlprof check`` and ``rlprof backends``, and once when a Profiler first needs the
+    backend. Must not raise and must not start anything.
+
+    :returns: human-readable problems (e.g. ``"torch_npu cannot be imported: ..."``); empty when
+        everything needed is there. A problem here is a warning, never a failure of the run.
+    """
+
+
+@_hookspec
+def start_step(ctx) -> Any:
+    """A profiled training step begins on this rank.
+
+    Called by :meth:`Profiler.start_step` only for steps in ``global_profiler.steps`` on a process
+    where at least one hosted role is selected.
+
+    :param ctx: a :class:`~rlprof.context.StepContext`. ``ctx.opens_capture`` is True when this
+        call must open a capture window (end-to-end mode; with ``profile_continuous_steps`` only
+        the first step of a run of consecutive steps). ``ctx.capture`` then describes the window.
+    :returns: optionally, paths of artifacts written.
+    """
+
+
+@_hookspec
+def start_role(ctx) -> Any:
+    """A region of a selected role begins (e.g. actor update, ref log-prob, rollout generate).
+
+    Called when the trainer enters ``with prof.role(role, stage)`` (or a decorated function) inside
+    a profiled step, for roles selected on this rank. Mark a named range ``ctx.region`` in every case.
+
+    :param ctx: a :class:`~rlprof.context.RoleContext`. ``ctx.opens_capture`` is True when this call
+        must open a capture window for the region (discrete mode). ``ctx.iterations`` is set when the
+        role is sampled and this call starts an active window of iterations.
+    :returns: optionally, paths of artifacts written.
+    """
+
+
+@_hookspec
+def stop_role(ctx) -> Any:
+    """The region started by the matching :func:`start_role` ends: also when its code raised.
+
+    Close the range; close the capture window if ``ctx.closes_capture``. ``ctx.error`` holds the
+    exception the region raised (the core re-raises it after every backend ran).
+
+    :param ctx: a :class:`~rlprof.context.RoleContext` with the same ``region`` and ``capture`` as at start.
+    :returns: optionally, paths of artifacts written (e.g. the trace of a discrete capture).
+    """
+
+
+@_hookspec
+def step_boundary(ctx) -> Any:
+    """The profiled step ends; or, with ``ctx.iteration`` set, a sampled iteration ends inside a window.
+
+    Called by :meth:`Profiler.step_boundary` after every profiled step, and between iterations of an
+    active sampling window. Close the step's capture window if ``ctx.closes_capture``.
+
+    :param ctx: a :class:`~rlprof.context.StepContext`.
+    :returns: optionally, paths of artifacts written (e.g. the trace of an end-to-end capture).
+    """
+
+
+@_hookspec
+def finalize(ctx) -> Any:
+    """The run ends for this process: write out anything pending and release resources.
+
+    Called once per Profiler, by :meth:`Profiler.finalize`, at interpreter exit, or on SIGTERM —
+    whichever comes first. If a capture window is still open (the process is ending in the middle
+    of a step), the core first calls :func:`stop_role`/:func:`step_boundary` with closes_capture=True
+    so the window is closed the ordinary way.
+
+    :param ctx: a :class:`~rlprof.context.FinalizeContext`. ``ctx.tool_config`` is the config of
+        the process's first selected role. ``ctx.relocate_results`` asks to move files the tool wrote
+        to fixed places (e.g. Ray's nsight directory) into ``ctx.output_dir()``.
+    :returns: optionally, paths of artifacts written or relocated.
+    """
+
+
+@_hookspec
+def worker_runtime_env(ctx) -> Mapping[str, Any] | None:
+    """Contribute to a Ray worker's ``runtime_env`` before the actor is created.
+
+    Called by :func:`rlprof.ray.worker_options` on the controller, once per worker to be created,
+    for every selected backend. Only backends that must start *with* the process (nsys) need it.
+
+    :param ctx: a :class:`~rlprof.context.RuntimeEnvContext`: the worker's rank and roles, whether
+        it will capture at all, and ``expected_captures`` (how many capture windows it will open
+        under the plan, None when the plan cannot know).
+    :returns: a runtime_env fragment such as ``{"nsight": {...}}``, or None.
+    """

@@ -1,0 +1,1 @@
+"""pytest plugin for backend authors (registered through the ``pytest11`` entry point)."""

@@ -1,0 +1,74 @@
+"""A backend that records every hook call it receives, for tests of the core and of trainers.
+
+It captures nothing real: on each capture close it writes a small JSON file listing the calls of
+that capture, so tests can assert both the hook sequence and the manifest/layout behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..hookspecs import hookimpl
+
+
+class RecordingBackend:
+    """Records ``(hook, fields)`` tuples in :attr:`calls`; writes ``<capture>.json`` per capture."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._open: dict[str, list] = {}
+
+    def _note(self, hook: str, ctx, **fields: Any) -> None:
+        entry = {"step": getattr(ctx, "step", None), **fields}
+        self.calls.append((hook, entry))
+        if ctx.capture is not None and ctx.capture.capture_id in self._open:
+            self._open[ctx.capture.capture_id].append((hook, entry))
+
+    @hookimpl
+    def validate_tool_config(self, tool_config, key_path):
+        return dict(tool_config)
+
+    @hookimpl
+    def start_step(self, ctx):
+        self._note("start_step", ctx, opens=ctx.opens_capture)
+        if ctx.opens_capture:
+            self._open[ctx.capture.capture_id] = []
+
+    @hookimpl
+    def start_role(self, ctx):
+        if ctx.opens_capture:
+            self._open[ctx.capture.capture_id] = []
+        self._note("start_role", ctx, region=ctx.region, opens=ctx.opens_capture, iterations=ctx.iterations)
+
+    @hookimpl
+    def stop_role(self, ctx):
+        self._note("stop_role", ctx, region=ctx.region, closes=ctx.closes_capture, iterations=ctx.iterations,
+                   error=type(ctx.error).__name__ if ctx.error else None)
+        if ctx.closes_capture:
+            return self._write(ctx)
+
+    @hookimpl
+    def step_boundary(self, ctx):
+        self._note("step_boundary", ctx, closes=ctx.closes_capture, iteration=ctx.iteration)
+        if ctx.closes_capture:
+            return self._write(ctx)
+
+    @hookimpl
+    def finalize(self, ctx):
+        self.calls.append(("finalize", {"reason": ctx.reason, "steps": list(ctx.profiled_steps)}))
+
+    def _write(self, ctx):
+        calls = self._open.pop(ctx.capture.capture_id, [])
+        path = ctx.output_dir() / "calls.json"
+        path.write_text(json.dumps({"capture": ctx.capture.capture_id, "calls": calls}))
+        return [path]
+
+    def sequence(self) -> list[str]:
+        """Compact view: ``start_step:1+``, ``start_role:actor_update+``, ``stop_role:actor_update-``..."""
+        out = []
+        for hook, f in self.calls:
+            label = f.get("region") or (f"it{f['iteration']}" if f.get("iteration") is not None else f.get("step"))
+            mark = "+" if f.get("opens") else "-" if f.get("closes") else ""
+            out.append(f"{hook}:{label}{mark}")
+        return out

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up everything rlprof needs in ./.venv: the core, the three backend plugins (editable, so their
+# entry points are real), torch 2.13 (CPU), ray, nvtx and pytest. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+pip() { .venv/bin/python -m pip "$@"; }
+pip install -q --upgrade pip
+# torch first, pinned: a bare "torch" requirement would pull the newest CUDA build (several GB).
+pip install -q "torch==2.13.0"
+pip install -q "ray>=2.9" "nvtx>=0.2.10" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7"
+pip install -q -e . -e plugins/torch -e plugins/nsys -e plugins/npu
+echo "rlprof: environment ready in .venv ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"
