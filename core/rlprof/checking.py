@@ -2,7 +2,7 @@
 
 The plan is resolved for every process of a verl-shaped job: on each rank one process hosting
 actor+rollout+ref (the hybrid engine), one hosting critic and one hosting reward (or one process
-per rank hosting ``--roles``). Backends validate their ``tool_config`` sections; a backend's
+per rank hosting ``--roles``); in agent-loop mode rollout replicas are separate processes. Backends validate their ``tool_config`` sections; a backend's
 ``check_environment`` problems (e.g. torch_npu not importable) are printed as warnings: the
 configuration is still valid and training would run without that capture.
 """
@@ -17,6 +17,8 @@ from .errors import ConfigError
 from .plan import ProcessPlan, resolve_plan
 
 DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
+AGENT_LOOP_GROUPS = (("actor", "ref"), ("rollout",), ("critic",), ("reward",))
+"""In agent-loop mode rollout replicas are processes of their own, counted by replica rank."""
 
 
 @dataclass
@@ -120,7 +122,12 @@ def check_config(
     if world_size is None:
         named = [r for role in config.roles.values() for r in role.ranks]
         world_size = max([2] + [r + 1 for r in named])
-    groups = (tuple(roles),) if roles else DEFAULT_GROUPS
+    if roles:
+        groups = (tuple(roles),)
+    elif config.agent_loop:
+        groups = AGENT_LOOP_GROUPS
+    else:
+        groups = DEFAULT_GROUPS
     plans = []
     for group in groups:
         for rank in range(world_size):

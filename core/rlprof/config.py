@@ -82,6 +82,9 @@ class GlobalConfig:
     finish_hook_all_ranks: bool = False
     finish_hook_ranks: tuple[int, ...] | None = None
     """None: the default (the profiled ranks); a tuple: exactly those ranks."""
+    caller_steps: bool = False
+    """The caller decides which steps are profiled (verl's trainer calls start_profile only on
+    profiled steps): every ``start_step`` is a profiled step. Set by :mod:`rlprof.verl`, never by YAML."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ class ProfilerConfig:
     @property
     def enabled(self) -> bool:
         """Profiling is on at all: a tool and steps are set and some role is enabled."""
-        return bool(self.global_.tools and self.global_.steps and any(r.enable for r in self.roles.values()))
+        steps = self.global_.steps or self.global_.caller_steps
+        return bool(self.global_.tools and steps and any(r.enable for r in self.roles.values()))
 
     def with_overrides(self, **global_changes: Any) -> "ProfilerConfig":
         return replace(self, global_=replace(self.global_, **global_changes))
@@ -298,13 +302,16 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
     mode = raw.get("rollout_mode")
     agent_loop = mode == "async"
     rollout = roles["rollout"]
-    if agent_loop and rollout.enable and global_.tools and steps and not rollout.discrete:
-        raise ConfigError(
-            f"{rollout.key_path}: rollout runs in agent-loop mode (actor_rollout_ref.rollout.mode=async), where its "
-            f"profiling is triggered by the inference engine and must be discrete; set "
-            f"{rollout.key_path}.tool_config.<tool>.discrete=true (or disable rollout profiling)",
-            key=rollout.key_path,
-        )
+    if agent_loop and rollout.enable and not rollout.discrete:
+        # The guide: in agent-loop mode rollout "must be collected using discrete mode" (the inference
+        # engine triggers it per generate call). verl's composed config makes rollout follow the actor,
+        # so an end-to-end actor would otherwise make every agent-loop config invalid.
+        roles["rollout"] = replace(rollout, discrete=True)
+        if global_.tools and steps:
+            warnings.append(
+                f"{rollout.key_path}: rollout runs in agent-loop mode (actor_rollout_ref.rollout.mode=async), where it is "
+                "always profiled in discrete mode, one capture per generate call; its ranks count replica ranks"
+            )
     if continuous and any(r.discrete and r.enable for r in roles.values()):
         names = [r.name for r in roles.values() if r.discrete and r.enable]
         raise ConfigError(

@@ -35,7 +35,7 @@ class FinishHook:
     @classmethod
     def for_process(cls, config, plan, run) -> "FinishHook | None":
         g = config.global_
-        if not g.finish_hook_cmd or not g.steps or not g.tools:
+        if not g.finish_hook_cmd or not (g.steps or g.caller_steps) or not g.tools:
             return None
         if g.finish_hook_all_ranks:
             chosen = True
@@ -54,17 +54,23 @@ class FinishHook:
             "RLPROF_WORLD_SIZE": str(run.world_size),
             "RLPROF_PID": str(run.pid),
             "RLPROF_ROLE": ",".join(plan.selected_roles),
-            "RLPROF_STEPS": ",".join(str(s) for s in g.steps),
+            "RLPROF_STEPS": ",".join(str(s) for s in g.steps or ()),
         }
-        return cls(g.finish_hook_cmd, max(g.steps), env)
+        return cls(g.finish_hook_cmd, max(g.steps) if g.steps else None, env)
 
     def step_done(self, step: int, after_backends: bool = False) -> None:
         """Called at every step boundary; starts the command after the last profiled step
         (after the backends closed their captures when this process profiles)."""
-        if step != self.last_step or self.thread is not None:
+        if step != self.last_step:
             return
         if not after_backends and self.env["RLPROF_ROLE"]:
             return  # a profiling process starts it once its backends wrote the step
+        self.start()
+
+    def start(self) -> None:
+        """Run the command in the background, once."""
+        if self.thread is not None:
+            return
         self.thread = threading.Thread(target=self._run, name="rlprof-finish-hook", daemon=True)
         self.thread.start()
 

@@ -47,6 +47,8 @@ class ProcessPlan:
     runs: tuple[tuple[int, ...], ...]
     """Capture runs of steps: ``((1, 2), (5,))`` with continuous merging, else one step per run."""
     warnings: tuple[str, ...] = ()
+    every_step: bool = False
+    """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
     _first: dict = field(default_factory=dict, repr=False, compare=False)
     _last: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -58,7 +60,7 @@ class ProcessPlan:
     @property
     def active(self) -> bool:
         """This process makes hook calls at all."""
-        return bool(self.runs) and any(r.selected for r in self.roles.values())
+        return bool(self.runs or self.every_step) and any(r.selected for r in self.roles.values())
 
     @property
     def steps(self) -> tuple[int, ...]:
@@ -69,15 +71,15 @@ class ProcessPlan:
         return tuple(name for name, r in self.roles.items() if r.selected)
 
     def is_profiled(self, step: int) -> bool:
-        return self.active and any(step in run for run in self.runs)
+        return self.active and (self.every_step or any(step in run for run in self.runs))
 
     def opens_step_capture(self, step: int) -> bool:
         """start_step(step) opens a capture (end-to-end, first step of its run)."""
-        return not self.discrete and step in self._first
+        return not self.discrete and (self.every_step or step in self._first)
 
     def closes_step_capture(self, step: int) -> bool:
         """step_boundary after ``step`` closes the capture (end-to-end, last step of its run)."""
-        return not self.discrete and step in self._last
+        return not self.discrete and (self.every_step or step in self._last)
 
     def run_of(self, step: int) -> tuple[int, ...]:
         for run in self.runs:
@@ -95,6 +97,8 @@ class ProcessPlan:
         """
         if not self.active:
             return 0
+        if self.every_step:
+            return None
         if not self.discrete:
             return len(self.runs)
         per_step = 0
@@ -167,7 +171,7 @@ def resolve_plan(
     if unknown:
         raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)}")
     g = config.global_
-    profiling = bool(g.tools and g.steps)
+    profiling = bool(g.tools and (g.steps or g.caller_steps))
     planned: dict[str, RolePlan] = {}
     for name in ROLES:
         if name not in roles:
@@ -204,6 +208,7 @@ def resolve_plan(
         discrete=bool(modes and modes.pop()),
         runs=step_runs(g.steps, g.profile_continuous_steps) if profiling else (),
         warnings=config.warnings,
+        every_step=profiling and g.caller_steps,
     )
 
 

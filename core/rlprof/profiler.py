@@ -271,6 +271,12 @@ class Profiler:
             if self._finish is not None:
                 self._finish.step_done(step, after_backends=True)
 
+    def run_finish_hook(self) -> None:
+        """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
+        trainer passing ``run_command=True`` on its last profiled step). Runs at most once."""
+        if self._finish is not None:
+            self._finish.start()
+
     def finalize(self, reason: str = "end") -> list[dict[str, Any]]:
         """End the run for this process: close what is open, let backends write, finish the manifest.
         Idempotent; also runs at interpreter exit and on SIGTERM. Returns the artifact records."""

@@ -31,9 +31,9 @@ class RecordingBackend:
 
     @hookimpl
     def start_step(self, ctx):
-        self._note("start_step", ctx, opens=ctx.opens_capture)
         if ctx.opens_capture:
             self._open[ctx.capture.capture_id] = []
+        self._note("start_step", ctx, opens=ctx.opens_capture)
 
     @hookimpl
     def start_role(self, ctx):
