@@ -120,7 +120,8 @@ def _check(args: list[str]) -> int:
 
     try:
         result = check_config(files[0] if files else None, overrides, world_size=opts.world_size,
-                              roles=opts.roles.split(",") if opts.roles else None, replicas=opts.replicas)
+                              roles=opts.roles.split(",") if opts.roles else None, replicas=opts.replicas,
+                              validate_backends=not opts.migrate)
     except ConfigError as exc:
         print(f"rlprof check: invalid configuration:\n  {exc}", file=sys.stderr)
         return EXIT_INVALID

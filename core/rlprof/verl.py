@@ -113,7 +113,7 @@ class DistProfiler:
         return self._this_step
 
     def is_discrete_mode(self) -> bool:
-        return self._prof.plan.discrete
+        return bool(self._prof.config.roles[self.role].discrete)
 
     # -- verl's switches
     def start(self, **kwargs: Any) -> None:
