@@ -41,10 +41,8 @@ _NOTHING: frozenset = frozenset()
 
 
 class _Region:
-    """The result of ``prof.role(role, stage)``: a context manager and a decorator.
-
-    Cached per (role, stage) so the unselected path allocates nothing.
-    """
+    """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
+    and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
 
     __slots__ = ("_prof", "role", "region", "_open", "__weakref__")
 
@@ -55,8 +53,7 @@ class _Region:
         self._open: list = []
 
     def __enter__(self):
-        if self.role in self._prof._live:
-            self._open.append(self._prof._enter_region(self))
+        self._open.append(self._prof._enter_region(self))
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -76,6 +73,21 @@ class _Region:
                 return fn(*args, **kwargs)
 
         return profiled
+
+
+class _IdleRegion(_Region):
+    """The same region object while its role is not profiled (unselected rank, step or role).
+
+    The Profiler switches a region's class between :class:`_Region` and this one at step
+    start and end, so the hot path of an idle ``with prof.role(...)`` runs no Python code:
+    ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement
+    calls them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns
+    ``""`` (falsy: exceptions propagate). The ``as`` target of an idle region is None.
+    """
+
+    __slots__ = ()
+    __enter__ = type(None)
+    __exit__ = "".format
 
 
 class _Iteration:
@@ -217,7 +229,9 @@ class Profiler:
         try:
             return self._specs[role, stage]
         except KeyError:
-            spec = self._specs[role, stage] = _Region(self, role, stage)
+            spec = self._specs[role, stage] = _IdleRegion(self, role, stage)
+            if role in self._live:
+                spec.__class__ = _Region
             return spec
 
     def iteration(self) -> _Iteration:
@@ -242,7 +256,7 @@ class Profiler:
                 run=self.run, backend=b, tool_config=self._primary_config(b), capture=self._step_capture,
                 step=step, opens_capture=opens,
             ))
-            self._live = frozenset(self.plan.selected_roles)
+            self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
         """The current training step ends."""
@@ -250,7 +264,7 @@ class Profiler:
             step, self._step = self._step, None
             if step is None:
                 return
-            self._live = _NOTHING
+            self._set_live(_NOTHING)
             if self._finish is not None:
                 self._finish.step_done(step)
             if not self.plan.is_profiled(step) or self._finalized:
@@ -296,7 +310,7 @@ class Profiler:
                     ), step=step, roles=self.plan.selected_roles)
                     self._step_capture = None
                 self._step = None
-                self._live = _NOTHING
+                self._set_live(_NOTHING)
                 self._call("finalize", lambda b: FinalizeContext(
                     run=self.run, backend=b, tool_config=self._primary_config(b), capture=None, reason=reason,
                     profiled_steps=tuple(self._profiled_steps), relocate_results=self.config.global_.relocate_results,
@@ -308,6 +322,14 @@ class Profiler:
             return self.artifacts
 
     # ------------------------------------------------------------------ regions and iterations
+
+    def _set_live(self, roles: frozenset) -> None:
+        """Switch every region object to the live or idle class for the roles profiled now."""
+        self._live = roles
+        for spec in self._specs.values():
+            spec.__class__ = _Region if spec.role in roles else _IdleRegion
+            if not roles:
+                spec._open.clear()
 
     def _enter_region(self, spec: _Region) -> _OpenRegion:
         with self._lock:
@@ -322,12 +344,16 @@ class Profiler:
 
     def _exit_region(self, state: _OpenRegion, error: BaseException | None) -> None:
         with self._lock:
-            if state in self._stack:
-                self._stack.remove(state)
+            stack = self._stack
+            if stack and stack[-1] is state:
+                stack.pop()
+            elif state in stack:
+                stack.remove(state)
             if state.window is not None:
                 last = state.iteration if state.in_iteration else state.iteration - 1
                 self._close_window(state, last, error)
-            self._sampled = any(s.schedule is not None for s in self._stack)
+            if state.schedule is not None:
+                self._sampled = any(s.schedule is not None for s in stack)
 
     def _iteration_enter(self) -> None:
         state = self._innermost_sampled()
@@ -398,28 +424,30 @@ class Profiler:
         )
 
     def _role_config(self, role: str, backend: str) -> Mapping[str, Any]:
-        return self.tool_configs.get(role, {}).get(backend, {})
+        return self.tool_configs[role][backend]
 
     def _primary_config(self, backend: str) -> Mapping[str, Any]:
         role = primary_role(self.plan)
         return self._role_config(role, backend) if role else {}
 
     def _call(self, hook: str, make_ctx: Callable[[str], HookContext], **record: Any) -> None:
-        contexts: dict[str, HookContext] = {}
+        """Call ``hook`` on every live backend, each with its own context, isolated (see Backends)."""
+        backends = self.backends
+        for impl in backends.impls[hook]:
+            if impl.backend in backends.failed:
+                continue
+            ctx = make_ctx(impl.backend)
+            result = backends.invoke(impl, hook, ctx)
+            if result is not None or ctx._artifacts:
+                self._collect(impl.backend, ctx, result, record)
 
-        def kwargs(backend: str) -> dict[str, Any]:
-            ctx = contexts[backend] = make_ctx(backend)
-            return {"ctx": ctx}
-
-        results = self.backends.call_each(hook, kwargs)
-        for backend, ctx in contexts.items():
-            produced = list(ctx._artifacts)
-            result = results.get(backend)
-            if result is not None:
-                items = [result] if isinstance(result, (str, os.PathLike)) else list(result)
-                produced.extend((Path(p), "file", {}) for p in items)
-            for path, kind, extra in produced:
-                self._record_artifact(backend, ctx, Path(path), kind, extra, record)
+    def _collect(self, backend: str, ctx: HookContext, result: Any, record: dict) -> None:
+        produced = list(ctx._artifacts)
+        if result is not None:
+            items = [result] if isinstance(result, (str, os.PathLike)) else list(result)
+            produced.extend((Path(p), "file", {}) for p in items)
+        for path, kind, extra in produced:
+            self._record_artifact(backend, ctx, Path(path), kind, extra, record)
 
     def _record_artifact(self, backend: str, ctx: HookContext, path: Path, kind: str, extra: dict, record: dict) -> None:
         capture = ctx.capture

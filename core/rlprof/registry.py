@@ -116,7 +116,8 @@ class Backends:
             self.plugins[name] = plugin
             self.pm.register(plugin, name=name)
         self.pm.check_pending()
-        self._impls: dict[str, list[_Impl]] = {}
+        self.impls: dict[str, list[_Impl]] = {}
+        """Hook name -> implementations in ``names`` order (read by the Profiler's dispatch loop)."""
         for hook in HOOKS:
             caller = getattr(self.pm.hook, hook)
             impls = []
@@ -124,14 +125,14 @@ class Backends:
                 impls.append(_Impl(impl.plugin_name, impl.function, tuple(impl.argnames)))
             order = {n: i for i, n in enumerate(self.names)}
             impls.sort(key=lambda i: order.get(i.backend, 0))
-            self._impls[hook] = impls
+            self.impls[hook] = impls
 
     def has(self, hook: str) -> bool:
-        return bool(self._impls[hook])
+        return bool(self.impls[hook])
 
     def call_one(self, backend: str, hook: str, **kwargs: Any) -> Any:
         """Call ``hook`` on one backend only, isolated. Returns its result, or None if it failed."""
-        for impl in self._impls[hook]:
+        for impl in self.impls[hook]:
             if impl.backend == backend:
                 return self._invoke(impl, hook, kwargs)
         return None
@@ -139,11 +140,20 @@ class Backends:
     def call_each(self, hook: str, make_kwargs: Callable[[str], Mapping[str, Any]]) -> dict[str, Any]:
         """Call ``hook`` on every live backend with its own arguments; {backend: result}."""
         results = {}
-        for impl in self._impls[hook]:
+        for impl in self.impls[hook]:
             if impl.backend in self.failed:
                 continue
             results[impl.backend] = self._invoke(impl, hook, make_kwargs(impl.backend))
         return results
+
+    def invoke(self, impl: _Impl, hook: str, ctx: Any) -> Any:
+        """Call one lifecycle hookimpl with its context object (the hot path of every region)."""
+        if impl.argnames == ("ctx",) and not self.trace:
+            try:
+                return impl.function(ctx=ctx)
+            except Exception as exc:
+                return self._failed(impl, hook, exc)
+        return self._invoke(impl, hook, {"ctx": ctx})
 
     def _invoke(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
         if self.trace:
@@ -152,16 +162,19 @@ class Backends:
         try:
             return impl.function(**{name: kwargs[name] for name in impl.argnames})
         except Exception as exc:
-            if self.strict or hook == "validate_tool_config":
-                raise
-            self.failed.setdefault(impl.backend, hook)
-            log.error(
-                "rlprof: backend %r failed in %s on rank %d; it is skipped for the rest of the run, training goes on:\n%s",
-                impl.backend, hook, self.rank, "".join(traceback.format_exception(exc)),
-            )
-            if self._on_error is not None:
-                self._on_error(impl.backend, hook, exc)
-            return None
+            return self._failed(impl, hook, exc)
+
+    def _failed(self, impl: _Impl, hook: str, exc: Exception) -> None:
+        if self.strict or hook == "validate_tool_config":
+            raise exc
+        self.failed.setdefault(impl.backend, hook)
+        log.error(
+            "rlprof: backend %r failed in %s on rank %d; it is skipped for the rest of the run, training goes on:\n%s",
+            impl.backend, hook, self.rank, "".join(traceback.format_exception(exc)),
+        )
+        if self._on_error is not None:
+            self._on_error(impl.backend, hook, exc)
+        return None
 
 
 def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
