@@ -65,3 +65,41 @@ def test_profile_token_window_is_a_schedule():
         token_window(10, 5, "k")
     with pytest.raises(ConfigError, match="profile_token_end: got None"):
         token_window(10, None, "k")
+
+
+def test_verl_knobs_map_onto_the_role_schedule():
+    from rlprof import load_config
+
+    cfg = load_config(None, [
+        "global_profiler.tool=torch", "global_profiler.steps=[1]",
+        "actor_rollout_ref.actor.profiler.enable=true",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.wait=1",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=2",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.repeat=1",
+        "actor_rollout_ref.rollout.profiler.enable=true",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_start=30",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_end=71",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true",
+    ])
+    assert cfg.roles["actor"].schedule == Schedule(wait=1, active=2, repeat=1)
+    assert cfg.roles["rollout"].schedule.captured(100) == list(range(30, 71))
+    # the backend never sees the core's keys
+    assert "schedule" not in cfg.roles["actor"].tool_config["torch"]
+    assert "profile_token_start" not in cfg.roles["rollout"].tool_config["torch"]
+
+
+def test_a_schedule_set_twice_differently_is_an_error():
+    from rlprof import load_config
+
+    with pytest.raises(ConfigError, match="sampling schedules disagree"):
+        load_config(None, ["global_profiler.tool=torch", "global_profiler.steps=[1]",
+                           "actor_rollout_ref.actor.profiler.schedule.active=1",
+                           "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=3"])
+
+
+def test_a_schedule_of_an_unselected_tool_is_ignored():
+    from rlprof import load_config
+
+    cfg = load_config(None, ["global_profiler.tool=npu", "global_profiler.steps=[1]",
+                             "actor_rollout_ref.actor.profiler.tool_config.torch.schedule.active=3"])
+    assert cfg.roles["actor"].schedule is None
