@@ -1,0 +1,137 @@
+"""The ``npu`` backend: how a capture window becomes a torch_npu profiler run on Ascend.
+
+The core decides what is captured and tells this backend through the context flags:
+``ctx.opens_capture`` builds and starts one :class:`~rlprof_npu.capture.NpuCapture` writing under
+``ctx.output_dir()``; ``ctx.closes_capture`` stops it and lists its ``*_ascend_pt`` directories in
+the manifest (``kind: ascend_pt``, with ``analysis`` telling ``rlprof npu-analyse`` whether they
+still need parsing). Every region gets an mstx range named ``ctx.region``, in whichever capture
+is open.
+
+Without torch_npu (no CANN here) the hooks do nothing at all: no capture, no files; the problem
+is reported once, by ``check_environment`` (which the Profiler logs), or by the first capture
+when nobody asked.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from rlprof import hookimpl
+
+from .capture import NpuCapture, range_end, range_start
+from .settings import npu_settings
+from .torch_npu_import import TorchNpuImport
+
+log = logging.getLogger("rlprof.npu")
+
+ARTIFACT_KIND = "ascend_pt"
+"""Manifest ``kind`` of a torch_npu output directory (what ``rlprof npu-analyse`` looks for)."""
+
+
+class NpuBackend:
+    """One per :class:`rlprof.Profiler` (the core instantiates it); holds at most one open capture."""
+
+    def __init__(self) -> None:
+        self._torch_npu = TorchNpuImport()
+        self._problem_reported = False
+        self._capture: NpuCapture | None = None
+        self._capture_id: str | None = None
+        self._ranges: list[tuple[str, int]] = []
+        """Open mstx ranges, innermost last: (region, range id)."""
+        self._nesting_reported = False
+
+    # ------------------------------------------------------------------ configuration and environment
+
+    @hookimpl
+    def validate_tool_config(self, tool_config: Mapping[str, Any], key_path: str) -> Mapping[str, Any]:
+        return npu_settings(tool_config, key_path).as_tool_config()
+
+    @hookimpl
+    def check_environment(self) -> list[str]:
+        problem = self._torch_npu.problem()
+        if problem is None:
+            return []
+        self._problem_reported = True
+        return [problem]
+
+    # ------------------------------------------------------------------ the lifecycle
+
+    @hookimpl
+    def start_step(self, ctx) -> None:
+        if ctx.opens_capture:
+            self._open(ctx)
+
+    @hookimpl
+    def start_role(self, ctx) -> None:
+        if ctx.opens_capture:
+            self._open(ctx)
+        torch_npu = self._module()
+        if torch_npu is not None:
+            self._ranges.append((ctx.region, range_start(torch_npu, ctx.region)))
+
+    @hookimpl
+    def stop_role(self, ctx) -> None:
+        self._end_range(ctx.region)
+        if ctx.closes_capture:
+            self._close(ctx)
+
+    @hookimpl
+    def step_boundary(self, ctx) -> None:
+        if ctx.closes_capture:
+            self._close(ctx)
+
+    @hookimpl
+    def finalize(self, ctx) -> None:
+        # The core closes every window before finalize; this only guards against a window the
+        # core never announced closing (a bug elsewhere), so torch_npu still writes its data.
+        while self._ranges:
+            self._end_range(self._ranges[-1][0])
+        if self._capture is not None:
+            self._stop(ctx)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _module(self):
+        """torch_npu, or None; says why once when check_environment did not already."""
+        torch_npu = self._torch_npu.module()
+        if torch_npu is None and not self._problem_reported:
+            self._problem_reported = True
+            log.warning("rlprof: backend 'npu': %s", self._torch_npu.problem())
+        return torch_npu
+
+    def _open(self, ctx) -> None:
+        torch_npu = self._module()
+        if torch_npu is None:
+            return
+        if self._capture is not None:
+            # torch_npu runs one profiler per process: a window opened inside another stays a range
+            # of the outer capture rather than breaking it.
+            if not self._nesting_reported:
+                self._nesting_reported = True
+                log.warning(
+                    "rlprof: backend 'npu': capture %s opens while %s is still open; torch_npu cannot run two "
+                    "profilers at once, so it is recorded as a range inside %s",
+                    ctx.capture.capture_id, self._capture_id, self._capture_id,
+                )
+            return
+        capture = NpuCapture(torch_npu, npu_settings(ctx.tool_config), ctx.output_dir())
+        capture.start()
+        self._capture, self._capture_id = capture, ctx.capture.capture_id
+
+    def _close(self, ctx) -> None:
+        if self._capture is not None and ctx.capture is not None and ctx.capture.capture_id == self._capture_id:
+            self._stop(ctx)
+
+    def _stop(self, ctx) -> None:
+        capture = self._capture
+        self._capture = self._capture_id = None
+        for path in capture.stop():
+            ctx.add_artifact(path, kind=ARTIFACT_KIND, analysis=capture.analysis)
+
+    def _end_range(self, region: str) -> None:
+        for index in range(len(self._ranges) - 1, -1, -1):
+            if self._ranges[index][0] == region:
+                _, range_id = self._ranges.pop(index)
+                range_end(self._torch_npu.module(), range_id)
+                return

@@ -1,0 +1,52 @@
+"""Fixtures of rlprof-npu's tests.
+
+* ``torch_npu_standin`` — the stand-in torch_npu (``standin_torch_npu/``, see its docstring) under
+  the real module names, for one test; returns its call log.
+* ``torch_npu_wheel`` — the real torch-npu wheel matching the installed torch, downloaded once into
+  ``~/.cache/rlprof-tests`` (``RLPROF_TEST_CACHE``); the test skips only when it cannot be had.
+
+The tiny training loop the behaviour tests run lives in ``npu_tiny_training.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+CACHE = Path(os.environ.get("RLPROF_TEST_CACHE", Path.home() / ".cache" / "rlprof-tests"))
+
+
+@pytest.fixture
+def torch_npu_standin(monkeypatch):
+    import standin_torch_npu
+    from standin_torch_npu.recording import LOG
+
+    for standin_name, real_name in standin_torch_npu.MIRRORS.items():
+        monkeypatch.setitem(sys.modules, real_name, importlib.import_module(standin_name))
+    LOG.reset()
+    yield LOG
+    LOG.reset()
+
+
+@pytest.fixture(scope="session")
+def torch_npu_wheel() -> Path:
+    version = metadata.version("torch").split("+")[0]
+    requirement = f"torch-npu=={version}"
+    prefix = f"torch_npu-{version}-"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(CACHE.glob(f"{prefix}*.whl"))
+    if not found:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d", str(CACHE)],
+            capture_output=True, text=True,
+        )
+        found = sorted(CACHE.glob(f"{prefix}*.whl"))
+        if not found:
+            pytest.skip(f"cannot download {requirement} (the real API to check against): {proc.stderr.strip()[-300:]}")
+    return found[-1]

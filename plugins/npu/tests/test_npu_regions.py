@@ -1,0 +1,47 @@
+"""Regions that do not go as planned: one that raises, and one opened inside another in discrete
+mode (torch_npu runs one profiler per process)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from npu_tiny_training import npu_config
+
+import rlprof
+
+
+def test_a_region_that_raises_still_closes_its_range_and_capture(torch_npu_standin, tmp_path, monkeypatch):
+    monkeypatch.setenv("RLPROF_STRICT", "1")
+    prof = rlprof.Profiler(npu_config(tmp_path, mode="discrete", steps=(1,)), roles=("actor",))
+    prof.start_step(1)
+    with pytest.raises(ZeroDivisionError):
+        with prof.role("actor", "update"):
+            1 / 0
+    prof.step_boundary()
+    prof.finalize()
+    assert [c.name for c in torch_npu_standin.calls][-4:] == ["profile.start", "mstx.range_start", "mstx.range_end", "profile.stop"]
+    assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update"]
+
+
+def test_a_capture_opened_inside_another_becomes_a_range_of_the_outer_one(torch_npu_standin, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("RLPROF_STRICT", "1")
+    caplog.set_level(logging.WARNING)
+    prof = rlprof.Profiler(npu_config(tmp_path, mode="discrete", steps=(1,)), roles=("actor", "ref"))
+    for step in (1, 2):
+        prof.start_step(step)
+        with prof.role("actor", "update"):
+            with prof.role("ref", "compute_log_prob"):
+                pass
+        prof.step_boundary()
+    prof.finalize()
+    names = [c.name for c in torch_npu_standin.calls]
+    assert names[names.index("profile"):] == [
+        "profile", "profile.start",
+        "mstx.range_start", "mstx.range_start", "mstx.range_end", "mstx.range_end",
+        "profile.stop",
+    ]
+    assert [c.args["message"] for c in torch_npu_standin.named("mstx.range_start")] == ["actor_update", "ref_compute_log_prob"]
+    assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update"]
+    nested = [r.getMessage() for r in caplog.records if "cannot run two profilers" in r.getMessage()]
+    assert len(nested) == 1 and "step1.ref_compute_log_prob" in nested[0]
