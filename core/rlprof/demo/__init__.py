@@ -1,0 +1,17 @@
+"""``rlprof demo``: a GRPO-shaped training run on a local Ray cluster, profiled end to end.
+
+* :mod:`rlprof.demo.grpo`    — the tiny policy and GRPO's pieces (plain torch)
+* :mod:`rlprof.demo.worker`  — one hybrid-engine rank (actor + rollout + ref) as a Ray actor
+* :mod:`rlprof.demo.trainer` — the single controller's loop, profiled through :mod:`rlprof.ray`
+* :mod:`rlprof.demo.command` — flags to config, the run, the report, the files to open
+
+Needs ``ray`` and ``torch`` (``pip install rlprof[ray] rlprof-torch``).
+"""
+
+from __future__ import annotations
+
+
+def main(argv=None) -> int:
+    from .command import main as run
+
+    return run(argv)

@@ -1,0 +1,160 @@
+"""The demo's single controller: a GRPO loop over :class:`PolicyWorker` actors on a local Ray cluster.
+
+Read it as the template for profiling a verl-style trainer with :mod:`rlprof.ray`: the controller
+builds its :class:`~rlprof.ray.ProfilingController` first (one run id), creates each worker with
+``controller.worker_options(spec)``, and brackets every step with ``start_step``/``step_boundary``;
+the workers mark their own role regions. A worker lost mid-run ends the training, not the
+profiling: the others still finalize and the manifest says who was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..config import ProfilerConfig
+from ..ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, describe_error
+from .grpo import Sizes, group_advantages, toy_reward
+from .worker import PolicyWorker
+
+HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
+
+
+class TrainingFailed(RuntimeError):
+    """A training phase did not complete on every worker."""
+
+
+@dataclass
+class DemoRun:
+    run_id: str
+    run_dir: Path
+    failures: list[str] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    """Every worker's artifact records (paths relative to ``run_dir``)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Sizes = Sizes(), timeout_s: float = 120.0,
+          say: Callable[[str], None] = print) -> DemoRun:
+    """Start a local Ray cluster (unless one is up), run the loop, shut the cluster down again.
+
+    :raises rlprof.ConfigError: the configuration is invalid for some worker (checked before Ray starts).
+    """
+    import ray
+
+    controller = ProfilingController(config, timeout_s=timeout_s)
+    specs = [WorkerSpec(rank=rank, world_size=workers, roles=HYBRID_ENGINE_ROLES, stages=HYBRID_ENGINE_STAGES,
+                        group="actor_rollout_ref") for rank in range(workers)]
+    options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
+    started_here = not ray.is_initialized()
+    if started_here:
+        began = time.perf_counter()
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+        say(f"ray started in {time.perf_counter() - began:.1f} s")
+    try:
+        return _train(controller, specs, options, train_steps, sizes, timeout_s, say)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _train(controller: ProfilingController, specs: list[WorkerSpec], options: list[dict], train_steps: int,
+           sizes: Sizes, timeout_s: float, say) -> DemoRun:
+    import ray
+
+    run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id)
+    began = time.perf_counter()
+    actor_class = ray.remote(PolicyWorker)
+    for spec, opts in zip(specs, options):
+        controller.add(spec, actor_class.options(**opts).remote(spec.rank, spec.world_size, sizes))
+    try:
+        _require(controller.setup())
+        phase = _Phase(controller, timeout_s)
+        address = _gloo_address()
+        phase("join process group", lambda rank, w: w.join_process_group.remote(address))
+        say(f"{len(specs)} workers ready in {time.perf_counter() - began:.1f} s")
+        prompts_source = torch.Generator().manual_seed(0)
+        for step in range(1, train_steps + 1):
+            _train_step(controller, phase, step, sizes, prompts_source, say)
+    except TrainingFailed as exc:
+        run.failures.append(str(exc))
+        say(f"training stopped: {exc}")
+    final = controller.finalize()
+    run.failures.extend(str(f) for f in final.failures)
+    for records in final.results.values():
+        run.artifacts.extend(records)
+    if not run.failures:
+        ray.get([w.close.remote() for w in controller.handles], timeout=timeout_s)
+    return run
+
+
+def _train_step(controller: ProfilingController, phase: "_Phase", step: int, sizes: Sizes,
+                prompts_source: torch.Generator, say) -> None:
+    tag = f"step {step}{' (profiled)' if controller.profiles(step) else ''}".ljust(17)
+    began = time.perf_counter()
+    _require(controller.start_step(step))
+    if controller.profiles(step):
+        say(f"{tag}  start step         {time.perf_counter() - began:5.2f} s  (captures opened)")
+    workers = len(controller.handles)
+    prompts = torch.randint(sizes.vocab, (workers * sizes.prompts_per_worker, sizes.prompt_len), generator=prompts_source)
+    shards = prompts.chunk(workers)
+
+    began = time.perf_counter()
+    responses = torch.cat(phase("rollout generate", lambda rank, w: w.generate.remote(shards[rank])))
+    rewards = toy_reward(prompts.repeat_interleave(sizes.group_size, dim=0), responses)
+    advantages = group_advantages(rewards, sizes.group_size).chunk(workers)
+    say(f"{tag}  rollout generate   {time.perf_counter() - began:5.2f} s  mean reward {rewards.mean():.3f}")
+    for label, call in (("ref log-prob", "compute_ref_log_prob"), ("actor log-prob", "compute_log_prob")):
+        began = time.perf_counter()
+        phase(label, lambda rank, w: getattr(w, call).remote())
+        say(f"{tag}  {label:<18} {time.perf_counter() - began:5.2f} s")
+    began = time.perf_counter()
+    metrics = phase("actor update", lambda rank, w: w.update_actor.remote(advantages[rank]))
+    loss = sum(m["loss"] for m in metrics) / len(metrics)
+    kl = sum(m["kl"] for m in metrics) / len(metrics)
+    say(f"{tag}  actor update       {time.perf_counter() - began:5.2f} s  loss {loss:+.4f}  kl {kl:.5f}")
+    began = time.perf_counter()
+    _require(controller.step_boundary())
+    if controller.profiles(step):
+        say(f"{tag}  step boundary      {time.perf_counter() - began:5.2f} s  (captures closed, traces written)")
+
+
+class _Phase:
+    """Runs one training call on every live worker and waits at most ``timeout_s`` for all of them."""
+
+    def __init__(self, controller: ProfilingController, timeout_s: float):
+        self.controller = controller
+        self.timeout_s = timeout_s
+
+    def __call__(self, name: str, submit: Callable[[int, Any], Any]) -> list[Any]:
+        import ray
+
+        refs = [submit(rank, worker) for rank, worker in enumerate(self.controller.handles)]
+        try:
+            return ray.get(refs, timeout=self.timeout_s)
+        except Exception as exc:  # a dead worker, a raising method, a timeout
+            raise TrainingFailed(f"{name}: {describe_error(exc)}") from exc
+
+
+def _require(fan_out) -> None:
+    if fan_out.failures:
+        raise TrainingFailed("; ".join(str(f) for f in fan_out.failures))
+
+
+def _gloo_address() -> str:
+    """A free TCP port on this host for torch.distributed's rendezvous (rank 0 listens on it)."""
+    import ray
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return f"tcp://{ray.util.get_node_ip_address()}:{port}"

@@ -1,0 +1,95 @@
+"""The demo's worker actor: one rank of a hybrid engine (actor + rollout + ref in one process).
+
+Each public method is one phase of a GRPO step, called by the controller (:mod:`rlprof.demo.trainer`)
+and wrapped in the role region it belongs to, exactly as a verl worker would be. The batch stays on
+the worker between phases; only prompts, responses and advantages travel.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from ..ray import ProfiledWorker
+from .grpo import Sizes, TinyPolicy, generate, grpo_loss, response_log_probs
+
+
+class PolicyWorker(ProfiledWorker):
+    def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0):
+        torch.set_num_threads(1)  # several workers share few cores
+        torch.manual_seed(seed)  # the same initial weights on every rank, as after a broadcast
+        self.rank, self.world_size, self.sizes = rank, world_size, sizes
+        self.policy = TinyPolicy(sizes)
+        self.ref = copy.deepcopy(self.policy).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=1e-2)
+        self.sampler = torch.Generator().manual_seed(seed + 1000 * (rank + 1))
+        self.batch: dict[str, torch.Tensor] = {}
+
+    def join_process_group(self, init_method: str) -> None:
+        """Join the gloo group the actor's gradients are all-reduced in (all ranks call this together)."""
+        dist.init_process_group("gloo", init_method=init_method, rank=self.rank, world_size=self.world_size,
+                                timeout=datetime.timedelta(seconds=120))
+
+    def generate(self, prompts: torch.Tensor) -> torch.Tensor:
+        """Rollout: sample ``group_size`` responses per prompt, one decode step per iteration."""
+        prompts = prompts.repeat_interleave(self.sizes.group_size, dim=0)
+        with self.profiler.role("rollout", "generate"):
+            responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration)
+        self.batch = {"prompts": prompts, "responses": responses}
+        return responses
+
+    def compute_ref_log_prob(self) -> None:
+        with self.profiler.role("ref", "compute_log_prob"), torch.no_grad():
+            self.batch["ref_log_probs"] = self._log_probs(self.ref)
+
+    def compute_log_prob(self) -> None:
+        """The actor's log-probs before the update (GRPO's "old" policy)."""
+        with self.profiler.role("actor", "compute_log_prob"), torch.no_grad():
+            self.batch["old_log_probs"] = self._log_probs(self.policy)
+
+    def update_actor(self, advantages: torch.Tensor) -> dict[str, float]:
+        """One optimiser step over all micro-batches (one iteration each), gradients averaged over ranks."""
+        batch = self.batch
+        rows = batch["prompts"].shape[0]
+        losses, kls = [], []
+        with self.profiler.role("actor", "update"):
+            self.optimizer.zero_grad()
+            for part in self._micro_batches():
+                with self.profiler.iteration():
+                    log_probs = response_log_probs(self.policy, batch["prompts"][part], batch["responses"][part])
+                    loss, kl = grpo_loss(log_probs, batch["old_log_probs"][part], batch["ref_log_probs"][part], advantages[part])
+                    (loss * (log_probs.shape[0] / rows)).backward()
+                    losses.append(loss.item())
+                    kls.append(kl.item())
+            self._all_reduce_gradients()
+            self.optimizer.step()
+        return {"loss": sum(losses) / len(losses), "kl": sum(kls) / len(kls)}
+
+    def _micro_batches(self) -> list[slice]:
+        rows, size = self.batch["prompts"].shape[0], self.sizes.micro_batch
+        return [slice(start, start + size) for start in range(0, rows, size)]
+
+    def _log_probs(self, model: TinyPolicy) -> torch.Tensor:
+        """Log-probs of the batch's responses under ``model``, one micro-batch per iteration."""
+        parts = []
+        for part in self._micro_batches():
+            with self.profiler.iteration():
+                parts.append(response_log_probs(model, self.batch["prompts"][part], self.batch["responses"][part]))
+        return torch.cat(parts)
+
+    def _all_reduce_gradients(self) -> None:
+        grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
