@@ -177,3 +177,14 @@ def err_source(source):
     with pytest.raises(ConfigError) as info:
         load_config(source)
     return str(info.value)
+
+
+def test_a_parsed_config_reloaded_with_overrides_keeps_its_roles():
+    cfg = load_config(None, ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.rollout.mode=async",
+                             "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[1]"])
+    moved = cfg.with_overrides(save_path="/tmp/elsewhere")
+    again = load_config(moved, ["global_profiler.steps=[2]"])
+    assert again.roles == cfg.roles and again.agent_loop
+    assert again.global_.steps == (2,) and again.global_.save_path == "/tmp/elsewhere"
+    caller = load_config(cfg.with_overrides(caller_steps=True), ["global_profiler.save_path=x"])
+    assert caller.global_.caller_steps

@@ -177,3 +177,21 @@ def test_decorated_function_is_a_region(test_backends, save_path):
         prof.step_boundary()
     prof.finalize()
     assert seq(prof) == ["start_step:2+", "start_role:actor_update", "stop_role:actor_update", "step_boundary:2-", "finalize:None"]
+
+
+def test_sampled_region_without_iteration_marks_warns_once(test_backends, save_path, caplog):
+    import logging
+
+    prof = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",), overrides=[
+        "global_profiler.tool=recorder", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1,2]",
+        "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
+        "actor_rollout_ref.actor.profiler.schedule.active=1"])
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        for step in (1, 2):
+            prof.start_step(step)
+            with prof.role("actor", "update"):
+                pass
+            prof.step_boundary()
+    prof.finalize()
+    warned = [r for r in caplog.records if "marked no iterations" in r.getMessage()]
+    assert len(warned) == 1 and "actor_update" in warned[0].getMessage()

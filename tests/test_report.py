@@ -214,3 +214,28 @@ def test_readers_are_chosen_by_file_name(tmp_path):
     bare.write_text(json.dumps([span("actor_update", 2500), span("actor_update", 500)]))
     ranges = read_ranges(tmp_path / "npu")
     assert ranges["actor_update"].ms == pytest.approx(3.0) and ranges["actor_update"].count == 2
+
+
+def test_backend_that_cannot_capture_here_is_unavailable_not_missing(tmp_path):
+    import rlprof
+    from rlprof.manifest import read_records
+    from rlprof.report import build_report, render
+
+    class NoDevice:
+        @rlprof.hookimpl
+        def check_environment(self):
+            return ["no CUDA device: memory snapshots need CUDA"]
+
+    prof = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",), backends={"nodevice": NoDevice()}, overrides=[
+        "global_profiler.tool=nodevice", f"global_profiler.save_path={tmp_path}", "global_profiler.steps=[1]",
+        "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true"])
+    prof.start_step(1)
+    with prof.role("actor", "update"):
+        pass
+    prof.step_boundary()
+    prof.finalize()
+    report = build_report(prof.run.run_id, list(read_records([tmp_path])))
+    assert report.missing == [] and report.problem_count == 0
+    assert report.unavailable == [{"rank": 0, "host": prof.run.host, "pid": prof.run.pid, "backend": "nodevice",
+                                   "problems": ["no CUDA device: memory snapshots need CUDA"]}]
+    assert "not captured here: rank 0" in render(report)

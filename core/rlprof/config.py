@@ -99,7 +99,8 @@ class ProfilerConfig:
     warnings: tuple[str, ...] = ()
     """Deprecations and suspicious-but-valid settings found while loading."""
     source: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    """The profiler sections after legacy migration, in today's keys (``rlprof check --migrate``)."""
+    """The profiler sections after legacy migration, in today's keys and verl's layout: what
+    ``rlprof check --migrate`` prints, and what ``load_config(config, overrides)`` re-reads."""
 
     @property
     def enabled(self) -> bool:
@@ -108,7 +109,16 @@ class ProfilerConfig:
         return bool(self.global_.tools and steps and any(r.enable for r in self.roles.values()))
 
     def with_overrides(self, **global_changes: Any) -> "ProfilerConfig":
-        return replace(self, global_=replace(self.global_, **global_changes))
+        """A copy with ``global_profiler`` fields changed (``save_path=...``, ``caller_steps=True``);
+        the change is kept in :attr:`source` too, so later dotted overrides build on it."""
+        source = dict(self.source)
+        section = dict(source.get("global_profiler") or {})
+        for key, value in global_changes.items():
+            name = "tool" if key == "tools" else key
+            if name in GLOBAL_KEYS:
+                section[name] = list(value) if isinstance(value, tuple) else value
+        source["global_profiler"] = section
+        return replace(self, global_=replace(self.global_, **global_changes), source=source)
 
 
 # ----------------------------------------------------------------------------------- loading
@@ -119,8 +129,12 @@ def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerCo
 
     :raises ConfigError: for anything wrong, naming the key path, the value and what is allowed.
     """
-    if isinstance(source, ProfilerConfig) and not overrides:
-        return source
+    if isinstance(source, ProfilerConfig):
+        if not overrides:
+            return source
+        # re-read its verl-layout source with the overrides; keep what YAML cannot say
+        reloaded = load_config(dict(source.source), overrides)
+        return reloaded.with_overrides(caller_steps=source.global_.caller_steps)
     from omegaconf import OmegaConf  # imported here: keeps ``import rlprof`` light
 
     root = _to_omegaconf(source, OmegaConf)
@@ -145,8 +159,6 @@ def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerCo
 def _to_omegaconf(source: Any, OmegaConf):
     if source is None:
         return OmegaConf.create({})
-    if isinstance(source, ProfilerConfig):
-        return OmegaConf.create(dict(source.source))
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
@@ -328,7 +340,9 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
                 f"{r.key_path}.schedule: in end-to-end mode a schedule narrows the role's ranges to the sampled "
                 "iterations but the step capture still holds the whole step; use discrete mode to shrink the capture"
             )
-    return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(warnings), source=dict(raw))
+    from .legacy import to_verl_layout
+
+    return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(warnings), source=to_verl_layout(dict(raw)))
 
 
 def _parse_tools(value: Any) -> tuple[str, ...]:

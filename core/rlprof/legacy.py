@@ -180,25 +180,30 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def to_modern_yaml(raw: dict[str, Any]) -> str:
-    """The migrated sections as a verl-shaped YAML document (``rlprof check --migrate``)."""
-    import yaml
-
+def to_verl_layout(raw: dict[str, Any]) -> dict[str, Any]:
+    """The migrated sections (as :func:`migrate` returns them) in verl's own key layout."""
     from .config import ROLE_PATHS
 
     doc: dict[str, Any] = {}
     if raw.get("global_profiler"):
-        doc["global_profiler"] = raw["global_profiler"]
+        doc["global_profiler"] = copy.deepcopy(raw["global_profiler"])
     for role, entry in (raw.get("roles") or {}).items():
         if entry.get("profiler") is None:
             continue
         node = doc
         for part in ROLE_PATHS[role].split("."):
             node = node.setdefault(part, {})
-        node["profiler"] = entry["profiler"]
+        node["profiler"] = copy.deepcopy(entry["profiler"])
     if raw.get("rollout_mode") is not None:
         doc.setdefault("actor_rollout_ref", {}).setdefault("rollout", {})["mode"] = raw["rollout_mode"]
+    return doc
+
+
+def to_modern_yaml(doc: dict[str, Any]) -> str:
+    """A verl-layout document as YAML (``rlprof check --migrate``)."""
+    import yaml
+
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-__all__ = ["migrate", "to_modern_yaml", "ConfigError"]
+__all__ = ["migrate", "to_verl_layout", "to_modern_yaml", "ConfigError"]

@@ -165,10 +165,13 @@ class Profiler:
         self._stack: list[_OpenRegion] = []
         self._profiled_steps: list[int] = []
         self._capture_ids: dict[str, int] = {}
+        self._unmarked: set[str] = set()
         self._finalized = False
         self._lock = threading.RLock()
         self.artifacts: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
+        self.environment: dict[str, list[str]] = {}
+        """Backend -> what it reported missing on this machine (``check_environment``)."""
         g = self.config.global_
         run_id = safe_name(run_id or os.environ.get("RLPROF_RUN_ID") or new_run_id())
         self.run = RunInfo(
@@ -212,6 +215,7 @@ class Profiler:
             replica_rank=replica_rank,
             expected_captures=self.plan.expected_captures(stages),
             schedules={n: _schedule_dict(p.schedule) for n, p in self.plan.roles.items() if p.schedule},
+            environment=self.environment,
         )
         self._install_exit_handlers()
 
@@ -354,6 +358,11 @@ class Profiler:
                 self._close_window(state, last, error)
             if state.schedule is not None:
                 self._sampled = any(s.schedule is not None for s in stack)
+                if state.iteration == 0 and not state.in_iteration and state.spec.region not in self._unmarked:
+                    self._unmarked.add(state.spec.region)
+                    log.warning(
+                        "rlprof: region %s has a sampling schedule but marked no iterations, so nothing of it was "
+                        "captured; wrap each micro-batch/decode step in `with prof.iteration():`", state.spec.region)
 
     def _iteration_enter(self) -> None:
         state = self._innermost_sampled()
@@ -496,8 +505,11 @@ class Profiler:
                     self.tool_configs[name][backend] = raw
 
     def _report_environment(self) -> None:
+        """Ask each backend what it lacks here (no CUDA, no CANN...): warn once, keep it for the manifest."""
         for backend in self.plan.tools:
-            problems = self.backends.call_one(backend, "check_environment") or []
+            problems = list(self.backends.call_one(backend, "check_environment") or [])
+            if problems:
+                self.environment[backend] = problems
             for problem in problems:
                 log.warning("rlprof: backend %r on rank %d: %s", backend, self.run.rank, problem)
 

@@ -47,6 +47,8 @@ class Process:
     tools: list[str]
     replica_rank: int | None
     expected_captures: int | None
+    environment: dict[str, list[str]] = field(default_factory=dict)
+    """Backend -> what it said it lacks on that machine; such a backend is expected to write nothing."""
     finalized: str | None = None
     """The ``finalized`` record's reason, or None when the process never wrote one."""
 
@@ -91,6 +93,12 @@ class RunReport:
     worker_failures: list[dict[str, Any]]
 
     @property
+    def unavailable(self) -> list[dict[str, Any]]:
+        """Backends that said at start they cannot capture on that machine (and so wrote nothing)."""
+        return [{"rank": p.rank, "host": p.host, "pid": p.pid, "backend": b, "problems": problems}
+                for p in self.processes for b, problems in sorted(p.environment.items())]
+
+    @property
     def unfinalized(self) -> list[Process]:
         return [p for p in self.processes if p.finalized is None]
 
@@ -109,6 +117,7 @@ class RunReport:
             "missing": self.missing,
             "short_captures": self.short_captures,
             "unfinalized": [asdict(p) for p in self.unfinalized],
+            "unavailable": self.unavailable,
             "errors": self.errors,
             "worker_failures": self.worker_failures,
             "ok": self.problem_count == 0,
@@ -148,6 +157,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]]) -> RunReport:
                 manifest=r["_manifest"], rank=r["rank"], host=r["host"], pid=r["pid"], roles=r.get("roles", []),
                 selected_roles=r.get("selected_roles", []), steps=r.get("steps", []), mode=r.get("mode", "?"),
                 tools=r.get("tools", []), replica_rank=r.get("replica_rank"), expected_captures=r.get("expected_captures"),
+                environment=r.get("environment") or {},
             )
     for r in records:
         if r["type"] == "finalized" and r["_manifest"] in processes:
@@ -207,6 +217,8 @@ def _missing(processes: list[Process], cells: dict[tuple, Cell]) -> list[dict[st
     missing = []
     for p in processes:
         for backend in p.tools:
+            if backend in p.environment:
+                continue  # it said up front it cannot capture here: reported as unavailable, not missing
             for role in p.selected_roles:
                 for step in p.steps:
                     if (step, role, p.manifest, backend) not in cells and (None, role, p.manifest, backend) not in cells:
@@ -265,7 +277,10 @@ def render(report: RunReport) -> str:
     if len(rows) == 1:
         lines.append("(no artifacts)")
     problems = _problem_lines(report)
+    notices = [f"not captured here: rank {u['rank']} ({u['host']} pid {u['pid']}): {u['backend']}: {'; '.join(u['problems'])}"
+               for u in report.unavailable]
     lines.append("")
+    lines += notices
     lines.append(f"problems ({len(problems)}):" if problems else "problems: none: every profiled step x role x rank produced output")
     lines += [f"  {p}" for p in problems]
     return "\n".join(lines)
