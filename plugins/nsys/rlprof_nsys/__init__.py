@@ -1,0 +1,29 @@
+"""rlprof-nsys: the ``nsys`` backend of rlprof (NVIDIA Nsight Systems).
+
+Select it with ``global_profiler.tool: nsys``. In every profiled process it marks each step and role
+region as an NVTX range in the ``rlprof`` domain and opens a cudaProfilerStart/Stop window per
+capture; on the Ray controller it starts profiled workers under ``nsys profile`` with
+``capture-range-end=repeat-shutdown:N`` computed from the plan. See README.md.
+
+Importing this package is cheap: nvtx and torch are imported when first needed.
+
+Helpers for the driver and for after the run:
+
+* :func:`controller_runtime_env`, :func:`controller_command`, :func:`controller_nsight_options`
+* :func:`relocate_pending` (also ``python -m rlprof_nsys relocate <run dir>``)
+"""
+
+from __future__ import annotations
+
+from .launch import controller_command, controller_nsight_options, controller_runtime_env
+from .relocation import relocate_pending
+
+__all__ = ["NsysBackend", "controller_command", "controller_nsight_options", "controller_runtime_env", "relocate_pending"]
+
+
+def __getattr__(name: str):
+    if name == "NsysBackend":
+        from .backend import NsysBackend
+
+        return NsysBackend
+    raise AttributeError(f"module 'rlprof_nsys' has no attribute {name!r}")

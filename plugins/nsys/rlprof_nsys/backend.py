@@ -1,0 +1,150 @@
+"""The ``nsys`` backend: NVTX ranges per step and region, cudaProfilerStart/Stop per capture window.
+
+The core decides what is captured; this class only translates each hook into the calls Nsight
+Systems understands. For one process the translation is::
+
+    start_step     [cudaProfilerStart if ctx.opens_capture]  NVTX range "step<N>" opens
+    start_role     [cudaProfilerStart if ctx.opens_capture]  NVTX range ctx.region opens (nested)
+    step_boundary  with ctx.iteration: NVTX mark "<region> iteration" (payload: the iteration); else:
+                   range "step<N>" closes (after anything left open in it)  [cudaProfilerStop if ctx.closes_capture]
+    stop_role      range ctx.region closes                                  [cudaProfilerStop if ctx.closes_capture]
+    finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
+                   out of Ray's nsight directory (see rlprof_nsys.relocation)
+
+A window opens before its first range starts and closes after its last range ends, so the ranges
+sit inside the report. Each window boundary is also an NVTX mark (``capture <id> start``/``end``),
+which makes the windows visible to any NVTX tool, not only to nsys.
+
+On the Ray controller, ``worker_runtime_env`` starts each profiled worker under
+``nsys profile --capture-range=cudaProfilerApi --capture-range-end=repeat-shutdown:N``
+(see :mod:`rlprof_nsys.launch`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from rlprof import hookimpl
+
+from . import launch, options, relocation
+from .ranges import STEP_COLOR, RangeStack, role_color
+from .reports import reports_of, running_under_nsys
+from .windows import CaptureWindows, cuda_problem
+
+log = logging.getLogger("rlprof")
+
+
+class NsysBackend:
+    """One per :class:`rlprof.Profiler` (the core instantiates it with no arguments)."""
+
+    def __init__(self) -> None:
+        self.ranges = RangeStack()
+        self.windows = CaptureWindows()
+        self._nsys_checked = False
+        self._relocated = False
+
+    @property
+    def windows_opened(self) -> int:
+        """Capture windows opened so far, with or without CUDA: what ``repeat-shutdown:N`` must match."""
+        return self.windows.opened
+
+    def open_captures(self) -> list[str]:
+        """Capture ids of windows opened and not closed yet (the conformance suite's leak check)."""
+        window = self.windows.current
+        return [window.capture_id] if window is not None else []
+
+    # ------------------------------------------------------------------ checks
+
+    @hookimpl
+    def validate_tool_config(self, tool_config: Mapping[str, Any], key_path: str) -> Mapping[str, Any]:
+        return options.validate(tool_config, key_path)
+
+    @hookimpl
+    def check_environment(self) -> list[str]:
+        problems = []
+        try:
+            import nvtx  # noqa: F401
+        except ImportError as exc:
+            problems.append(f"the nvtx package cannot be imported ({exc}): no NVTX ranges; pip install nvtx")
+        try:
+            cuda = cuda_problem()
+        except Exception as exc:  # a broken torch must not break `rlprof backends`
+            cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"
+        if cuda:
+            problems.append(cuda)
+        nsys = None if running_under_nsys() else launch.nsys_problem()
+        if nsys:
+            problems.append(nsys)
+        return problems
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @hookimpl
+    def start_step(self, ctx) -> None:
+        if ctx.opens_capture:
+            self._open_window(ctx, region=None)
+        self.ranges.open("step", f"step{ctx.step}", STEP_COLOR, "step")
+
+    @hookimpl
+    def start_role(self, ctx) -> None:
+        if ctx.opens_capture:
+            self._open_window(ctx, region=ctx.region)
+        self.ranges.open("region", ctx.region, role_color(ctx.role), ctx.role)
+
+    @hookimpl
+    def stop_role(self, ctx) -> None:
+        self.ranges.close("region", ctx.region)
+        if ctx.closes_capture:
+            self._close_window()
+
+    @hookimpl
+    def step_boundary(self, ctx) -> None:
+        if ctx.iteration is not None:
+            self.ranges.mark(f"{ctx.region} iteration", payload=ctx.iteration)
+            return
+        self.ranges.close("step", f"step{ctx.step}")
+        if ctx.closes_capture:
+            self._close_window()
+
+    @hookimpl
+    def finalize(self, ctx) -> None:
+        self.ranges.close_all()
+        self._close_window()
+        if ctx.relocate_results:
+            if not self._relocated:  # once: a second finalize must not list the pending reports again
+                self._relocated = True
+                relocation.relocate_at_finalize(ctx, self.windows.windows)
+        elif self.windows.started:
+            files = reports_of(ctx.run.pid, ctx.tool_config)
+            log.info("rlprof nsys: reports of process %d go to %s/%s[.<k>].nsys-rep (relocate_results is off)",
+                     ctx.run.pid, files.directory, files.base)
+
+    # ------------------------------------------------------------------ Ray
+
+    @hookimpl
+    def worker_runtime_env(self, ctx) -> Mapping[str, Any] | None:
+        if not ctx.captures:
+            return None
+        if not self._nsys_checked:
+            self._nsys_checked = True
+            problem = launch.nsys_problem()
+            if problem:
+                log.error("rlprof nsys: %s", problem)
+        return launch.worker_runtime_env(
+            ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
+            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}",
+        )
+
+    # ------------------------------------------------------------------ windows
+
+    def _open_window(self, ctx, region: str | None) -> None:
+        capture = ctx.capture
+        window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)
+        self.ranges.mark(f"capture {window.capture_id} start")
+
+    def _close_window(self) -> None:
+        window = self.windows.current
+        if window is not None:
+            self.ranges.mark(f"capture {window.capture_id} end")
+            self.windows.close()

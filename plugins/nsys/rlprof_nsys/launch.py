@@ -1,0 +1,133 @@
+"""Starting processes under ``nsys profile``: the Ray ``runtime_env`` of a profiled worker, and the
+command line or runtime_env of the driver (verl's "controller").
+
+nsys must wrap a process from its first instruction, so this is decided before the process exists:
+on the Ray controller, through the ``worker_runtime_env`` hook, once per worker actor. A worker gets
+
+``capture-range=cudaProfilerApi``
+    nothing is recorded outside rlprof's capture windows (cudaProfilerStart/Stop);
+``capture-range-end=repeat-shutdown:N``
+    N is the exact number of windows the worker opens under the plan
+    (:meth:`rlprof.plan.ProcessPlan.expected_captures`, handed over as ``ctx.expected_captures``).
+    nsys then writes the reports as soon as the N-th window closes. Too small an N loses the later
+    windows; a bigger one (verl's guess is 6 per profiled step) makes nsys wait for the
+    process to exit before writing anything, which a killed Ray worker never does cleanly.
+    When the plan cannot count (a role's per-step stages unknown, an unbounded sampling schedule),
+    ``repeat`` is used instead, with a warning saying why;
+``kill=none``
+    after the N-th window nsys shuts its session down, and by default it would then SIGTERM the worker.
+
+The user's ``worker_nsight_options`` are kept (``trace``, ``cuda-memory-usage``, ``o``...); an explicit
+``capture-range-end`` wins over the computed one (verl's documented escape hatch), with a warning
+when it disagrees with the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import socket
+from typing import Any, Iterable, Mapping, Sequence
+
+from .options import CAPTURE_RANGE, CONTROLLER, WORKER, validate
+from .reports import UNDER_NSYS_ENV
+
+log = logging.getLogger("rlprof")
+
+_COUNTED_END = re.compile(r"repeat(?:-shutdown)?:(\d+)")
+
+
+def worker_nsight_options(tool_config: Mapping[str, Any], expected_captures: int | None) -> tuple[dict[str, str], list[str]]:
+    """The ``nsight`` dict for one worker that opens ``expected_captures`` windows (None: unknown),
+    and the warnings to log about it."""
+    options = dict(tool_config.get(WORKER) or {})
+    warnings: list[str] = []
+    options["capture-range"] = CAPTURE_RANGE
+    chosen = options.get("capture-range-end")
+    if chosen is None:
+        if expected_captures is None:
+            options["capture-range-end"] = "repeat"
+            warnings.append(
+                "the plan cannot count this worker's capture windows (the stages a selected role runs per step were "
+                "not declared, or its sampling schedule repeats without end), so nsys gets capture-range-end=repeat: "
+                "it will write the reports only when the worker process exits. Declare the stages "
+                "(Profiler(..., stages={'actor': ['update', ...]})) or bound the schedule to get repeat-shutdown:N"
+            )
+        else:
+            options["capture-range-end"] = f"repeat-shutdown:{expected_captures}"
+    else:
+        counted = _COUNTED_END.match(chosen)
+        if expected_captures is not None and (counted is None or int(counted.group(1)) != expected_captures):
+            warnings.append(
+                f"worker_nsight_options.capture-range-end={chosen!r} is kept, but the plan opens exactly "
+                f"{expected_captures} capture window(s) on this worker: "
+                + ("windows after that count are not recorded" if counted and int(counted.group(1)) < expected_captures
+                   else "nsys writes the reports only at process exit")
+                + f"; leave it null to get repeat-shutdown:{expected_captures}"
+            )
+    options.setdefault("kill", "none")
+    if options["kill"] != "none" and options["capture-range-end"].startswith("repeat-shutdown"):
+        warnings.append(
+            f"worker_nsight_options.kill={options['kill']!r}: nsys will signal the worker after its last capture window"
+        )
+    return options, warnings
+
+
+def worker_runtime_env(tool_config: Mapping[str, Any], *, captures: bool, expected_captures: int | None,
+                       who: str = "worker") -> dict[str, Any] | None:
+    """``{"nsight": {...}, "env_vars": {"RLPROF_NSYS_WORKER": "1"}}`` for a worker that opens capture
+    windows (the variable tells the worker its reports will come, see rlprof_nsys.relocation); None
+    for one that opens none (it then runs without nsys at all: no overhead, no empty report)."""
+    if not captures or expected_captures == 0:
+        return None
+    options, warnings = worker_nsight_options(tool_config, expected_captures)
+    for warning in warnings:
+        log.warning("rlprof nsys (%s): %s", who, warning)
+    return {"nsight": options, "env_vars": {UNDER_NSYS_ENV: "1"}}
+
+
+def nsys_problem() -> str | None:
+    """The error to show when ``nsys`` is not on this node's PATH, else None."""
+    if shutil.which("nsys") is not None:
+        return None
+    return (
+        f"nsys (Nsight Systems CLI) is not on PATH on host {socket.gethostname()}: Ray's nsight runtime_env needs it on "
+        "every node that starts a profiled worker, or the actor fails with RuntimeEnvSetupError 'nsight is not installed'. "
+        "Install Nsight Systems and put its bin directory on PATH (e.g. /opt/nvidia/nsight-systems/<version>/bin)"
+    )
+
+
+# ---------------------------------------------------------------------------------- the driver
+
+
+def controller_nsight_options(config: Any = None, overrides: Iterable[str] = ()) -> dict[str, str]:
+    """``global_tool_config.nsys.controller_nsight_options`` of a run's config, validated and normalised.
+
+    ``config`` is anything :func:`rlprof.load_config` reads (YAML path, dict, DictConfig); ``overrides``
+    dotted ``key=value`` strings."""
+    from rlprof.config import CORE_TOOL_KEYS, load_config
+
+    loaded = load_config(config, overrides)
+    section = {k: v for k, v in (loaded.global_.global_tool_config.get("nsys") or {}).items() if k not in CORE_TOOL_KEYS}
+    return validate(section, "global_profiler.global_tool_config.nsys")[CONTROLLER]
+
+
+def controller_runtime_env(config: Any = None, overrides: Iterable[str] = ()) -> dict[str, Any]:
+    """The runtime_env for a driver-side Ray actor (verl's ``TaskRunner``): ``{"nsight": options}``,
+    or Ray's own ``"default"`` when no options are configured (Ray ignores an empty dict)."""
+    return {"nsight": controller_nsight_options(config, overrides) or "default"}
+
+
+def controller_command(argv: Sequence[str], config: Any = None, overrides: Iterable[str] = ()) -> list[str]:
+    """``["nsys", "profile", <controller options>, *argv]``: run the driver script itself under nsys,
+    options spelled the way Ray spells them (``-t cuda`` for one letter, ``--cuda-memory-usage=true`` else)."""
+    return ["nsys", "profile", *command_options(controller_nsight_options(config, overrides)), *argv]
+
+
+def command_options(options: Mapping[str, str]) -> list[str]:
+    """nsys command-line arguments for an options dict."""
+    args: list[str] = []
+    for name, value in options.items():
+        args.extend([f"-{name}", value] if len(name) == 1 else [f"--{name}={value}"])
+    return args

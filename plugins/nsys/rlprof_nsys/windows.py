@@ -1,0 +1,140 @@
+"""Capture windows: ``cudaProfilerStart``/``cudaProfilerStop`` around each capture the core asks for.
+
+A worker launched by Ray under ``nsys profile --capture-range=cudaProfilerApi`` records nothing
+until cudaProfilerStart and stops at cudaProfilerStop; with ``--capture-range-end=repeat...`` each
+start/stop pair becomes one report, ``worker_process_<pid>.<k>.nsys-rep`` for the k-th window. So
+the order of windows opened here is also the numbering of the reports nsys writes (see
+:mod:`rlprof_nsys.relocation`), and :attr:`CaptureWindows.opened` is the N that
+``repeat-shutdown:N`` must equal.
+
+The calls go through ``torch.cuda.profiler`` (torch is optional for this package): without torch or
+without a CUDA device the window is still counted and recorded, but not started, and one warning
+says so. The NVTX ranges do not depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rlprof")
+
+
+@dataclass(frozen=True)
+class Window:
+    """One capture window, in the order it was opened (``index`` 1, 2, ...: nsys' report number)."""
+
+    index: int
+    capture_id: str
+    step: int
+    region: str | None
+    """The region a per-region capture was opened for; None for a step capture."""
+    directory: Path
+    """This backend's folder of the capture in the run layout (created only when a file lands there)."""
+    started: bool
+    """cudaProfilerStart was really called (CUDA available)."""
+
+
+class CaptureWindows:
+    """Opens and closes capture windows for one backend instance and remembers each one."""
+
+    def __init__(self, driver: Any = None) -> None:
+        """:param driver: an object with ``start()``/``stop()`` to use instead of CUDA's profiler API
+            (tests); by default :class:`CudaProfilerApi` when this process has CUDA."""
+        self.windows: list[Window] = []
+        self._open: Window | None = None
+        self._driver: Any = driver
+        """What starts and stops windows; False once known unusable, None before the first window."""
+
+    @property
+    def opened(self) -> int:
+        """How many windows were opened, with or without CUDA (what nsys would number)."""
+        return len(self.windows)
+
+    @property
+    def started(self) -> int:
+        """How many of them really called cudaProfilerStart."""
+        return sum(1 for w in self.windows if w.started)
+
+    @property
+    def current(self) -> Window | None:
+        """The window open now, if any."""
+        return self._open
+
+    def open(self, capture_id: str, step: int, region: str | None, directory: Path) -> Window:
+        """Open a window: cudaProfilerStart when CUDA is there. A window still open is closed first
+        (the core never nests them; this keeps start/stop paired whatever happens)."""
+        if self._open is not None:
+            log.warning("rlprof nsys: capture %s opens while %s is still open; closing that one first", capture_id, self._open.capture_id)
+            self.close()
+        if self._driver is None:
+            self._driver = _cuda_driver()
+        if self._driver:
+            self._driver.start()
+        window = Window(len(self.windows) + 1, capture_id, step, region, directory, started=bool(self._driver))
+        self.windows.append(window)
+        self._open = window
+        return window
+
+    def close(self) -> Window | None:
+        """Close the open window. Returns it, or None when none was open."""
+        window, self._open = self._open, None
+        if window is not None and window.started:
+            self._driver.stop()
+        return window
+
+
+class CudaProfilerApi:
+    """cudaProfilerStart/Stop through ``torch.cuda.profiler``."""
+
+    def __init__(self, torch: Any) -> None:
+        self._torch = torch
+        import torch.cuda.profiler as profiler
+
+        self._profiler = profiler
+
+    def start(self) -> None:
+        self._profiler.start()
+
+    def stop(self) -> None:
+        # Kernels are queued asynchronously: wait for the device so the ones launched inside the
+        # window are recorded in it (one synchronisation per window, never per step of a region).
+        self._torch.cuda.synchronize()
+        self._profiler.stop()
+
+
+def _cuda_driver() -> Any:
+    """:class:`CudaProfilerApi` when this process can drive CUDA's profiler, else False (after one warning)."""
+    try:
+        import torch
+    except ImportError:
+        log.warning(
+            "rlprof nsys: torch is not installed, so capture windows (cudaProfilerStart/Stop) are skipped; "
+            "NVTX ranges are still emitted and windows still counted"
+        )
+        return False
+    if not torch.cuda.is_available():
+        log.warning(
+            "rlprof nsys: no CUDA device in process %d, so capture windows (cudaProfilerStart/Stop) are skipped; "
+            "NVTX ranges are still emitted and windows still counted", os.getpid(),
+        )
+        return False
+    return CudaProfilerApi(torch)
+
+
+def cuda_problem() -> str | None:
+    """Why windows would be skipped here (for ``check_environment``), or None. Imports torch only
+    when it is installed; never initialises a CUDA context."""
+    import importlib.util
+
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        return "torch is not installed: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
+    return None

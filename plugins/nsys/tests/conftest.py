@@ -1,0 +1,28 @@
+"""Fixtures of the nsys backend's tests (helpers live in nsys_harness.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import nsys_harness
+
+
+@pytest.fixture(scope="session")
+def nvtx_recorder(tmp_path_factory):
+    """The NVTX recorder tool, built once per session (skips when no compiler or headers can be had)."""
+    try:
+        return nsys_harness.build_recorder(tmp_path_factory.mktemp("nvtx-recorder"))
+    except nsys_harness.Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def profiled(nvtx_recorder, tmp_path):
+    """``profiled(spec, ...) -> [Loop]``: run profiled loops, one process per spec, under the recorder."""
+    counter = iter(range(1000))
+
+    def run(*specs, env=None):
+        return nsys_harness.run_loops(specs, tmp_path / f"loops{next(counter)}", nvtx_recorder, env=env)
+
+    return run
+
