@@ -74,7 +74,9 @@ class HookContext:
     def add_artifact(self, path: os.PathLike | str, kind: str = "file", **extra: Any) -> None:
         """Record a file or directory this backend produced; the core lists it in the manifest
         with the run, step, role, rank, host and pid of this call. Returning paths from the hook
-        does the same."""
+        does the same. ``extra`` fields are added to the record and may name what the file belongs
+        to when that is not this call (``step=``, ``capture=``, ``region=``; a given ``step`` also
+        sets ``steps``), e.g. a report relocated at finalize for an earlier capture."""
         self._artifacts.append((Path(path), kind, extra))
 
 

@@ -481,6 +481,8 @@ class Profiler:
             "outside_output_dir": not _is_within(path, self.run.run_dir),
             **extra,
         }
+        if "step" in extra and "steps" not in extra:
+            entry["steps"] = [] if extra["step"] is None else [extra["step"]]  # a backend naming its own step
         self.artifacts.append(entry)
         if self._manifest is not None:
             self._manifest.write("artifact", **entry)
