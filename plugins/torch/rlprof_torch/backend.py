@@ -1,0 +1,130 @@
+"""The ``torch`` backend: a torch.profiler Chrome trace per capture window, role regions as named ranges.
+
+What the hooks do (the core decides when a capture opens and closes; this module only follows
+``ctx.opens_capture``/``ctx.closes_capture``):
+
+* a hook with ``opens_capture`` starts a :class:`~rlprof_torch.session.TraceSession`; each step
+  inside it is marked ``ProfilerStep#<step>`` (from ``start_step``, or from the ``start_role`` that
+  opened the capture, to the end of the step or of the capture);
+* every ``start_role``/``stop_role`` enters/exits ``record_function(ctx.region)``, so the trace
+  shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events;
+* a hook with ``closes_capture`` stops the session and returns ``rank<R>.pt.trace.json.gz``
+  (written in ``ctx.output_dir()``), which the core lists in the manifest;
+* ``finalize`` closes whatever is still open.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rlprof import hookimpl
+
+from . import options
+from .session import TraceSession
+
+log = logging.getLogger("rlprof.torch")
+
+
+class TorchBackend:
+    """One instance per :class:`rlprof.Profiler`; holds at most one running trace."""
+
+    def __init__(self) -> None:
+        self._session: TraceSession | None = None
+        self._ranges: dict[str, list] = {}
+        """Open ``record_function`` ranges per region name, innermost last (a region may nest in itself)."""
+        self._told_no_cuda = False
+
+    # ------------------------------------------------------------------ hooks
+
+    @hookimpl
+    def validate_tool_config(self, tool_config, key_path):
+        return options.validate(tool_config, key_path)
+
+    @hookimpl
+    def check_environment(self):
+        import torch.autograd
+
+        if not torch.autograd.kineto_available():
+            return ["this torch build has no Kineto: torch.profiler cannot record traces"]
+        return []
+
+    @hookimpl
+    def start_step(self, ctx):
+        if ctx.opens_capture:
+            self._open(ctx)
+        if self._session is not None:
+            self._session.begin_step(ctx.step)
+
+    @hookimpl
+    def start_role(self, ctx):
+        if ctx.opens_capture:
+            self._open(ctx)
+            self._session.begin_step(ctx.step)
+        if self._session is not None:
+            self._session.saw(ctx.step, ctx.role, ctx.region)
+        from torch.autograd.profiler import record_function
+
+        marker = record_function(ctx.region)
+        marker.__enter__()
+        self._ranges.setdefault(ctx.region, []).append(marker)
+
+    @hookimpl
+    def stop_role(self, ctx):
+        markers = self._ranges.get(ctx.region)
+        if markers:
+            markers.pop().__exit__(None, None, None)
+        if ctx.closes_capture:
+            return self._close()
+        return None
+
+    @hookimpl
+    def step_boundary(self, ctx):
+        if ctx.iteration is not None:
+            return None  # an iteration inside a sampled region, not the end of the step
+        if ctx.closes_capture:
+            return self._close()
+        if self._session is not None:
+            self._session.end_step()  # the capture goes on over the next step
+        return None
+
+    @hookimpl
+    def finalize(self, ctx):
+        for markers in self._ranges.values():
+            while markers:
+                markers.pop().__exit__(None, None, None)
+        return self._close()
+
+    # ------------------------------------------------------------------ capture windows
+
+    def _open(self, ctx) -> None:
+        if self._session is not None:
+            # The plan never opens a window inside another; if it happens anyway, do not leave the
+            # first profiler running (it would slow every later step): save it, then say so.
+            running = self._session
+            path = self._close()
+            raise RuntimeError(
+                f"torch backend: capture {ctx.capture.capture_id!r} opened while capture {running.capture_id!r} "
+                f"was still recording; one torch.profiler runs at a time per process. The earlier capture was "
+                f"stopped and saved to {path}"
+            )
+        import torch
+
+        contents = ctx.tool_config.get("contents", ())
+        cuda_available = torch.cuda.is_available()
+        # Only an explicit 'cuda' deserves the notice: an empty contents means "whatever is there".
+        if "cuda" in contents and not cuda_available and not self._told_no_cuda:
+            self._told_no_cuda = True
+            log.warning("rlprof torch backend: contents asks for 'cuda' but torch.cuda.is_available() is False; "
+                        "tracing CPU activity only")
+        session = TraceSession(
+            ctx.capture.capture_id, ctx.run, ctx.output_dir(), options.profile_arguments(contents, cuda_available)
+        )
+        session.start()
+        self._session = session
+
+    def _close(self) -> Path | None:
+        session, self._session = self._session, None
+        if session is None:
+            return None
+        return session.stop_and_export()

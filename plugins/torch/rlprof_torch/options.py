@@ -1,0 +1,41 @@
+"""The ``tool_config.torch`` section: what it may hold and how ``contents`` becomes profiler arguments.
+
+verl's meaning of ``contents`` is kept: an empty list asks for everything the machine can trace
+(CPU and, where there is one, CUDA); ``memory``, ``shapes`` and ``stack`` switch on the profiler's
+``profile_memory``, ``record_shapes`` and ``with_stack``. Unlike verl, CPU activity is always on:
+the role ranges rlprof marks are CPU events, and a trace without them cannot be read per role.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rlprof.tool_config import check_keys, parse_contents
+
+CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
+"""The ``contents`` names verl documents for the torch tool."""
+
+VERL_UNUSED_KEYS = ("step_start", "step_end", "manual_save")
+"""Keys older verl releases write into ``tool_config.torch``; accepted and ignored (the core's
+sampling schedule replaces step_start/step_end, and traces are always saved)."""
+
+_FLAGS = {"memory": "profile_memory", "shapes": "record_shapes", "stack": "with_stack"}
+
+
+def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
+    """Check the section and return what the backend keeps: ``{"contents": (...)}``."""
+    check_keys(tool_config, key_path, used=("contents",), ignored=VERL_UNUSED_KEYS)
+    return {"contents": parse_contents(tool_config.get("contents"), f"{key_path}.contents", CONTENTS)}
+
+
+def profile_arguments(contents: tuple[str, ...], cuda_available: bool) -> dict[str, Any]:
+    """Keyword arguments for :class:`torch.profiler.profile` from a validated ``contents``."""
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    if cuda_available and (not contents or "cuda" in contents):
+        activities.append(ProfilerActivity.CUDA)
+    arguments: dict[str, Any] = {"activities": activities}
+    for name, flag in _FLAGS.items():
+        arguments[flag] = name in contents
+    return arguments

@@ -1,0 +1,95 @@
+"""One ``torch.profiler.profile`` session: from the hook that opens a capture window to the one that closes it.
+
+A fresh profiler object per capture (rather than one reused with ``step()``) keeps each trace
+independent: no warm-up cycles, no events carried over, and the metadata of one capture never
+leaks into the next.
+
+Each training step inside the capture is marked ``ProfilerStep#<step>``, the range
+``torch.profiler.profile.step()`` would write: HTA and TensorBoard's profiler plugin cut a trace
+into iterations by that name, so per-step analyses work on rlprof traces too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+from typing import Any, Mapping
+
+from .metadata import torch_writes_distributed_info, trace_metadata
+
+
+class TraceSession:
+    """A running torch profiler plus what the capture has seen so far (step numbers, roles, regions)."""
+
+    def __init__(self, capture_id: str, run, directory: Path, profile_arguments: Mapping[str, Any]):
+        import torch.profiler
+
+        self.capture_id = capture_id
+        self.run = run
+        self.directory = directory
+        self.seen_steps: list[int] = []
+        self.seen_roles: list[str] = []
+        self.seen_regions: list[str] = []
+        self._profile = torch.profiler.profile(**profile_arguments)
+        self._step_range = None
+        self._distributed_info_written = False
+
+    def start(self) -> None:
+        self._profile.start()
+        # torch adds its own distributedInfo as it starts, if a process group exists by then.
+        self._distributed_info_written = torch_writes_distributed_info()
+
+    def begin_step(self, step: int) -> None:
+        """Open the ``ProfilerStep#<step>`` range (closing the previous step's, if still open)."""
+        from torch.autograd.profiler import record_function
+
+        self.end_step()
+        self._step_range = record_function(f"ProfilerStep#{step}")
+        self._step_range.__enter__()
+        self.saw(step)
+
+    def end_step(self) -> None:
+        if self._step_range is not None:
+            self._step_range.__exit__(None, None, None)
+            self._step_range = None
+
+    def saw(self, step: int | None, role: str | None = None, region: str | None = None) -> None:
+        """Remember a step/role/region that ran inside the capture, for the trace's metadata."""
+        for seen, value in ((self.seen_steps, step), (self.seen_roles, role), (self.seen_regions, region)):
+            if value is not None and value not in seen:
+                seen.append(value)
+
+    def stop_and_export(self) -> Path:
+        """Stop the profiler and write ``rank<R>.pt.trace.json.gz`` in the capture's directory.
+
+        The rank is in the file name so that the traces of one capture from every rank can be put in
+        one directory (what HTA loads) without renaming; ``<worker>.pt.trace.json.gz`` is the name
+        TensorBoard's profiler plugin looks for."""
+        self.end_step()
+        metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
+                                  distributed_info=not self._distributed_info_written)
+        for key, value in metadata.items():
+            self._profile.add_metadata_json(key, value)
+        self._profile.stop()
+        plain = self.directory / f"rank{self.run.rank}.pt.trace.json"
+        self._profile.export_chrome_trace(str(plain))
+        return gzip_beside(plain)
+
+
+GZIP_LEVEL = 6
+"""zlib's default: about 10% larger than level 9 and several times faster on trace JSON."""
+
+
+def gzip_beside(plain: Path) -> Path:
+    """Compress ``plain`` into ``<plain>.gz`` in the same directory and remove ``plain``.
+
+    torch's own ``.gz`` export goes through a temporary file in the system temp directory and
+    recompresses it line by line at level 9, several times slower than exporting plain JSON and
+    compressing it in large blocks here (bench/bench_torch_overhead.py measures both); it also
+    keeps a multi-GB trace out of a small /tmp."""
+    packed = plain.with_name(plain.name + ".gz")
+    with open(plain, "rb") as source, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as target:
+        shutil.copyfileobj(source, target, 1 << 20)
+    plain.unlink()
+    return packed
