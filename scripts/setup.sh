@@ -14,4 +14,8 @@ pip install -q --upgrade pip
 pip install -q "torch==2.13.0"
 pip install -q "ray>=2.9" "nvtx>=0.2.10" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7"
 pip install -q -e . -e plugins/torch -e plugins/nsys -e plugins/npu
+# Holistic Trace Analysis, to check that rlprof's traces load as one multi-rank job. Its metadata asks
+# for jupyterlab and an unpinned torch; install it alone, then only what it imports.
+pip install -q --no-deps "HolisticTraceAnalysis==0.5.0"
+pip install -q numpy pandas plotly pydot psutil networkx
 echo "rlprof: environment ready in .venv ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"
