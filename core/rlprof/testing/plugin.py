@@ -1,1 +1,53 @@
-"""pytest plugin for backend authors (registered through the ``pytest11`` entry point)."""
+"""pytest plugin for backend authors (registered through the ``pytest11`` entry point, so every
+test session of an environment where rlprof is installed has these fixtures; nothing to import).
+
+``rlprof_run``
+    Run a backend through a real :class:`~rlprof.Profiler` over a scripted training loop and get
+    back a :class:`~rlprof.testing.scenario.BackendRun` (the Profiler, the manifest records, the
+    backend's artifacts and hook errors, the exception that reached the trainer)::
+
+        def test_discrete_writes_one_trace_per_region(rlprof_run):
+            run = rlprof_run("mybackend", mode="discrete", steps=(1,), roles=("actor", "ref"))
+            assert not run.errors
+            assert {a["region"] for a in run.artifacts} == {"actor_update", "ref_compute_log_prob"}
+
+    Keyword arguments are the fields of :class:`~rlprof.testing.scenario.Scenario` (``mode``,
+    ``steps``, ``roles``, ``schedule``, ``iterations``, ``continuous``, ``raise_in``,
+    ``raise_at_iteration``, ``after_raise``, ``tool_config``), plus ``work`` (run in every
+    iteration), ``name`` (for a class or instance) and ``strict`` (``RLPROF_STRICT`` for the run).
+    Each call runs in its own fresh directory under ``tmp_path``.
+
+``rlprof_recorder``
+    A fresh :class:`~rlprof.testing.RecordingBackend`, for tests that want the hook sequence.
+
+For the whole contract at once, subclass :class:`rlprof.testing.conformance.BackendConformance`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import pytest
+
+
+@pytest.fixture
+def rlprof_run(tmp_path) -> Callable[..., Any]:
+    from .scenario import Scenario, run_scenario
+
+    counter = itertools.count(1)
+
+    def run(backend: Any, *, work: Callable[[], Any] | None = None, name: str | None = None,
+            strict: bool | None = None, **scenario: Any):
+        index = next(counter)
+        scenario.setdefault("name", f"run{index}")
+        return run_scenario(backend, Scenario(**scenario), tmp_path / f"rlprof-run-{index}", name=name, work=work, strict=strict)
+
+    return run
+
+
+@pytest.fixture
+def rlprof_recorder():
+    from .recorder import RecordingBackend
+
+    return RecordingBackend()

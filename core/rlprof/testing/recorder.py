@@ -2,6 +2,9 @@
 
 It captures nothing real: on each capture close it writes a small JSON file listing the calls of
 that capture, so tests can assert both the hook sequence and the manifest/layout behaviour.
+With ``write_captures=False`` it writes nothing: the conformance suite runs one beside the backend
+under test to know which capture windows the core opened and closed (:attr:`captures`), without
+adding files of its own.
 """
 
 from __future__ import annotations
@@ -13,11 +16,27 @@ from ..hookspecs import hookimpl
 
 
 class RecordingBackend:
-    """Records ``(hook, fields)`` tuples in :attr:`calls`; writes ``<capture>.json`` per capture."""
+    """Records ``(hook, fields)`` tuples in :attr:`calls`; writes ``<capture>.json`` per capture.
 
-    def __init__(self) -> None:
+    :attr:`captures` maps each capture id the core opened to how it was opened and closed
+    (``opened_by``, ``closed_by``, ``steps``, ``error`` of the region that closed it).
+    """
+
+    def __init__(self, write_captures: bool = True) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.captures: dict[str, dict[str, Any]] = {}
+        self.write_captures = write_captures
         self._open: dict[str, list] = {}
+
+    def open_captures(self) -> list[str]:
+        """Capture ids opened and not closed yet: the optional leak-report protocol of the
+        conformance suite (see docs/writing-a-backend.md)."""
+        return list(self._open)
+
+    def _opened(self, hook: str, ctx) -> None:
+        capture = ctx.capture
+        self._open[capture.capture_id] = []
+        self.captures[capture.capture_id] = {"opened_by": hook, "closed_by": None, "steps": list(capture.steps), "error": None}
 
     def _note(self, hook: str, ctx, **fields: Any) -> None:
         entry = {"step": getattr(ctx, "step", None), **fields}
@@ -32,13 +51,13 @@ class RecordingBackend:
     @hookimpl
     def start_step(self, ctx):
         if ctx.opens_capture:
-            self._open[ctx.capture.capture_id] = []
+            self._opened("start_step", ctx)
         self._note("start_step", ctx, opens=ctx.opens_capture)
 
     @hookimpl
     def start_role(self, ctx):
         if ctx.opens_capture:
-            self._open[ctx.capture.capture_id] = []
+            self._opened("start_role", ctx)
         self._note("start_role", ctx, region=ctx.region, opens=ctx.opens_capture, iterations=ctx.iterations)
 
     @hookimpl
@@ -46,20 +65,26 @@ class RecordingBackend:
         self._note("stop_role", ctx, region=ctx.region, closes=ctx.closes_capture, iterations=ctx.iterations,
                    error=type(ctx.error).__name__ if ctx.error else None)
         if ctx.closes_capture:
-            return self._write(ctx)
+            return self._close("stop_role", ctx)
 
     @hookimpl
     def step_boundary(self, ctx):
         self._note("step_boundary", ctx, closes=ctx.closes_capture, iteration=ctx.iteration)
         if ctx.closes_capture:
-            return self._write(ctx)
+            return self._close("step_boundary", ctx)
 
     @hookimpl
     def finalize(self, ctx):
         self.calls.append(("finalize", {"reason": ctx.reason, "steps": list(ctx.profiled_steps)}))
 
-    def _write(self, ctx):
-        calls = self._open.pop(ctx.capture.capture_id, [])
+    def _close(self, hook: str, ctx):
+        capture_id = ctx.capture.capture_id
+        calls = self._open.pop(capture_id, [])
+        if capture_id in self.captures:
+            error = getattr(ctx, "error", None)
+            self.captures[capture_id].update(closed_by=hook, error=type(error).__name__ if error else None)
+        if not self.write_captures:
+            return None
         path = ctx.output_dir() / "calls.json"
         path.write_text(json.dumps({"capture": ctx.capture.capture_id, "calls": calls}))
         return [path]

@@ -1,0 +1,391 @@
+"""The backend contract of docs/writing-a-backend.md, as checks that say in words what is wrong.
+
+Two kinds, each a function returning a list of problems (empty: the promise is kept):
+
+* :data:`STATIC_CHECKS` look at the backend object: it registers (no misspelled hook such as
+  ``start_stepp``), ``check_environment`` returns strings and never raises, ``validate_tool_config``
+  returns the config and rejects an unknown key with an :class:`~rlprof.ConfigError` naming its
+  path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None.
+* :data:`RUN_CHECKS` look at one scripted run (a :class:`~rlprof.testing.scenario.BackendRun`):
+
+  - **every hook it implements is handled**: no hook raised (the core would have logged it and
+    skipped the backend for the rest of the run);
+  - **a region that raises**: the exception reached the trainer unchanged and the core called
+    ``stop_role`` with ``ctx.error``;
+  - **writes only under its directory**: no file opened for writing, directory made or file moved
+    outside the run directory (an audit hook sees Python code doing it anywhere), nothing left in
+    the working directory, the temporary directory or ``save_path``, nothing in the run directory
+    outside ``<capture>/<process>/<backend>/``, no manifest entry marked ``outside_output_dir``;
+  - **lists what it wrote**: every file under its output directories is in the manifest;
+  - **artifacts are complete**: listed once, present, non-empty, ``.json``/``.gz`` files parse;
+  - **every capture is written**: a backend that lists artifacts for some captures lists one for
+    every capture the core closed, the one whose region raised included;
+  - **nothing left open**: no file under the run still open after finalize, no thread or child
+    process it started still running, and, when the backend has ``open_captures()``, no capture
+    held that the core has already closed;
+  - **finalize is idempotent**: a second call raises nothing, returns nothing new, changes no file.
+
+The optional leak-report protocol: a backend may define a plain method (not a hook)
+``open_captures(self) -> Iterable[str]`` returning the ``ctx.capture.capture_id`` of every window
+it opened and has not closed yet; the scripted run asks it after a region raised, after every step
+and after finalize.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..context import RuntimeEnvContext
+from ..errors import ConfigError
+from ..registry import HOOKS, plugin_manager
+from .scenario import BackendRun
+
+LIFECYCLE = ("start_step", "start_role", "stop_role", "step_boundary", "finalize")
+UNKNOWN_KEY = "rlprof_conformance_unknown_key"
+"""The key slipped into tool_config: validate_tool_config must reject it."""
+KEY_PATH = "actor_rollout_ref.actor.profiler.tool_config.{name}"
+
+
+@dataclass
+class Subject:
+    """The backend object a static check looks at."""
+
+    plugin: Any
+    name: str
+    tool_config: Mapping[str, Any]
+    exercised: set[str] = field(default_factory=set)
+    """Hooks the checks called: added to as they go."""
+
+
+# --------------------------------------------------------------------------- checks of the backend object
+
+
+def implemented(plugin) -> list[str]:
+    """The hooks ``plugin`` implements (empty when it cannot even be registered)."""
+    pm = plugin_manager()
+    try:
+        pm.register(plugin)
+    except Exception:
+        return []
+    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
+
+
+def _hook(subject: Subject, hook: str, note: bool = True):
+    """The backend's implementation of ``hook``, called with keywords as pluggy would, or None.
+    ``note``: count the hook as exercised."""
+    pm = plugin_manager()
+    try:
+        pm.register(subject.plugin)
+    except Exception:
+        return None  # cannot even be registered: the registers check says why
+    impls = getattr(pm.hook, hook).get_hookimpls()
+    if not impls:
+        return None
+    if note:
+        subject.exercised.add(hook)
+    impl = impls[0]
+    return lambda **kwargs: impl.function(**{k: kwargs[k] for k in impl.argnames})
+
+
+def registers(subject: Subject) -> list[str]:
+    """The core can register it (no misspelled hook or argument) and it implements a lifecycle hook."""
+    pm = plugin_manager()
+    try:
+        pm.register(subject.plugin, name=subject.name)
+        pm.check_pending()
+    except Exception as exc:  # pluggy.PluginValidationError: an unknown hook or argument name
+        return [f"the core cannot register it: {exc}. Hook methods marked @rlprof.hookimpl must use the names and "
+                f"arguments of rlprof.hookspecs ({', '.join(HOOKS)}); is one misspelled?"]
+    if not any(h in implemented(subject.plugin) for h in LIFECYCLE):
+        return [f"it implements none of the lifecycle hooks ({', '.join(LIFECYCLE)}), so it can never capture "
+                "anything; did you forget the @rlprof.hookimpl marker?"]
+    return []
+
+
+def environment_check_is_quiet(subject: Subject) -> list[str]:
+    """check_environment returns a list of strings and never raises."""
+    call = _hook(subject, "check_environment")
+    if call is None:
+        return []
+    try:
+        problems = call()
+    except Exception as exc:
+        return [f"check_environment raised {type(exc).__name__}: {exc}; it must return what is missing as "
+                f"strings and never raise\n{_short_traceback(exc)}"]
+    if problems is None:
+        return []
+    if not isinstance(problems, (list, tuple)) or not all(isinstance(p, str) for p in problems):
+        return [f"check_environment returned {problems!r}; it must return a list of strings (empty when all is well)"]
+    return []
+
+
+def tool_config_is_validated(subject: Subject) -> list[str]:
+    """validate_tool_config returns a mapping for valid sections and rejects an unknown key by its path."""
+    call = _hook(subject, "validate_tool_config")
+    if call is None:
+        return []
+    key_path = KEY_PATH.format(name=subject.name)
+    problems = []
+    for config in ({}, subject.tool_config) if subject.tool_config else ({},):
+        try:
+            result = call(tool_config=dict(config), key_path=key_path)
+        except Exception as exc:
+            problems.append(f"validate_tool_config rejected the valid section {config!r}: {type(exc).__name__}: {exc}")
+            continue
+        if not isinstance(result, Mapping):
+            problems.append(f"validate_tool_config({config!r}) returned {result!r}; it must return the normalised "
+                            "section as a mapping (the backend receives it later as ctx.tool_config)")
+    bad = {**subject.tool_config, UNKNOWN_KEY: 1}
+    try:
+        call(tool_config=bad, key_path=key_path)
+    except ConfigError as exc:
+        if UNKNOWN_KEY not in str(exc) or key_path not in str(exc):
+            problems.append(f"validate_tool_config rejected the unknown key {UNKNOWN_KEY!r} but its message does not "
+                            f"name the key path {key_path}.{UNKNOWN_KEY}: {exc!s} (rlprof.tool_config.check_keys words it for you)")
+    except Exception as exc:
+        problems.append(f"validate_tool_config raised {type(exc).__name__} for the unknown key {UNKNOWN_KEY!r}; it must "
+                        f"raise rlprof.ConfigError (rlprof.tool_config.check_keys does): {exc}")
+    else:
+        problems.append(f"validate_tool_config accepted the unknown key {UNKNOWN_KEY!r}; a typo in a user's config must "
+                        "be an rlprof.ConfigError naming the key path (use rlprof.tool_config.check_keys)")
+    return problems
+
+
+def runtime_env_is_shippable(subject: Subject) -> list[str]:
+    """worker_runtime_env returns None or a JSON-serialisable mapping, for workers with and without captures."""
+    call = _hook(subject, "worker_runtime_env")
+    if call is None:
+        return []
+    validate = _hook(subject, "validate_tool_config", note=False)
+    try:
+        config = validate(tool_config=dict(subject.tool_config), key_path=KEY_PATH.format(name=subject.name)) if validate else subject.tool_config
+    except Exception:
+        config = subject.tool_config  # reported by the validate_tool_config check
+    problems = []
+    for captures, expected in ((True, 2), (False, 0), (True, None)):
+        ctx = RuntimeEnvContext(backend=subject.name, tool_config=dict(config or {}), rank=0, world_size=2,
+                                roles=("actor", "ref"), captures=captures, expected_captures=expected)
+        try:
+            env = call(ctx=ctx)
+        except Exception as exc:
+            problems.append(f"worker_runtime_env raised {type(exc).__name__} for a worker with captures={captures}, "
+                            f"expected_captures={expected}: {exc}\n{_short_traceback(exc)}")
+            continue
+        if env is None:
+            continue
+        if not isinstance(env, Mapping):
+            problems.append(f"worker_runtime_env returned {env!r}; it must return a runtime_env mapping or None")
+            continue
+        try:
+            json.dumps(env)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"worker_runtime_env returned a mapping Ray cannot ship to a worker (not JSON-serialisable: {exc})")
+    return problems
+
+
+STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
+    "registers": registers,
+    "check_environment": environment_check_is_quiet,
+    "validate_tool_config": tool_config_is_validated,
+    "worker_runtime_env": runtime_env_is_shippable,
+}
+"""Checks of the backend object itself, without a run, by name."""
+
+
+# --------------------------------------------------------------------------- checks of one run
+
+
+def no_hook_errors(run: BackendRun) -> list[str]:
+    """Every hook the backend implements ran without raising."""
+    problems = []
+    for error in run.errors:
+        detail = _logged_traceback(run, error["hook"])
+        problems.append(f"its {error['hook']} hook raised {error['error']}; the core logged it and skipped the backend "
+                        f"for the rest of the run{detail}")
+    return problems
+
+
+def region_error_passes_through(run: BackendRun) -> list[str]:
+    """The region's exception reached the trainer unchanged, and stop_role was told about it."""
+    if run.scenario.raise_in is None:
+        return []
+    if run.raised is None:
+        return [f"the scenario never ran region {run.scenario.raise_in!r}, so the error path was not tested (a bug in the scenario)"]
+    problems = []
+    if run.caught is not run.raised:
+        problems.append(f"the exception raised inside {run.scenario.raise_in} did not reach the trainer unchanged: the "
+                        f"trainer got {run.caught!r} instead of {run.raised!r}")
+    told = [f for h, f in run.recorder.calls if h == "stop_role" and f.get("error") == type(run.raised).__name__]
+    if not told:
+        problems.append("the core never called stop_role with ctx.error set for the failing region (a bug in rlprof's "
+                        "core, not in the backend)")
+    return problems
+
+
+def writes_only_under_output_dir(run: BackendRun) -> list[str]:
+    """Nothing written outside ``<run>/<capture>/<process>/<backend>/`` (and ``_process/...``)."""
+    problems = []
+    footprint = run.footprint
+    for write in footprint.writes_outside:
+        problems.append(f"wrote outside the run directory: {write}. Write only under ctx.output_dir()")
+    for path in footprint.appeared:
+        problems.append(f"left a file outside the run directory: {path}. Write only under ctx.output_dir(), and remove "
+                        "temporary files before the hook returns")
+    for record in {r["path"]: r for r in run.artifacts}.values():
+        if record.get("outside_output_dir"):
+            problems.append(f"listed {record['path']} in the manifest, which is outside the run directory {run.run_dir} "
+                            "(the manifest marks it outside_output_dir)")
+        elif not _in_own_dir(Path(record["path"]), run.name):
+            problems.append(f"listed {record['path']}, which is not under its own output directory "
+                            f"(<capture>/<process>/{run.name}/ as ctx.output_dir() returns)")
+    if run.run_dir.exists():
+        for path in sorted(p for p in run.run_dir.rglob("*") if p.is_file()):
+            relative = path.relative_to(run.run_dir)
+            if relative.parts[0] != "manifest" and not _in_own_dir(relative, run.name):
+                problems.append(f"wrote {relative} into the run directory but outside its own output directories "
+                                f"(<capture>/<process>/{run.name}/): write only under ctx.output_dir()")
+    return problems
+
+
+def lists_what_it_wrote(run: BackendRun) -> list[str]:
+    """Every file under the backend's output directories is covered by a manifest artifact."""
+    listed = [run.run_dir / r["path"] for r in run.artifacts]
+    unlisted = [p for p in run.files_written() if not any(p == item or item in p.parents for item in listed)]
+    if not unlisted:
+        return []
+    shown = ", ".join(str(p.relative_to(run.run_dir)) for p in unlisted[:5]) + (" ..." if len(unlisted) > 5 else "")
+    return [f"wrote {len(unlisted)} file{'s' if len(unlisted) > 1 else ''} it did not list in the manifest: {shown}. Return "
+            "each path from the hook that wrote it, or call ctx.add_artifact(path)"]
+
+
+def artifacts_are_complete(run: BackendRun) -> list[str]:
+    """Each listed artifact is listed once, exists after finalize, is non-empty and, for JSON/gzip, parses."""
+    problems = []
+    for path, count in Counter(r["path"] for r in run.artifacts).items():
+        if count > 1:
+            problems.append(f"listed {path} {count} times; return each artifact once (from the hook that wrote it)")
+    for record in {r["path"]: r for r in run.artifacts}.values():
+        path = run.run_dir / record["path"]
+        if not path.exists():
+            problems.append(f"listed {record['path']}, which does not exist after finalize")
+        elif path.is_dir():
+            if not any(path.iterdir()):
+                problems.append(f"listed the directory {record['path']}, which is empty after finalize")
+        elif path.stat().st_size == 0:
+            problems.append(f"listed {record['path']}, which is empty (0 bytes) after finalize: was it written, flushed and closed?")
+        else:
+            broken = _unreadable(path)
+            if broken:
+                problems.append(f"listed {record['path']}, which is not a complete file: {broken}")
+    return problems
+
+
+def every_capture_written(run: BackendRun) -> list[str]:
+    """A backend that writes per capture writes every capture the core closed, the failing one included."""
+    written = {r["capture"] for r in run.artifacts if r.get("capture")}
+    if not written:
+        return []  # it writes at finalize, or nothing here (e.g. no device): nothing to compare
+    problems = []
+    for capture_id, info in sorted(run.recorder.captures.items()):
+        if info["closed_by"] is None or capture_id in written:
+            continue
+        how = f"closed by {info['closed_by']}" + (f" after its region raised {info['error']}" if info["error"] else "")
+        others = f"{len(written)} other captures of the run do" if len(written) > 1 else "another capture of the run does"
+        problems.append(f"capture {capture_id} ({how}) has no artifact listed, while {others}: the backend did not close "
+                        "or did not write it (does stop_role close the capture when ctx.error is set?)")
+    return problems
+
+
+def nothing_left_open(run: BackendRun) -> list[str]:
+    """No capture, file, thread or child process still open once the core has closed it."""
+    problems = []
+    moments: dict[str, list[str]] = {}
+    for moment, (held, core) in run.open_after.items():
+        for capture_id in sorted(set(held) - set(core)):
+            moments.setdefault(capture_id, []).append(moment)
+    for capture_id, seen in moments.items():
+        problems.append(f"open_captures() still reports {capture_id}, which the core already closed ({'; '.join(seen)}): "
+                        "the backend left a capture open")
+    footprint = run.footprint
+    for path in footprint.open_files:
+        problems.append(f"still has {path} open after finalize; close every file before the hook returns")
+    for what in footprint.live_threads + footprint.live_children:
+        problems.append(f"{what} started during the run is still running after finalize; stop it in finalize")
+    return problems
+
+
+def finalize_is_idempotent(run: BackendRun) -> list[str]:
+    """A second finalize raises nothing, returns nothing new and touches no file."""
+    second = run.second_finalize
+    if second is None:
+        return []
+    problems = []
+    if second.error is not None:
+        problems.append(f"calling finalize a second time raised {type(second.error).__name__}: {second.error}; finalize "
+                        f"must be safe to call twice\n{_short_traceback(second.error)}")
+    if second.new_paths:
+        problems.append(f"a second finalize returned paths the first one had not: {', '.join(second.new_paths)}; a second "
+                        "call must find nothing left to write")
+    if second.changed:
+        problems.append(f"a second finalize created, changed or removed files: {', '.join(second.changed)}")
+    if second.profiler_repeat_differs:
+        problems.append("Profiler.finalize() called twice returned different artifacts (a bug in rlprof's core)")
+    return problems
+
+
+RUN_CHECKS: tuple[Callable[[BackendRun], list[str]], ...] = (
+    no_hook_errors,
+    region_error_passes_through,
+    writes_only_under_output_dir,
+    lists_what_it_wrote,
+    artifacts_are_complete,
+    every_capture_written,
+    nothing_left_open,
+    finalize_is_idempotent,
+)
+"""The checks applied to every scripted run, in the order their problems are reported."""
+
+
+def _in_own_dir(relative: Path, name: str) -> bool:
+    parts = relative.parts
+    return len(parts) >= 4 and parts[1].startswith("rank") and parts[2] == name
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why a ``.json``/``.gz`` file cannot be read to its end, or None."""
+    name = path.name
+    if not (name.endswith(".json") or name.endswith(".gz")) or path.stat().st_size > 512 * 2**20:
+        return None
+    try:
+        if name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                data = handle.read()
+            if name.endswith(".json.gz"):
+                json.loads(data)
+        else:
+            with open(path, "rb") as handle:
+                json.load(handle)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _short_traceback(exc: BaseException, lines: int = 8) -> str:
+    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def _logged_traceback(run: BackendRun, hook: str) -> str:
+    """The tail of the traceback the core logged for ``hook`` of this backend, or empty."""
+    for record in run.log:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if len(args) >= 4 and args[0] == run.name and args[1] == hook:
+            tail = str(args[3]).rstrip().splitlines()[-8:]
+            return ":\n" + "\n".join(tail)
+    return ""

@@ -1,0 +1,380 @@
+"""A scripted training loop that drives one backend through a real :class:`~rlprof.Profiler`.
+
+This is what the pytest fixture ``rlprof_run`` and the conformance suite run. A :class:`Scenario`
+says what the trainer does (mode, steps, roles, sampling schedule, where a region raises);
+:func:`run_scenario` plays it in a sandbox and returns a :class:`BackendRun` holding everything a
+test asserts on: the Profiler, the manifest records, the hook errors, the exception that reached
+the trainer, the backend's open captures at each point, and the run's :class:`Footprint`.
+
+The sandbox: the loop runs with a fresh working directory and a fresh temporary directory
+(``tempfile`` and ``TMPDIR``), and ``save_path`` is a fresh directory, so anything the backend
+writes outside ``ctx.output_dir()`` shows up somewhere a test can see it.
+
+Beside the backend under test the loop runs a :class:`RecordingBackend` (named
+``rlprof_recorder``, writing nothing) that tells which capture windows the core opened and closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from ..config import ROLE_PATHS
+from ..context import FinalizeContext
+from ..layout import safe_name
+from ..manifest import read_records
+from ..plan import primary_role
+from .footprint import Footprint
+from .recorder import RecordingBackend
+
+RECORDER = "rlprof_recorder"
+"""The name the companion recorder runs under."""
+
+STAGES = {"actor": "update", "rollout": "generate", "ref": "compute_log_prob", "critic": "update", "reward": "compute_score"}
+"""The stage each role's region is named for, as in verl (``actor_update``, ``ref_compute_log_prob``)."""
+
+BackendSpec = Any
+"""A backend to test: an entry-point name (``"walltime"``: loaded the way the core loads it), a
+backend class (instantiated once per run, as the core does), or an instance (reused as is)."""
+
+
+class ScriptedFailure(RuntimeError):
+    """The exception a scenario raises inside a region (``raise_in``): it must reach the trainer unchanged."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the scripted trainer does. Every field has a default; a test names what matters to it."""
+
+    name: str = "custom"
+    mode: str = "e2e"
+    """``e2e`` (one capture per profiled step) or ``discrete`` (one capture per region)."""
+    steps: tuple[int, ...] = (1, 2)
+    """The profiled steps (``global_profiler.steps``)."""
+    total_steps: int | None = None
+    """How many steps the loop runs; default ``max(steps) + 1``, so an unprofiled step runs too."""
+    roles: tuple[str, ...] = ("actor", "ref")
+    """The roles this process hosts (all selected); each runs one region per step, in this order."""
+    iterations: int = 2
+    """Iterations (``prof.iteration()``) inside each region."""
+    schedule: Mapping[str, int] | None = None
+    """A sampling ``schedule`` for every role, e.g. ``{"wait": 1, "active": 1, "repeat": 2}``."""
+    continuous: bool = False
+    """``profile_continuous_steps``: consecutive profiled steps share one capture (e2e only)."""
+    raise_in: str | None = None
+    """A role or region name: its region raises :class:`ScriptedFailure` in the first profiled step."""
+    raise_at_iteration: int | None = None
+    """Raise inside this iteration of the region; None: after the region's last iteration."""
+    after_raise: str = "continue"
+    """``continue``: the trainer catches the exception and goes on; ``exit``: it stops and the
+    process ends (the Profiler finalizes with reason ``exit``, with the step capture still open)."""
+    tool_config: Mapping[str, Any] = field(default_factory=dict)
+    """The backend's ``tool_config`` section (``discrete`` is set from ``mode``)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("e2e", "discrete"):
+            raise ValueError(f"Scenario.mode: got {self.mode!r}; allowed: 'e2e', 'discrete'")
+        if self.after_raise not in ("continue", "exit"):
+            raise ValueError(f"Scenario.after_raise: got {self.after_raise!r}; allowed: 'continue', 'exit'")
+        unknown = [r for r in self.roles if r not in STAGES]
+        if unknown:
+            raise ValueError(f"Scenario.roles: got {unknown[0]!r}; allowed: {', '.join(STAGES)}")
+
+    @property
+    def last_step(self) -> int:
+        return self.total_steps if self.total_steps is not None else max(self.steps) + 1
+
+    def describe(self) -> str:
+        """The scenario in plain words, for failure messages."""
+        words = ["end-to-end" if self.mode == "e2e" else "discrete",
+                 f"profiled steps {', '.join(map(str, self.steps))} of {self.last_step}",
+                 f"roles {' + '.join(self.roles)} in one process", f"{self.iterations} iterations per region"]
+        if self.continuous:
+            words.append("continuous steps merged")
+        if self.schedule:
+            words.append("sampling schedule " + ", ".join(f"{k}={v}" for k, v in self.schedule.items()))
+        if self.raise_in:
+            where = f"iteration {self.raise_at_iteration}" if self.raise_at_iteration is not None else "its end"
+            then = "the trainer catches it and goes on" if self.after_raise == "continue" else "the process then exits"
+            words.append(f"region {self.raise_in} raises at {where} in step {self.steps[0]}, {then}")
+        return "; ".join(words)
+
+    def config(self, backend: str, save_path: Path) -> dict[str, Any]:
+        """The verl-style configuration that makes the core do what this scenario says."""
+        tool_config = {backend: {**self.tool_config, "discrete": self.mode == "discrete"}}
+        section: dict[str, Any] = {"enable": True, "all_ranks": True, "tool_config": tool_config}
+        if self.schedule:
+            section["schedule"] = dict(self.schedule)
+        config: dict[str, Any] = {"global_profiler": {
+            "tool": [backend, RECORDER], "steps": list(self.steps), "save_path": str(save_path),
+            "profile_continuous_steps": self.continuous,
+        }}
+        for role in self.roles:
+            node = config
+            for key in ROLE_PATHS[role].split("."):
+                node = node.setdefault(key, {})
+            node["profiler"] = section
+        return config
+
+    def raises_in(self, role: str, step: int) -> bool:
+        region = f"{role}_{STAGES[role]}"
+        return self.raise_in in (role, region) and step == min(self.steps)
+
+
+@dataclass
+class SecondFinalize:
+    """What calling the backend's ``finalize`` hook again, after the run, did."""
+
+    error: BaseException | None = None
+    new_paths: list[str] = field(default_factory=list)
+    """Paths it returned or added that the first finalize had not listed."""
+    changed: list[str] = field(default_factory=list)
+    """Files in the run directory it created, changed or removed."""
+    profiler_repeat_differs: bool = False
+    """``Profiler.finalize()`` called again returned other artifacts than the first time (a core bug)."""
+
+
+@dataclass
+class BackendRun:
+    """Everything one scripted run produced. Paths in :attr:`records` are relative to :attr:`run_dir`."""
+
+    name: str
+    """The name the backend ran under (``global_profiler.tool``)."""
+    scenario: Scenario
+    profiler: Any
+    backend: Any
+    """The backend instance the Profiler called."""
+    recorder: RecordingBackend
+    run_dir: Path
+    save_path: Path
+    workdir: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """Every manifest record of the run (process, artifact, error, finalized)."""
+    log: list[logging.LogRecord] = field(default_factory=list)
+    """Warnings and errors the core logged during the run (a failing hook's traceback is here)."""
+    raised: ScriptedFailure | None = None
+    """The exception the scenario raised in a region, if it did."""
+    caught: BaseException | None = None
+    """What reached the trainer's ``except`` around that region (must be :attr:`raised` itself)."""
+    open_after: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    """``{moment: (backend's open captures, core's open captures)}``, taken after the region raised,
+    after each step and after finalize; only when the backend has ``open_captures()``."""
+    second_finalize: SecondFinalize | None = None
+    footprint: Footprint | None = None
+
+    @property
+    def artifacts(self) -> list[dict[str, Any]]:
+        """The manifest's artifact records of the backend under test."""
+        return [r for r in self.records if r.get("type") == "artifact" and r.get("backend") == self.name]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """Hook failures of the backend under test, as the manifest recorded them."""
+        return [r for r in self.records if r.get("type") == "error" and r.get("backend") == self.name]
+
+    def artifact_paths(self) -> list[Path]:
+        return [self.run_dir / r["path"] for r in self.artifacts]
+
+    def output_dirs(self) -> list[Path]:
+        """The backend's directories under the run: ``<capture>/<process>/<name>/`` and ``_process/<process>/<name>/``."""
+        return sorted(p for p in self.run_dir.glob(f"*/*/{self.name}") if p.is_dir())
+
+    def files_written(self) -> list[Path]:
+        """Every file under the backend's output directories."""
+        return [path for directory in self.output_dirs() for path in sorted(directory.rglob("*")) if path.is_file()]
+
+    def sequence(self) -> list[str]:
+        """The hook calls the core made, compactly (see :meth:`RecordingBackend.sequence`)."""
+        return self.recorder.sequence()
+
+
+def backend_factory(backend: BackendSpec, name: str | None = None) -> tuple[str, Callable[[], Any]]:
+    """``(name, make)`` for a backend given by entry-point name, class or instance."""
+    if isinstance(backend, str):
+        from ..registry import load_backend
+
+        return backend, lambda: load_backend(backend)
+    label = name or getattr(backend, "name", None)
+    if not isinstance(label, str):
+        label = safe_name((backend if isinstance(backend, type) else type(backend)).__name__.lower())
+    if isinstance(backend, type):
+        return label, backend
+    return label, lambda: backend
+
+
+def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike | str, *,
+                 name: str | None = None, work: Callable[[], Any] | None = None, strict: bool | None = None) -> BackendRun:
+    """Play ``scenario`` with ``backend`` in a sandbox under ``workdir`` (created; must be fresh).
+
+    ``work`` runs inside every iteration (default: a little pure-Python arithmetic); pass e.g. a
+    small torch matmul for a backend that needs operators to record. ``strict`` sets
+    ``RLPROF_STRICT`` for the run (None: leave the environment as it is); the conformance suite runs
+    with ``strict=False`` so a raising hook is reported with its traceback instead of ending the run.
+    """
+    from ..profiler import Profiler
+
+    name, make = backend_factory(backend, name)
+    workdir = Path(workdir).absolute()
+    cwd, tmp, save_path = workdir / "cwd", workdir / "tmp", workdir / "profile"
+    for directory in (cwd, tmp, save_path):
+        directory.mkdir(parents=True, exist_ok=True)
+    run_id = safe_name(f"conformance-{scenario.name}")
+    run_dir = save_path / run_id
+    plugin, recorder = make(), RecordingBackend(write_captures=False)
+    footprint = Footprint(run_dir=run_dir, allowed=[tmp], watched={
+        "the working directory": cwd, "the temporary directory": tmp, "save_path, outside the run directory": save_path,
+    })
+    run = BackendRun(name=name, scenario=scenario, profiler=None, backend=plugin, recorder=recorder,
+                     run_dir=run_dir, save_path=save_path, workdir=workdir, footprint=footprint)
+    with _sandbox(cwd, tmp, strict), _logged(run.log), footprint:
+        try:
+            prof = run.profiler = Profiler(scenario.config(name, save_path), roles=scenario.roles, run_id=run_id,
+                                           backends={name: plugin, RECORDER: recorder})
+            _play(prof, run, work or _default_work)
+            prof.finalize()
+        finally:
+            if run.profiler is not None:  # the loop itself failed: leave no exit or SIGTERM handler behind
+                run.profiler.finalize()
+        _note_open(run, "after finalize")
+        footprint.settle()
+        first = list(prof.artifacts)
+        run.second_finalize = _finalize_again(run)
+        run.second_finalize.profiler_repeat_differs = prof.finalize() != first
+    run.records = list(read_records([run_dir])) if run_dir.exists() else []
+    return run
+
+
+def _play(prof, run: BackendRun, work: Callable[[], Any]) -> None:
+    scenario = run.scenario
+    for step in range(1, scenario.last_step + 1):
+        prof.start_step(step)
+        for role in scenario.roles:
+            failure = ScriptedFailure(f"scripted failure in {role}_{STAGES[role]} at step {step}") \
+                if scenario.raises_in(role, step) and run.raised is None else None
+            try:
+                _region(prof, role, scenario, work, failure)
+            except BaseException as exc:  # the trainer's own handler
+                if failure is None:
+                    raise
+                run.raised, run.caught = failure, exc
+                _note_open(run, f"after {role}_{STAGES[role]} raised in step {step}")
+                if scenario.after_raise == "exit":
+                    prof.finalize(reason="exit")
+                    return
+        prof.step_boundary()
+        if prof.plan.is_profiled(step):
+            _note_open(run, f"after step {step}")
+
+
+def _region(prof, role: str, scenario: Scenario, work: Callable[[], Any], failure: ScriptedFailure | None) -> None:
+    with prof.role(role, STAGES[role]):
+        for index in range(scenario.iterations):
+            with prof.iteration():
+                work()
+                if failure is not None and scenario.raise_at_iteration == index:
+                    raise failure
+        if failure is not None:
+            raise failure
+
+
+def _default_work() -> None:
+    sum(i * i for i in range(2000))
+
+
+def _note_open(run: BackendRun, moment: str) -> None:
+    report = getattr(run.backend, "open_captures", None)
+    if callable(report):
+        try:
+            held = sorted(str(c) for c in report())
+        except Exception as exc:
+            held = [f"<open_captures() raised {type(exc).__name__}: {exc}>"]
+        run.open_after[moment] = (held, sorted(run.recorder.open_captures()))
+
+
+def _finalize_again(run: BackendRun) -> SecondFinalize:
+    """Call the backend's finalize hook once more, as a second shutdown path would."""
+    from ..registry import plugin_manager
+
+    prof, outcome = run.profiler, SecondFinalize()
+    pm = plugin_manager()
+    pm.register(run.backend, name=run.name)
+    if not pm.hook.finalize.get_hookimpls():
+        return outcome
+    role = primary_role(prof.plan)
+    ctx = FinalizeContext(run=prof.run, backend=run.name, tool_config=prof.tool_configs.get(role, {}).get(run.name, {}),
+                          capture=None, reason="end", profiled_steps=tuple(prof.plan.steps),
+                          relocate_results=prof.config.global_.relocate_results)
+    before = _snapshot(run.run_dir)
+    try:
+        results = pm.hook.finalize(ctx=ctx)
+    except Exception as exc:
+        outcome.error = exc
+        results = []
+    listed = {str(run.run_dir / a["path"]) for a in prof.artifacts if a["backend"] == run.name}
+    returned = [path for path, _, _ in ctx._artifacts]
+    for result in results:
+        if result is not None:
+            returned.extend([result] if isinstance(result, (str, os.PathLike)) else list(result))
+    outcome.new_paths = sorted({str(Path(p).absolute()) for p in returned} - listed)
+    after = _snapshot(run.run_dir)
+    outcome.changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p) and "/manifest/" not in p)
+    return outcome
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    found = {}
+    for path in directory.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            found[str(path)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+@contextlib.contextmanager
+def _sandbox(cwd: Path, tmp: Path, strict: bool | None) -> Iterator[None]:
+    """Run with ``cwd`` as working directory, ``tmp`` as the temporary directory and, unless
+    ``strict`` is None, ``RLPROF_STRICT`` set to it."""
+    env = {"TMPDIR": str(tmp)}
+    if strict is not None:
+        env["RLPROF_STRICT"] = "1" if strict else "0"
+    old_cwd, old_tempdir = os.getcwd(), tempfile.tempdir
+    old_env = {key: os.environ.get(key) for key in env}
+    os.chdir(cwd)
+    tempfile.tempdir = str(tmp)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        tempfile.tempdir = old_tempdir
+        for key, value in old_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[logging.LogRecord]):
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record)
+
+
+@contextlib.contextmanager
+def _logged(into: list[logging.LogRecord]) -> Iterator[None]:
+    logger = logging.getLogger("rlprof")
+    handler = _Collect(into)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+

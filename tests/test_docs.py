@@ -1,0 +1,98 @@
+"""The backend guide stays honest: a hook or context field added to the code without a line in
+docs/writing-a-backend.md, or a hook without a test, fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from rlprof import context, hookspecs
+from rlprof.registry import HOOKS
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "writing-a-backend.md"
+CONTEXTS = (context.RunInfo, context.Capture, context.HookContext, context.StepContext,
+            context.RoleContext, context.FinalizeContext, context.RuntimeEnvContext)
+
+
+def spec_hooks() -> list[str]:
+    """Every hook of the spec: the functions hookspecs.py marks as specs."""
+    return [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+            if hasattr(fn, f"{hookspecs.PROJECT}_spec")]
+
+
+def signature(hook: str) -> str:
+    """``def name(args) -> result`` exactly as hookspecs.py writes it."""
+    text = str(inspect.signature(getattr(hookspecs, hook)))
+    return f"def {hook}{text}".replace("'", "")  # annotations are strings (postponed evaluation)
+
+
+def section(text: str, title_contains: str) -> str:
+    """The guide's section whose heading mentions ``title_contains``, up to the next heading of its level or above."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        match = re.match(r"(#+) ", line)
+        if match and title_contains in line:
+            level = len(match.group(1))
+            body = []
+            for following in lines[index + 1:]:
+                other = re.match(r"(#+) ", following)
+                if other and len(other.group(1)) <= level:
+                    break
+                body.append(following)
+            return "\n".join(body)
+    return ""
+
+
+@pytest.fixture(scope="module")
+def guide() -> str:
+    return GUIDE.read_text(encoding="utf-8")
+
+
+def test_the_spec_and_the_registry_agree_on_the_hooks():
+    assert sorted(spec_hooks()) == sorted(HOOKS)
+
+
+@pytest.mark.parametrize("hook", spec_hooks())
+def test_every_hook_is_documented_with_its_exact_signature(guide, hook):
+    assert signature(hook) in guide, f"docs/writing-a-backend.md lacks the signature of {hook}: add `{signature(hook)}`"
+    assert section(guide, f"### {hook}").strip(), f"docs/writing-a-backend.md has no '### {hook}' section"
+
+
+@pytest.mark.parametrize("cls", CONTEXTS, ids=lambda c: c.__name__)
+def test_every_context_field_is_documented(guide, cls):
+    """Each class's own fields in its section (inherited ones live in the HookContext section)."""
+    body = section(guide, f"`{cls.__name__}`") or section(guide, cls.__name__)
+    assert body, f"docs/writing-a-backend.md has no section for {cls.__name__}"
+    inherited = {f.name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
+    own = [f.name for f in dataclasses.fields(cls) if f.name not in inherited and not f.name.startswith("_")]
+    missing = [name for name in own if f"`{name}`" not in body]
+    assert not missing, f"{cls.__name__} fields not documented in its section of docs/writing-a-backend.md: {missing}"
+
+
+def test_the_context_methods_are_documented(guide):
+    body = section(guide, "`HookContext`")
+    for method in ("output_dir", "add_artifact"):
+        assert f"ctx.{method}(" in body, f"HookContext.{method} is not documented"
+
+
+@pytest.mark.parametrize("hook", spec_hooks())
+def test_every_hook_has_a_test(hook):
+    pattern = re.compile(rf"def test_hook_{hook}\b")
+    found = [p for p in (ROOT / "tests").rglob("test_*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert found, f"hook {hook} has no test: add `def test_hook_{hook}(...)` under tests/ (see tests/test_testing_kit.py)"
+
+
+def test_the_environment_switches_are_documented(guide):
+    for switch in ("RLPROF_TRACE_HOOKS", "RLPROF_STRICT"):
+        assert switch in guide
+
+
+def test_the_guide_names_the_entry_point_group_and_the_template(guide):
+    assert '[project.entry-points."rlprof.backends"]' in guide
+    assert "rlprof-<name>" in guide
+    assert (ROOT / "examples" / "backend-template" / "pyproject.toml").is_file()
