@@ -256,10 +256,7 @@ class Profiler:
             if opens:
                 run = self.plan.run_of(step)
                 self._step_capture = self._new_capture(steps_label(run), run, ())
-            self._call("start_step", lambda b: StepContext(
-                run=self.run, backend=b, tool_config=self._primary_config(b), capture=self._step_capture,
-                step=step, opens_capture=opens,
-            ))
+            self._call("start_step", StepContext, None, {}, capture=self._step_capture, step=step, opens_capture=opens)
             self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
@@ -279,10 +276,8 @@ class Profiler:
                 self._exit_region(open_region, None)
             closes = self.plan.closes_step_capture(step)
             capture = self._step_capture
-            self._call("step_boundary", lambda b: StepContext(
-                run=self.run, backend=b, tool_config=self._primary_config(b), capture=capture,
-                step=step, closes_capture=closes,
-            ), step=step, roles=self.plan.selected_roles if capture else None)
+            self._call("step_boundary", StepContext, None, {"step": step, "roles": self.plan.selected_roles if capture else None},
+                       capture=capture, step=step, closes_capture=closes)
             if closes:
                 self._step_capture = None
             self._profiled_steps.append(step)
@@ -308,17 +303,13 @@ class Profiler:
                     self._exit_region(self._stack[-1], None)
                 if self._step_capture is not None and self._step is not None:
                     capture, step = self._step_capture, self._step
-                    self._call("step_boundary", lambda b: StepContext(
-                        run=self.run, backend=b, tool_config=self._primary_config(b), capture=capture,
-                        step=step, closes_capture=True,
-                    ), step=step, roles=self.plan.selected_roles)
+                    self._call("step_boundary", StepContext, None, {"step": step, "roles": self.plan.selected_roles},
+                               capture=capture, step=step, closes_capture=True)
                     self._step_capture = None
                 self._step = None
                 self._set_live(_NOTHING)
-                self._call("finalize", lambda b: FinalizeContext(
-                    run=self.run, backend=b, tool_config=self._primary_config(b), capture=None, reason=reason,
-                    profiled_steps=tuple(self._profiled_steps), relocate_results=self.config.global_.relocate_results,
-                ))
+                self._call("finalize", FinalizeContext, None, {}, capture=None, reason=reason,
+                           profiled_steps=tuple(self._profiled_steps), relocate_results=self.config.global_.relocate_results)
             if self._finish is not None:
                 self._finish.wait()
             if self._manifest is not None:
@@ -383,10 +374,8 @@ class Profiler:
             return
         if state.schedule.is_active(index + 1):
             capture = state.window if isinstance(state.window, Capture) else None
-            self._call("step_boundary", lambda b: StepContext(
-                run=self.run, backend=b, tool_config=self._role_config(state.spec.role, b), capture=capture,
-                step=self._step, iteration=index, region=state.spec.region,
-            ))
+            self._call("step_boundary", StepContext, state.spec.role, {}, capture=capture, step=self._step,
+                       iteration=index, region=state.spec.region)
         else:
             self._close_window(state, index, None)
 
@@ -405,21 +394,18 @@ class Profiler:
         state.window = capture if capture is not None else True
         state.first = first if first is not None else 0
         iterations = None if first is None else (first, first)
-        self._call("start_role", lambda b: RoleContext(
-            run=self.run, backend=b, tool_config=self._role_config(spec.role, b), capture=capture,
-            step=step, role=spec.role, region=spec.region, opens_capture=self.plan.discrete, iterations=iterations,
-        ))
+        self._call("start_role", RoleContext, spec.role, {}, capture=capture, step=step, role=spec.role,
+                   region=spec.region, opens_capture=self.plan.discrete, iterations=iterations)
 
     def _close_window(self, state: _OpenRegion, last: int, error: BaseException | None) -> None:
         spec, step = state.spec, self._step
         capture = state.window if isinstance(state.window, Capture) else None
         iterations = (state.first, max(state.first, last)) if state.schedule is not None else None
         state.window = None
-        self._call("stop_role", lambda b: RoleContext(
-            run=self.run, backend=b, tool_config=self._role_config(spec.role, b), capture=capture,
-            step=step, role=spec.role, region=spec.region, closes_capture=self.plan.discrete,
-            iterations=iterations, error=error,
-        ), step=step, roles=(spec.role,), region=spec.region, iterations=iterations)
+        self._call("stop_role", RoleContext, spec.role,
+                   {"step": step, "roles": (spec.role,), "region": spec.region, "iterations": iterations},
+                   capture=capture, step=step, role=spec.role, region=spec.region, closes_capture=self.plan.discrete,
+                   iterations=iterations, error=error)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -432,23 +418,21 @@ class Profiler:
             directory=capture_directory(self.run.run_dir, capture_id, self.run.rank, self.run.host, self.run.pid),
         )
 
-    def _role_config(self, role: str, backend: str) -> Mapping[str, Any]:
-        return self.tool_configs[role][backend]
-
-    def _primary_config(self, backend: str) -> Mapping[str, Any]:
-        role = primary_role(self.plan)
-        return self._role_config(role, backend) if role else {}
-
-    def _call(self, hook: str, make_ctx: Callable[[str], HookContext], **record: Any) -> None:
-        """Call ``hook`` on every live backend, each with its own context, isolated (see Backends)."""
+    def _call(self, hook: str, context_class: type, config_role: str | None, record: dict, /, **fields: Any) -> None:
+        """Call ``hook`` on every live backend, isolated (see Backends), each with its own context:
+        ``context_class(**fields)`` plus the run, the backend's name and its validated tool_config for
+        ``config_role`` (None: the process's first selected role, the owner of step-level captures).
+        ``record`` holds the manifest fields of any artifact the call produces."""
         backends = self.backends
+        configs = self.tool_configs.get(config_role or primary_role(self.plan), {})
         for impl in backends.impls[hook]:
-            if impl.backend in backends.failed:
+            backend = impl.backend
+            if backend in backends.failed:
                 continue
-            ctx = make_ctx(impl.backend)
+            ctx = context_class(run=self.run, backend=backend, tool_config=configs.get(backend, {}), **fields)
             result = backends.invoke(impl, hook, ctx)
             if result is not None or ctx._artifacts:
-                self._collect(impl.backend, ctx, result, record)
+                self._collect(backend, ctx, result, record)
 
     def _collect(self, backend: str, ctx: HookContext, result: Any, record: dict) -> None:
         produced = list(ctx._artifacts)
