@@ -8,6 +8,11 @@ Each line is a record with a ``type``:
   pid, backend, capture, path (relative to the run directory), size in bytes, kind, iterations.
 * ``error``    — a backend hook that raised: backend, hook, rank, message.
 * ``finalized``— the process finalized (reason). Its absence means the process died first.
+* ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
+  worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
+
+The ``process`` record also carries ``environment``: what each backend said it lacks on that machine
+(``check_environment``), so a report shows "cannot capture here" instead of "missing".
 
 Lines are appended and flushed as they happen, so a process killed mid-run keeps what it recorded.
 """
