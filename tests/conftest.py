@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,28 +41,14 @@ def save_path(tmp_path) -> Path:
     return tmp_path / "profile"
 
 
-CACHE = Path(os.environ.get("RLPROF_TEST_CACHE", Path.home() / ".cache" / "rlprof-tests"))
-
-
-def pip_download(requirement: str, filename_prefix: str) -> Path:
-    """Download a wheel once (``pip download --no-deps``) into the test cache; skip if impossible."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    found = sorted(CACHE.glob(f"{filename_prefix}*.whl"))
-    if not found:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d", str(CACHE)],
-                              capture_output=True, text=True)
-        found = sorted(CACHE.glob(f"{filename_prefix}*.whl"))
-        if not found:
-            pytest.skip(f"cannot download {requirement}: {proc.stderr.strip()[-300:]}")
-    return found[-1]
-
-
 @pytest.fixture(scope="session")
 def verl_generated_config(tmp_path_factory) -> Path:
     """verl 0.9.1's own composed trainer config, ``verl/trainer/config/_generated_ppo_trainer.yaml``."""
     import zipfile
 
-    wheel = pip_download("verl==0.9.1", "verl-0.9.1-")
+    from rlprof.testing.downloads import cached_wheel
+
+    wheel = cached_wheel("verl==0.9.1", "verl-0.9.1-")
     target = tmp_path_factory.mktemp("verl") / "_generated_ppo_trainer.yaml"
     with zipfile.ZipFile(wheel) as zf:
         target.write_bytes(zf.read("verl/trainer/config/_generated_ppo_trainer.yaml"))

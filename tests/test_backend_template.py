@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from rlprof.manifest import artifacts
+from rlprof.testing.downloads import cache_dir
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "examples" / "backend-template"
-CACHE = Path(os.environ.get("RLPROF_TEST_CACHE", Path.home() / ".cache" / "rlprof-tests"))
+CACHE = cache_dir()
 BUILD_LEFTOVERS = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache")
 
 

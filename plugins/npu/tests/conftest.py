@@ -11,16 +11,11 @@ The tiny training loop the behaviour tests run lives in ``npu_tiny_training.py``
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-
-CACHE = Path(os.environ.get("RLPROF_TEST_CACHE", Path.home() / ".cache" / "rlprof-tests"))
-
 
 @pytest.fixture
 def torch_npu_standin(monkeypatch):
@@ -37,16 +32,6 @@ def torch_npu_standin(monkeypatch):
 @pytest.fixture(scope="session")
 def torch_npu_wheel() -> Path:
     version = metadata.version("torch").split("+")[0]
-    requirement = f"torch-npu=={version}"
-    prefix = f"torch_npu-{version}-"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    found = sorted(CACHE.glob(f"{prefix}*.whl"))
-    if not found:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement, "-d", str(CACHE)],
-            capture_output=True, text=True,
-        )
-        found = sorted(CACHE.glob(f"{prefix}*.whl"))
-        if not found:
-            pytest.skip(f"cannot download {requirement} (the real API to check against): {proc.stderr.strip()[-300:]}")
-    return found[-1]
+    from rlprof.testing.downloads import cached_wheel
+
+    return cached_wheel(f"torch-npu=={version}", f"torch_npu-{version}-")

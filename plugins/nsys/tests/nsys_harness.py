@@ -38,8 +38,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("RLPROF_TEST_CACHE") or Path.home() / ".cache" / "rlprof-tests")
+from rlprof.testing.downloads import cache_dir  # noqa: E402  (one cache for every test)
 
 
 def nvtx_include_dir() -> Path:
