@@ -48,7 +48,7 @@ class Capture:
     The core creates it lazily via :meth:`HookContext.output_dir`."""
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class HookContext:
     """Base of every context: the run, the backend's own validated config, and an artifact sink."""
 
@@ -60,7 +60,8 @@ class HookContext:
     core-owned keys such as ``discrete`` and ``schedule`` removed)."""
     capture: Capture | None
     """The capture window this call belongs to, or None (e.g. finalize, a range outside any capture)."""
-    _artifacts: list = field(default_factory=list, repr=False)
+    _artifacts: list | None = field(default=None, repr=False)
+    """What add_artifact recorded during this call (created on first use: most calls record nothing)."""
 
     def output_dir(self) -> Path:
         """The directory to write this capture's files in (created on first call)."""
@@ -77,10 +78,12 @@ class HookContext:
         does the same. ``extra`` fields are added to the record and may name what the file belongs
         to when that is not this call (``step=``, ``capture=``, ``region=``; a given ``step`` also
         sets ``steps``), e.g. a report relocated at finalize for an earlier capture."""
+        if self._artifacts is None:
+            self._artifacts = []
         self._artifacts.append((Path(path), kind, extra))
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class StepContext(HookContext):
     """Passed to ``start_step`` and ``step_boundary``."""
 
@@ -97,7 +100,7 @@ class StepContext(HookContext):
     """For an iteration boundary: the region the iteration belongs to."""
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class RoleContext(HookContext):
     """Passed to ``start_role`` and ``stop_role``."""
 
@@ -117,7 +120,7 @@ class RoleContext(HookContext):
     a backend must still close what it opened."""
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class FinalizeContext(HookContext):
     """Passed to ``finalize``."""
 

@@ -435,7 +435,7 @@ class Profiler:
                 self._collect(backend, ctx, result, record)
 
     def _collect(self, backend: str, ctx: HookContext, result: Any, record: dict) -> None:
-        produced = list(ctx._artifacts)
+        produced = list(ctx._artifacts or ())
         if result is not None:
             items = [result] if isinstance(result, (str, os.PathLike)) else list(result)
             produced.extend((Path(p), "file", {}) for p in items)

@@ -316,7 +316,7 @@ def _finalize_again(run: BackendRun) -> SecondFinalize:
         outcome.error = exc
         results = []
     listed = {str(run.run_dir / a["path"]) for a in prof.artifacts if a["backend"] == run.name}
-    returned = [path for path, _, _ in ctx._artifacts]
+    returned = [path for path, _, _ in (ctx._artifacts or ())]
     for result in results:
         if result is not None:
             returned.extend([result] if isinstance(result, (str, os.PathLike)) else list(result))
