@@ -69,7 +69,8 @@ class HookContext:
             directory = self.run.run_dir / "_process" / f"rank{self.run.rank}-{self.run.host}-{self.run.pid}" / self.backend
         else:
             directory = self.capture.directory / self.backend
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
         return directory
 
     def add_artifact(self, path: os.PathLike | str, kind: str = "file", **extra: Any) -> None:

@@ -36,17 +36,26 @@ def path_size(path: Path) -> int:
 
 
 class ManifestWriter:
+    """Appends records to one process's manifest; each line is flushed as it is written, so a process
+    killed later keeps everything it recorded. The file stays open (one open per process, not per line)."""
+
     def __init__(self, path: Path, common: dict[str, Any]):
         self.path = path
         self.common = common
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = None
 
     def write(self, record_type: str, **fields: Any) -> None:
         record = {"type": record_type, **self.common, **fields, "time": round(time.time(), 3)}
         line = json.dumps(record, default=str)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
+        if self._handle is None or self._handle.closed:
+            self._handle = open(self.path, "a", encoding="utf-8")
+        self._handle.write(line + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
 
 
 def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:

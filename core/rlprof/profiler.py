@@ -314,6 +314,7 @@ class Profiler:
                 self._finish.wait()
             if self._manifest is not None:
                 self._manifest.write("finalized", reason=reason, artifacts=len(self.artifacts), errors=len(self.errors))
+                self._manifest.close()
             return self.artifacts
 
     # ------------------------------------------------------------------ regions and iterations
@@ -536,11 +537,9 @@ class Profiler:
 
 
 def _is_within(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
+    """Lexically (no file-system calls: this runs for every artifact): is ``path`` under ``root``?"""
+    path_text, root_text = os.path.normpath(path), os.path.normpath(root)
+    return path_text == root_text or path_text.startswith(root_text + os.sep)
 
 
 def _schedule_dict(schedule) -> dict[str, int]:
