@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .config import ROLES, ProfilerConfig, load_config
-from .errors import ConfigError
 from .plan import ProcessPlan, resolve_plan
 
 DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
@@ -150,16 +149,6 @@ def _validate_backends(config: ProfilerConfig, result: CheckResult) -> None:
         problems = backends.call_one(name, "check_environment") or []
         if problems:
             result.environment[name] = list(problems)
-        if not backends.has("validate_tool_config"):
-            continue
         for role in config.roles.values():
-            if not role.enable:
-                continue
-            key = f"{role.key_path}.tool_config.{name}"
-            try:
-                validated = backends.call_one(name, "validate_tool_config", tool_config=dict(role.tool_config.get(name, {})), key_path=key)
-            except ConfigError:
-                raise
-            except Exception as exc:
-                raise ConfigError(f"{key}: backend {name!r} failed to validate it: {type(exc).__name__}: {exc}", key=key) from exc
-            result.validated.setdefault(role.name, {})[name] = validated
+            if role.enable:
+                result.validated.setdefault(role.name, {})[name] = backends.validated_tool_config(name, role)

@@ -481,15 +481,7 @@ class Profiler:
     def _validate_tool_configs(self) -> None:
         for name in self.plan.selected_roles:
             role_cfg = self.config.roles[name]
-            self.tool_configs[name] = {}
-            for backend in self.plan.tools:
-                raw = dict(role_cfg.tool_config.get(backend, {}))
-                key = f"{role_cfg.key_path}.tool_config.{backend}"
-                if self.backends.has("validate_tool_config"):
-                    result = self.backends.call_one(backend, "validate_tool_config", tool_config=raw, key_path=key)
-                    self.tool_configs[name][backend] = dict(result) if result is not None else raw
-                else:
-                    self.tool_configs[name][backend] = raw
+            self.tool_configs[name] = {b: self.backends.validated_tool_config(b, role_cfg) for b in self.plan.tools}
 
     def _report_environment(self) -> None:
         """Ask each backend what it lacks here (no CUDA, no CANN...): warn once, keep it for the manifest."""

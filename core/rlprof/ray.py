@@ -142,21 +142,12 @@ def worker_options(
             role = primary_role(plan)
             for name in plan.tools:
                 ctx = RuntimeEnvContext(
-                    backend=name, tool_config=_validated_tool_config(registry, cfg, role, name),
+                    backend=name, tool_config=registry.validated_tool_config(name, cfg.roles[role]),
                     rank=rank, world_size=world_size, roles=tuple(roles),
                     captures=expected != 0, expected_captures=expected,
                 )
                 env = _merged(env, registry.call_one(name, "worker_runtime_env", ctx=ctx) or {}, f"backend {name!r}")
     return {"runtime_env": env} if env else {}
-
-
-def _validated_tool_config(registry, cfg: ProfilerConfig, role: str, backend: str) -> Mapping[str, Any]:
-    raw = dict(cfg.roles[role].tool_config.get(backend, {}))
-    if not registry.has("validate_tool_config"):
-        return raw
-    key = f"{cfg.roles[role].key_path}.tool_config.{backend}"
-    result = registry.call_one(backend, "validate_tool_config", tool_config=raw, key_path=key)
-    return dict(result) if result is not None else raw
 
 
 def _merged(base: dict[str, Any], fragment: Mapping[str, Any], source: str, path: str = "runtime_env") -> dict[str, Any]:

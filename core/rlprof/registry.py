@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import hookspecs
-from .errors import BackendError
+from .errors import BackendError, ConfigError
 
 GROUP = "rlprof.backends"
 OUR_PACKAGES = {"torch": "rlprof-torch", "torch_memory": "rlprof-torch", "nsys": "rlprof-nsys", "npu": "rlprof-npu"}
@@ -79,9 +79,10 @@ def plugin_manager() -> pluggy.PluginManager:
 
 
 def implemented_hooks(plugin: Any) -> list[str]:
+    """The hooks of the spec that ``plugin`` implements, in spec order."""
     pm = plugin_manager()
     pm.register(plugin)
-    return [h for h in HOOKS if pm.hook.__dict__[h].get_hookimpls()]
+    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
 
 
 @dataclass
@@ -137,14 +138,21 @@ class Backends:
                 return self._invoke(impl, hook, kwargs)
         return None
 
-    def call_each(self, hook: str, make_kwargs: Callable[[str], Mapping[str, Any]]) -> dict[str, Any]:
-        """Call ``hook`` on every live backend with its own arguments; {backend: result}."""
-        results = {}
-        for impl in self.impls[hook]:
-            if impl.backend in self.failed:
-                continue
-            results[impl.backend] = self._invoke(impl, hook, make_kwargs(impl.backend))
-        return results
+    def validated_tool_config(self, backend: str, role) -> dict[str, Any]:
+        """``role``'s ``tool_config.<backend>`` section (a :class:`~rlprof.config.RoleConfig`), checked
+        and normalised by the backend's ``validate_tool_config``; the section as written when the
+        backend does not validate. The one place the core asks a backend about its config.
+
+        :raises ConfigError: the backend rejected it, or its check itself failed (named as such)."""
+        raw = dict(role.tool_config.get(backend, {}))
+        key = f"{role.key_path}.tool_config.{backend}"
+        try:
+            result = self.call_one(backend, "validate_tool_config", tool_config=raw, key_path=key)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{key}: backend {backend!r} failed to validate it: {type(exc).__name__}: {exc}", key=key) from exc
+        return dict(result) if result is not None else raw
 
     def invoke(self, impl: _Impl, hook: str, ctx: Any) -> Any:
         """Call one lifecycle hookimpl with its context object (the hot path of every region)."""
@@ -190,12 +198,11 @@ def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
     info["imports"] = True
     info["import_ms"] = round((time.perf_counter() - started) * 1000, 1)
     info["hooks"] = implemented_hooks(plugin)
-    problems: list[str] = []
-    check = getattr(plugin, "check_environment", None)
-    if check is not None:
-        try:
-            problems = list(check() or [])
-        except Exception as exc:  # a backend's own check must not break the listing
-            problems = [f"check_environment raised {type(exc).__name__}: {exc}"]
+    pm = plugin_manager()
+    pm.register(plugin, name=name)
+    try:
+        problems = [p for found in pm.hook.check_environment() for p in (found or [])]
+    except Exception as exc:  # a backend's own check must not break the listing
+        problems = [f"check_environment raised {type(exc).__name__}: {exc}"]
     info["problems"] = problems
     return info
