@@ -195,3 +195,14 @@ def test_sampled_region_without_iteration_marks_warns_once(test_backends, save_p
     prof.finalize()
     warned = [r for r in caplog.records if "marked no iterations" in r.getMessage()]
     assert len(warned) == 1 and "actor_update" in warned[0].getMessage()
+
+
+def test_trace_switch_prints_every_hook_call(test_backends, save_path, monkeypatch, capsys):
+    monkeypatch.setenv("RLPROF_TRACE_HOOKS", "1")
+    run_loop(save_path, ["global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
+                         "actor_rollout_ref.actor.profiler.all_ranks=true"], roles=("actor",), steps=1)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rlprof[")]
+    calls = [line.split("] ", 1)[1].split("(")[0] for line in lines]
+    assert calls == ["recorder.validate_tool_config", "recorder.start_step", "recorder.start_role",
+                     "recorder.stop_role", "recorder.step_boundary", "recorder.finalize"]
+    assert "rank0" in lines[0] and "actor_update" in lines[2]
