@@ -2,12 +2,10 @@
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 

@@ -1,11 +1,8 @@
 """verl parity: verl's real composed config, the finish hook, and the DistProfiler drop-in."""
 
-import os
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
