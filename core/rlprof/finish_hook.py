@@ -58,14 +58,11 @@ class FinishHook:
         }
         return cls(g.finish_hook_cmd, max(g.steps) if g.steps else None, env)
 
-    def step_done(self, step: int, after_backends: bool = False) -> None:
-        """Called at every step boundary; starts the command after the last profiled step
-        (after the backends closed their captures when this process profiles)."""
-        if step != self.last_step:
-            return
-        if not after_backends and self.env["RLPROF_ROLE"]:
-            return  # a profiling process starts it once its backends wrote the step
-        self.start()
+    def step_done(self, step: int) -> None:
+        """Called at every step boundary, after the backends wrote the step: starts the command
+        after the last profiled step."""
+        if step == self.last_step:
+            self.start()
 
     def start(self) -> None:
         """Run the command in the background, once."""

@@ -187,6 +187,8 @@ class Profiler:
         from .finish_hook import FinishHook
 
         self._finish = FinishHook.for_process(self.config, self.plan, self.run)
+        self._primary_role = primary_role(self.plan)
+        """Owner of step-level captures' tool_config: the first selected role (canonical order)."""
         self.backends = None
         self.tool_configs: dict[str, dict[str, Mapping[str, Any]]] = {}
         self._manifest: ManifestWriter | None = None
@@ -256,7 +258,7 @@ class Profiler:
             if opens:
                 run = self.plan.run_of(step)
                 self._step_capture = self._new_capture(steps_label(run), run, ())
-            self._call("start_step", StepContext, None, {}, capture=self._step_capture, step=step, opens_capture=opens)
+            self._call("start_step", StepContext, None, capture=self._step_capture, step=step, opens_capture=opens)
             self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
@@ -266,23 +268,21 @@ class Profiler:
             if step is None:
                 return
             self._set_live(_NOTHING)
-            if self._finish is not None:
-                self._finish.step_done(step)
-            if not self.plan.is_profiled(step) or self._finalized:
-                return
-            while self._stack:
-                open_region = self._stack[-1]
-                log.warning("rlprof: step %s ended inside region %s; closing it", step, open_region.spec.region)
-                self._exit_region(open_region, None)
-            closes = self.plan.closes_step_capture(step)
-            capture = self._step_capture
-            self._call("step_boundary", StepContext, None, {"step": step, "roles": self.plan.selected_roles if capture else None},
-                       capture=capture, step=step, closes_capture=closes)
-            if closes:
-                self._step_capture = None
-            self._profiled_steps.append(step)
-            if self._finish is not None:
-                self._finish.step_done(step, after_backends=True)
+            if self.plan.is_profiled(step) and not self._finalized:
+                self._end_profiled_step(step)
+            if self._finish is not None and not self._finalized:
+                self._finish.step_done(step)  # after the backends wrote the step's captures
+
+    def _end_profiled_step(self, step: int) -> None:
+        while self._stack:
+            open_region = self._stack[-1]
+            log.warning("rlprof: step %s ended inside region %s; closing it", step, open_region.spec.region)
+            self._exit_region(open_region, None)
+        closes = self.plan.closes_step_capture(step)
+        self._call("step_boundary", StepContext, None, capture=self._step_capture, step=step, closes_capture=closes)
+        if closes:
+            self._step_capture = None
+        self._profiled_steps.append(step)
 
     def run_finish_hook(self) -> None:
         """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
@@ -302,13 +302,12 @@ class Profiler:
                 while self._stack:
                     self._exit_region(self._stack[-1], None)
                 if self._step_capture is not None and self._step is not None:
-                    capture, step = self._step_capture, self._step
-                    self._call("step_boundary", StepContext, None, {"step": step, "roles": self.plan.selected_roles},
-                               capture=capture, step=step, closes_capture=True)
+                    self._call("step_boundary", StepContext, None, capture=self._step_capture, step=self._step,
+                               closes_capture=True)
                     self._step_capture = None
                 self._step = None
                 self._set_live(_NOTHING)
-                self._call("finalize", FinalizeContext, None, {}, capture=None, reason=reason,
+                self._call("finalize", FinalizeContext, None, capture=None, reason=reason,
                            profiled_steps=tuple(self._profiled_steps), relocate_results=self.config.global_.relocate_results)
             if self._finish is not None:
                 self._finish.wait()
@@ -375,7 +374,7 @@ class Profiler:
             return
         if state.schedule.is_active(index + 1):
             capture = state.window if isinstance(state.window, Capture) else None
-            self._call("step_boundary", StepContext, state.spec.role, {}, capture=capture, step=self._step,
+            self._call("step_boundary", StepContext, state.spec.role, capture=capture, step=self._step,
                        iteration=index, region=state.spec.region)
         else:
             self._close_window(state, index, None)
@@ -395,7 +394,7 @@ class Profiler:
         state.window = capture if capture is not None else True
         state.first = first if first is not None else 0
         iterations = None if first is None else (first, first)
-        self._call("start_role", RoleContext, spec.role, {}, capture=capture, step=step, role=spec.role,
+        self._call("start_role", RoleContext, spec.role, capture=capture, step=step, role=spec.role,
                    region=spec.region, opens_capture=self.plan.discrete, iterations=iterations)
 
     def _close_window(self, state: _OpenRegion, last: int, error: BaseException | None) -> None:
@@ -403,10 +402,8 @@ class Profiler:
         capture = state.window if isinstance(state.window, Capture) else None
         iterations = (state.first, max(state.first, last)) if state.schedule is not None else None
         state.window = None
-        self._call("stop_role", RoleContext, spec.role,
-                   {"step": step, "roles": (spec.role,), "region": spec.region, "iterations": iterations},
-                   capture=capture, step=step, role=spec.role, region=spec.region, closes_capture=self.plan.discrete,
-                   iterations=iterations, error=error)
+        self._call("stop_role", RoleContext, spec.role, capture=capture, step=step, role=spec.role, region=spec.region,
+                   closes_capture=self.plan.discrete, iterations=iterations, error=error)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -419,13 +416,12 @@ class Profiler:
             directory=capture_directory(self.run.run_dir, capture_id, self.run.rank, self.run.host, self.run.pid),
         )
 
-    def _call(self, hook: str, context_class: type, config_role: str | None, record: dict, /, **fields: Any) -> None:
+    def _call(self, hook: str, context_class: type, config_role: str | None, /, **fields: Any) -> None:
         """Call ``hook`` on every live backend, isolated (see Backends), each with its own context:
         ``context_class(**fields)`` plus the run, the backend's name and its validated tool_config for
-        ``config_role`` (None: the process's first selected role, the owner of step-level captures).
-        ``record`` holds the manifest fields of any artifact the call produces."""
+        ``config_role`` (None: the process's first selected role, the owner of step-level captures)."""
         backends = self.backends
-        configs = self.tool_configs.get(config_role or primary_role(self.plan), {})
+        configs = self.tool_configs.get(config_role or self._primary_role, {})
         for impl in backends.impls[hook]:
             backend = impl.backend
             if backend in backends.failed:
@@ -433,32 +429,34 @@ class Profiler:
             ctx = context_class(run=self.run, backend=backend, tool_config=configs.get(backend, {}), **fields)
             result = backends.invoke(impl, hook, ctx)
             if result is not None or ctx._artifacts:
-                self._collect(backend, ctx, result, record)
+                self._collect(backend, ctx, result)
 
-    def _collect(self, backend: str, ctx: HookContext, result: Any, record: dict) -> None:
+    def _collect(self, backend: str, ctx: HookContext, result: Any) -> None:
         produced = list(ctx._artifacts or ())
         if result is not None:
             items = [result] if isinstance(result, (str, os.PathLike)) else list(result)
             produced.extend((Path(p), "file", {}) for p in items)
         for path, kind, extra in produced:
-            self._record_artifact(backend, ctx, Path(path), kind, extra, record)
+            self._record_artifact(backend, ctx, Path(path), kind, extra)
 
-    def _record_artifact(self, backend: str, ctx: HookContext, path: Path, kind: str, extra: dict, record: dict) -> None:
+    def _record_artifact(self, backend: str, ctx: HookContext, path: Path, kind: str, extra: dict) -> None:
+        """One manifest line; what the file belongs to comes from the call's context (its capture's
+        steps, else its step; its role, else the process's selected roles)."""
         capture = ctx.capture
-        steps = list(capture.steps) if capture else ([record["step"]] if record.get("step") is not None else [])
-        roles = record.get("roles")
-        if roles is None and isinstance(ctx, RoleContext):
-            roles = (ctx.role,)
+        step = getattr(ctx, "step", None)
+        steps = list(capture.steps) if capture else ([step] if step is not None else [])
+        role = getattr(ctx, "role", None)
+        iterations = getattr(ctx, "iterations", None)
         path = path if path.is_absolute() else (Path.cwd() / path)
         entry = {
             "backend": backend,
             "step": steps[0] if steps else None,
             "steps": steps,
-            "roles": list(roles or self.plan.selected_roles),
-            "region": record.get("region"),
+            "roles": [role] if role else list(self.plan.selected_roles),
+            "region": getattr(ctx, "region", None),
             "capture": capture.capture_id if capture else None,
             "mode": "discrete" if self.plan.discrete else "e2e",
-            "iterations": list(record["iterations"]) if record.get("iterations") else None,
+            "iterations": list(iterations) if iterations else None,
             "world_size": self.run.world_size,
             "path": relative(path, self.run.run_dir),
             "size": path_size(path),
