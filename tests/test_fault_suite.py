@@ -367,6 +367,27 @@ def test_region_raising_in_last_iteration_of_sampled_window_reaches_stop_role(sa
     assert lines, "rlprof report does not say that actor_update raised"
 
 
+@pytest.mark.parametrize("case", ["a file", "under a file", "NUL byte", "300-character component", "link loop"])
+def test_unusable_save_path_is_a_config_error_before_training(sandbox, case):
+    """Profiler() refuses a save_path it could never write, naming the key and why; writes nothing."""
+    (sandbox.outside / "a").symlink_to(sandbox.outside / "b")
+    (sandbox.outside / "b").symlink_to(sandbox.outside / "a")
+    sandbox.freeze()
+    save_path, why = {
+        "a file": (sandbox.outside / "precious.txt", "is a file, not a directory"),
+        "under a file": (sandbox.outside / "precious.txt" / "profile", "is a file, not a directory"),
+        "NUL byte": (str(sandbox.save) + "/pro\0file", "NUL"),
+        "300-character component": (sandbox.save / ("p" * 300), "255"),
+        "link loop": (sandbox.outside / "a" / "profile", "symbolic link loop"),
+    }[case]
+    cfg = {"global_profiler": {"tool": "torch", "steps": [1], "save_path": str(save_path)},
+           "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
+    with pytest.raises(rlprof.ConfigError) as info:
+        rlprof.Profiler(cfg, run_id=RUN_ID)
+    assert info.value.key == "global_profiler.save_path"
+    assert str(info.value).startswith("global_profiler.save_path") and why in str(info.value)
+
+
 # ---------------------------------------------------------------------- Ray: a hung worker
 
 
