@@ -37,6 +37,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
 TRACE_TID = 1000
+ID_STRIDE = 1 << 40
+"""Flow/async ids of the n-th merged file are offset by ``n * ID_STRIDE`` (Kineto's ids are far smaller)."""
 MERGED_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "s", "t", "f", "b", "n", "e"})
 """Trace-event phases copied by ``--with-traces`` (metadata ``M`` events are turned into track names instead)."""
 
@@ -154,11 +156,15 @@ def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[d
             if clock is None:
                 warn(f"{path}: not merged: no clock (no baseTimeNanoseconds, no epoch timestamps, no rlprof range to align on)")
                 continue
-            yield from _events_of(trace, proc, (clock[0] - origin) / 1000.0, len(seen), a.get("backend", "trace"))
+            yield from _events_of(trace, proc, (clock[0] - origin) / 1000.0, len(seen), a.get("backend", "trace"), a.get("pid"))
 
 
-def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, file_number: int, backend: str) -> Iterator[dict]:
-    """A trace's events moved into ``proc`` on the timeline's clock; its threads become ``<backend> · ...`` tracks."""
+def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, file_number: int, backend: str,
+               os_pid: int | None) -> Iterator[dict]:
+    """A trace's events moved into ``proc`` on the timeline's clock; its threads become ``<backend> · <thread>``
+    tracks (``<backend> · <device> / <stream>`` for the trace's other processes, such as GPUs). The
+    trace's name for the host process (``ray::PolicyWorker.rlprof_step_boundary``) is dropped: the
+    timeline's process already says which rank it is."""
     events = trace.get("traceEvents", [])
     names: dict[tuple, str] = {}
     process_names: dict[Any, str] = {}
@@ -174,14 +180,22 @@ def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, fi
             continue
         where = (e.get("pid"), e.get("tid"))
         label = names.get(where) or f"thread {where[1]}"
-        if where[0] in process_names:
+        if where[0] in process_names and where[0] != os_pid:
             label = f"{process_names[where[0]]} / {label}"
         out = dict(e)
         out["pid"], out["tid"] = proc.pid, proc.track(f"{backend} · {label}")
         out["ts"] = e["ts"] + shift_us
         if "id" in out:  # flow and async ids are per file: keep files apart
-            out["id"] = f"{file_number}:{out['id']}"
+            out["id"] = _file_id(file_number, out["id"])
         yield out
+
+
+def _file_id(file_number: int, event_id: Any) -> int | str:
+    """An event id made unique across merged files (an integer where the original is one, as Kineto's are)."""
+    try:
+        return file_number * ID_STRIDE + int(event_id)
+    except (TypeError, ValueError):
+        return f"{file_number}:{event_id}"
 
 
 def _key(record: dict[str, Any]) -> tuple[int, str, int]:
