@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .anatomy import STRAGGLER_PCT, Anatomy, step_anatomy
+from .anatomy import STRAGGLER_PCT, Anatomy, step_anatomy, timing_record
 from .config import ROLES
 from .manifest import read_records
 from .ray import FAILURE_RECORD
@@ -201,8 +201,29 @@ def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler
     return [build_report(run_id, by_run[run_id], straggler_pct) for run_id in sorted(chosen, reverse=True)]  # ids sort by start time
 
 
+REQUIRED = {
+    "process": {"rank": int, "host": str, "pid": int},
+    "artifact": {"rank": int, "host": str, "pid": int, "backend": str, "path": str},
+    "finalized": {},
+    "error": {},
+    FAILURE_RECORD: {},
+}
+"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
+
+
+def usable(record: dict[str, Any]) -> bool:
+    """A record the report can use: a known type with its required fields (a manifest edited by hand
+    or cut short must not break the report), or a timing record the anatomy accepts."""
+    kind = record.get("type")
+    if kind in ("step", "region"):
+        return timing_record(record)
+    needed = REQUIRED.get(kind)
+    return needed is not None and all(isinstance(record.get(k), t) and not isinstance(record.get(k), bool) for k, t in needed.items())
+
+
 def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT) -> RunReport:
     """The report of one run from its manifest records (all nodes' together)."""
+    records = [r for r in records if usable(r)]
     processes: dict[str, Process] = {}
     for r in records:
         if r["type"] != "process":

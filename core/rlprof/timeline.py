@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from .anatomy import timing_record
 from .manifest import read_records
 from .report import role_index
 from .traces import chrome_traces, clock_offset_ns, load_trace
@@ -76,7 +77,7 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
     :raises ValueError: no ``step`` or ``region`` record for the steps asked (nothing to draw).
     """
     wanted = set(steps) if steps is not None else None
-    timed = [r for r in records if r.get("type") in ("step", "region") and (wanted is None or r.get("step") in wanted)]
+    timed = [r for r in records if timing_record(r) and (wanted is None or r["step"] in wanted)]
     if not timed:
         raise ValueError("no step or region timings in the manifest" + (f" for steps {sorted(wanted)}" if wanted else ""))
     origin = min(r["start_ns"] for r in timed)
@@ -134,7 +135,7 @@ def _processes(records: Sequence[dict[str, Any]], timed: list[dict[str, Any]]) -
 def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[dict[str, Any]]:
     anchors: dict[tuple, dict[str, int]] = {}
     for r in records:
-        if r.get("type") == "region":
+        if r.get("type") == "region" and timing_record(r):
             per_capture = anchors.setdefault((_key(r), r.get("capture")), {})
             per_capture[r["region"]] = min(per_capture.get(r["region"], r["start_ns"]), r["start_ns"])
     seen: set[str] = set()
@@ -280,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"rlprof timeline: run {run_id}: nothing to draw: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    origin = min(r["start_ns"] for r in records if r.get("type") in ("step", "region") and (steps is None or r.get("step") in steps))
+    origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
     other = {"rlprof": {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}}
     try:
         count = write_timeline(_chain(first, events), output, other)
