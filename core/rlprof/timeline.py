@@ -180,12 +180,15 @@ def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, fi
         if not isinstance(e, dict) or e.get("ph") not in MERGED_PHASES or not isinstance(e.get("ts"), (int, float)):
             continue
         where = (e.get("pid"), e.get("tid"))
-        label = names.get(where) or f"thread {where[1]}"
-        if where[0] in process_names and where[0] != os_pid:
-            label = f"{process_names[where[0]]} / {label}"
+        label = names.get(where) or (f"thread {where[1]}" if isinstance(where[1], int) else str(where[1] or "?"))
+        owner = process_names.get(where[0]) or (str(where[0]) if not isinstance(where[0], int) else None)
+        if owner and where[0] != os_pid:  # a device, or Kineto's "Spans"
+            label = f"{owner} / {label}"
         out = dict(e)
         out["pid"], out["tid"] = proc.pid, proc.track(f"{backend} · {label}")
         out["ts"] = e["ts"] + shift_us
+        if out.get("s") == "g":  # Kineto's window markers: keep them with their rank, not across the whole timeline
+            out["s"] = "p"
         if "id" in out:  # flow and async ids are per file: keep files apart
             out["id"] = _file_id(file_number, out["id"])
         yield out
