@@ -489,6 +489,11 @@ def render(report: RunReport) -> str:
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)
     lines += _file_lines(report.files)
+    if report.anatomy.has_timings and report.run_dirs:
+        run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
+        lines.append("")
+        lines.append(f"next: rlprof timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+        lines.append(f"      rlprof report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]
