@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .anatomy import timing_record
 from .manifest import read_records
-from .report import role_index
+from .runs import role_index
 from .traces import chrome_traces, clock_offset_ns, load_trace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
