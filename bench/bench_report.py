@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlprof.report import build_reports, render
 from rlprof.testing.generated_run import generate_run
 
 COMMANDS = {
@@ -84,6 +85,16 @@ def main() -> None:
             ts = [statistics.median(t for t, _ in results[name, label]) for label in (small, large)]
             ms = [statistics.median(m for _, m in results[name, label]) for label in (small, large)]
             print(f"{name:<16} {ts[0]:>10.3f} {ts[1]:>10.3f} {ts[1] / ts[0]:>6.2f}   {ms[0]:>12.1f} {ms[1]:>12.1f} {ms[1] / ms[0]:>6.2f}")
+        inner: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(opts.repeats * 4):
+            for label, run_dir in runs.items():
+                began = time.perf_counter()
+                [report] = build_reports([run_dir])
+                render(report)
+                inner[label].append(time.perf_counter() - began)
+        t_small, t_large = (statistics.median(inner[label]) for label in (small, large))
+        print(f"{'in-process':<16} {t_small:>10.3f} {t_large:>10.3f} {t_large / t_small:>6.2f}   "
+              f"(build_reports + render, median of {opts.repeats * 4}, no interpreter start)")
         began = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         print(f"\n(for scale: a bare `python -c pass` takes {time.perf_counter() - began:.3f} s here)")
