@@ -92,3 +92,13 @@ def test_both_runs_under_one_save_path_and_usage_errors(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path), str(tmp_path / "empty")]) == 2
     assert "B: no rlprof manifests" in capsys.readouterr().err
+
+
+def test_the_rlprof_command_dispatches_timeline_and_compare(tmp_path, capsys):
+    from rlprof.cli import main as rlprof
+
+    a, b = two_runs(tmp_path)
+    assert rlprof(["compare", str(a), str(b)]) == 0
+    assert "actor_update" in capsys.readouterr().out
+    assert rlprof(["timeline", str(a), "-o", str(tmp_path / "t.json")]) == 0
+    assert (tmp_path / "t.json").exists()

@@ -272,3 +272,14 @@ def test_a_damaged_manifest_never_gives_a_traceback(tmp_path, capsys):
     from rlprof.timeline import main as timeline
 
     assert timeline([str(tmp_path), "-o", str(out)]) == 0
+
+
+def test_sampled_iterations_are_shown(tmp_path, capsys):
+    regions = (RegionSpec("rollout", "rollout_generate", 40.0, iterations=(30, 70)), RegionSpec("actor", "actor_update", 30.0))
+    generate_run(tmp_path, run_id=RUN, ranks=2, steps=(1,), roles=("actor", "rollout"), regions=regions, jitter=0.0)
+    assert main([str(tmp_path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("rollout_generate"))
+    assert line.endswith("sampled it 30-70")
+    code, data = run_json(capsys, tmp_path)
+    generate = data["runs"][0]["steps"][0]["regions"][0]
+    assert generate["iterations"] == {"0": [[30, 70]], "1": [[30, 70]]}

@@ -93,6 +93,9 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
             counts = {t.count for t in r.spread.per_rank}
             if counts != {1}:
                 flags.append(f"x{max(counts)} per rank")
+            spans = sorted({tuple(span) for spans in r.iterations.values() for span in spans})
+            if spans:
+                flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
             rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
                          f"{r.spread.max_ms:.1f}", f"rank {r.spread.slowest_rank}", _pct(r.share_of_step), "; ".join(flags)))
         if step.untracked_ms is not None and step.regions:
