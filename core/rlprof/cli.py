@@ -25,7 +25,8 @@ COMMAND_GROUP = "rlprof.commands"
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    builtin = {"backends": _backends, "check": _check, "demo": _lazy("rlprof.demo"), "report": _lazy("rlprof.report")}
+    builtin = {"backends": _backends, "check": _check, "demo": _lazy("rlprof.demo"), "report": _lazy("rlprof.report"),
+               "timeline": _lazy("rlprof.timeline"), "compare": _lazy("rlprof.compare")}
     if argv and argv[0] in builtin:
         return builtin[argv[0]](argv[1:])
     extra = _plugin_commands()
