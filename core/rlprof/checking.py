@@ -240,20 +240,15 @@ def require_usable_save_path(config: ProfilerConfig) -> None:
     files are left behind. ``rlprof check`` calls it; ``Profiler()`` should too, on profiling ranks."""
     if not config.enabled:
         return
+    from .layout import check_save_path
+
     save_path = config.global_.save_path
-    problem = _save_path_problem(save_path)
+    problem = check_save_path(save_path)
     if problem:
         raise ConfigError(f"global_profiler.save_path: got {save_path!r}: {problem}; allowed: a directory that can be "
                           "created and written by this user", key="global_profiler.save_path")
 
 
-def _save_path_problem(save_path: str) -> str | None:
-    from . import layout
-
-    # Contract C2: rlprof.layout.check_save_path is provided by the "contain" work (issue 13 runtime).
-    # Until it is on this branch only the text of save_path is checked (rlprof.values.parse_save_path).
-    check = getattr(layout, "check_save_path", None)
-    return check(save_path) if check is not None else None
 
 
 def _validate_backends(config: ProfilerConfig, result: CheckResult) -> None:

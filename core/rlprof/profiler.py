@@ -196,8 +196,10 @@ class Profiler:
             if self._finish is not None:
                 self._install_exit_handlers()
             return
+        from .checking import require_usable_save_path
         from .registry import Backends
 
+        require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, not a raw OSError later
         self.backends = Backends(self.plan.tools, rank=rank, on_error=self._record_error, instances=backends)
         self._validate_tool_configs()
         self._report_environment()
