@@ -4,7 +4,7 @@ History recording (``torch.cuda.memory._record_memory_history``) starts when the
 opens and stays on until ``finalize``. With ``clear_history`` (the default) each later window
 clears the history as it opens, so every snapshot holds the alloc/free events of its own window
 plus the state of every live block. ``memory_snapshot_num_steps: N`` (verl's key) keeps the
-history across windows until N profiled steps are covered, then writes one snapshot for all of
+history across windows until they cover N training step numbers, then writes one snapshot for all of
 them. Each snapshot is ``rank<R>.memory_snapshot.pickle`` in the directory of the window that
 ends it (open it at https://pytorch.org/memory_viz or with
 ``python -m torch.cuda._memory_viz trace_plot``). While a role region runs, its name is attached
@@ -53,7 +53,7 @@ class TorchMemoryBackend:
         self._window = None
         """The hook context that opened the current window; None between windows."""
         self._group_steps: list[int] = []
-        """Training steps covered since the last snapshot (``memory_snapshot_num_steps``)."""
+        """Training step numbers covered since the last snapshot (``memory_snapshot_num_steps``)."""
         self._regions: list[str] = []
         self._no_cuda_said = False
         self._oom: OomWatch | None = None
@@ -137,32 +137,33 @@ class TorchMemoryBackend:
         self._window = ctx
 
     def _close(self, ctx, *, final: bool, sink=None) -> None:
-        """End the open window; write the snapshot when its group of steps is complete (or at the end)."""
+        """End the open window; write the snapshot when its group is complete (or at the end)."""
         opened, self._window = self._window, None
         if opened is None:
             return
-        steps = list(opened.capture.steps) if opened.capture else [opened.step]
-        self._group_steps.extend(s for s in steps if s not in self._group_steps)
+        covered = list(opened.capture.steps) if opened.capture else [opened.step]
+        self._group_steps.extend(s for s in covered if s not in self._group_steps)
         self._last_closed = opened
         if final or len(self._group_steps) >= opened.tool_config["memory_snapshot_num_steps"]:
             self._write(opened, sink or ctx)
 
     def _write(self, opened, sink) -> None:
         """Dump the snapshot into ``opened``'s capture directory; list it through ``sink`` (the hook
-        call under way), naming the steps and capture it covers."""
+        call under way), naming the step numbers and capture it covers."""
         import torch
 
-        steps, self._group_steps = self._group_steps, []
+        covered, self._group_steps = self._group_steps, []
         path = opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank)
         with open(path, "xb") as handle:  # never replace a file
             pickle.dump(torch.cuda.memory._snapshot(), handle)
         if opened.tool_config["memory_snapshot_num_steps"] > 1:
-            # Snapshots of groups of windows belong to no single capture: each names the steps it covers.
-            sink.add_artifact(path, steps=steps, step=steps[0], capture=None)
+            # Snapshots of groups of windows belong to no single capture: each names the step numbers it covers.
+            sink.add_artifact(path, steps=covered, step=covered[0], capture=None)
         elif sink.capture is opened.capture:
             sink.add_artifact(path)
         else:  # written at finalize for the window still open
-            sink.add_artifact(path, steps=steps, step=steps[0], capture=opened.capture.capture_id if opened.capture else None)
+            sink.add_artifact(path, steps=covered, step=covered[0],
+                              capture=opened.capture.capture_id if opened.capture else None)
 
     # ------------------------------------------------------------------ out of memory
 

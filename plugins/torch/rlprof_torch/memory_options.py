@@ -15,7 +15,7 @@ key                            meaning
                                ``all`` (plus C++ frames)
 ``clear_history``              true (default): each snapshot holds its own window's events only;
                                false: the history runs on across windows (still bounded by max_entries)
-``memory_snapshot_num_steps``  verl: one snapshot per N profiled steps, the history kept across them
+``memory_snapshot_num_steps``  verl: one snapshot per N profiled training step numbers, history kept
                                (default 1: one per capture window)
 ``dump_on_oom``                verl: on a CUDA out-of-memory error, write a snapshot before the error
                                reaches the training (default true, as in verl)
@@ -49,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "dump_on_oom": True,
     "kw_args": {},
 }
-"""verl's defaults for its keys (max entries, stack depth, steps per snapshot, OOM dumps); torch's for
+"""verl's defaults for its keys (max entries, stack depth, step count per snapshot, OOM dumps); torch's for
 ``context`` and ``stacks``; clearing between windows so each snapshot shows its own window."""
 ALIASES = {"max_entries": "trace_alloc_max_entries"}
 """torch's / torchtitan's names for verl's keys."""
