@@ -67,7 +67,11 @@ def check_steps(config: ProfilerConfig, train_steps: int) -> None:
 def check_packages() -> None:
     """ray and torch importable (found, not imported: importing torch alone takes seconds)."""
     for module, name, install in REQUIREMENTS:
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a finder that refuses the name, a half-removed package
+            found = False
+        if not found:
             raise Refusal(f"the demo needs {name}, which is not installed: {install}")
 
 
