@@ -119,3 +119,29 @@ def test_check_warns_when_contents_asks_for_cuda_on_a_machine_without_it(tmp_pat
     # rollout and ref follow the actor's section: three role sections, one warning
     assert len(said) == 1 and "no CUDA device" in said[0] and "CPU activity only" in said[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_torch_backend_keeps_kinetos_console_lines_out_of_the_training_output(tmp_path):
+    """torch 2.13's Kineto prints ``USDT:... profiler_start`` / ``profiler_stop`` to stderr at every
+    capture; the torch backend sets ``KINETO_LOG_LEVEL`` before its first capture unless the user did."""
+    pytest.importorskip("rlprof_torch")
+    import json
+    import os
+    from pathlib import Path
+
+    workload = Path(__file__).resolve().parents[1] / "plugins" / "torch" / "tests" / "torch_workload.py"
+    config = {"global_profiler": {"tool": "torch", "steps": [1, 2], "save_path": str(tmp_path / "p")},
+              "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
+    spec = json.dumps({"config": config, "rank": 0, "world_size": 1, "run_id": "quiet", "steps": [1, 2]})
+
+    def stderr_of(**env: str) -> str:
+        environment = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"} | env
+        proc = subprocess.run([sys.executable, str(workload), spec], capture_output=True, text=True, timeout=180,
+                              env=environment, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    quiet = stderr_of()
+    assert "profiler_start" not in quiet and "USDT" not in quiet
+    assert "profiler_start" in stderr_of(KINETO_LOG_LEVEL="4")  # the user's own choice wins
+    assert len(list((tmp_path / "p").rglob("*.pt.trace.json.gz"))) == 4  # 2 runs x 2 steps: the traces still come
