@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .config import ProfilerConfig, load_config
 from .context import RunInfo
-from .errors import ConfigError
 from .layout import hostname, new_run_id, safe_name
 from .plan import ProcessPlan, resolve_plan
 

@@ -7,6 +7,10 @@ leaks into the next.
 Each training step inside the capture is marked ``ProfilerStep#<step>``, the range
 ``torch.profiler.profile.step()`` would write: HTA and TensorBoard's profiler plugin cut a trace
 into iterations by that name, so per-step analyses work on rlprof traces too.
+
+Kineto's console log is switched off before the first session of a process (see
+:func:`quiet_kineto`): otherwise every capture prints ``USDT:... profiler_start`` and
+``profiler_stop`` lines into the training's stderr.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class TraceSession:
         self._distributed_info_written = False
 
     def start(self) -> None:
+        quiet_kineto()
         self._profile.start()
         # torch adds its own distributedInfo as it starts, if a process group exists by then.
         self._distributed_info_written = torch_writes_distributed_info()
@@ -124,3 +129,21 @@ def gzip_into(plain: Path, packed: Path, root: Path) -> Path:
                 pass
             raise
     return packed
+
+
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+KINETO_SILENT = "6"
+"""Above Kineto's highest level (VERBOSE 0, INFO 1, WARNING 2, STAGE 3, ERROR 4, USDT 5).
+
+torch 2.13's Kineto logs ``USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] profiler_start``
+(and ``profiler_stop``) to stderr at its highest level, USDT, for every profiler start and stop, so no
+level shows Kineto's errors without those lines; rlprof hides both. ``KINETO_LOG_LEVEL=4`` (set
+before the first capture) brings Kineto's errors back, with the USDT lines."""
+
+
+def quiet_kineto() -> None:
+    """Silence Kineto's console log for this process unless the user chose a level.
+
+    Kineto reads ``KINETO_LOG_LEVEL`` once, when the process's first profiler starts, so this must
+    run before that; it is a no-op afterwards and when the variable is already set."""
+    os.environ.setdefault(KINETO_LOG_LEVEL, KINETO_SILENT)
