@@ -400,7 +400,7 @@ def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, cap
     caplog.set_level(logging.WARNING, logger="rlprof")
     timeout_s = 2.0
     # the workers' own hook watchdog (1 s) says which hook of which backend hangs, with its stack
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site), "RLPROF_HOOK_TIMEOUT_S": "1"}})
     try:
         worker = ray.remote(ScriptedWorker)
