@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from .. import layout
+
 _ALWAYS_ALLOWED = ("/dev/", "/proc/", "/sys/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _active: list["Footprint"] = []
@@ -53,7 +55,9 @@ def _audit(event: str, args: tuple) -> None:
         return  # an already-open descriptor: its opening was seen (or predates the run)
     _in_hook.busy = True
     try:
-        absolute = os.path.abspath(os.fsdecode(path))
+        text = os.fsdecode(path)
+        # rlprof.layout acts relative to directory descriptors; it says which absolute path it means
+        absolute = (getattr(layout.AUDIT, "path", None) if not os.path.isabs(text) else None) or os.path.abspath(text)
         for footprint in _active:
             footprint._note_write(action, absolute)
     except Exception:  # an audit hook must never break the code it watches
