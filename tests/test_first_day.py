@@ -55,6 +55,7 @@ def assert_refused(proc, seconds: float, *phrases: str) -> None:
         (["--tool", "nope"], ["global_profiler.tool: got 'nope'", "Installed backends:"]),
         (["--ranks", "5"], ["ranks: got [5]", "outside a world of 2"]),
         (["--workers", "1", "--ranks", "1"], ["outside a world of 1"]),
+        (["--ranks", ""], ["nothing would be captured: no role is selected on any of the 2 worker ranks"]),
     ],
 )
 def test_impossible_runs_are_refused_before_ray_starts(tmp_path, args, phrases):

@@ -98,6 +98,9 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
         raise Refusal(f"invalid configuration: {exc}") from None
     found = Preflight(warnings=list(config.warnings), unavailable=dict(result.environment))
     tools = config.global_.tools
+    if config.enabled and not any(plan.active for plan in result.plans):
+        raise Refusal(f"nothing would be captured: no role is selected on any of the {workers} worker ranks "
+                      f"(0..{workers - 1}); set --ranks, or leave it out to profile every rank")
     if config.enabled and tools and all(t in found.unavailable for t in tools):
         reasons = "; and ".join(f"{t} cannot capture here ({'; '.join(found.unavailable[t])})" for t in tools)
         raise Refusal(f"nothing would be captured on this machine because {reasons}; "
