@@ -1,7 +1,7 @@
 """The ``torch`` backend: a torch.profiler Chrome trace per capture window, role regions as named ranges.
 
-What the hooks do (the core decides when a capture opens and closes; this module only follows
-``ctx.opens_capture``/``ctx.closes_capture``):
+What the hooks do (the core's capture state machine decides when a capture opens and closes, and
+never opens one inside another; this module only follows ``ctx.opens_capture``/``ctx.closes_capture``):
 
 * a hook with ``opens_capture`` starts a :class:`~rlprof_torch.session.TraceSession`; each step
   inside it is marked ``ProfilerStep#<step>`` (from ``start_step``, or from the ``start_role`` that
@@ -79,8 +79,6 @@ class TorchBackend:
 
     @hookimpl
     def step_boundary(self, ctx):
-        if ctx.iteration is not None:
-            return None  # an iteration inside a sampled region, not the end of the step
         if ctx.closes_capture:
             return self._close()
         if self._session is not None:
@@ -97,16 +95,6 @@ class TorchBackend:
     # ------------------------------------------------------------------ capture windows
 
     def _open(self, ctx) -> None:
-        if self._session is not None:
-            # The plan never opens a window inside another; if it happens anyway, do not leave the
-            # first profiler running (it would slow every later step): save it, then say so.
-            running = self._session
-            path = self._close()
-            raise RuntimeError(
-                f"torch backend: capture {ctx.capture.capture_id!r} opened while capture {running.capture_id!r} "
-                f"was still recording; one torch.profiler runs at a time per process. The earlier capture was "
-                f"stopped and saved to {path}"
-            )
         import torch
 
         contents = ctx.tool_config.get("contents", ())
