@@ -46,7 +46,7 @@ def assert_refused(proc, seconds: float, *phrases: str) -> None:
     [
         (["--workers", "0"], ["--workers: got 0; allowed: 1 or more"]),
         (["--workers", "-3"], ["--workers: got -3"]),
-        (["--steps", "0"], ["--steps: got 0", "steps count from 1"]),
+        (["--steps", "0"], ["global_profiler.steps: got [0]", "counted from 1"]),
         (["--steps", "5", "--train-steps", "3"], ["step 5 is after the last training step (3)", "--train-steps 5"]),
         (["--steps", "2,4", "--train-steps", "3"], ["step 4 is after the last training step (3)"]),
         (["--train-steps", "0"], ["--train-steps: got 0"]),
