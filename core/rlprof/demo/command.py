@@ -15,7 +15,6 @@ Exit status: 0 the run and every expected capture completed; 1 something failed 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,12 @@ from ..config import ROLE_PATHS, load_config
 from ..errors import ConfigError
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
-TRACE_SUFFIXES = (".json.gz", ".json")
-VIEWERS = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
+VIEWERS = (
+    ("traces (.pt.trace.json.gz):", (".json.gz", ".json"), "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+    ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
+    ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
+)
+"""(label, file name endings, viewer) for the hint after the report."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -120,7 +123,7 @@ def _run(opts: argparse.Namespace) -> int:
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     ok = _print_outcome(run) if config.enabled else run.ok
-    _print_files(run)
+    _print_viewers(run)
     seconds = time.perf_counter() - began
     if run.interrupted_at is not None:
         print(f"\nrlprof demo: interrupted at step {run.interrupted_at} after {seconds:.1f} s; "
@@ -151,21 +154,14 @@ def _print_outcome(run) -> bool:
     return outcome.ok
 
 
-def _print_files(run) -> None:
-    paths = sorted({run.run_dir / a["path"] for a in run.artifacts})
-    traces = [p for p in paths if p.name.endswith(TRACE_SUFFIXES)]
-    others = [p for p in paths if p not in traces]
-    if traces:
-        print(f"\ntraces to open in {VIEWERS}:")
-        print("\n".join(f"  {_shown(p)}" for p in traces))
-    if others:
-        print("\nother artifacts:")
-        print("\n".join(f"  {_shown(p)}" for p in others))
-
-
-def _shown(path: Path) -> str:
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else str(path)
+def _print_viewers(run) -> None:
+    """Where to open what the run wrote (the report above lists the files themselves)."""
+    names = {Path(a["path"]).name for a in run.artifacts}
+    hints = [f"{label} open in {viewer}" for label, suffixes, viewer in VIEWERS
+             if any(name.endswith(suffixes) for name in names)]
+    if hints:
+        print()
+        print("\n".join(hints))
 
 
 def _ints(text: str, flag: str) -> list[int]:
