@@ -64,15 +64,15 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
                         group="actor_rollout_ref") for rank in range(workers)]
     options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
     started_here = not ray.is_initialized()
-    if started_here:
-        began = time.perf_counter()
-        start_ray(num_cpus=2)
-        say(f"ray started in {time.perf_counter() - began:.1f} s")
     try:
+        if started_here:
+            began = time.perf_counter()
+            start_ray(num_cpus=2)
+            say(f"ray started in {time.perf_counter() - began:.1f} s")
         return _train(controller, specs, options, train_steps, sizes, timeout_s, say)
     finally:
         if started_here:
-            ray.shutdown()
+            ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
 
 
 RAY_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
