@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..config import ProfilerConfig
+from ..config import ROLE_PATHS, ProfilerConfig
 from ..errors import ConfigError
 
 HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
@@ -93,7 +93,7 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
         result = check_config(config, world_size=workers, roles=roles)
     except ConfigError as exc:
         raise Refusal(f"invalid configuration: {exc}") from None
-    found = Preflight(warnings=list(config.warnings), unavailable=dict(result.environment))
+    found = Preflight(warnings=once_per_role(config.warnings), unavailable=dict(result.environment))
     tools = config.global_.tools
     if config.enabled and not any(plan.active for plan in result.plans):
         raise Refusal(f"nothing would be captured: no role is selected on any of the {workers} worker ranks "
@@ -106,6 +106,28 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
         for problem in found.unavailable.get(tool, ()):
             found.warnings.append(f"{tool} will capture nothing on this machine: {problem}")
     return found
+
+
+def once_per_role(warnings: Sequence[str]) -> list[str]:
+    """The same warning about several roles' sections said once: the demo writes one section per
+    role from the same flags, so ``actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ...``."""
+    groups: dict[str, list[str]] = {}
+    for warning in warnings:
+        path = next((p for p in ROLE_PATHS.values() if warning.startswith(p + ".")), "")
+        groups.setdefault(warning[len(path):], []).append(path)
+    out = []
+    for rest, paths in groups.items():
+        if len(paths) == 1 or "" in paths:
+            out.extend(path + rest for path in paths)
+            continue
+        parts = [path.split(".") for path in paths]
+        common = 0
+        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+            common += 1
+        head = ".".join(parts[0][:common])
+        tails = ",".join(".".join(p[common:]) for p in parts)
+        out.append(f"{head + '.' if head else ''}{{{tails}}}{rest}")
+    return out
 
 
 def _listed(values: Sequence[int]) -> str:
