@@ -146,3 +146,8 @@ def test_the_torch_backend_keeps_kinetos_console_lines_out_of_the_training_outpu
     assert "profiler_start" not in quiet and "USDT" not in quiet
     assert "profiler_start" in stderr_of(KINETO_LOG_LEVEL="4")  # the user's own choice wins
     assert len(list((tmp_path / "p").rglob("*.pt.trace.json.gz"))) == 4  # 2 runs x 2 steps: the traces still come
+
+
+def test_demo_help_is_plain_text(tmp_path):
+    proc, _ = rlprof("demo", "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "``" not in proc.stdout and "exit status: 0" in proc.stdout

@@ -33,7 +33,13 @@ VIEWERS = (
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlprof demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="rlprof demo",
+        description="A small GRPO-shaped training on a local Ray cluster (each worker one rank hosting actor, "
+                    "rollout and ref), profiled, then its report and verdict. Impossible runs are refused before "
+                    "Ray starts; Ctrl-C prints the partial report.",
+        epilog="exit status: 0 every expected capture made; 1 something failed or is missing; 2 bad flags or "
+               "configuration, or nothing asked for can be captured on this machine; 130 interrupted")
     p.add_argument("--tool", default="torch", help="backend name or comma list (default: torch)")
     p.add_argument("--steps", default="1,2", help="profiled steps, comma list (default: 1,2)")
     p.add_argument("--train-steps", type=int, default=None, help="training steps to run (default: last profiled step + 1)")
