@@ -151,3 +151,18 @@ def test_the_torch_backend_keeps_kinetos_console_lines_out_of_the_training_outpu
 def test_demo_help_is_plain_text(tmp_path):
     proc, _ = rlprof("demo", "--help", cwd=tmp_path)
     assert proc.returncode == 0 and "``" not in proc.stdout and "exit status: 0" in proc.stdout
+
+
+def test_verl_torch_keys_rlprof_ignores_are_said_when_set(tmp_path):
+    """Older verl's tool_config.torch.step_start/step_end/manual_save do nothing in rlprof: set to
+    anything but verl's defaults, `rlprof check` says so (once) and what to use instead."""
+    pytest.importorskip("rlprof_torch")
+    base = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
+            "actor_rollout_ref.actor.profiler.all_ranks=true"]
+    proc, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=2",
+                     "actor_rollout_ref.actor.profiler.tool_config.torch.step_end=4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "is ignored" in line]
+    assert len(said) == 2 and all("profiler.schedule" in line for line in said), proc.stderr
+    quiet, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=-1", cwd=tmp_path)
+    assert "is ignored" not in quiet.stderr  # verl's default means "not set"
