@@ -136,8 +136,9 @@ def _run(opts: argparse.Namespace) -> int:
               f"the report above covers what was captured until then")
         return EXIT_INTERRUPTED
     print(f"\nrlprof demo: {'ok' if ok and run.ok else 'FAILED'} in {seconds:.1f} s")
-    for failure in run.failures:
-        print(f"  {failure}")
+    if not config.enabled:  # otherwise the verdict above listed them (the controller records each one)
+        for failure in run.failures:
+            print(f"  {failure}")
     if run.failures and run.logs_dir:
         print(f"  the workers' own output (stdout/stderr) is in Ray's log directory: {run.logs_dir}")
     return EXIT_OK if ok and run.ok else EXIT_FAILED
