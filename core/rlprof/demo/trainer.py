@@ -131,7 +131,7 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
             _train_step(controller, phase, step, sizes, prompts_source, say)
     except TrainingFailed as exc:
         run.failures.append(str(exc))
-        say(f"training stopped: {exc}")
+        say(f"training stopped at step {step}: a worker call failed (each failure is listed below)")
     except KeyboardInterrupt:
         # Ray blocks SIGINT in its own processes: the workers are alive and still hold open captures.
         run.interrupted_at = step
