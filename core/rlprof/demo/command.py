@@ -132,7 +132,8 @@ def _run(opts: argparse.Namespace) -> int:
     _print_viewers(run)
     seconds = time.perf_counter() - began
     if run.interrupted_at is not None:
-        print(f"\nrlprof demo: interrupted at step {run.interrupted_at} after {seconds:.1f} s; "
+        where = f"at step {run.interrupted_at}" if run.interrupted_at else "before the first step"
+        print(f"\nrlprof demo: interrupted {where} after {seconds:.1f} s; "
               f"the report above covers what was captured until then")
         return EXIT_INTERRUPTED
     print(f"\nrlprof demo: {'ok' if ok and run.ok else 'FAILED'} in {seconds:.1f} s")

@@ -131,11 +131,13 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
             _train_step(controller, phase, step, sizes, prompts_source, say)
     except TrainingFailed as exc:
         run.failures.append(str(exc))
-        say(f"training stopped at step {step}: a worker call failed (each failure is listed below)")
+        where = f"at step {step}" if step else "before the first step"
+        say(f"training stopped {where}: a worker call failed (each failure is listed below)")
     except KeyboardInterrupt:
         # Ray blocks SIGINT in its own processes: the workers are alive and still hold open captures.
         run.interrupted_at = step
-        say(f"interrupted at step {step}: finalizing what was captured so far (Ctrl-C again quits at once)")
+        where = f"at step {step}" if step else "before the first step"
+        say(f"interrupted {where}: finalizing what was captured so far (Ctrl-C again quits at once)")
     final = controller.finalize(reason="interrupted" if run.interrupted_at is not None else "end")
     run.failures.extend(str(f) for f in final.failures)
     for records in final.results.values():
