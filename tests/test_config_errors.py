@@ -49,7 +49,7 @@ def test_bad_ranks_type():
 
 
 def test_bad_steps_and_bools():
-    assert "global_profiler.steps: got 'all' (str); allowed: a list of non-negative step numbers" in err(["global_profiler.steps=all"])
+    assert "global_profiler.steps: got 'all' (str); allowed: a list of step numbers counted from 1" in err(["global_profiler.steps=all"])
     assert "global_profiler.steps: got [1, 1] (list); allowed: each step at most once" in err(["global_profiler.steps=[1,1]"])
     assert "actor_rollout_ref.actor.profiler.enable: got 'maybe' (str); allowed: true or false" in err(["actor_rollout_ref.actor.profiler.enable=maybe"])
 
