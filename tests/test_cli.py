@@ -40,7 +40,8 @@ def test_backends_lists_name_distribution_version_hooks_and_import_errors(test_b
     infos = {i["name"]: i for i in json.loads(proc.stdout)}
     rec = infos["recorder"]
     assert (rec["distribution"], rec["version"], rec["imports"]) == ("rlprof-test-backends", "0.0.1", True)
-    assert rec["hooks"] == ["validate_tool_config", "start_step", "start_role", "stop_role", "step_boundary", "finalize"]
+    assert rec["hooks"] == ["validate_tool_config", "start_step", "start_role", "iteration_boundary", "stop_role",
+                            "step_boundary", "finalize"]
     assert infos["broken"]["imports"] is False
     assert "No module named 'rlprof_this_module_does_not_exist'" in infos["broken"]["error"]
     text = cli("backends", site=test_backends).stdout

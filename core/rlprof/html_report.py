@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .anatomy import Anatomy
-from .report import RunReport, size_text, verdict_lines
+from .runs import RunReport, size_text
+from .verdict import verdict_lines
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")

@@ -68,8 +68,12 @@ class RecordingBackend:
             return self._close("stop_role", ctx)
 
     @hookimpl
+    def iteration_boundary(self, ctx):
+        self._note("iteration_boundary", ctx, region=ctx.region, iteration=ctx.iteration)
+
+    @hookimpl
     def step_boundary(self, ctx):
-        self._note("step_boundary", ctx, closes=ctx.closes_capture, iteration=ctx.iteration)
+        self._note("step_boundary", ctx, closes=ctx.closes_capture, late=not ctx.ends_step)
         if ctx.closes_capture:
             return self._close("step_boundary", ctx)
 
@@ -90,10 +94,15 @@ class RecordingBackend:
         return [path]
 
     def sequence(self) -> list[str]:
-        """Compact view: ``start_step:1+``, ``start_role:actor_update+``, ``stop_role:actor_update-``..."""
+        """Compact view: ``start_step:1+``, ``start_role:actor_update+``, ``iteration_boundary:actor_update#1``,
+        ``stop_role:actor_update-``, ``step_boundary:3-(late)``... (``+`` opens a capture, ``-`` closes one,
+        ``(late)``: a close after the step already ended)."""
         out = []
         for hook, f in self.calls:
-            label = f.get("region") or (f"it{f['iteration']}" if f.get("iteration") is not None else f.get("step"))
+            label = f.get("region") or f.get("step")
+            if f.get("iteration") is not None:
+                label = f"{label}#{f['iteration']}"
             mark = "+" if f.get("opens") else "-" if f.get("closes") else ""
-            out.append(f"{hook}:{label}{mark}")
+            late = "(late)" if f.get("late") else ""
+            out.append(f"{hook}:{label}{mark}{late}")
         return out
