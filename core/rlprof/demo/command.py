@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import ROLE_PATHS, load_config
+from ..config import load_config
 from ..errors import ConfigError
+from ..roles import nest_profiler
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
 VIEWERS = (
@@ -70,10 +71,7 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
                             "steps": _ints(opts.steps, "--steps"), "save_path": opts.save_path},
     }
     for name in ("actor", "rollout", "ref"):
-        section = config
-        for key in ROLE_PATHS[name].split("."):
-            section = section.setdefault(key, {})
-        section["profiler"] = dict(role)
+        nest_profiler(config, name, dict(role))
     return config
 
 
