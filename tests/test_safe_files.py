@@ -297,3 +297,27 @@ def test_check_save_path_read_only_file_system(tmp_path):
     if result.returncode != 0:
         pytest.skip(f"cannot mount here: {result.stderr.strip()[-200:]}")
     assert result.stdout.strip() == f"{mnt} is on a read-only file system"
+
+
+def test_ranks_creating_the_same_directories_at_once_do_not_fail(save_path):
+    """Every rank of a node creates <run>/step1/... at the same moment; nobody's mkdir may fail."""
+    import threading
+
+    run = save_path / "run"
+    failures = []
+
+    def rank(r):
+        try:
+            for step in range(1, 20):
+                with open_file(run / f"step{step}" / f"rank{r}-h-1" / "torch" / "t.json", run) as handle:
+                    handle.write(str(r))
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            failures.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(list(run.rglob("t.json"))) == 8 * 19

@@ -91,7 +91,9 @@ class UnsafePathError(OSError):
     file/directory where one is needed). rlprof refuses to write there rather than follow it."""
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; absent on Windows, where rlprof does not run training
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
 _FILE_FLAGS = {
     "w": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
     "wb": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
@@ -134,8 +136,7 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
     try:
         try:
             # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
-            fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666,
-                         dir_fd=dir_fd)
+            fd = os.open(path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(path.name, dir_fd)):
                 raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
@@ -175,17 +176,20 @@ def _open_dir_chain(path: Path, root: Path) -> int:
     if os.fspath(root) == os.sep:
         raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", str(root))
     os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
-    fd = os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(root.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
     current = root.parent
     try:
         for name in (root.name, *path.relative_to(root).parts):
             current = current / name
             try:
-                os.mkdir(name, 0o777, dir_fd=fd)
-            except FileExistsError:
-                pass
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(name, 0o777, dir_fd=fd)  # never follows a link at ``name``: EEXIST
+                    except FileExistsError:
+                        pass  # created meanwhile (another rank), or a link: the open below tells
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     what = "a symbolic link" if _is_link(name, fd) else "not a directory"
@@ -217,7 +221,10 @@ def check_save_path(save_path: object) -> str | None:
         return "it is empty"
     if "\0" in text:
         return "it contains a NUL byte, which no file system allows in a path"
-    path = Path(os.path.abspath(text))
+    try:
+        path = Path(os.path.abspath(text))
+    except OSError as exc:  # a relative path while the working directory was removed
+        return f"it is relative and the working directory cannot be found: {exc.strerror}"
     name_max, path_max = _limits(path)
     for part in path.parts:
         if len(os.fsencode(part)) > name_max:

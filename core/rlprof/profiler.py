@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .config import ProfilerConfig, load_config
 from .context import RunInfo
-from .errors import ConfigError
 from .layout import hostname, new_run_id, safe_name
 from .plan import ProcessPlan, resolve_plan
 
@@ -179,7 +178,9 @@ class Profiler:
         self._finish = FinishHook.for_process(self.config, self.plan, self.run)
         self._session = None
         if self.plan.active:
-            _check_save_path(g.save_path)
+            from .checking import require_usable_save_path
+
+            require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, before any write
             from .session import join
 
             self._session = join(self, backends)
@@ -324,14 +325,3 @@ class Profiler:
             session.exit(region, error)
 
 
-def _check_save_path(save_path: Any) -> None:
-    """``global_profiler.save_path`` must be usable before anything is written (:func:`rlprof.layout.check_save_path`)."""
-    from . import layout
-
-    check = getattr(layout, "check_save_path", None)
-    if check is None:  # until rlprof.layout gains check_save_path (issue 13)
-        return
-    reason = check(save_path)
-    if reason:
-        raise ConfigError(f"global_profiler.save_path: got {save_path!r}; it cannot be used: {reason}; allowed: a "
-                          "directory this process can create and write", key="global_profiler.save_path")

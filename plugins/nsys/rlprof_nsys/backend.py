@@ -65,10 +65,6 @@ class NsysBackend:
     def check_environment(self) -> list[str]:
         problems = []
         try:
-            import nvtx  # noqa: F401
-        except ImportError as exc:
-            problems.append(f"the nvtx package cannot be imported ({exc}): no NVTX ranges; pip install nvtx")
-        try:
             cuda = cuda_problem()
         except Exception as exc:  # a broken torch must not break `rlprof backends`
             cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"

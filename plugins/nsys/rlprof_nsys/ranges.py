@@ -12,9 +12,10 @@ Process ranges are closed by id from any thread. The nesting is kept here instea
 the open ranges as a stack and always ends them innermost first, so a region left open by an
 exception or a missed hook still closes before its step does.
 
-Without an NVTX tool attached (no nsys, no injection library), the ``nvtx`` package hands out a
-dummy domain and every call below costs a method call. Without the ``nvtx`` package at all, ranges
-are skipped with one warning.
+The calls go straight to the NVTX tool through :mod:`rlprof_nsys.nvtx_client` (plain NVTX v3
+domain ranges with ASCII messages, the form every Nsight Systems from 2022.4 on records; the ``nvtx``
+package's ranges are invisible to the older ones). Without a tool attached (no nsys, no injection
+library) every call below is one attribute check.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import logging
 import threading
 import zlib
 from typing import Any
+
+from . import nvtx_client
 
 log = logging.getLogger("rlprof")
 
@@ -51,28 +54,41 @@ class RangeStack:
     """The open NVTX ranges of one backend instance, innermost last."""
 
     def __init__(self) -> None:
-        self._domain: Any = None
+        self._tool: Any = None
+        self._domain: int | None = None
+        self._categories: dict[str, int] = {}
+        self._messages: dict[str, bytes] = {}
         self._open: list[tuple[str, str, int]] = []
         """(kind, name, range id) per open range; kind is ``step`` or ``region``."""
         self._lock = threading.Lock()
 
     def _nvtx(self) -> Any:
-        """The ``rlprof`` domain, created on first use: NVTX loads its tool (nsys' injection library)
-        at that moment, so importing this module never does."""
-        if self._domain is None:
-            try:
-                import nvtx
-            except ImportError as exc:
-                log.warning("rlprof nsys: the nvtx package cannot be imported (%s); no NVTX ranges will be emitted", exc)
-                self._domain = False
-            else:
-                self._domain = nvtx.get_domain(DOMAIN)
-        return self._domain
+        """The process's NVTX tool, with the ``rlprof`` domain created on first use: NVTX loads its
+        tool (nsys' injection library) at that moment, so importing this module never does."""
+        if self._tool is None:
+            tool = nvtx_client.tool()
+            self._domain = tool.domain(DOMAIN)
+            self._tool = tool
+        return self._tool
+
+    def _message(self, text: str) -> bytes:
+        message = self._messages.get(text)
+        if message is None:
+            message = self._messages[text] = nvtx_client.ascii_text(text)
+        return message
+
+    def _category(self, tool: Any, name: str) -> int:
+        """The category id of ``name`` (a role) in the ``rlprof`` domain, named at first use."""
+        category = self._categories.get(name)
+        if category is None:
+            category = self._categories[name] = len(self._categories) + 1
+            tool.name_category(self._domain, category, name)
+        return category
 
     def open(self, kind: str, name: str, color: int, category: str) -> None:
         """Start a range ``name`` nested in whatever is open."""
-        domain = self._nvtx()
-        range_id = domain.start_range(message=name, color=color, category=category) if domain else 0
+        tool = self._nvtx()
+        range_id = tool.range_start(self._domain, self._message(name), color, self._category(tool, category)) if tool.attached else 0
         with self._lock:
             self._open.append((kind, name, range_id))
 
@@ -103,11 +119,10 @@ class RangeStack:
     def mark(self, message: str, payload: int | None = None) -> None:
         """An instant event in the ``rlprof`` domain (capture boundaries, sampled iterations).
 
-        Varying numbers go in ``payload``, not in the message: nvtx registers (and caches) every
-        distinct message, so ``"actor_update iteration"`` + payload 417 stays one string."""
-        domain = self._nvtx()
-        if domain:
-            domain.mark(message=message, color=MARK_COLOR, payload=payload)
+        Varying numbers go in ``payload``, not in the message, so ``"actor_update iteration"`` stays
+        one string in the report whatever the iteration."""
+        tool = self._nvtx()
+        tool.mark(self._domain, self._message(message), MARK_COLOR, payload)
 
     @property
     def names(self) -> list[str]:
@@ -116,6 +131,4 @@ class RangeStack:
             return [name for _, name, _ in self._open]
 
     def _end(self, range_id: int) -> None:
-        domain = self._nvtx()
-        if domain:
-            domain.end_range(range_id)
+        self._nvtx().range_end(self._domain, range_id)

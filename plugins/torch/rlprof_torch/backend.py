@@ -33,7 +33,6 @@ class TorchBackend:
         self._session: TraceSession | None = None
         self._ranges: dict[str, list] = {}
         """Open ``record_function`` ranges per region name, innermost last (a region may nest in itself)."""
-        self._told_no_cuda = False
 
     # ------------------------------------------------------------------ hooks
 
@@ -100,11 +99,7 @@ class TorchBackend:
 
         contents = ctx.tool_config.get("contents", ())
         cuda_available = torch.cuda.is_available()
-        # Only an explicit 'cuda' deserves the notice: an empty contents means "whatever is there".
-        if "cuda" in contents and not cuda_available and not self._told_no_cuda:
-            self._told_no_cuda = True
-            log.warning("rlprof torch backend: contents asks for 'cuda' but torch.cuda.is_available() is False; "
-                        "tracing CPU activity only")
+        # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
         session = TraceSession(
             ctx.capture.capture_id, ctx.run, ctx.output_dir(), options.profile_arguments(contents, cuda_available)
         )
