@@ -30,7 +30,7 @@ from rlprof import hookimpl
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
 from .reports import reports_of, running_under_nsys
-from .windows import CaptureWindows, cuda_problem
+from .windows import CaptureWindows, NvtxWindowRange, cuda_problem
 
 log = logging.getLogger("rlprof")
 
@@ -68,7 +68,7 @@ class NsysBackend:
         except Exception as exc:  # a broken torch must not break `rlprof backends`
             cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"
         if cuda:
-            problems.append(cuda)
+            problems.append(cuda + " (unless global_tool_config.nsys.capture_range is nvtx)")
         nsys = None if running_under_nsys() else launch.nsys_problem()
         if nsys:
             problems.append(nsys)
@@ -136,6 +136,8 @@ class NsysBackend:
 
     def _open_window(self, ctx, region: str | None) -> None:
         capture = ctx.capture
+        if ctx.tool_config.get(options.RANGE) == options.NVTX:
+            self.windows.use(NvtxWindowRange(self.ranges))
         window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)
         self.ranges.mark(f"capture {window.capture_id} start")
 
