@@ -30,7 +30,7 @@ from rlprof import hookimpl
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
 from .reports import reports_of, running_under_nsys
-from .windows import CaptureWindows, NvtxWindowRange, cuda_problem
+from .windows import CaptureWindows, NvtxWindowRange
 
 log = logging.getLogger("rlprof")
 
@@ -62,13 +62,9 @@ class NsysBackend:
 
     @hookimpl
     def check_environment(self) -> list[str]:
+        # No CUDA is not a problem here: with capture_range nvtx windows need none, and with
+        # cudaProfilerApi the first window says so (this hook cannot see the tool_config).
         problems = []
-        try:
-            cuda = cuda_problem()
-        except Exception as exc:  # a broken torch must not break `rlprof backends`
-            cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"
-        if cuda:
-            problems.append(cuda + " (unless global_tool_config.nsys.capture_range is nvtx)")
         nsys = None if running_under_nsys() else launch.nsys_problem()
         if nsys:
             problems.append(nsys)
@@ -129,7 +125,7 @@ class NsysBackend:
                 log.error("rlprof nsys: %s", problem)
         return launch.worker_runtime_env(
             ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
-            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}",
+            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,
         )
 
     # ------------------------------------------------------------------ windows

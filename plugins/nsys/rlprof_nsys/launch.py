@@ -93,7 +93,7 @@ def worker_nsight_options(tool_config: Mapping[str, Any], expected_captures: int
 
 
 def worker_runtime_env(tool_config: Mapping[str, Any], *, captures: bool, expected_captures: int | None,
-                       who: str = "worker") -> dict[str, Any] | None:
+                       who: str = "worker", rank: int | None = None) -> dict[str, Any] | None:
     """``{"nsight": {...}, "env_vars": {"RLPROF_NSYS_WORKER": "1", "PATH": ...}}`` for a worker that opens
     capture windows (the variable tells the worker its reports will come, see rlprof_nsys.relocation;
     PATH makes Ray's bare ``python`` this interpreter); None for one that opens none (it then runs
@@ -103,7 +103,17 @@ def worker_runtime_env(tool_config: Mapping[str, Any], *, captures: bool, expect
     options, warnings = worker_nsight_options(tool_config, expected_captures)
     for warning in warnings:
         log.warning("rlprof nsys (%s): %s", who, warning)
-    return {"nsight": options, "env_vars": {UNDER_NSYS_ENV: "1", "PATH": interpreter_path()}}
+    env_vars = {UNDER_NSYS_ENV: "1", "PATH": interpreter_path()}
+    if rank is not None:
+        env_vars[RANK_ENV] = str(rank)
+    return {"nsight": options, "env_vars": env_vars}
+
+
+RANK_ENV = "RLPROF_NSYS_RANK"
+"""The worker's rank, in its runtime_env: it makes each profiled worker's runtime_env unique. Ray
+otherwise hands the second identical runtime_env to the worker process it is still starting for the
+first; under nsys that process (``nsys profile``) never registers itself (its child, the real worker,
+does), so the second worker waits for Ray's 60-second registration timeout."""
 
 
 def interpreter_path() -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,17 +152,3 @@ def _cuda_driver() -> Any:
         )
         return False
     return CudaProfilerApi(torch)
-
-
-def cuda_problem() -> str | None:
-    """Why windows would be skipped here (for ``check_environment``), or None. Imports torch only
-    when it is installed; never initialises a CUDA context."""
-    import importlib.util
-
-    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        return "torch is not installed: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
-    import torch
-
-    if not torch.cuda.is_available():
-        return "no CUDA device: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
-    return None

@@ -89,7 +89,8 @@ def test_worker_runtime_env_keeps_the_users_options_and_sets_the_capture():
     env = runtime_env({"worker_nsight_options": {"trace": "cuda,nvtx", "cuda-memory-usage": "true"}})
     assert env == {"nsight": {"trace": "cuda,nvtx", "cuda-memory-usage": "true", "capture-range": "cudaProfilerApi",
                               "capture-range-end": "repeat-shutdown:3", "kill": "none"},
-                   "env_vars": {"RLPROF_NSYS_WORKER": "1", "PATH": os.path.dirname(sys.executable) + ":${PATH}"}}
+                   "env_vars": {"RLPROF_NSYS_WORKER": "1", "PATH": os.path.dirname(sys.executable) + ":${PATH}",
+                                "RLPROF_NSYS_RANK": "0"}}  # unique per worker: Ray would queue identical ones
     assert runtime_env({}, captures=False) is None
 
 
