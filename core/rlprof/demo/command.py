@@ -70,6 +70,9 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         "global_profiler": {"tool": [t.strip() for t in opts.tool.split(",") if t.strip()],
                             "steps": _ints(opts.steps, "--steps"), "save_path": opts.save_path},
     }
+    if "nsys" in config["global_profiler"]["tool"]:
+        # A CPU demo: capture windows as NVTX ranges (no CUDA needed); reports moved into save_path.
+        config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
     for name in ("actor", "rollout", "ref"):
         nest_profiler(config, name, dict(role))
     return config
