@@ -44,7 +44,7 @@ class WorkerPool:
 @pytest.fixture(scope="module")
 def pool(test_backends_site):
     # the 'recorder' test backend (a real distribution with entry points) is visible to every worker
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site)}})
     yield WorkerPool()
     ray.shutdown()
@@ -183,8 +183,8 @@ def test_hung_worker_times_out_without_hanging_the_controller(pool, tmp_path):
     final = controller.finalize()
     assert time.perf_counter() - began < 10
     assert [(f.worker, f.kind, f.call) for f in boundary.failures] == [("workers/rank1", "timeout", "step_boundary")]
-    assert [(f.worker, f.kind, f.call) for f in final.failures] == [("workers/rank1", "timeout", "finalize")]
+    assert final.failures == [] and final.skipped == ["workers/rank1"]  # not waited for a second time
     assert [a["steps"] for a in final.results["workers/rank0"]] == [[1]]
     pool.discard(hung)
     [report] = build_reports([tmp_path])
-    assert [f["kind"] for f in report.worker_failures] == ["timeout", "timeout"]
+    assert [f["kind"] for f in report.worker_failures] == ["timeout"]

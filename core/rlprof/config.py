@@ -13,26 +13,15 @@ key is a :class:`ConfigError` with a did-you-mean.
 from __future__ import annotations
 
 import difflib
-import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import ConfigError, describe, did_you_mean, fail, unknown_key
+from .errors import ConfigError, did_you_mean, fail, unknown_key
+from .legacy import migrate, to_verl_layout
+from .limits import check_tree
+from .roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from .schedule import Schedule, parse_schedule, token_window
-
-ROLES = ("actor", "rollout", "ref", "critic", "reward")
-"""Roles in canonical order (the first selected hosted role owns an end-to-end capture's tool_config)."""
-
-ROLE_PATHS = {
-    "actor": "actor_rollout_ref.actor",
-    "rollout": "actor_rollout_ref.rollout",
-    "ref": "actor_rollout_ref.ref",
-    "critic": "critic",
-    "reward": "reward_model",
-}
-FOLLOWS_ACTOR = ("rollout", "ref")
-"""Roles whose ``profiler`` section, when absent, is the actor's (verl's rule)."""
+from .values import DEFAULT_SAVE_PATH, parse_bool, parse_ranks, parse_save_path, parse_steps, parse_tools
 
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 """Tool names verl's config defines sections for; their sections are never "unknown"."""
@@ -49,7 +38,18 @@ ROLE_KEYS = {
 CORE_TOOL_KEYS = ("_target_", "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns; backends never see them."""
 
-DEFAULT_SAVE_PATH = "outputs/profile"
+VERL_TOOL_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "nsys": {"discrete": False},
+    "npu": {"contents": [], "level": "level0", "analysis": True, "discrete": False},
+    "torch": {"contents": [], "discrete": False, "schedule": {"skip_first": 0, "wait": 0, "warmup": 0, "active": 0, "repeat": 0}},
+    "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32, "memory_snapshot_num_steps": 1,
+                     "context": "all", "stacks": "all", "kw_args": {}},
+    "precision_debugger": {"config_path": None, "steps": None, "stages": None, "strict": False},
+}
+"""The values verl 0.9.1's generated trainer config writes into every tool section. A section of a
+tool that is not selected warns only about values that differ from these (verl writes a section for
+every tool into every role; that is not the user asking for anything)."""
+_VERL_BOOKKEEPING = ("_target_", "name", "controller_nsight_options", "worker_nsight_options")
 
 
 @dataclass(frozen=True)
@@ -137,50 +137,15 @@ def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerCo
         return reloaded.with_overrides(caller_steps=source.global_.caller_steps)
     from omegaconf import OmegaConf  # imported here: keeps ``import rlprof`` light
 
-    root = _to_omegaconf(source, OmegaConf)
-    overrides = [o for o in overrides if o]
-    if overrides:
-        cleaned = []
-        for item in overrides:
-            if "=" not in item:
-                raise ConfigError(f"override {item!r}: expected key=value, e.g. global_profiler.steps=[1,2]", key=item)
-            cleaned.append(item.lstrip("+"))
-        try:
-            root = OmegaConf.merge(root, OmegaConf.from_dotlist(cleaned))
-        except Exception as exc:  # omegaconf's grammar errors
-            raise ConfigError(f"overrides {cleaned}: {exc}") from exc
-    raw = _relevant_sections(root, OmegaConf)
-    from .legacy import migrate
+    from .sources import apply_overrides, read_source
 
+    if isinstance(overrides, (str, bytes)):
+        overrides = [overrides]
+    root = apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf)
+    raw = _relevant_sections(root, OmegaConf)
+    check_tree(raw, "")
     raw, warnings = migrate(raw)
     return parse(raw, warnings=warnings)
-
-
-def _to_omegaconf(source: Any, OmegaConf):
-    if source is None:
-        return OmegaConf.create({})
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r}: not found (give a YAML file or key=value overrides)")
-        try:
-            loaded = OmegaConf.load(path)
-        except Exception as exc:
-            raise ConfigError(f"config file {str(path)!r}: cannot be read as YAML: {exc}") from exc
-        return loaded
-    if OmegaConf.is_config(source):
-        return source
-    if isinstance(source, Mapping):
-        return OmegaConf.create(_plain(source))
-    raise ConfigError(f"config: got {describe(source)}; allowed: a YAML path, a mapping or an OmegaConf DictConfig")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 _LEGACY_SELECTIONS = (
@@ -195,33 +160,38 @@ _LEGACY_ROLE_KEYS = ("profile_ranks", "profile_ranks_all", "profile_discrete")
 
 
 def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
-    """Pull the profiler sections out of a whole trainer config, interpolations resolved."""
+    """Pull the profiler sections out of a whole trainer config, interpolations resolved.
 
-    def select(path: str) -> Any:
+    Every read of the tree is guarded: an interpolation that cannot be resolved (``critic: ${nope}``),
+    a malformed one (``${}``) or a self-reference is a ConfigError naming the key path it was read at.
+    """
+
+    def select(path: str, *, resolve: bool = True) -> Any:
         try:
             node = OmegaConf.select(root, path, default=_ABSENT, throw_on_missing=False)
             if node is _ABSENT:
                 return _ABSENT
             if OmegaConf.is_config(node):
-                return OmegaConf.to_container(node, resolve=True)
+                return OmegaConf.to_container(node, resolve=resolve) if resolve else node
             return node
-        except Exception as exc:
-            raise ConfigError(f"{path}: cannot be resolved: {exc}", key=path) from exc
+        except Exception as exc:  # omegaconf's interpolation/grammar errors, RecursionError of a cycle
+            raise ConfigError(f"{path}: cannot be resolved: {_first_line(exc)}; allowed: values or interpolations "
+                              "(${...}) that point at existing keys", key=path) from None
 
     raw: dict[str, Any] = {}
-    keys = list(root.keys()) if OmegaConf.is_dict(root) else []
-    for key in keys:
-        if key not in ("global_profiler",) and difflib.get_close_matches(key, ["global_profiler"], n=1, cutoff=0.85):
+    for key in _keys(root, "", OmegaConf):
+        if isinstance(key, str) and key != "global_profiler" and difflib.get_close_matches(key, ["global_profiler"], n=1, cutoff=0.85):
             raise ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key)
     value = select("global_profiler")
     if value is not _ABSENT:
         raw["global_profiler"] = value
     for role, path in ROLE_PATHS.items():
-        section = OmegaConf.select(root, path, default=None, throw_on_missing=False)
-        if section is None or not OmegaConf.is_dict(section):
+        section = select(path, resolve=False)
+        if section is _ABSENT or not OmegaConf.is_dict(section):
             continue
-        for key in section.keys():
-            if key != "profiler" and key not in _LEGACY_ROLE_KEYS and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85):
+        for key in _keys(section, path, OmegaConf):
+            if (isinstance(key, str) and key != "profiler" and key not in _LEGACY_ROLE_KEYS
+                    and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85)):
                 raise ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}")
         entry: dict[str, Any] = {}
         prof = select(f"{path}.profiler")
@@ -241,6 +211,19 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
         if legacy is not _ABSENT:
             raw.setdefault("legacy", {})[path] = legacy
     return raw
+
+
+def _keys(node, path: str, OmegaConf) -> list[Any]:
+    """The keys of a DictConfig node, or [] for anything else (a list, a scalar, an interpolation)."""
+    try:
+        return list(node.keys()) if OmegaConf.is_dict(node) else []
+    except Exception as exc:
+        raise ConfigError(f"{path or 'config'}: cannot be read: {_first_line(exc)}", key=path or None) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 class _Absent:
@@ -263,14 +246,10 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
     for key in g_raw:
         if key not in GLOBAL_KEYS:
             raise unknown_key("global_profiler", key, GLOBAL_KEYS)
-    tools = _parse_tools(g_raw.get("tool"))
-    steps = _parse_steps(g_raw.get("steps"))
-    save_path = g_raw.get("save_path", DEFAULT_SAVE_PATH)
-    if save_path is None:
-        save_path = DEFAULT_SAVE_PATH
-    if not isinstance(save_path, (str, os.PathLike)) or not str(save_path):
-        raise fail("global_profiler.save_path", save_path, "a directory path (string)")
-    continuous = _bool(g_raw, "profile_continuous_steps", "global_profiler")
+    tools = parse_tools(g_raw.get("tool"), "global_profiler.tool")
+    steps = parse_steps(g_raw.get("steps"), "global_profiler.steps")
+    save_path = parse_save_path(g_raw.get("save_path"))
+    continuous = parse_bool(g_raw, "profile_continuous_steps", "global_profiler")
     gtc = g_raw.get("global_tool_config") or {}
     if not isinstance(gtc, Mapping):
         raise fail("global_profiler.global_tool_config", gtc, "a mapping from tool name to its settings")
@@ -280,20 +259,21 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
             raise unknown_key("global_profiler.global_tool_config", name, known_tools)
         if section is not None and not isinstance(section, Mapping):
             raise fail(f"global_profiler.global_tool_config.{name}", section, "a mapping")
+        _warn_unselected_tool(f"global_profiler.global_tool_config.{name}", name, section, tools, warnings)
     hook_cmd = g_raw.get("finish_hook_cmd")
     if hook_cmd is not None and not isinstance(hook_cmd, str):
         raise fail("global_profiler.finish_hook_cmd", hook_cmd, "a shell command string or null")
     hook_ranks_raw = g_raw.get("finish_hook_ranks")
-    hook_ranks = None if hook_ranks_raw in (None, []) else _parse_ranks(hook_ranks_raw, "global_profiler.finish_hook_ranks")
+    hook_ranks = None if hook_ranks_raw in (None, []) else parse_ranks(hook_ranks_raw, "global_profiler.finish_hook_ranks")
     global_ = GlobalConfig(
         tools=tools,
         steps=steps,
-        save_path=str(save_path),
+        save_path=save_path,
         profile_continuous_steps=continuous,
         global_tool_config={k: dict(v or {}) for k, v in gtc.items()},
-        relocate_results=_bool(g_raw, "relocate_results", "global_profiler"),
+        relocate_results=parse_bool(g_raw, "relocate_results", "global_profiler"),
         finish_hook_cmd=hook_cmd or None,
-        finish_hook_all_ranks=_bool(g_raw, "finish_hook_all_ranks", "global_profiler"),
+        finish_hook_all_ranks=parse_bool(g_raw, "finish_hook_all_ranks", "global_profiler"),
         finish_hook_ranks=hook_ranks,
     )
 
@@ -304,12 +284,12 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
         section = entry.get("profiler", _ABSENT)
         if section is _ABSENT or section is None:
             continue
-        roles[role] = _parse_role(role, f"{ROLE_PATHS[role]}.profiler", section, global_, known_tools, warnings)
-    for role in FOLLOWS_ACTOR:
-        if role not in roles and "actor" in roles:
-            roles[role] = replace(roles["actor"], name=role, follows="actor")
+        roles[role] = _parse_role(role, profiler_path(role), section, global_, known_tools, warnings)
+    followers = [role for role in FOLLOWS_ACTOR if role not in roles and "actor" in roles]
+    for role in followers:
+        roles[role] = replace(roles["actor"], name=role, follows="actor")
     for role in ROLES:
-        roles.setdefault(role, RoleConfig(name=role, key_path=f"{ROLE_PATHS[role]}.profiler"))
+        roles.setdefault(role, RoleConfig(name=role, key_path=profiler_path(role)))
 
     mode = raw.get("rollout_mode")
     agent_loop = mode == "async"
@@ -332,73 +312,89 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
             "end-to-end mode: set discrete=false or profile_continuous_steps=false",
             key="global_profiler.profile_continuous_steps",
         )
+    # One warning per section the user wrote: roles that follow the actor share its warnings.
+    also = " (rollout and ref follow it)" if len(followers) == 2 else f" ({followers[0]} follows it)" if followers else ""
     for r in roles.values():
+        if r.follows:
+            continue
+        suffix = also if r.name == "actor" else ""
         if r.enable and not r.all_ranks and not r.ranks and tools and steps:
-            warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing (set ranks or all_ranks=true)")
-        if r.enable and r.schedule is not None and not r.discrete:
+            warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing "
+                            f"(set ranks or all_ranks=true){suffix}")
+        if r.enable and r.schedule is not None and not r.discrete and tools and steps:
             warnings.append(
                 f"{r.key_path}.schedule: in end-to-end mode a schedule narrows the role's ranges to the sampled "
-                "iterations but the step capture still holds the whole step; use discrete mode to shrink the capture"
+                f"iterations but the step capture still holds the whole step; use discrete mode to shrink the capture{suffix}"
             )
-    from .legacy import to_verl_layout
-
-    return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(warnings), source=to_verl_layout(dict(raw)))
-
-
-def _parse_tools(value: Any) -> tuple[str, ...]:
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        names = [v.strip() for v in value.split(",") if v.strip()]
-    elif isinstance(value, (list, tuple)):
-        names = list(value)
-    else:
-        raise fail("global_profiler.tool", value, "a backend name, a list of names (e.g. [nsys, torch_memory]) or null")
-    for name in names:
-        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-            raise fail("global_profiler.tool", value, "backend names made of letters, digits, '_' and '-'")
-    if len(set(names)) != len(names):
-        raise fail("global_profiler.tool", value, "each backend at most once")
-    return tuple(names)
+    if not tools:
+        _hint_how_to_switch_on(roles_raw, roles, global_, warnings)
+    return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
+                          source=to_verl_layout(dict(raw)))
 
 
-def _parse_steps(value: Any) -> tuple[int, ...] | None:
+def _hint_how_to_switch_on(roles_raw: Mapping[str, Any], roles: Mapping[str, RoleConfig], global_: GlobalConfig,
+                           warnings: list[str]) -> None:
+    """Profiling is off for want of a tool, but the config says which tool it was written for
+    (a guide's example with ``tool_config.npu`` and no ``tool``): say how to switch it on."""
+    wanted: dict[str, None] = {}
+    for entry in roles_raw.values():
+        section = entry.get("profiler") if isinstance(entry, Mapping) else None
+        tool_config = section.get("tool_config") if isinstance(section, Mapping) else None
+        for tool, tool_section in (tool_config or {}).items():
+            if _set_keys(tool, tool_section):
+                wanted.setdefault(tool)
+    for tool, section in global_.global_tool_config.items():
+        if _set_keys(tool, section):
+            wanted.setdefault(tool)
+    enabled = any(r.enable for r in roles.values())
+    if wanted and (enabled or global_.steps):
+        names = list(wanted)
+        switch = f"global_profiler.tool={names[0]}" if len(names) == 1 else f"global_profiler.tool=[{','.join(names)}]"
+        warnings.append(f"profiling is off because global_profiler.tool is not set, but tool_config.{names[0]} is: "
+                        f"set {switch} to profile with it" + ("" if global_.steps else " (and global_profiler.steps)"))
+
+
+def _set_keys(tool: str, section: Mapping[str, Any] | None) -> list[str]:
+    """The keys of a tool section whose values differ from what verl writes by default."""
+    defaults = VERL_TOOL_DEFAULTS.get(tool, {})
+    out = []
+    for key, value in (section or {}).items():
+        if key in _VERL_BOOKKEEPING or value is None:
+            continue
+        if key in defaults and _same(value, defaults[key]):
+            continue
+        out.append(key)
+    return out
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(default, Mapping) and isinstance(value, Mapping):
+        return all(_same(value.get(k), default.get(k)) for k in set(value) | set(default) if k not in _VERL_BOOKKEEPING)
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default) and value == default
+    return value == default
+
+
+def _warn_unselected_tool(path: str, tool: str, section: Any, tools: tuple[str, ...], warnings: list[str]) -> None:
+    """A ``tool_config.<tool>`` section with settings for a tool that is not selected is ignored: say so."""
+    if not tools or tool in tools or not isinstance(section, Mapping):
+        return
+    keys = _set_keys(tool, section)
+    if keys:
+        shown = ", ".join(f"{k}={_show(section[k])}" for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
+        warnings.append(f"{path}: sets {shown} but {tool} is not a selected tool (global_profiler.tool={_show(list(tools))}): "
+                        f"ignored; add {tool} to global_profiler.tool to use it")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    allowed = "a list of non-negative step numbers, e.g. [1, 2, 5], or null for no profiling"
-    if not isinstance(value, (list, tuple)):
-        raise fail("global_profiler.steps", value, allowed)
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise fail("global_profiler.steps", value, allowed)
-    if len(set(value)) != len(value):
-        raise fail("global_profiler.steps", value, "each step at most once")
-    return tuple(sorted(value))
-
-
-def _parse_ranks(value: Any, key: str) -> tuple[int, ...]:
-    allowed = "a list of non-negative integer ranks, e.g. [0, 1] ([] collects nothing)"
-    if value is None:
-        return ()
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        raise fail(key, value, allowed)
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise fail(key, value, allowed)
-    return tuple(sorted(set(value)))
-
-
-def _bool(section: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise fail(f"{path}.{key}", value, "true or false")
-    return value
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known_tools: set[str], warnings: list[str]) -> RoleConfig:
@@ -407,11 +403,13 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known
     for key in section:
         if key not in ROLE_KEYS:
             raise unknown_key(path, key, ROLE_KEYS)
-    enable = _bool(section, "enable", path)
-    all_ranks = _bool(section, "all_ranks", path)
-    ranks = _parse_ranks(section.get("ranks"), f"{path}.ranks")
+    enable = parse_bool(section, "enable", path)
+    all_ranks = parse_bool(section, "all_ranks", path)
+    ranks = parse_ranks(section.get("ranks"), f"{path}.ranks")
+    if isinstance(section.get("ranks"), str):
+        warnings.append(f"{path}.ranks: got the string {section['ranks']!r}; read as the list {list(ranks)} (write a YAML list, e.g. [0, 1])")
     role_tool = section.get("tool")
-    if role_tool not in (None, "") and _parse_tools(role_tool) != global_.tools and global_.tools:
+    if role_tool not in (None, "") and parse_tools(role_tool, f"{path}.tool") != global_.tools and global_.tools:
         warnings.append(f"{path}.tool={role_tool!r} differs from global_profiler.tool={list(global_.tools)}: rlprof uses global_profiler.tool for every role")
     tc_raw = section.get("tool_config") or {}
     if not isinstance(tc_raw, Mapping):
@@ -421,10 +419,11 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known
             raise unknown_key(f"{path}.tool_config", name, known_tools)
         if sub is not None and not isinstance(sub, Mapping):
             raise fail(f"{path}.tool_config.{name}", sub, "a mapping")
+        _warn_unselected_tool(f"{path}.tool_config.{name}", name, sub, global_.tools, warnings)
 
     discrete_votes: dict[str, bool] = {}
     if section.get("discrete") is not None:
-        discrete_votes[f"{path}.discrete"] = _bool(section, "discrete", path)
+        discrete_votes[f"{path}.discrete"] = parse_bool(section, "discrete", path)
     schedules: dict[str, Schedule | None] = {}
     if section.get("schedule") is not None:
         schedules[f"{path}.schedule"] = parse_schedule(section["schedule"], f"{path}.schedule")
@@ -435,7 +434,7 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known
         key = f"{path}.tool_config.{tool}"
         if tool in global_.tools:
             if combined.get("discrete") is not None:
-                discrete_votes[f"{key}.discrete"] = _bool(combined, "discrete", key)
+                discrete_votes[f"{key}.discrete"] = parse_bool(combined, "discrete", key)
             if combined.get("schedule") is not None:
                 schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], f"{key}.schedule", default_repeat=0)
             window = token_window(combined.get("profile_token_start"), combined.get("profile_token_end"), key)

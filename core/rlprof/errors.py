@@ -21,9 +21,15 @@ class BackendError(ConfigError):
     """A selected backend is not installed, or its entry point fails to import."""
 
 
-def describe(value: Any) -> str:
-    """``'abc' (str)``: the value as the user wrote it, with its type."""
-    return f"{value!r} ({type(value).__name__})"
+def describe(value: Any, limit: int = 200) -> str:
+    """``'abc' (str)``: the value as the user wrote it, with its type (long values shortened)."""
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__, or one too deep to print
+        text = f"<{type(value).__name__} object>"
+    if len(text) > limit:
+        text = text[: limit - 5] + " ...]" if text[:1] == "[" else text[: limit - 4] + " ..."
+    return f"{text} ({type(value).__name__})"
 
 
 def fail(key: str, value: Any, allowed: str) -> ConfigError:
@@ -31,16 +37,25 @@ def fail(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"{key}: got {describe(value)}; allowed: {allowed}", key=key)
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'steps'?)`` or an empty string when nothing is close."""
+def did_you_mean(word: Any, choices: Iterable[Any]) -> str:
+    """`` (did you mean 'steps'?)`` or an empty string when nothing is close (or ``word`` is no string)."""
     import difflib  # here, not at import: keeps ``import rlprof`` light
 
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not isinstance(word, str) or len(word) > 200:
+        return ""
+    close = difflib.get_close_matches(word, [c for c in choices if isinstance(c, str)], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def unknown_key(section: str, key: str, known: Iterable[str]) -> ConfigError:
-    known = sorted(k for k in known if not k.startswith("_"))
+def unknown_key(section: str, key: Any, known: Iterable[str]) -> ConfigError:
+    known = sorted(k for k in known if isinstance(k, str) and not k.startswith("_"))
+    if not isinstance(key, str):
+        return ConfigError(
+            f"{section or 'config'}: got the key {describe(key)}; allowed: string keys: {', '.join(known)}",
+            key=section or None,
+        )
+    if len(key) > 200:
+        key = key[:100] + "..."
     path = f"{section}.{key}" if section else key
     return ConfigError(
         f"{path}: unknown key{did_you_mean(key, known)}; known keys in {section or 'this section'}: {', '.join(known)}",

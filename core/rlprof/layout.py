@@ -10,23 +10,50 @@
 ``capture_id`` is ``step<N>`` (end-to-end), ``step<A>-<B>`` (merged continuous steps) or
 ``step<N>.<region>`` (discrete), with ``.<k>`` appended when a region repeats within a step or a
 sampled region has several windows. Every name from user input passes :func:`safe_name`.
+
+Writing safely (``save_path`` is often shared on a cluster, so anyone who can write there could plant
+a symbolic link where rlprof is about to write): every directory and file the core creates under a run
+goes through :func:`ensure_dir` / :func:`open_file`, which walk the path one component at a time with
+directory file descriptors and ``O_NOFOLLOW``, so a link planted as the run directory, an intermediate
+directory, a trace or a manifest name is refused (:class:`UnsafePathError`) instead of followed, and a
+file that exists is never replaced. :func:`check_save_path` says in plain words why a ``save_path``
+cannot be used, before anything is written.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
 import secrets
 import socket
+import stat
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Iterator
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_NAME = 120
+"""Longest name :func:`safe_name` returns: a component plus rlprof's own suffixes (``.3``,
+``.pt.trace.json.gz``) stays far below the file systems' 255-byte NAME_MAX."""
+_KEEP = 100
 
 
 def safe_name(text: str) -> str:
-    """A single path component made only of ``[A-Za-z0-9_.-]``; never ``.``/``..`` or empty."""
-    cleaned = _UNSAFE.sub("_", str(text)).strip(".")
+    """A single path component made only of ``[A-Za-z0-9_.-]``; never ``.``/``..`` or empty.
+
+    Names longer than :data:`MAX_NAME` characters are shortened, never dropped: the first 100
+    characters, ``-`` and 8 hex digits of the SHA-1 of ``text`` (so two long names that share a
+    prefix stay distinct, and the same name always maps to the same component).
+    """
+    text = str(text)
+    cleaned = _UNSAFE.sub("_", text).strip(".")
+    if len(cleaned) > MAX_NAME:
+        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        cleaned = cleaned[:_KEEP].rstrip(".") + "-" + digest
     return cleaned or "_"
 
 
@@ -56,3 +83,286 @@ def relative(path: Path, run_dir: Path) -> str:
         return os.path.relpath(path, run_dir)
     except ValueError:
         return str(path)
+
+
+# ---------------------------------------------------------------------- writing without following links
+
+
+class UnsafePathError(OSError):
+    """A path under a run directory is, or passes through, a symbolic link (or is not a regular
+    file/directory where one is needed). rlprof refuses to write there rather than follow it."""
+
+
+AUDIT = threading.local()
+"""While this module creates a directory or opens a file relative to a directory descriptor,
+``AUDIT.path`` is the absolute path it acts on (else None): audit hooks see only the relative name
+(``open`` events carry no ``dir_fd``), so :mod:`rlprof.testing.footprint` reads it from here."""
+
+
+def _audited(path: Path, call, *args, **kwargs):
+    AUDIT.path = str(path)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        AUDIT.path = None
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; absent on Windows, where rlprof does not run training
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+_FILE_FLAGS = {
+    "w": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+    "wb": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+    "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+    "ab": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+}
+
+
+def ensure_dir(path: Path, root: Path) -> Path:
+    """``mkdir -p path`` without following a symbolic link at or under ``root``.
+
+    ``root`` is the first directory rlprof owns (the run directory): its ancestors are the user's
+    choice and are followed as usual (a ``save_path`` that is itself a link to a scratch disk works),
+    ``root`` and every component below it are created or opened one at a time relative to their
+    parent's file descriptor with ``O_NOFOLLOW``, so a link planted anywhere in that chain — even
+    between the check and the use — is refused. Raises :class:`UnsafePathError` (naming the path)
+    for a link, a non-directory in the chain, or a ``path`` outside ``root``; other OS errors
+    (permissions, disk full) as they come.
+    """
+    fd = _open_dir_chain(Path(path), Path(root))
+    os.close(fd)
+    return Path(path)
+
+
+def open_file(path: Path, root: Path, mode: str = "w") -> IO:
+    """Open ``path`` (under ``root``) for writing without following links; creates its directories
+    with :func:`ensure_dir`'s guarantees.
+
+    ``"w"``/``"wb"`` create a new file and refuse an existing one (``FileExistsError``: rlprof never
+    overwrites what is there); ``"a"``/``"ab"`` append, creating the file if needed. In every mode a
+    symbolic link, a FIFO, a device or (when appending) a file with other hard links at ``path`` is
+    refused with :class:`UnsafePathError`. Text modes write UTF-8.
+    """
+    try:
+        flags = _FILE_FLAGS[mode]
+    except KeyError:
+        raise ValueError(f"open_file: mode {mode!r} is not one of {', '.join(_FILE_FLAGS)}") from None
+    path = Path(path)
+    dir_fd = _open_dir_chain(path.parent, Path(root))
+    try:
+        try:
+            # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
+            fd = _audited(path, os.open, path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
+                          dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(path.name, dir_fd)):
+                raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
+            if exc.errno == errno.ENXIO:  # a FIFO without a reader
+                raise UnsafePathError(exc.errno, "refusing to write into a FIFO", str(path)) from None
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePathError(errno.EINVAL, "refusing to write into something that is not a regular file", str(path))
+        if "a" in mode and info.st_nlink > 1:
+            raise UnsafePathError(errno.EMLINK, "refusing to append to a file with other hard links", str(path))
+        os.set_blocking(fd, True)
+        if "b" in mode:
+            return os.fdopen(fd, mode)
+        return os.fdopen(fd, mode, encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextmanager
+def tool_output(target: Path, root: Path) -> Iterator[Path]:
+    """For a tool that writes a file *by path* (``torch.cuda.memory._dump_snapshot(path)``,
+    ``export_chrome_trace(path)``) and would follow a link or replace a file there::
+
+        with tool_output(directory / "snapshot.pickle", run_dir) as scratch:
+            torch.cuda.memory._dump_snapshot(str(scratch))
+
+    ``scratch`` lies in a fresh private directory (``mkdtemp``: mode 0o700, a random name) beside
+    ``target`` (whose directory is made with :func:`ensure_dir`), so no one else can plant anything
+    there; when the block ends without an exception the file is put at ``target`` by :func:`place`
+    (never through a link, never over an existing file). The private directory is removed either way.
+    """
+    import shutil
+    import tempfile
+
+    target = Path(target)
+    ensure_dir(target.parent, root)
+    private = Path(tempfile.mkdtemp(prefix=".rlprof-", dir=target.parent))
+    try:
+        scratch = private / target.name
+        yield scratch
+        place(scratch, target, root)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def place(source: Path, target: Path, root: Path) -> Path:
+    """Put the regular file ``source`` at ``target`` (under ``root``) without following a link and
+    without replacing anything: a hard link made relative to the target directory's descriptor
+    (``link(2)`` fails on any existing name, a dangling link included), or a copy through
+    :func:`open_file` when ``source`` is on another file system. ``source`` stays; the caller removes it.
+    Raises :class:`UnsafePathError` for a link at ``target``, ``FileExistsError`` for a file there."""
+    import shutil
+
+    source, target = Path(source), Path(target)
+    if not stat.S_ISREG(os.stat(source, follow_symlinks=False).st_mode):
+        raise UnsafePathError(errno.EINVAL, "only a regular file can be placed", str(source))
+    dir_fd = _open_dir_chain(target.parent, root)
+    try:
+        try:
+            os.link(source, target.name, dst_dir_fd=dir_fd, follow_symlinks=False)
+            return target
+        except FileExistsError:
+            if _is_link(target.name, dir_fd):
+                raise UnsafePathError(errno.EEXIST, "refusing to write through a symbolic link", str(target)) from None
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    finally:
+        os.close(dir_fd)
+    with open(source, "rb") as reader, open_file(target, root, "wb") as writer:  # another file system
+        try:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+        except BaseException:
+            try:
+                os.unlink(target)  # ours: open_file created it (O_EXCL) a moment ago
+            except OSError:
+                pass
+            raise
+    return target
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_dir_chain(path: Path, root: Path) -> int:
+    """A file descriptor of directory ``path``, every component from ``root`` down created if
+    missing and opened with ``O_NOFOLLOW`` relative to its parent's descriptor."""
+    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    if path != root and root not in path.parents:
+        raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", str(path))
+    if os.fspath(root) == os.sep:
+        raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", str(root))
+    if not os.path.isdir(root.parent):
+        os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
+    fd = os.open(root.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    current = root.parent
+    try:
+        for name in (root.name, *path.relative_to(root).parts):
+            current = current / name
+            try:
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
+                    except FileExistsError:
+                        pass  # created meanwhile (another rank), or a link: the open below tells
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    what = "a symbolic link" if _is_link(name, fd) else "not a directory"
+                    raise UnsafePathError(exc.errno, f"refusing to create files under {what}", str(current)) from None
+                raise
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_save_path(save_path: object) -> str | None:
+    """Why ``save_path`` cannot be used, in plain words, or None when it can.
+
+    Cheap and read-only: checks the text (empty, NUL byte, a component longer than the file
+    system's NAME_MAX, the whole path longer than PATH_MAX), then the nearest existing ancestor
+    (a file in the way, a symbolic link loop, not writable by this user, a read-only file system).
+    Writability is what ``access(2)`` says for this process: for root, a directory with mode 0o500 on
+    a writable file system *is* writable, and the answer says so.
+    """
+    text = os.fspath(save_path) if isinstance(save_path, (str, os.PathLike)) else save_path
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if not isinstance(text, str):
+        return f"it is a {type(save_path).__name__}, not a path"
+    if not text.strip():
+        return "it is empty"
+    if "\0" in text:
+        return "it contains a NUL byte, which no file system allows in a path"
+    try:
+        path = Path(os.path.abspath(text))
+    except OSError as exc:  # a relative path while the working directory was removed
+        return f"it is relative and the working directory cannot be found: {exc.strerror}"
+    name_max, path_max = _limits(path)
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            return f"the component {part[:40]!r}... is {len(os.fsencode(part))} bytes long; this file system allows {name_max}"
+    if len(os.fsencode(str(path))) >= path_max:
+        return f"it is {len(os.fsencode(str(path)))} bytes long; paths must be shorter than {path_max}"
+    existing = path
+    while True:
+        try:
+            info = os.stat(existing)
+            break
+        except (FileNotFoundError, PermissionError):  # missing, or behind a directory we cannot search
+            existing = existing.parent
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{existing} is a symbolic link loop"
+            if exc.errno == errno.ENOTDIR:
+                return f"{_first_non_directory(existing)} is a file, not a directory"
+            if exc.errno == errno.ENAMETOOLONG:
+                return f"{existing} is too long for this file system"
+            return f"{existing} cannot be examined: {exc.strerror}"
+    if not stat.S_ISDIR(info.st_mode):
+        if existing == path:
+            return f"{path} is a file, not a directory"
+        return f"{existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if _read_only(existing):
+            return f"{existing} is on a read-only file system"
+        who = "this user" if os.geteuid() != 0 else "root"
+        return f"{existing} is not writable by {who} (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    probe = path
+    while True:
+        try:
+            return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+        except (OSError, ValueError):
+            if probe == probe.parent:
+                return 255, 4096
+            probe = probe.parent
+
+
+def _first_non_directory(path: Path) -> Path:
+    for parent in reversed(path.parents):
+        try:
+            if not stat.S_ISDIR(os.stat(parent).st_mode):
+                return parent
+        except OSError:
+            break
+    return path
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

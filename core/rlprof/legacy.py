@@ -23,6 +23,8 @@ import copy
 from typing import Any
 
 from .errors import ConfigError, fail, unknown_key
+from .roles import ROLE_PATHS, nest_profiler, profiler_path
+from .values import parse_ranks, parse_steps
 
 LEGACY_ROLE_ALIASES = {"actor_rollout_ref.critic": "critic", "actor_rollout_ref.rm": "reward"}
 NPU_OPTION_CONTENTS = {
@@ -41,7 +43,11 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     raw = copy.deepcopy(dict(raw))
     legacy = raw.pop("legacy", {}) or {}
     warnings: list[str] = []
-    g = raw.setdefault("global_profiler", {}) or {}
+    g = raw.get("global_profiler")
+    if g is None:
+        g = {}
+    if not isinstance(g, dict):
+        raise fail("global_profiler", g, "a mapping of tool, steps, save_path, ...")
     raw["global_profiler"] = g
     roles = raw.setdefault("roles", {})
     implied_tool: str | None = None
@@ -51,6 +57,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
     if "trainer.profile_steps" in legacy:
         value = legacy["trainer.profile_steps"]
+        parse_steps(value, "trainer.profile_steps")  # a wrong type is named by the key the user wrote
         if g.get("steps") is None:
             g["steps"] = value
             warn("trainer.profile_steps", "global_profiler.steps", value)
@@ -60,11 +67,13 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     # nsys-era per-role keys (seed 004)
     for path, role in LEGACY_ROLE_ALIASES.items():
         section = legacy.get(path)
-        if isinstance(section, dict):
-            entry = {k: section[k] for k in ("profile_ranks", "profile_ranks_all", "profile_discrete") if k in section}
-            if entry:
-                roles.setdefault(role, {}).update({f"_{k}": (path, v) for k, v in entry.items()})
-    from .config import ROLE_PATHS
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise fail(path, section, "a mapping with profile_ranks, profile_ranks_all, profile_discrete")
+        entry = {k: section[k] for k in ("profile_ranks", "profile_ranks_all", "profile_discrete") if k in section}
+        if entry:
+            roles.setdefault(role, {}).update({f"_{k}": (path, v) for k, v in entry.items()})
 
     for role, entry in roles.items():
         old_keys = {}
@@ -77,18 +86,18 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             continue
         implied_tool = implied_tool or "nsys"
         tool = _first_tool(g.get("tool")) or implied_tool
-        profiler = entry.setdefault("profiler", {})
-        if profiler is None:
-            profiler = entry["profiler"] = {}
-        new_base = f"{ROLE_PATHS[role]}.profiler"
+        new_base = profiler_path(role)
+        profiler = _section(entry, "profiler", new_base)
         if "profile_ranks_all" in old_keys:
             base, value = old_keys["profile_ranks_all"]
-            profiler.setdefault("all_ranks", bool(value))
-            warn(f"{base}.profile_ranks_all", f"{new_base}.all_ranks", bool(value))
+            value = _legacy_bool(value, f"{base}.profile_ranks_all")
+            profiler.setdefault("all_ranks", value)
+            warn(f"{base}.profile_ranks_all", f"{new_base}.all_ranks", value)
         if "profile_ranks" in old_keys:
             base, value = old_keys["profile_ranks"]
-            profiler.setdefault("ranks", list(value or []))
-            warn(f"{base}.profile_ranks", f"{new_base}.ranks", list(value or []))
+            ranks = list(parse_ranks(value, f"{base}.profile_ranks"))
+            profiler.setdefault("ranks", ranks)
+            warn(f"{base}.profile_ranks", f"{new_base}.ranks", ranks)
             if value is None:
                 warnings.append(
                     f"{base}.profile_ranks=null means no ranks (the nsys guide: 'null and [] means no ranks'); "
@@ -96,31 +105,36 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 )
         if "profile_discrete" in old_keys:
             base, value = old_keys["profile_discrete"]
-            profiler.setdefault("tool_config", {}).setdefault(tool, {}).setdefault("discrete", bool(value))
-            warn(f"{base}.profile_discrete", f"{new_base}.tool_config.{tool}.discrete", bool(value))
+            value = _legacy_bool(value, f"{base}.profile_discrete")
+            tool_section = _section(_section(profiler, "tool_config", f"{new_base}.tool_config"), tool, f"{new_base}.tool_config.{tool}")
+            tool_section.setdefault("discrete", value)
+            warn(f"{base}.profile_discrete", f"{new_base}.tool_config.{tool}.discrete", value)
         profiler.setdefault("enable", bool(profiler.get("all_ranks") or profiler.get("ranks")))
 
     # NPU-era worker-wide section (seed 002)
     arr = legacy.get("actor_rollout_ref.profiler")
     npu_options = None
     for path in ("trainer.npu_profile", "npu_profile"):
-        if isinstance(legacy.get(path), dict):
-            options = legacy[path].get("options", legacy[path])
-            npu_options = (f"{path}.options" if "options" in legacy[path] else path, options)
+        if legacy.get(path) is None:
+            continue
+        if not isinstance(legacy[path], dict):
+            raise fail(path, legacy[path], "a mapping with an options mapping (save_path, level, with_npu, ...)")
+        options = legacy[path].get("options", legacy[path])
+        npu_options = (f"{path}.options" if "options" in legacy[path] else path, options)
     if isinstance(arr, dict) or npu_options:
         implied_tool = implied_tool or "npu"
     tool = _first_tool(g.get("tool")) or implied_tool
     if isinstance(arr, dict):
         actor = roles.setdefault("actor", {})
-        profiler = actor.get("profiler") or {}
-        actor["profiler"] = profiler
+        profiler = _section(actor, "profiler", profiler_path("actor"))
         for key, value in arr.items():
             if key == "_target_":
                 continue
             if key not in ("discrete", "all_ranks", "ranks"):
                 raise unknown_key("actor_rollout_ref.profiler", key, ("discrete", "all_ranks", "ranks"))
             if key == "discrete":
-                profiler.setdefault("tool_config", {}).setdefault(tool, {}).setdefault("discrete", value)
+                tool_config = _section(profiler, "tool_config", "actor_rollout_ref.actor.profiler.tool_config")
+                _section(tool_config, tool, f"actor_rollout_ref.actor.profiler.tool_config.{tool}").setdefault("discrete", value)
                 warn("actor_rollout_ref.profiler.discrete", f"actor_rollout_ref.actor.profiler.tool_config.{tool}.discrete", value)
             else:
                 profiler.setdefault(key, value)
@@ -132,9 +146,9 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         base, options = npu_options
         if not isinstance(options, dict):
             raise fail(base, options, "a mapping of npu_profile options")
-        profiler = roles.setdefault("actor", {}).setdefault("profiler", {}) or {}
-        roles["actor"]["profiler"] = profiler
-        npu = profiler.setdefault("tool_config", {}).setdefault("npu", {})
+        profiler = _section(roles.setdefault("actor", {}), "profiler", profiler_path("actor"))
+        tool_config = _section(profiler, "tool_config", "actor_rollout_ref.actor.profiler.tool_config")
+        npu = _section(tool_config, "npu", "actor_rollout_ref.actor.profiler.tool_config.npu")
         contents: list[str] = []
         for key, value in options.items():
             if key not in NPU_OPTIONS:
@@ -162,6 +176,25 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return raw, warnings
 
 
+def _section(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """``parent[key]`` as a mapping to migrate into, created when absent or null; a section of
+    another type (a list, a number) is refused with its key path."""
+    section = parent.get(key)
+    if section is None:
+        section = parent[key] = {}
+    if not isinstance(section, dict):
+        raise fail(path, section, "a mapping")
+    return section
+
+
+def _legacy_bool(value: Any, key: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise fail(key, value, "true or false")
+    return value
+
+
 def _first_tool(tool: Any) -> str | None:
     if isinstance(tool, str) and tool:
         return tool.split(",")[0].strip()
@@ -182,18 +215,12 @@ def _show(value: Any) -> str:
 
 def to_verl_layout(raw: dict[str, Any]) -> dict[str, Any]:
     """The migrated sections (as :func:`migrate` returns them) in verl's own key layout."""
-    from .config import ROLE_PATHS
-
     doc: dict[str, Any] = {}
     if raw.get("global_profiler"):
         doc["global_profiler"] = copy.deepcopy(raw["global_profiler"])
     for role, entry in (raw.get("roles") or {}).items():
-        if entry.get("profiler") is None:
-            continue
-        node = doc
-        for part in ROLE_PATHS[role].split("."):
-            node = node.setdefault(part, {})
-        node["profiler"] = copy.deepcopy(entry["profiler"])
+        if entry.get("profiler") is not None:
+            nest_profiler(doc, role, copy.deepcopy(entry["profiler"]))
     if raw.get("rollout_mode") is not None:
         doc.setdefault("actor_rollout_ref", {}).setdefault("rollout", {})["mode"] = raw["rollout_mode"]
     return doc

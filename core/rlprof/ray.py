@@ -12,7 +12,11 @@ rlprof follows that shape:
   ``step_boundary`` out to the workers (only on profiled steps: other steps cost nothing), and
   ``finalize`` at the end. Every fan-out waits at most ``timeout_s``: a dead or hung worker is
   reported (which worker, which rank, what error), recorded in the run's manifest, and never
-  hangs the controller; the other ranks carry on and keep their artifacts.
+  hangs the controller; the other ranks carry on and keep their artifacts. A worker that died or
+  timed out is **not waited for again**: later fan-outs skip it (and say so once), so a hung rank
+  costs the timeout once per run, not once per step. A hung worker that answers again (its stuck
+  call finished) rejoins at the next fan-out; ``finalize`` is still sent to it, without waiting, so
+  it can write its captures if it ever gets there.
 
 A run, end to end::
 
@@ -52,8 +56,9 @@ DEFAULT_TIMEOUT_S = 300.0
 """How long a fan-out waits for a worker. Generous: closing a capture can mean writing a large trace."""
 
 FAILURE_RECORD = "worker_failure"
-"""Manifest record type the controller writes (``manifest/controller-<host>-<pid>.jsonl``) for every
-worker that died, hung past the timeout or raised in an rlprof call: worker, rank, call, step, kind, error."""
+"""Manifest record type the controller writes (``manifest/controller-<host>-<pid>.jsonl``): one per
+worker that died or hung past the timeout (it is not waited for again), one per rlprof call that
+raised in a worker: worker, rank, call, step, kind, error."""
 
 
 # ------------------------------------------------------------------------------ what a worker is
@@ -260,12 +265,14 @@ class WorkerFailure:
 
 @dataclass
 class FanOut:
-    """What one fan-out returned: results by worker label, the failures, how long it took."""
+    """What one fan-out returned: results by worker label, the failures, the workers it did not
+    wait for (dead or unresponsive since an earlier fan-out), how long it took."""
 
     call: str
     step: int | None
     results: dict[str, Any] = field(default_factory=dict)
     failures: list[WorkerFailure] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -299,6 +306,9 @@ class ProfilingController:
         self.workers: dict[str, tuple[WorkerSpec, Any]] = {}
         self.failures: list[WorkerFailure] = []
         self.dead: set[str] = set()
+        """Workers whose actor is gone: never called again."""
+        self.unresponsive: dict[str, _Stuck] = {}
+        """Workers that did not answer within the timeout: not waited for until their stuck call ends."""
         self._step: int | None = None
         self._manifest = None
         self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
@@ -361,9 +371,17 @@ class ProfilingController:
 
         started = time.perf_counter()
         result = FanOut(call, step)
+        if self.unresponsive:
+            self._readmit(ray)
         pending: dict[Any, str] = {}
         for label, (spec, handle) in self.workers.items():
             if label in self.dead:
+                continue
+            stuck = self.unresponsive.get(label)
+            if stuck is not None:
+                self._skip(result, label, stuck)
+                if call == "finalize":
+                    _send_without_waiting(submit, spec, handle)  # queued behind the stuck call
                 continue
             try:
                 pending[submit(spec, handle)] = label
@@ -379,22 +397,50 @@ class ProfilingController:
             except Exception as exc:
                 self._fail(result, label, "error", exc)
         for ref in not_ready:
-            self._fail(result, pending[ref], "timeout", TimeoutError(f"no answer within {self.timeout_s:g} s"))
+            label = pending[ref]
+            failure = self._fail(result, label, "timeout", TimeoutError(f"no answer within {self.timeout_s:g} s"))
+            self.unresponsive[label] = _Stuck(ref, failure, time.monotonic())
         result.seconds = time.perf_counter() - started
         return result
 
+    def _readmit(self, ray) -> None:
+        """Workers whose stuck call has ended answer again: take them back (one ``ray.wait`` that
+        does not wait, for all of them)."""
+        refs = {stuck.ref: label for label, stuck in self.unresponsive.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            label = refs[ref]
+            stuck = self.unresponsive.pop(label)
+            log.warning("rlprof: worker %s answered again %.1f s after it stopped answering (%s); the controller "
+                        "waits for it again", label, time.monotonic() - stuck.since, stuck.failure.call)
+
+    def _skip(self, result: FanOut, label: str, stuck: "_Stuck") -> None:
+        result.skipped.append(label)
+        if not stuck.said:
+            stuck.said = True
+            failure = stuck.failure
+            when = f" at step {failure.step}" if failure.step is not None else ""
+            log.warning("rlprof: not waiting for worker %s (rank %d) in %s or later calls: it has not answered "
+                        "%s%s for %.0f s", label, failure.rank, result.call, failure.call, when,
+                        time.monotonic() - stuck.since + self.timeout_s)
+
     # ---------------------------------------------------------------- failures
 
-    def _fail(self, result: FanOut, label: str, kind: str, exc: BaseException) -> None:
+    def _fail(self, result: FanOut, label: str, kind: str, exc: BaseException) -> WorkerFailure:
         spec = self.workers[label][0]
         failure = WorkerFailure(worker=label, rank=spec.rank, call=result.call, step=result.step, kind=kind,
                                 error=describe_error(exc))
         if kind == "died":
             self.dead.add(label)
+            self.unresponsive.pop(label, None)
         result.failures.append(failure)
         self.failures.append(failure)
-        log.error("rlprof: worker %s; the controller goes on without it", failure)
+        if kind == "error":
+            log.error("rlprof: worker %s", failure)
+        else:
+            log.error("rlprof: worker %s; the controller goes on without it and does not wait for it again", failure)
         self._record(failure)
+        return failure
 
     def _record(self, failure: WorkerFailure) -> None:
         """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""
@@ -408,9 +454,27 @@ class ProfilingController:
             host, pid = hostname(), os.getpid()
             run_dir = Path(self.config.global_.save_path).absolute() / self.run_id
             self._manifest = ManifestWriter(run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
-                                            {"run": self.run_id, "rank": None, "host": host, "pid": pid})
+                                            {"run": self.run_id, "rank": None, "host": host, "pid": pid},
+                                            root=run_dir)  # no link followed from the run directory down
         self._manifest.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
                              step=failure.step, kind=failure.kind, error=failure.error)
+
+
+@dataclass
+class _Stuck:
+    """A worker that did not answer ``failure.call`` in time: the call's ref (done = it answers again)."""
+
+    ref: Any
+    failure: WorkerFailure
+    since: float
+    said: bool = False
+
+
+def _send_without_waiting(submit, spec: WorkerSpec, handle: Any) -> None:
+    try:
+        submit(spec, handle)
+    except Exception:  # the actor may be gone by now: nothing to tell it
+        pass
 
 
 def describe_error(exc: BaseException) -> str:

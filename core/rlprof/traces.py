@@ -1,9 +1,16 @@
-"""Readers of the trace formats backends write, for ``rlprof report``: how long each named range took.
+"""Chrome traces written by backends, read for ``rlprof timeline --with-traces``: events and their wall clock.
 
-One small function per format, chosen by the file's name (:data:`READERS`). A reader returns
-``{range name: Range}`` for the user ranges it finds (the role regions the backends marked, e.g.
-``actor_update``); formats nobody can read here (``.nsys-rep``, memory snapshots) have no reader and
-show up in reports with their size only. Adding a format is adding a function and a pattern.
+Only the timeline reads traces (``rlprof report`` never does). What it needs is where each
+event lies on the clock the manifest uses (``time.time_ns()``, shared by the processes of a host):
+
+* Kineto (torch.profiler >= 2.1) writes ``baseTimeNanoseconds`` at the top of the trace and every
+  ``ts`` in microseconds relative to it: wall ns = ``baseTimeNanoseconds + ts * 1000``.
+* Older Kineto wrote ``ts`` as microseconds since the Unix epoch (no ``baseTimeNanoseconds``).
+* A trace with neither (another tool's export) is aligned on one of rlprof's own ranges: the first
+  ``user_annotation`` event named like a region the manifest recorded for the same capture is put
+  at that region's ``start_ns``.
+
+:func:`clock_offset_ns` returns the offset to add to ``ts * 1000``; :func:`load_trace` reads a file.
 """
 
 from __future__ import annotations
@@ -11,79 +18,62 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Mapping
 
-MAX_FILES_IN_DIRECTORY = 64
-"""An artifact that is a directory (an NPU profile) is searched for readable files, up to this many."""
+TRACE_PATTERNS = ("*.trace.json.gz", "*.trace.json", "trace_view.json")
+"""File names of Chrome traces (torch.profiler ``*.pt.trace.json.gz``, torch_npu ``trace_view.json``)."""
 
-
-@dataclass
-class Range:
-    """All occurrences of one named range in a capture: total duration and how many there were."""
-
-    total_us: float = 0.0
-    count: int = 0
-
-    @property
-    def ms(self) -> float:
-        return self.total_us / 1000.0
-
-    def add(self, other: "Range") -> None:
-        self.total_us += other.total_us
-        self.count += other.count
+EPOCH_US = 1e14
+"""``ts`` values above this (1973 in microseconds since the epoch) are absolute wall-clock times."""
 
 
-def read_chrome_trace(path: Path) -> dict[str, Range]:
-    """A Chrome trace (torch.profiler ``*.pt.trace.json[.gz]``, torch_npu ``trace_view.json``):
-    the complete events of category ``user_annotation`` (what ``record_function`` and the
-    profilers' range markers produce), summed per name. GPU-side copies of the same ranges
-    (``gpu_user_annotation``) are left out so nothing is counted twice."""
+def is_chrome_trace(path: Path) -> bool:
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in TRACE_PATTERNS)
+
+
+def chrome_traces(path: Path, limit: int = 64) -> list[Path]:
+    """The Chrome traces an artifact holds: itself, or up to ``limit`` inside it when it is a directory."""
+    if path.is_file():
+        return [path] if is_chrome_trace(path) else []
+    if not path.is_dir():
+        return []
+    return [p for p in sorted(path.rglob("*")) if p.is_file() and is_chrome_trace(p)][:limit]
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    """The trace as ``{"traceEvents": [...], ...}`` (a bare list of events is wrapped).
+
+    :raises OSError, ValueError: unreadable, not JSON (``json.JSONDecodeError`` is a ValueError)."""
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
         data = json.load(handle)
-    events = data.get("traceEvents", []) if isinstance(data, Mapping) else data
-    ranges: dict[str, Range] = {}
-    for event in events:
-        if not isinstance(event, Mapping) or event.get("ph") != "X" or event.get("cat") != "user_annotation":
-            continue
-        ranges.setdefault(str(event.get("name")), Range()).add(Range(float(event.get("dur", 0.0)), 1))
-    return ranges
+    if isinstance(data, list):
+        return {"traceEvents": data}
+    if not isinstance(data, Mapping) or not isinstance(data.get("traceEvents", []), list):
+        raise ValueError("not a Chrome trace (no traceEvents list)")
+    return dict(data)
 
 
-READERS: tuple[tuple[str, Callable[[Path], dict[str, Range]]], ...] = (
-    ("*.trace.json.gz", read_chrome_trace),
-    ("*.trace.json", read_chrome_trace),
-    ("trace_view.json", read_chrome_trace),
-)
-"""``(file name pattern, reader)``, first match wins."""
+def clock_offset_ns(trace: Mapping[str, Any], anchors: Mapping[str, int]) -> tuple[int, str] | None:
+    """``(offset, how)`` such that an event's wall-clock ns is ``offset + ts * 1000``, or None when
+    the trace gives no way to tell.
 
-
-def reader_for(path: Path) -> Callable[[Path], dict[str, Range]] | None:
-    for pattern, reader in READERS:
-        if fnmatch.fnmatch(path.name, pattern):
-            return reader
-    return None
-
-
-def readable_files(path: Path) -> list[Path]:
-    """The files under an artifact (itself, or inside it when it is a directory) that have a reader."""
-    if path.is_file():
-        return [path] if reader_for(path) else []
-    if not path.is_dir():
-        return []
-    found = [p for p in sorted(path.rglob("*")) if p.is_file() and reader_for(p)]
-    return found[:MAX_FILES_IN_DIRECTORY]
-
-
-def read_ranges(path: Path) -> dict[str, Range]:
-    """Every named range in the artifact at ``path``, summed over its readable files.
-
-    :raises OSError, ValueError: a file exists but cannot be read or parsed.
+    :param anchors: region name -> wall-clock ``start_ns`` of its first occurrence in this capture
+        (from the manifest), used only for traces without a clock of their own.
     """
-    total: dict[str, Range] = {}
-    for file in readable_files(path):
-        for name, found in reader_for(file)(file).items():
-            total.setdefault(name, Range()).add(found)
-    return total
+    base = trace.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and base > 0:
+        return int(base), "baseTimeNanoseconds"
+    events = [e for e in trace.get("traceEvents", []) if isinstance(e, Mapping) and isinstance(e.get("ts"), (int, float))]
+    if events and min(e["ts"] for e in events) > EPOCH_US:
+        return 0, "epoch microseconds"
+    firsts: dict[str, float] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e.get("name") in anchors:
+            name = e["name"]
+            firsts[name] = min(firsts.get(name, e["ts"]), e["ts"])
+    if firsts:
+        name = min(firsts, key=lambda n: anchors[n])
+        return anchors[name] - int(firsts[name] * 1000), f"aligned on {name}"
+    return None

@@ -5,8 +5,9 @@ Systems understands. For one process the translation is::
 
     start_step     [cudaProfilerStart if ctx.opens_capture]  NVTX range "step<N>" opens
     start_role     [cudaProfilerStart if ctx.opens_capture]  NVTX range ctx.region opens (nested)
-    step_boundary  with ctx.iteration: NVTX mark "<region> iteration" (payload: the iteration); else:
-                   range "step<N>" closes (after anything left open in it)  [cudaProfilerStop if ctx.closes_capture]
+    iteration_boundary  NVTX mark "<region> iteration" (payload: the iteration)
+    step_boundary  range "step<N>" closes (after anything left open in it; not again for a late close,
+                   ctx.ends_step False)                                     [cudaProfilerStop if ctx.closes_capture]
     stop_role      range ctx.region closes                                  [cudaProfilerStop if ctx.closes_capture]
     finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
                    out of Ray's nsight directory (see rlprof_nsys.relocation)
@@ -30,7 +31,7 @@ from rlprof import hookimpl
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
 from .reports import reports_of, running_under_nsys
-from .windows import CaptureWindows, cuda_problem
+from .windows import CaptureWindows, NvtxWindowRange
 
 log = logging.getLogger("rlprof")
 
@@ -62,17 +63,9 @@ class NsysBackend:
 
     @hookimpl
     def check_environment(self) -> list[str]:
+        # No CUDA is not a problem here: with capture_range nvtx windows need none, and with
+        # cudaProfilerApi the first window says so (this hook cannot see the tool_config).
         problems = []
-        try:
-            import nvtx  # noqa: F401
-        except ImportError as exc:
-            problems.append(f"the nvtx package cannot be imported ({exc}): no NVTX ranges; pip install nvtx")
-        try:
-            cuda = cuda_problem()
-        except Exception as exc:  # a broken torch must not break `rlprof backends`
-            cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"
-        if cuda:
-            problems.append(cuda)
         nsys = None if running_under_nsys() else launch.nsys_problem()
         if nsys:
             problems.append(nsys)
@@ -99,11 +92,13 @@ class NsysBackend:
             self._close_window()
 
     @hookimpl
+    def iteration_boundary(self, ctx) -> None:
+        self.ranges.mark(f"{ctx.region} iteration", payload=ctx.iteration)
+
+    @hookimpl
     def step_boundary(self, ctx) -> None:
-        if ctx.iteration is not None:
-            self.ranges.mark(f"{ctx.region} iteration", payload=ctx.iteration)
-            return
-        self.ranges.close("step", f"step{ctx.step}")
+        if ctx.ends_step:
+            self.ranges.close("step", f"step{ctx.step}")
         if ctx.closes_capture:
             self._close_window()
 
@@ -133,13 +128,15 @@ class NsysBackend:
                 log.error("rlprof nsys: %s", problem)
         return launch.worker_runtime_env(
             ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
-            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}",
+            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,
         )
 
     # ------------------------------------------------------------------ windows
 
     def _open_window(self, ctx, region: str | None) -> None:
         capture = ctx.capture
+        if ctx.tool_config.get(options.RANGE) == options.NVTX:
+            self.windows.use(NvtxWindowRange(self.ranges))
         window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)
         self.ranges.mark(f"capture {window.capture_id} start")
 

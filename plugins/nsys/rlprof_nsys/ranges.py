@@ -12,9 +12,10 @@ Process ranges are closed by id from any thread. The nesting is kept here instea
 the open ranges as a stack and always ends them innermost first, so a region left open by an
 exception or a missed hook still closes before its step does.
 
-Without an NVTX tool attached (no nsys, no injection library), the ``nvtx`` package hands out a
-dummy domain and every call below costs a method call. Without the ``nvtx`` package at all, ranges
-are skipped with one warning.
+The calls go straight to the NVTX tool through :mod:`rlprof_nsys.nvtx_client` (plain NVTX v3
+domain ranges with ASCII messages, the form every Nsight Systems from 2022.4 on records; the ``nvtx``
+package's ranges are invisible to the older ones). Without a tool attached (no nsys, no injection
+library) every call below is one attribute check.
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ import threading
 import zlib
 from typing import Any
 
+from . import nvtx_client
+
 log = logging.getLogger("rlprof")
 
 DOMAIN = "rlprof"
 """The NVTX domain of every range and mark this backend emits (a row of its own in Nsight Systems)."""
+WINDOW_RANGE = "rlprof_capture"
+"""The NVTX range around each capture window when ``capture_range: nvtx`` (a registered string: nsys'
+``--nvtx-capture`` matches only those by default)."""
+NVTX_CAPTURE = f"{WINDOW_RANGE}@{DOMAIN}"
+"""The ``--nvtx-capture`` value that makes each window range one nsys capture."""
+WINDOW_COLOR = 0xFF000000
 
 ROLE_COLORS = {
     "actor": 0xFF76B900,
@@ -51,28 +60,42 @@ class RangeStack:
     """The open NVTX ranges of one backend instance, innermost last."""
 
     def __init__(self) -> None:
-        self._domain: Any = None
+        self._tool: Any = None
+        self._domain: int | None = None
+        self._categories: dict[str, int] = {}
+        self._messages: dict[str, bytes] = {}
+        self._window_name: int | None = None
         self._open: list[tuple[str, str, int]] = []
         """(kind, name, range id) per open range; kind is ``step`` or ``region``."""
         self._lock = threading.Lock()
 
     def _nvtx(self) -> Any:
-        """The ``rlprof`` domain, created on first use: NVTX loads its tool (nsys' injection library)
-        at that moment, so importing this module never does."""
-        if self._domain is None:
-            try:
-                import nvtx
-            except ImportError as exc:
-                log.warning("rlprof nsys: the nvtx package cannot be imported (%s); no NVTX ranges will be emitted", exc)
-                self._domain = False
-            else:
-                self._domain = nvtx.get_domain(DOMAIN)
-        return self._domain
+        """The process's NVTX tool, with the ``rlprof`` domain created on first use: NVTX loads its
+        tool (nsys' injection library) at that moment, so importing this module never does."""
+        if self._tool is None:
+            tool = nvtx_client.tool()
+            self._domain = tool.domain(DOMAIN)
+            self._tool = tool
+        return self._tool
+
+    def _message(self, text: str) -> bytes:
+        message = self._messages.get(text)
+        if message is None:
+            message = self._messages[text] = nvtx_client.ascii_text(text)
+        return message
+
+    def _category(self, tool: Any, name: str) -> int:
+        """The category id of ``name`` (a role) in the ``rlprof`` domain, named at first use."""
+        category = self._categories.get(name)
+        if category is None:
+            category = self._categories[name] = len(self._categories) + 1
+            tool.name_category(self._domain, category, name)
+        return category
 
     def open(self, kind: str, name: str, color: int, category: str) -> None:
         """Start a range ``name`` nested in whatever is open."""
-        domain = self._nvtx()
-        range_id = domain.start_range(message=name, color=color, category=category) if domain else 0
+        tool = self._nvtx()
+        range_id = tool.range_start(self._domain, self._message(name), color, self._category(tool, category)) if tool.attached else 0
         with self._lock:
             self._open.append((kind, name, range_id))
 
@@ -103,11 +126,29 @@ class RangeStack:
     def mark(self, message: str, payload: int | None = None) -> None:
         """An instant event in the ``rlprof`` domain (capture boundaries, sampled iterations).
 
-        Varying numbers go in ``payload``, not in the message: nvtx registers (and caches) every
-        distinct message, so ``"actor_update iteration"`` + payload 417 stays one string."""
-        domain = self._nvtx()
-        if domain:
-            domain.mark(message=message, color=MARK_COLOR, payload=payload)
+        Varying numbers go in ``payload``, not in the message, so ``"actor_update iteration"`` stays
+        one string in the report whatever the iteration."""
+        tool = self._nvtx()
+        tool.mark(self._domain, self._message(message), MARK_COLOR, payload)
+
+    def window_start(self) -> int:
+        """Start the ``rlprof_capture`` range of a capture window (outside the step/region stack: it
+        opens before and ends after them); its id, 0 without a tool."""
+        tool = self._nvtx()
+        if not tool.attached:
+            return 0
+        if self._window_name is None:
+            self._window_name = tool.register(self._domain, WINDOW_RANGE) or 0
+        return tool.range_start(self._domain, self._message(WINDOW_RANGE), WINDOW_COLOR, 0, registered=self._window_name)
+
+    def window_end(self, range_id: int) -> None:
+        """End a range started by :meth:`window_start`."""
+        self._end(range_id)
+
+    @property
+    def attached(self) -> bool:
+        """Whether an NVTX tool records these ranges."""
+        return self._nvtx().attached
 
     @property
     def names(self) -> list[str]:
@@ -116,6 +157,4 @@ class RangeStack:
             return [name for _, name, _ in self._open]
 
     def _end(self, range_id: int) -> None:
-        domain = self._nvtx()
-        if domain:
-            domain.end_range(range_id)
+        self._nvtx().range_end(self._domain, range_id)

@@ -1,0 +1,175 @@
+"""Write a whole run's manifests — as the core's Profilers would — without running any training.
+
+Use it to test or benchmark what reads a run (``rlprof report``, ``timeline``, ``compare``) at sizes
+no test machine can train at: 64 ranks on 8 hosts, many steps, gigabytes of trace files. The records
+are the ones the core writes (``process``, ``step``, ``region``, ``artifact``, ``finalized``, in the
+order and with the fields of the manifest format, through the real :class:`~rlprof.manifest.ManifestWriter`);
+only the numbers are made up, from a fixed seed, so a test can say which rank is slow and by how much.
+
+The trace files are stand-ins: filler bytes of the requested size (``sparse=True``: holes, no disk
+blocks), not Chrome traces. Readers that honour "never parse traces" cannot tell the difference.
+
+::
+
+    run_dir = generate_run(tmp_path, ranks=64, steps=(1, 2), trace_bytes=1 << 30, slow={(7, "actor_update"): 1.6})
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..manifest import ManifestWriter
+
+START_NS = 1_795_000_000_000_000_000
+"""Wall clock (``time.time_ns()``) of the first step's start: a fixed instant, so runs are reproducible."""
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    """One region every selected process runs once per step, in list order.
+
+    ``parent`` names an earlier region of the list this one runs inside (nesting: it starts
+    ``offset_ms`` after its parent starts); top-level regions follow each other."""
+
+    role: str
+    region: str
+    ms: float
+    parent: str | None = None
+    offset_ms: float = 0.0
+    iterations: tuple[int, int] | None = None
+
+
+GRPO_REGIONS = (
+    RegionSpec("rollout", "rollout_generate", 40.0, iterations=(0, 15)),
+    RegionSpec("ref", "ref_compute_log_prob", 8.0),
+    RegionSpec("actor", "actor_compute_log_prob", 9.0),
+    RegionSpec("actor", "actor_update", 30.0),
+    RegionSpec("actor", "actor_optimizer_step", 6.0, parent="actor_update", offset_ms=22.0),
+)
+"""A GRPO-shaped step (what ``rlprof demo`` runs), with one nested region."""
+
+GAP_MS = 1.0
+"""Time between two top-level regions (the controller's own work, untracked)."""
+
+
+def generate_run(
+    save_path: os.PathLike | str,
+    *,
+    run_id: str = "20261122-050000-a1b2c3",
+    ranks: int | Sequence[int] = 2,
+    steps: Sequence[int] = (1, 2),
+    ranks_per_host: int = 8,
+    roles: Sequence[str] = ("actor", "rollout", "ref"),
+    regions: Sequence[RegionSpec] = GRPO_REGIONS,
+    mode: str = "e2e",
+    tools: Sequence[str] = ("torch",),
+    trace_bytes: int = 0,
+    sparse: bool = False,
+    slow: Mapping[tuple[int, str], float] | None = None,
+    jitter: float = 0.02,
+    seed: int = 0,
+    unfinalized: Sequence[int] = (),
+    start_ns: int = START_NS,
+) -> Path:
+    """Write the run and return its directory ``<save_path>/<run_id>``.
+
+    :param ranks: how many ranks (0..n-1) or which; each is one process hosting ``roles``.
+    :param ranks_per_host: ranks ``0..k-1`` are on host ``node0``, the next ``k`` on ``node1``...
+    :param trace_bytes: total bytes of trace files, spread evenly over every capture's file.
+    :param sparse: make trace files holes (no disk blocks) instead of written filler.
+    :param slow: ``{(rank, region): factor}`` — that rank's region takes ``factor`` times as long.
+    :param jitter: relative random spread of every duration (fixed by ``seed``).
+    :param unfinalized: ranks whose process "died": no ``finalized`` record.
+    """
+    rank_list = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
+    run_dir = Path(save_path) / run_id
+    rng = random.Random(seed)
+    slow = dict(slow or {})
+    captures = _captures_per_process(steps, regions, mode)
+    per_file = trace_bytes // max(1, len(rank_list) * len(captures) * len(tools))
+    step_ms = _step_ms(regions)
+    for rank in rank_list:
+        host, pid = f"node{rank // max(1, ranks_per_host)}", 1000 + rank
+        tag = f"rank{rank}-{host}-{pid}"
+        writer = ManifestWriter(run_dir / "manifest" / f"{tag}.jsonl", {"run": run_id, "rank": rank, "host": host, "pid": pid})
+        writer.write("process", world_size=len(rank_list), roles=list(roles), selected_roles=list(roles), steps=list(steps),
+                     mode=mode, tools=list(tools), save_path=str(Path(save_path).absolute()), replica_rank=None,
+                     expected_captures=len(captures), schedules={}, environment={})
+        for index, step in enumerate(steps):
+            step_start = start_ns + int(index * (step_ms + 50.0) * 1e6) + rng.randrange(0, 200_000)
+            cursor = step_start + int(0.5e6)
+            opened: dict[str, int] = {}
+            closing: list[tuple[int, dict]] = []
+            for spec in regions:
+                ms = spec.ms * slow.get((rank, spec.region), 1.0) * (1 + rng.uniform(-jitter, jitter))
+                if spec.parent is None:
+                    begin = cursor
+                    cursor = begin + int(ms * 1e6) + int(GAP_MS * 1e6)
+                else:
+                    begin = opened[spec.parent] + int(spec.offset_ms * 1e6)
+                end = begin + int(ms * 1e6)
+                opened[spec.region] = begin
+                capture = f"step{step}" if mode == "e2e" else f"step{step}.{spec.parent or spec.region}"
+                closing.append((end, {
+                    "step": step, "role": spec.role, "region": spec.region, "parent": spec.parent,
+                    "depth": 0 if spec.parent is None else 1, "capture": capture, "start_ns": begin, "end_ns": end,
+                    "duration_ms": round((end - begin) / 1e6, 6), "iterations": list(spec.iterations) if spec.iterations else None,
+                    "marked_iterations": (spec.iterations[1] + 1) if spec.iterations else 0, "error": None,
+                }))
+            # a region is recorded when it closes: children before their parent
+            closing.sort(key=lambda item: (item[0], -item[1]["depth"]))
+            parent_end = {fields["region"]: end for end, fields in closing if fields["depth"] == 0}
+            for end, fields in closing:
+                if fields["parent"] is not None:  # a child never outlives its parent
+                    end = min(end, parent_end[fields["parent"]])
+                    fields.update(end_ns=end, duration_ms=round((end - fields["start_ns"]) / 1e6, 6))
+                writer.write("region", **fields)
+            step_end = cursor + int(0.5e6)
+            writer.write("step", step=step, start_ns=step_start, end_ns=step_end, duration_ms=round((step_end - step_start) / 1e6, 6))
+            for capture, capture_roles, region in captures:
+                if not capture.startswith(f"step{step}") or capture[len(f"step{step}"):][:1] not in ("", "."):
+                    continue
+                for tool in tools:
+                    rel = Path(capture) / tag / tool / f"rank{rank}.pt.trace.json.gz"
+                    _write_filler(run_dir / rel, per_file, sparse)
+                    writer.write("artifact", backend=tool, step=step, steps=[step], roles=capture_roles, region=region,
+                                 capture=capture, mode=mode, iterations=None, world_size=len(rank_list), path=str(rel),
+                                 size=per_file, kind="file", outside_output_dir=False)
+        if rank not in unfinalized:
+            writer.write("finalized", reason="end", artifacts=len(captures) * len(tools), errors=0)
+        writer.close()
+    return run_dir
+
+
+def _captures_per_process(steps: Sequence[int], regions: Sequence[RegionSpec], mode: str) -> list[tuple[str, list[str], str | None]]:
+    """``(capture id, roles, region)`` of every capture one process writes: one per step (end-to-end)
+    or one per top-level region per step (discrete; nested regions are ranges inside their parent's)."""
+    if mode == "e2e":
+        roles = list(dict.fromkeys(r.role for r in regions))
+        return [(f"step{s}", roles, None) for s in steps]
+    return [(f"step{s}.{r.region}", [r.role], r.region) for s in steps for r in regions if r.parent is None]
+
+
+def _step_ms(regions: Sequence[RegionSpec]) -> float:
+    return sum(r.ms + GAP_MS for r in regions if r.parent is None) + 1.0
+
+
+FILLER = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 1},\n' * 11_000
+"""About 1 MiB of trace-like text: what written (not sparse) stand-in trace files are made of."""
+
+
+def _write_filler(path: Path, size: int, sparse: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        if sparse:
+            handle.truncate(size)
+            return
+        left = size
+        while left > 0:
+            chunk = FILLER[:left]
+            handle.write(chunk)
+            left -= len(chunk)
