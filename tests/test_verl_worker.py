@@ -43,7 +43,7 @@ section.all_ranks = True
 section.tool_config.torch.discrete = sys.argv[2] == "discrete"
 section = OmegaConf.to_container(section, resolve=True)
 
-ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
 pool = RayResourcePool([2], use_gpu=False, max_colocate_count=1)
 wg = RayWorkerGroup(pool, RayClassWithInitArgs(cls=ray.remote(ProfiledWorker), profiler_section=section))
 for step in (1, 2):
