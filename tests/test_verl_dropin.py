@@ -173,6 +173,33 @@ def test_step_advances_the_scheduled_update_loop(tmp_path):
     assert windows == [[1, 2]]
 
 
+def test_inner_training_worker_step_advances_the_outer_workers_update(tmp_path):
+    """verl's ActorRolloutRefWorker is started by the trainer; its inner actor TrainingWorker (own
+    DistProfiler, ``save_file_prefix="language_model"``, never started) calls ``step()`` per mini-batch."""
+    schedule = TorchProfilerScheduleConfig(skip_first=1, active=2, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    outer = DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor_rollout_ref")
+    inner = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="language_model"))
+
+    class Outer:
+        profiler = outer
+
+        @DistProfiler.annotate(role="actor_update", scheduled=True)
+        def update_actor(self):
+            for _ in range(5):
+                inner.train_batch()  # not started: runs unprofiled, as in verl
+                inner.profiler.step()
+
+    outer.start(profile_step=1)
+    Outer().update_actor()
+    outer.stop(run_command=False)
+    inner.profiler.finalize()
+    outer.finalize()
+    artifacts = [r for r in read_records([tmp_path]) if r["type"] == "artifact"]
+    assert [(a["region"], a["iterations"]) for a in artifacts] == [("actor_update", [1, 2])]
+
+
 # ------------------------------------------------------------------------ rollout replicas
 
 

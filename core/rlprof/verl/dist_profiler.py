@@ -27,6 +27,10 @@ from .sections import field, hosted_roles, rlprof_source
 log = logging.getLogger("rlprof")
 _WARNED: set[str] = set()
 """Keys already warned about in this process (the ranks=[] rule is said once, not per worker)."""
+_STARTED: list["DistProfiler"] = []
+"""The DistProfilers of this process between ``start()`` and ``stop()``: verl's update loop calls
+``step()`` on the inner TrainingWorker's profiler, which the trainer never starts (it starts the outer
+ActorRolloutRefWorker's); that ``step()`` advances the started one of the same rank."""
 
 
 class DistProfiler:
@@ -107,6 +111,8 @@ class DistProfiler:
         self._this_step = True
         self._prof.start_step(int(step) if step is not None else self._steps_started)
         self._rlprof_live = self._prof.active
+        if self not in _STARTED:
+            _STARTED.append(self)
 
     def stop(self, run_command: bool = True) -> None:
         """The profiled step ends; with ``run_command`` (the trainer's last profiled step) the finish
@@ -114,6 +120,8 @@ class DistProfiler:
         if self._enable and self._this_rank:
             self._this_step = False
             self._rlprof_live = False
+            if self in _STARTED:
+                _STARTED.remove(self)
             self._prof.step_boundary()
         if self._enable and run_command:
             self._finish_hook()
@@ -136,13 +144,19 @@ class DistProfiler:
     def step(self) -> None:
         """One mini-batch of the update ended: the next iteration of the innermost sampled region
         begins. Free when nothing is sampled."""
-        if self._enable and self._this_rank:
-            next_iteration = getattr(self._prof, "next_iteration", None)
-            if next_iteration is not None:
-                next_iteration()
+        if not (self._enable and self._this_rank):
+            return
+        target = self
+        if not self._this_step:  # the inner TrainingWorker's profiler: advance the started one of this rank
+            target = next((p for p in reversed(_STARTED) if p.rank == self.rank), None)
+            if target is None:
+                return
+        target._prof.next_iteration()
 
     def finalize(self) -> list[dict[str, Any]]:
         """End this process's run (also happens at exit): backends write, the manifest closes."""
+        if self in _STARTED:
+            _STARTED.remove(self)
         return self._prof.finalize()
 
     # ------------------------------------------------------------------ annotate
