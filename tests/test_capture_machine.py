@@ -293,3 +293,21 @@ def test_random_trainers_never_nest_captures_and_close_only_what_was_opened(seed
         if action.capture is not None and not action.opens and not action.closes:
             assert action.capture.capture_id == open_now, f"{action.label()} names a capture that is not open"
     assert open_now is None and not ranges
+
+
+def test_release_from_inside_an_opening_call_closes_that_capture_as_the_current_step():
+    """What the session does when a backend raises while the machine emits: the state is already the new one."""
+    seen = []
+    runs = step_runs((1, 2, 3), True)
+    m = CaptureMachine(discrete=False, run_of=lambda s: next((r for r in runs if s in r), (s,)),
+                       make_capture=FakeCapture, emit=lambda a: seen.append((a.label(), labels(m.release_actions()))))
+    m.start_step(1, True)
+    m.end_step()
+    m.start_step(5, False)  # leaves the run: a late close
+    m.start_step(2, True)
+    assert seen == [
+        ("start_step:1+@step1-3", ["step_boundary:1-@step1-3"]),
+        ("step_boundary:1@step1-3", ["step_boundary:1-(late)@step1-3"]),
+        ("step_boundary:1-(late)@step1-3", []),
+        ("start_step:2+@step2-3", ["step_boundary:2-@step2-3"]),
+    ]

@@ -191,6 +191,8 @@ class CaptureMachine:
         """Regions whose window is open (start_role sent, stop_role not yet), in the order they were
         started: the ranges backends hold, which must close innermost first."""
         self._holder_region: OpenRegion | None = None
+        self._capture_last: int | None = None
+        """The last step that began inside the open step capture (what a late close names)."""
         self._ids: dict[str, int] = {}
 
     # ------------------------------------------------------------------ steps
@@ -208,8 +210,8 @@ class CaptureMachine:
             event = BEGIN_IN_RUN
         else:
             event = BEGIN_E2E
-        self._transition(event, step=step)  # a late close in it still names the previous step
         self.step = self.last_step = step
+        self._transition(event, step=step)
 
     def end_step(self) -> None:
         """The profiled step in progress ends (regions still open are exited first)."""
@@ -217,12 +219,12 @@ class CaptureMachine:
             return
         while self.stack:
             self.exit(self.stack[0])
+        step, self.step = self.step, None  # from here on the step has ended (a release sees a late close)
         if self.discrete:
             event = END_DISCRETE
         else:
-            event = END_RUN if self.run and self.step == self.run[-1] else END_MORE
-        self._transition(event, step=self.step)
-        self.step = None
+            event = END_RUN if self.run and step == self.run[-1] else END_MORE
+        self._transition(event, step=step)
 
     def leave(self) -> None:
         """Stop profiling (finalize): end the step in progress, close whatever is still open."""
@@ -300,7 +302,7 @@ class CaptureMachine:
                                       closes=holds, region=region, iterations=self._iterations(region, last)))
         if self.holder == STEP:
             in_step = self.step is not None
-            actions.append(Action("step_boundary", self.step if in_step else self.last_step, self.capture,
+            actions.append(Action("step_boundary", self.step if in_step else self._capture_last, self.capture,
                                   closes=True, ends_step=in_step))
         return actions
 
@@ -344,10 +346,12 @@ class CaptureMachine:
         run = self._run_of(step)
         seen = tuple(s for s in run if s >= step) or (step,)
         self.capture = self._new_capture(steps_label(seen), seen, ())
-        self.run, self.holder = run, STEP
+        self.run, self.holder, self._capture_last = run, STEP, step
         self._emit(Action("start_step", step, self.capture, opens=True))
 
     def _op_start_step(self, step: int) -> None:
+        if self.holder == STEP:
+            self._capture_last = step
         self._emit(Action("start_step", step, self.capture))
 
     def _op_end_step(self, step: int) -> None:
@@ -359,7 +363,7 @@ class CaptureMachine:
 
     def _op_close_late(self, step: int | None) -> None:
         capture, self.capture, self.holder, self.run = self.capture, None, NONE, ()
-        self._emit(Action("step_boundary", self.last_step, capture, closes=True, ends_step=False))
+        self._emit(Action("step_boundary", self._capture_last, capture, closes=True, ends_step=False))
 
     def _op_open_region(self, region: OpenRegion, first: int | None) -> None:
         step = self.step

@@ -53,17 +53,6 @@ RESERVED_FIELDS = frozenset({"type", "run", "rank", "host", "pid", "time", "back
 """Manifest fields of an artifact record that only the core fills (see :meth:`HookContext.add_artifact`)."""
 
 
-def make_directory(directory: Path, root: Path) -> None:
-    """``mkdir -p`` under ``root`` without following a symbolic link planted there (:func:`rlprof.layout.ensure_dir`)."""
-    from . import layout
-
-    ensure_dir = getattr(layout, "ensure_dir", None)
-    if ensure_dir is not None:
-        ensure_dir(directory, root)
-    else:  # until rlprof.layout gains ensure_dir (issue 13): a plain mkdir
-        directory.mkdir(parents=True, exist_ok=True)
-
-
 @dataclass(kw_only=True, slots=True)
 class HookContext:
     """Base of every context: the run, the backend's own validated config, and an artifact sink."""
@@ -87,7 +76,9 @@ class HookContext:
         else:
             directory = self.capture.directory / self.backend
         if not directory.is_dir():
-            make_directory(directory, self.run.run_dir)
+            from .layout import ensure_dir
+
+            ensure_dir(directory, self.run.run_dir)
         return directory
 
     def add_artifact(self, path: os.PathLike | str, kind: str = "file", **extra: Any) -> None:

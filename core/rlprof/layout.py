@@ -30,8 +30,9 @@ import secrets
 import socket
 import stat
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_NAME = 120
@@ -158,6 +159,70 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
     except BaseException:
         os.close(fd)
         raise
+
+
+@contextmanager
+def tool_output(target: Path, root: Path) -> Iterator[Path]:
+    """For a tool that writes a file *by path* (``torch.cuda.memory._dump_snapshot(path)``,
+    ``export_chrome_trace(path)``) and would follow a link or replace a file there::
+
+        with tool_output(directory / "snapshot.pickle", run_dir) as scratch:
+            torch.cuda.memory._dump_snapshot(str(scratch))
+
+    ``scratch`` lies in a fresh private directory (``mkdtemp``: mode 0o700, a random name) beside
+    ``target`` (whose directory is made with :func:`ensure_dir`), so no one else can plant anything
+    there; when the block ends without an exception the file is put at ``target`` by :func:`place`
+    (never through a link, never over an existing file). The private directory is removed either way.
+    """
+    import shutil
+    import tempfile
+
+    target = Path(target)
+    ensure_dir(target.parent, root)
+    private = Path(tempfile.mkdtemp(prefix=".rlprof-", dir=target.parent))
+    try:
+        scratch = private / target.name
+        yield scratch
+        place(scratch, target, root)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def place(source: Path, target: Path, root: Path) -> Path:
+    """Put the regular file ``source`` at ``target`` (under ``root``) without following a link and
+    without replacing anything: a hard link made relative to the target directory's descriptor
+    (``link(2)`` fails on any existing name, a dangling link included), or a copy through
+    :func:`open_file` when ``source`` is on another file system. ``source`` stays; the caller removes it.
+    Raises :class:`UnsafePathError` for a link at ``target``, ``FileExistsError`` for a file there."""
+    import shutil
+
+    source, target = Path(source), Path(target)
+    if not stat.S_ISREG(os.stat(source, follow_symlinks=False).st_mode):
+        raise UnsafePathError(errno.EINVAL, "only a regular file can be placed", str(source))
+    dir_fd = _open_dir_chain(target.parent, root)
+    try:
+        try:
+            os.link(source, target.name, dst_dir_fd=dir_fd, follow_symlinks=False)
+            return target
+        except FileExistsError:
+            if _is_link(target.name, dir_fd):
+                raise UnsafePathError(errno.EEXIST, "refusing to write through a symbolic link", str(target)) from None
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    finally:
+        os.close(dir_fd)
+    with open(source, "rb") as reader, open_file(target, root, "wb") as writer:  # another file system
+        try:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+        except BaseException:
+            try:
+                os.unlink(target)  # ours: open_file created it (O_EXCL) a moment ago
+            except OSError:
+                pass
+            raise
+    return target
 
 
 def _is_link(name: str, dir_fd: int) -> bool:

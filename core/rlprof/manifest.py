@@ -76,15 +76,21 @@ class ManifestWriter:
     def write(self, record_type: str, **fields: Any) -> bool:
         """Append one record; False when it could not be written (never raises)."""
         with self._lock:
-            return self._write(record_type, fields)
+            return self._write([self._line(record_type, **fields)])
 
-    def _write(self, record_type: str, fields: dict[str, Any]) -> bool:
+    def write_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> bool:
+        """Append ``(type, fields)`` records in one write and one flush (a step's timing records)."""
+        with self._lock:
+            lines = [self._line(record_type, **fields) for record_type, fields in records]
+            return self._write(lines) if lines else True
+
+    def _write(self, lines: list[str]) -> bool:
         if self._problem is not None and self._append(self._line("error", kind="write", backend=None, hook=None,
                                                                   error=self._problem, lost=self.lost)):
             self._problem = None
-        if self._append(self._line(record_type, **fields)):
+        if self._append("\n".join(lines)):
             return True
-        self.lost += 1
+        self.lost += len(lines)
         return False
 
     def _line(self, record_type: str, **fields: Any) -> str:
@@ -123,13 +129,9 @@ class ManifestWriter:
 def _open_append(path: Path, root: Path):
     """Open ``path`` for appending, creating its directory under ``root``; no symbolic link is followed
     (:func:`rlprof.layout.open_file`)."""
-    from . import layout
+    from .layout import open_file
 
-    open_file = getattr(layout, "open_file", None)
-    if open_file is not None:
-        return open_file(path, root, "a")
-    path.parent.mkdir(parents=True, exist_ok=True)  # until rlprof.layout gains open_file (issue 13)
-    return open(path, "a", encoding="utf-8")
+    return open_file(path, root, "a")
 
 
 # --------------------------------------------------------------------------- records

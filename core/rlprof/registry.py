@@ -95,33 +95,12 @@ class _Impl:
     argnames: tuple[str, ...]
 
 
-HOOK_TIMEOUT_ENV = "RLPROF_HOOK_TIMEOUT_S"
-"""Seconds a hook may run before the watchdog reports it (default 60; 0 switches the watchdog off)."""
-
-
-def hook_timeout() -> float | None:
-    """The watchdog limit from ``RLPROF_HOOK_TIMEOUT_S``; None when switched off."""
-    raw = os.environ.get(HOOK_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return 60.0
-    try:
-        value = float(raw)
-    except ValueError:
-        log.warning("rlprof: %s=%r is not a number of seconds; using 60", HOOK_TIMEOUT_ENV, raw)
-        return 60.0
-    return value if value > 0 else None
-
-
 def _watchdog(report: Callable[[str, str, int, float, str], None]) -> Any:
-    """A :class:`rlprof.watchdog.HookWatchdog`, or None when switched off (or not available)."""
-    limit = hook_timeout()
-    if limit is None:
-        return None
-    try:
-        from .watchdog import HookWatchdog
-    except ImportError:  # until rlprof.watchdog lands (issue 13): hooks run unwatched
-        return None
-    return HookWatchdog(limit, report)
+    """The session's :class:`rlprof.watchdog.HookWatchdog` (limit ``RLPROF_HOOK_TIMEOUT_S``), or None when off."""
+    from .watchdog import HookWatchdog, limit_from_env
+
+    limit = limit_from_env()
+    return HookWatchdog(limit, report) if limit is not None else None
 
 
 class Backends:
@@ -174,7 +153,14 @@ class Backends:
             impls = [_Impl(impl.plugin_name, impl.function, tuple(impl.argnames)) for impl in caller.get_hookimpls()]
             impls.sort(key=lambda i: order.get(i.backend, 0))
             self.impls[hook] = impls
-        self.watchdog = _watchdog(self._timed_out)
+        self.watchdog: Any = None
+        """The hook watchdog once :meth:`start_watchdog` ran (the process session starts it; one-off
+        users such as ``rlprof check`` call hooks unwatched)."""
+
+    def start_watchdog(self) -> None:
+        """Watch every later hook call (``RLPROF_HOOK_TIMEOUT_S``); :meth:`close` stops it."""
+        if self.watchdog is None:
+            self.watchdog = _watchdog(self._timed_out)
 
     def has(self, hook: str) -> bool:
         return bool(self.impls[hook])
@@ -286,9 +272,8 @@ class Backends:
         if impl.argnames == ("ctx",) and not self.trace:
             try:
                 if self.watchdog is None:
-                    return impl.function(ctx=ctx)
-                with self.watchdog.watch(impl.backend, hook, self.rank):
-                    return impl.function(ctx=ctx)
+                    return impl.function(ctx)
+                return self.watchdog.call(impl.backend, hook, self.rank, impl.function, ctx)
             except Exception as exc:
                 return self._failed(impl, hook, exc)
         return self._invoke(impl, hook, {"ctx": ctx})

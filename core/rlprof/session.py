@@ -100,6 +100,7 @@ class ProcessSession:
         self.backends.run = run
         self.backends.on_result = self._collect
         self.backends.on_timeout = self._timed_out
+        self.backends.start_watchdog()
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
                                       make_capture=self._make_capture, emit=self._dispatch)
 
@@ -204,8 +205,7 @@ class ProcessSession:
         if step is None:
             return
         self.profiled_steps.append(step)
-        self.manifest.write("step", **step_record(step, self._step_start_ns, end_ns))
-        self._flush_regions()
+        self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns)))
         for participant in self.participants:
             participant._step_written(step)  # after the backends wrote the step's captures
 
@@ -367,10 +367,10 @@ class ProcessSession:
         self.errors.append(entry)
         self.manifest.write("error", **entry)
 
-    def _flush_regions(self) -> None:
+    def _flush_regions(self, *first: tuple[str, dict[str, Any]]) -> None:
+        """Write the buffered timing records (after ``first``) in one go."""
         closed, self._closed = self._closed, []
-        for region in closed:
-            self.manifest.write("region", **region_record(region))
+        self.manifest.write_many([*first, *(("region", region_record(region)) for region in closed)])
 
     def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
         run = self.run

@@ -38,13 +38,14 @@ _in_hook = threading.local()
 def _audit(event: str, args: tuple) -> None:
     if not _active or getattr(_in_hook, "busy", False):
         return
+    dir_fd = None
     if event == "open":
         path, mode, flags = args
         if not _opens_for_writing(mode, flags):
             return
         action = "opened for writing"
     elif event == "os.mkdir":
-        path, action = args[0], "created the directory"
+        path, action, dir_fd = args[0], "created the directory", args[2]
     elif event in ("os.rename", "os.replace"):
         path, action = args[1], "moved a file to"
     else:
@@ -53,13 +54,38 @@ def _audit(event: str, args: tuple) -> None:
         return  # an already-open descriptor: its opening was seen (or predates the run)
     _in_hook.busy = True
     try:
-        absolute = os.path.abspath(os.fsdecode(path))
+        absolute = _absolute(os.fsdecode(path), dir_fd)
         for footprint in _active:
-            footprint._note_write(action, absolute)
+            footprint._note_write(action, absolute, directory=action == "created the directory")
     except Exception:  # an audit hook must never break the code it watches
         pass
     finally:
         _in_hook.busy = False
+
+
+def _absolute(path: str, dir_fd: int | None) -> str:
+    """Where a write really goes. A relative name opened against a directory descriptor (how
+    :func:`rlprof.layout.open_file` and ``ensure_dir`` walk down without following links) is resolved
+    through that descriptor; ``os.open`` does not pass its ``dir_fd`` to the audit event, so for it
+    the path is read from the calling :mod:`rlprof.layout` frame."""
+    if os.path.isabs(path):
+        return os.path.abspath(path)
+    if isinstance(dir_fd, int) and dir_fd >= 0:
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            pass
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            break
+        if frame.f_code.co_filename.endswith(os.path.join("rlprof", "layout.py")):
+            for name in ("current", "path"):
+                value = frame.f_locals.get(name)
+                if value is not None and os.fspath(value).endswith(path):
+                    return os.path.abspath(os.fspath(value))
+        frame = frame.f_back
+    return os.path.abspath(path)
 
 
 def _opens_for_writing(mode, flags) -> bool:
@@ -186,9 +212,11 @@ class Footprint:
             if self._before_fds.get(fd) != target and target.startswith("/") and _inside(target, roots)
         )
 
-    def _note_write(self, action: str, path: str) -> None:
+    def _note_write(self, action: str, path: str, directory: bool = False) -> None:
         if _inside(path, self.allowed) or "__pycache__" in path:
             return  # __pycache__: Python itself writing bytecode for a module imported late
+        if directory and _inside(str(self.run_dir), (path,)):
+            return  # the core creating save_path, the run directory's parent
         entry = f"{action} {path}"
         if entry not in self.writes_outside:
             self.writes_outside.append(entry)
