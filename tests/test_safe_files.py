@@ -385,3 +385,28 @@ def test_place_copies_across_file_systems(save_path):
             place(source, placed, run)
     finally:
         shutil.rmtree(source.parent)
+
+
+def test_footprint_sees_layout_writes_at_their_real_paths(tmp_path, monkeypatch):
+    """rlprof.testing's footprint audit must attribute layout's descriptor-relative mkdir/open to the
+    absolute path (an open audit event carries only the relative name), so a write outside the
+    allowed roots is still caught and one inside is not misread as a write in the working directory."""
+    from rlprof.testing.footprint import Footprint
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    run, elsewhere = tmp_path / "save" / "run", tmp_path / "elsewhere" / "run"
+    run.parent.mkdir()
+    elsewhere.parent.mkdir()
+    with Footprint(run_dir=run, allowed=[], watched={"the working directory": cwd}) as footprint:
+        with open_file(run / "step1" / "rank0-h-1" / "torch" / "t.json", run) as handle:
+            handle.write("inside")
+        with open_file(elsewhere / "x" / "t.json", elsewhere, "a") as handle:
+            handle.write("outside")
+    assert footprint.writes_outside == [
+        f"created the directory {tmp_path / 'elsewhere' / 'run'}",
+        f"created the directory {elsewhere / 'x'}",
+        f"opened for writing {elsewhere / 'x' / 't.json'}",
+    ]
+    assert footprint.appeared == []

@@ -29,6 +29,7 @@ import re
 import secrets
 import socket
 import stat
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,6 +93,20 @@ class UnsafePathError(OSError):
     file/directory where one is needed). rlprof refuses to write there rather than follow it."""
 
 
+AUDIT = threading.local()
+"""While this module creates a directory or opens a file relative to a directory descriptor,
+``AUDIT.path`` is the absolute path it acts on (else None): audit hooks see only the relative name
+(``open`` events carry no ``dir_fd``), so :mod:`rlprof.testing.footprint` reads it from here."""
+
+
+def _audited(path: Path, call, *args, **kwargs):
+    AUDIT.path = str(path)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        AUDIT.path = None
+
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; absent on Windows, where rlprof does not run training
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
@@ -137,7 +152,8 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
     try:
         try:
             # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
-            fd = os.open(path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666, dir_fd=dir_fd)
+            fd = _audited(path, os.open, path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
+                          dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(path.name, dir_fd)):
                 raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
@@ -240,7 +256,8 @@ def _open_dir_chain(path: Path, root: Path) -> int:
         raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", str(path))
     if os.fspath(root) == os.sep:
         raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", str(root))
-    os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
+    if not os.path.isdir(root.parent):
+        os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
     fd = os.open(root.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
     current = root.parent
     try:
@@ -251,7 +268,7 @@ def _open_dir_chain(path: Path, root: Path) -> int:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     try:
-                        os.mkdir(name, 0o777, dir_fd=fd)  # never follows a link at ``name``: EEXIST
+                        _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
                     except FileExistsError:
                         pass  # created meanwhile (another rank), or a link: the open below tells
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
