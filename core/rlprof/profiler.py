@@ -43,13 +43,15 @@ class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
     and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "__weakref__")
+    __slots__ = ("_prof", "role", "region", "_open", "sampled", "__weakref__")
 
-    def __init__(self, prof: "Profiler", role: str, stage: str | None):
+    def __init__(self, prof: "Profiler", role: str, stage: str | None, sampled: bool = True):
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
         self._open: list = []
+        self.sampled = sampled
+        """False: the role's schedule does not apply; the whole region is one window (see unsampled_role)."""
 
     def __enter__(self):
         self._open.append(self._prof._enter_region(self))
@@ -224,6 +226,18 @@ class Profiler:
                 spec.__class__ = _Region
             return spec
 
+    def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
+        """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
+        whole. For callers that schedule one stage of a role only (verl samples the update loop,
+        ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
+        try:
+            return self._specs[role, stage, "unsampled"]
+        except KeyError:
+            spec = self._specs[role, stage, "unsampled"] = _IdleRegion(self, role, stage, sampled=False)
+            if role in self._live:
+                spec.__class__ = _Region
+            return spec
+
     def iteration(self) -> _Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
         ``with prof.iteration(): ...``. Drives the role's ``schedule``; free when there is none."""
@@ -317,7 +331,7 @@ class Profiler:
     def _enter_region(self, spec: _Region):
         session = self._session
         with session.lock:
-            return session.enter(self, spec.role, spec.region)
+            return session.enter(self, spec.role, spec.region, spec.sampled)
 
     def _exit_region(self, region, error: BaseException | None) -> None:
         session = self._session

@@ -211,8 +211,8 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ regions and iterations
 
-    def enter(self, prof: Any, role: str, name: str) -> OpenRegion:
-        schedule = prof.plan.roles[role].schedule
+    def enter(self, prof: Any, role: str, name: str, sampled: bool = True) -> OpenRegion:
+        schedule = prof.plan.roles[role].schedule if sampled else None
         region = OpenRegion(role, name, schedule, prof)
         region.start_ns = _time_ns()
         self._guarded(self.machine.enter, region)
