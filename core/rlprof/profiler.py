@@ -43,21 +43,26 @@ class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
     and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "__weakref__")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "__weakref__")
 
     def __init__(self, prof: "Profiler", role: str, stage: str | None):
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
         self._open: list = []
+        planned = prof.plan.roles.get(role)
+        self._schedule = planned.schedule if planned is not None else None
+        self._configs = prof.tool_configs.get(role)
+        """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
 
     def __enter__(self):
-        self._open.append(self._prof._enter_region(self))
+        prof = self._prof
+        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs))
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if self._open:
-            self._prof._exit_region(self._open.pop(), exc)
+            self._prof._session.exit(self._open.pop(), exc)
         return False
 
     def __call__(self, fn: Callable) -> Callable:
@@ -251,7 +256,7 @@ class Profiler:
             if session is None or self._finalized:
                 return
             with session.lock:
-                if session.start_step(self, step):
+                if session.join_step(self, step):
                     self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
@@ -265,7 +270,7 @@ class Profiler:
                 self._step_written(step)
                 return
             with session.lock:
-                session.step_boundary(self)
+                session.leave_step(self)
 
     def run_finish_hook(self) -> None:
         """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
@@ -313,15 +318,3 @@ class Profiler:
             spec.__class__ = _Region if spec.role in roles else _IdleRegion
             if not roles:
                 spec._open.clear()
-
-    def _enter_region(self, spec: _Region):
-        session = self._session
-        with session.lock:
-            return session.enter(self, spec.role, spec.region)
-
-    def _exit_region(self, region, error: BaseException | None) -> None:
-        session = self._session
-        with session.lock:
-            session.exit(region, error)
-
-
