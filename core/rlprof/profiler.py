@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -43,7 +44,7 @@ class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
     and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "__weakref__")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "_wrappers", "__weakref__")
 
     def __init__(self, prof: "Profiler", role: str, stage: str | None):
         self._prof = prof
@@ -54,6 +55,8 @@ class _Region:
         self._schedule = planned.schedule if planned is not None else None
         self._configs = prof.tool_configs.get(role)
         """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
+        self._wrappers: weakref.WeakSet = weakref.WeakSet()
+        """Functions decorated with this region (their code is swapped with the region's class)."""
 
     def __enter__(self):
         prof = self._prof
@@ -66,17 +69,34 @@ class _Region:
         return False
 
     def __call__(self, fn: Callable) -> Callable:
-        prof = self._prof
-        role = self.role
+        wrapper = functools.wraps(fn)(_passthrough(fn, self))
+        self._wrappers.add(wrapper)
+        if self._prof._live and self.role in self._prof._live:
+            wrapper.__code__ = _LIVE_CODE
+        return wrapper
 
-        @functools.wraps(fn)
-        def profiled(*args, **kwargs):
-            if role not in prof._live:
-                return fn(*args, **kwargs)
-            with self:
-                return fn(*args, **kwargs)
 
-        return profiled
+def _profiled(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        with spec:
+            return fn(*args, **kwargs)
+
+    return profiled
+
+
+def _passthrough(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        return fn(*args, **kwargs)
+        spec  # noqa: B018 - never run: keeps the closure the same shape as the live code's, so __code__ swaps
+
+    return profiled
+
+
+_LIVE_CODE = _profiled(None, None).__code__
+_IDLE_CODE = _passthrough(None, None).__code__
+"""A decorated function runs one of these two codes, swapped in place at step start and end with its
+region's class (:meth:`Profiler._set_live`): while its role is not profiled, calling it costs what the
+cheapest pass-through decorator costs, with no test on the hot path."""
 
 
 class _IdleRegion(_Region):
@@ -157,7 +177,8 @@ class Profiler:
         )
         self.stages = stages
         self._live: frozenset = _NOTHING
-        self._specs: dict = {}
+        self._regions: dict[str, dict[str | None, _Region]] = {}
+        """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
         self._iteration_cm = _Iteration(self)
         self._step: int | None = None
         self._finalized = False
@@ -219,15 +240,20 @@ class Profiler:
 
     def role(self, role: str, stage: str | None = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
-        ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. Costs a dict lookup
-        when the role is not profiled now."""
+        ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
+        stage), whose class switches between live and idle with the step; when the role is not
+        profiled, ``with prof.role(...)`` costs two dict lookups (bench/bench_core.py)."""
         try:
-            return self._specs[role, stage]
+            return self._regions[role][stage]
         except KeyError:
-            spec = self._specs[role, stage] = _IdleRegion(self, role, stage)
-            if role in self._live:
-                spec.__class__ = _Region
-            return spec
+            return self._new_region(role, stage)
+
+    def _new_region(self, role: str, stage: str | None) -> _Region:
+        spec = _IdleRegion(self, role, stage)
+        if role in self._live:
+            spec.__class__ = _Region
+        self._regions.setdefault(role, {})[stage] = spec
+        return spec
 
     def iteration(self) -> _Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
@@ -312,9 +338,13 @@ class Profiler:
     # ------------------------------------------------------------------ regions
 
     def _set_live(self, roles: frozenset) -> None:
-        """Switch every region object to the live or idle class for the roles profiled now."""
+        """Switch every region object (and the functions decorated with it) to the live or idle code
+        for the roles profiled now."""
         self._live = roles
-        for spec in self._specs.values():
-            spec.__class__ = _Region if spec.role in roles else _IdleRegion
+        for spec in [spec for stages in self._regions.values() for spec in stages.values()]:
+            live = spec.role in roles
+            spec.__class__ = _Region if live else _IdleRegion
+            for wrapper in spec._wrappers:
+                wrapper.__code__ = _LIVE_CODE if live else _IDLE_CODE
             if not roles:
                 spec._open.clear()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import hookspecs
-from .context import FinalizeContext, IterationContext, RoleContext, StepContext
+from .context import FinalizeContext, iteration_context, role_context, step_context
 from .errors import BackendError, ConfigError
 
 GROUP = "rlprof.backends"
@@ -183,9 +183,8 @@ class Backends:
         for backend, call in self._calls["start_step"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            self._call(backend, "start_step", call, StepContext(
-                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=capture, step=step,
-                opens_capture=opens))
+            self._call(backend, "start_step", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, opens, False, True))
 
     def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
                    only: str | None = None) -> None:
@@ -194,8 +193,8 @@ class Backends:
         for backend, call in self._calls["start_role"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            ctx = RoleContext(run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=capture,
-                              step=step, role=role, region=name, opens_capture=opens, iterations=iterations)
+            ctx = role_context(run, backend, configs.get(backend, _EMPTY), capture, step, role, name, opens, False,
+                               iterations, None)
             try:  # _call, inlined: this is the hot path of every profiled region
                 result = call(ctx) if watchdog is None else watchdog.call(backend, "start_role", self.rank, call, ctx)
             except Exception as exc:
@@ -209,9 +208,8 @@ class Backends:
         for backend, call in self._calls["iteration_boundary"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            self._call(backend, "iteration_boundary", call, IterationContext(
-                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=capture, step=step,
-                role=region.role, region=region.name, iteration=iteration))
+            self._call(backend, "iteration_boundary", call, iteration_context(
+                run, backend, configs.get(backend, _EMPTY), capture, step, region.role, region.name, iteration))
 
     def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
                   error: BaseException | None, only: str | None = None) -> None:
@@ -220,9 +218,8 @@ class Backends:
         for backend, call in self._calls["stop_role"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            ctx = RoleContext(run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=capture,
-                              step=step, role=role, region=name, closes_capture=closes, iterations=iterations,
-                              error=error)
+            ctx = role_context(run, backend, configs.get(backend, _EMPTY), capture, step, role, name, False, closes,
+                               iterations, error)
             try:  # _call, inlined: this is the hot path of every profiled region
                 result = call(ctx) if watchdog is None else watchdog.call(backend, "stop_role", self.rank, call, ctx)
             except Exception as exc:
@@ -236,9 +233,8 @@ class Backends:
         for backend, call in self._calls["step_boundary"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            self._call(backend, "step_boundary", call, StepContext(
-                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=capture, step=step,
-                closes_capture=closes, ends_step=ends_step))
+            self._call(backend, "step_boundary", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, False, closes, ends_step))
 
     def finalize(self, reason: str, profiled_steps: tuple[int, ...], relocate_results: bool,
                  only: str | None = None) -> None:
