@@ -84,7 +84,7 @@ def measure_hung(actor_class, n: int, rounds: int, timeout_s: float, save_path: 
 
 def main_hung(opts) -> None:
     n = int(opts.workers.split(",")[-1]) if opts.workers != "1,2,4,8" else 4
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     logging.getLogger("rlprof").setLevel(logging.CRITICAL)  # the hung worker's warnings are expected here
     with tempfile.TemporaryDirectory() as save_path:
         r = measure_hung(ray.remote(ScriptedWorker), n, opts.rounds, opts.timeout, save_path)
@@ -150,7 +150,7 @@ def main() -> None:
     if opts.hung:
         return main_hung(opts)
     counts = [int(n) for n in opts.workers.split(",")]
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     actor_class = ray.remote(ScriptedWorker)
     handles = [actor_class.options(num_cpus=0).remote(HYBRID_ENGINE_STAGES) for _ in range(max(counts))]
     ray.get([h.where.remote() for h in handles])

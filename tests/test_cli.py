@@ -223,3 +223,13 @@ def test_backends_columns_align_for_long_names(tmp_path):
     assert len(columns) == 1, lines
     indents = {len(line) - len(line.lstrip()) for line in lines if line.startswith(" ")}
     assert indents == columns, lines
+
+
+def test_report_counts_one_profiling_process_in_the_singular(tmp_path, capsys):
+    from rlprof.report import main as report_main
+    from rlprof.testing.generated_run import generate_run
+
+    generate_run(tmp_path, run_id="20260101-000000-abcdef", ranks=1, steps=(1,))
+    report_main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "; 1 profiling process on 1 host" in out and "1 profiling processes" not in out

@@ -102,9 +102,7 @@ DEMO_LINES = [re.compile(p) for p in (
     r"\d+ workers ready in [\d.]+ s",
     r"step \d+( \(profiled\))? +(start step|rollout generate|ref log-prob|actor log-prob|actor update|step boundary) +"
     r"[\d.]+ s( .*)?",
-    r"traces to open in Perfetto \(https://ui\.perfetto\.dev\) or chrome://tracing:",
-    r"other artifacts:",
-    r"  \S+/rank\d+[-.]\S+",
+    r"(traces|memory snapshots|nsys reports) \(\S+\): open in .+",
     r"verdict: .+",
     r"rlprof demo: (ok|FAILED) in [\d.]+ s",
 )]
@@ -166,3 +164,16 @@ def test_ctrl_c_finalizes_and_prints_the_partial_report(tmp_path):
     captured = {(c.step, c.rank) for c in report.cells if c.files}
     assert {(1, 0), (1, 1), (2, 0), (2, 1)} <= captured  # the steps done before Ctrl-C are all there
     assert out.count(".pt.trace.json.gz") >= 4  # and the report printed them
+
+
+def test_a_warning_about_every_hybrid_role_is_said_once():
+    """The demo writes one profiler section per role from the same flags: a warning the flags cause
+    in each section is printed once, naming the three sections."""
+    pytest.importorskip("rlprof_torch")
+    from rlprof.demo.preflight import check_plan, once_per_role
+
+    found = check_plan(flags("--schedule", "active=1"), workers=2)
+    schedule = [w for w in found.warnings if "schedule" in w]
+    assert len(schedule) == 1 and schedule[0].startswith("actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ")
+    assert once_per_role(["critic.profiler.ranks: y", "global_profiler.steps: z"]) == ["critic.profiler.ranks: y",
+                                                                                      "global_profiler.steps: z"]

@@ -399,8 +399,9 @@ def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, cap
 
     caplog.set_level(logging.WARNING, logger="rlprof")
     timeout_s = 2.0
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
-             runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site)}})
+    # the workers' own hook watchdog (1 s) says which hook of which backend hangs, with its stack
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+             runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site), "RLPROF_HOOK_TIMEOUT_S": "1"}})
     try:
         worker = ray.remote(ScriptedWorker)
         cfg = config(sandbox, "hanging", steps=(1, 2, 3, 4),
@@ -434,5 +435,8 @@ def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, cap
         ("workers/rank1", "timeout", "step_boundary", 1)]
     said = [r.getMessage() for r in caplog.records if "not waiting for worker workers/rank1" in r.getMessage()]
     assert len(said) == 1
+    [stuck] = [e for e in errors(sandbox, "timeout")]  # from the hung worker's own manifest
+    assert (stuck["rank"], stuck["backend"], stuck["hook"]) == (1, "hanging", "step_boundary")
     report = sandbox.report()
     assert "workers/rank1" in report and "timeout" in report
+    assert [line for line in report.splitlines() if "hanging" in line and "step_boundary" in line and "rank 1" in line]

@@ -46,7 +46,7 @@ def assert_refused(proc, seconds: float, *phrases: str) -> None:
     [
         (["--workers", "0"], ["--workers: got 0; allowed: 1 or more"]),
         (["--workers", "-3"], ["--workers: got -3"]),
-        (["--steps", "0"], ["--steps: got 0", "steps count from 1"]),
+        (["--steps", "0"], ["global_profiler.steps: got [0]", "counted from 1"]),
         (["--steps", "5", "--train-steps", "3"], ["step 5 is after the last training step (3)", "--train-steps 5"]),
         (["--steps", "2,4", "--train-steps", "3"], ["step 4 is after the last training step (3)"]),
         (["--train-steps", "0"], ["--train-steps: got 0"]),
@@ -55,6 +55,7 @@ def assert_refused(proc, seconds: float, *phrases: str) -> None:
         (["--tool", "nope"], ["global_profiler.tool: got 'nope'", "Installed backends:"]),
         (["--ranks", "5"], ["ranks: got [5]", "outside a world of 2"]),
         (["--workers", "1", "--ranks", "1"], ["outside a world of 1"]),
+        (["--ranks", ""], ["nothing would be captured: no role is selected on any of the 2 worker ranks"]),
     ],
 )
 def test_impossible_runs_are_refused_before_ray_starts(tmp_path, args, phrases):
@@ -145,3 +146,23 @@ def test_the_torch_backend_keeps_kinetos_console_lines_out_of_the_training_outpu
     assert "profiler_start" not in quiet and "USDT" not in quiet
     assert "profiler_start" in stderr_of(KINETO_LOG_LEVEL="4")  # the user's own choice wins
     assert len(list((tmp_path / "p").rglob("*.pt.trace.json.gz"))) == 4  # 2 runs x 2 steps: the traces still come
+
+
+def test_demo_help_is_plain_text(tmp_path):
+    proc, _ = rlprof("demo", "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "``" not in proc.stdout and "exit status: 0" in proc.stdout
+
+
+def test_verl_torch_keys_rlprof_ignores_are_said_when_set(tmp_path):
+    """Older verl's tool_config.torch.step_start/step_end/manual_save do nothing in rlprof: set to
+    anything but verl's defaults, `rlprof check` says so (once) and what to use instead."""
+    pytest.importorskip("rlprof_torch")
+    base = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
+            "actor_rollout_ref.actor.profiler.all_ranks=true"]
+    proc, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=2",
+                     "actor_rollout_ref.actor.profiler.tool_config.torch.step_end=4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "is ignored" in line]
+    assert len(said) == 2 and all("profiler.schedule" in line for line in said), proc.stderr
+    quiet, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=-1", cwd=tmp_path)
+    assert "is ignored" not in quiet.stderr  # verl's default means "not set"

@@ -137,3 +137,13 @@ def read_png(path: Path) -> tuple[int, int, list[tuple[int, int, int]]]:
         previous = line
     pixels = [tuple(row[x:x + 3]) for row in rows for x in range(0, stride, channels)]
     return width, height, pixels
+
+
+def test_several_runs_one_section_each_newest_first(tmp_path):
+    generate_run(tmp_path, run_id="20261122-040000-111111", ranks=2, steps=(1,), regions=REGIONS)
+    generate_run(tmp_path, run_id="20261122-050000-222222", ranks=2, steps=(1,), regions=REGIONS, unfinalized=(1,))
+    out = tmp_path / "report.html"
+    assert main([str(tmp_path), "--html", "-o", str(out)]) == 1  # the newer run lost a process
+    text = out.read_text(encoding="utf-8")
+    assert re.findall(r'<section class="run" id="run-([^"]+)"', text) == ["20261122-050000-222222", "20261122-040000-111111"]
+    assert text.count('<span class="badge failed">FAILED</span>') == 1 and "not finalized: rank 1" in text

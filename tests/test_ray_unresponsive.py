@@ -23,7 +23,7 @@ TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="module")
 def cluster(test_backends_site):
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site)}})
     yield ray.remote(ScriptedWorker)
     ray.shutdown()

@@ -283,3 +283,8 @@ def test_sampled_iterations_are_shown(tmp_path, capsys):
     code, data = run_json(capsys, tmp_path)
     generate = data["runs"][0]["steps"][0]["regions"][0]
     assert generate["iterations"] == {"0": [[30, 70]], "1": [[30, 70]]}
+
+
+def test_many_ranks_are_said_as_ranges(tmp_path):
+    generate_run(tmp_path, run_id=RUN, ranks=[0, 1, 2, 3, 5, 6], steps=(1, 2, 3))
+    assert verdict([tmp_path]).lines[0] == "captured: torch wrote 18 files (0 B) for steps 1-3 on ranks 0-3,5,6"

@@ -30,10 +30,6 @@ def demo_runs(tmp_path_factory) -> dict[str, Path]:
     """``{"e2e": run_dir, "discrete": run_dir}``: two real demo runs, profiling steps 1 and 2 on both ranks."""
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
-    try:
-        from rlprof.manifest import region_record  # noqa: F401  the core writes step/region timings (issue 12)
-    except ImportError:
-        pytest.skip("this core does not record step/region timings in the manifest yet (issue 12, contract C1)")
     base = tmp_path_factory.mktemp("demo-runs")
     runs = {}
     for mode, extra in (("e2e", []), ("discrete", ["--discrete"])):

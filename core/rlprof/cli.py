@@ -118,9 +118,6 @@ def _run(command: Command, args: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"rlprof {command.name}: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as exit_:  # argparse inside the command
-        code = exit_.code
-        return code if isinstance(code, int) else (EXIT_OK if code is None else EXIT_FAILED)
     except Exception as exc:
         if os.environ.get("RLPROF_DEBUG"):
             raise

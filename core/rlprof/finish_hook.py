@@ -12,9 +12,9 @@ context reaches it **only** through environment variables, never pasted into the
 ``VERL_PROFILE_ROLE`` and, with nsys, ``VERL_PROFILE_RAY_NSIGHT_DIR`` (Ray's nsight report directory,
 ``$RLPROF_RAY_NSIGHT_DIR`` or Ray's default ``/tmp/ray/session_latest/logs/nsight``).
 
-The command's output is printed to the process's stdout line by line (in a Ray worker that is the
-worker's log, where a logger may not be configured), prefixed ``[rlprof finish_hook rank N]``; its
-exit status is logged. A failing or missing command never raises.
+The command's output and its exit status are printed to the process's stdout line by line (in a
+Ray worker that is the worker's log, where a logger may not be configured), each line prefixed
+``[rlprof finish_hook] rank N:``; the status is logged too. A failing or missing command never raises.
 
 When it runs:
 
@@ -105,6 +105,7 @@ class FinishHook:
     def _run(self) -> None:
         rank = self.env["RLPROF_RANK"]
         log.info("rlprof: running finish_hook_cmd on rank %s: %s", rank, self.command)
+        say(rank, f"running {self.command}")
         try:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", self.command],
@@ -115,12 +116,14 @@ class FinishHook:
                 text=True,
             )
             for line in proc.stdout:
-                print(f"[rlprof finish_hook rank {rank}] {line.rstrip()}", flush=True)
+                say(rank, line.rstrip())
             self.returncode = proc.wait()
         except Exception as exc:  # the hook must never stop training
+            say(rank, f"command failed to launch: {exc}")
             log.error("rlprof: finish_hook_cmd could not run: %s", exc)
             self.returncode = -1
             return
+        say(rank, f"command exited with {self.returncode}")
         if self.returncode:
             log.error("rlprof: finish_hook_cmd exited with status %s on rank %s", self.returncode, rank)
         else:
@@ -129,3 +132,8 @@ class FinishHook:
     def wait(self) -> None:
         if self.thread is not None:
             self.thread.join(float(os.environ.get("RLPROF_FINISH_HOOK_TIMEOUT", "600")))
+
+
+def say(rank: object, text: str) -> None:
+    """One line of the finish hook's report on stdout (see the module doc)."""
+    print(f"[rlprof finish_hook] rank {rank}: {text}", flush=True)

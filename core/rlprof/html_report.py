@@ -63,7 +63,7 @@ def _run_section(report: RunReport) -> str:
     hosts = sorted({p.host for p in report.processes})
     parts = [f'<section class="run" id="run-{_e(report.run_id)}">',
              f"<h2>run {_e(report.run_id)} {status}</h2>",
-             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling processes on '
+             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling process{"es" if len(report.processes) != 1 else ""} on '
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}; {', '.join(_e(d) for d in report.run_dirs)}</p>"]
     lines = verdict_lines(report)
     parts.append('<ul class="verdict">' + "".join(

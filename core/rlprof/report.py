@@ -49,7 +49,7 @@ def render(report: RunReport) -> str:
     tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
     hosts = sorted({p.host for p in report.processes})
     status = "ok" if report.ok else "FAILED"
-    lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling processes on "
+    lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling process{'es' if len(report.processes) != 1 else ''} on "
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}"]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)

@@ -44,6 +44,8 @@ def _read_file(source: Any, OmegaConf) -> Any:
     where = f"config file {shown}"
     try:
         path = Path(source)
+        if path.is_dir():
+            raise ConfigError(f"{where}: is a directory; allowed: a YAML file (or key=value overrides)")
         if not path.is_file():
             raise ConfigError(f"{where}: not found (give a YAML file or key=value overrides)")
         if path.stat().st_size > MAX_TEXT:

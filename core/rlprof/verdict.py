@@ -109,4 +109,13 @@ def problem_lines(report: RunReport) -> list[str]:
 
 
 def _list(values) -> str:
-    return ",".join(str(v) for v in values)
+    """``0,1,2,3,7`` -> ``0-3,7``: runs of three or more consecutive numbers as a range (64 ranks fit a line)."""
+    values = sorted(values)
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[i - 1] + 1:
+            run = values[start:i]
+            parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
+            start = i
+    return ",".join(parts)

@@ -15,22 +15,32 @@ Exit status: 0 the run and every expected capture completed; 1 something failed 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import ROLE_PATHS, load_config
+from ..config import load_config
 from ..errors import ConfigError
+from ..roles import nest_profiler
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
-TRACE_SUFFIXES = (".json.gz", ".json")
-VIEWERS = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
+VIEWERS = (
+    ("traces (.pt.trace.json.gz):", (".json.gz", ".json"), "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+    ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
+    ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
+)
+"""(label, file name endings, viewer) for the hint after the report."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlprof demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="rlprof demo",
+        description="A small GRPO-shaped training on a local Ray cluster (each worker one rank hosting actor, "
+                    "rollout and ref), profiled, then its report and verdict. Impossible runs are refused before "
+                    "Ray starts; Ctrl-C prints the partial report.",
+        epilog="exit status: 0 every expected capture made; 1 something failed or is missing; 2 bad flags or "
+               "configuration, or nothing asked for can be captured on this machine; 130 interrupted")
     p.add_argument("--tool", default="torch", help="backend name or comma list (default: torch)")
     p.add_argument("--steps", default="1,2", help="profiled steps, comma list (default: 1,2)")
     p.add_argument("--train-steps", type=int, default=None, help="training steps to run (default: last profiled step + 1)")
@@ -60,11 +70,11 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         "global_profiler": {"tool": [t.strip() for t in opts.tool.split(",") if t.strip()],
                             "steps": _ints(opts.steps, "--steps"), "save_path": opts.save_path},
     }
+    if "nsys" in config["global_profiler"]["tool"]:
+        # A CPU demo: capture windows as NVTX ranges (no CUDA needed); reports moved into save_path.
+        config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
     for name in ("actor", "rollout", "ref"):
-        section = config
-        for key in ROLE_PATHS[name].split("."):
-            section = section.setdefault(key, {})
-        section["profiler"] = dict(role)
+        nest_profiler(config, name, dict(role))
     return config
 
 
@@ -120,15 +130,17 @@ def _run(opts: argparse.Namespace) -> int:
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     ok = _print_outcome(run) if config.enabled else run.ok
-    _print_files(run)
+    _print_viewers(run)
     seconds = time.perf_counter() - began
     if run.interrupted_at is not None:
-        print(f"\nrlprof demo: interrupted at step {run.interrupted_at} after {seconds:.1f} s; "
+        where = f"at step {run.interrupted_at}" if run.interrupted_at else "before the first step"
+        print(f"\nrlprof demo: interrupted {where} after {seconds:.1f} s; "
               f"the report above covers what was captured until then")
         return EXIT_INTERRUPTED
     print(f"\nrlprof demo: {'ok' if ok and run.ok else 'FAILED'} in {seconds:.1f} s")
-    for failure in run.failures:
-        print(f"  {failure}")
+    if not config.enabled:  # otherwise the verdict above listed them (the controller records each one)
+        for failure in run.failures:
+            print(f"  {failure}")
     if run.failures and run.logs_dir:
         print(f"  the workers' own output (stdout/stderr) is in Ray's log directory: {run.logs_dir}")
     return EXIT_OK if ok and run.ok else EXIT_FAILED
@@ -151,21 +163,14 @@ def _print_outcome(run) -> bool:
     return outcome.ok
 
 
-def _print_files(run) -> None:
-    paths = sorted({run.run_dir / a["path"] for a in run.artifacts})
-    traces = [p for p in paths if p.name.endswith(TRACE_SUFFIXES)]
-    others = [p for p in paths if p not in traces]
-    if traces:
-        print(f"\ntraces to open in {VIEWERS}:")
-        print("\n".join(f"  {_shown(p)}" for p in traces))
-    if others:
-        print("\nother artifacts:")
-        print("\n".join(f"  {_shown(p)}" for p in others))
-
-
-def _shown(path: Path) -> str:
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else str(path)
+def _print_viewers(run) -> None:
+    """Where to open what the run wrote (the report above lists the files themselves)."""
+    names = {Path(a["path"]).name for a in run.artifacts}
+    hints = [f"{label} open in {viewer}" for label, suffixes, viewer in VIEWERS
+             if any(name.endswith(suffixes) for name in names)]
+    if hints:
+        print()
+        print("\n".join(hints))
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -16,7 +16,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..config import ProfilerConfig
+from ..config import ROLE_PATHS, ProfilerConfig
 from ..errors import ConfigError
 
 HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
@@ -53,11 +53,8 @@ def check_flags(workers: int, train_steps: int | None, timeout_s: float) -> None
 
 
 def check_steps(config: ProfilerConfig, train_steps: int) -> None:
-    """Every profiled step must be one the demo trains (steps count from 1, as in verl)."""
+    """Every profiled step must be one the demo trains (the configuration already refuses steps below 1)."""
     steps = config.global_.steps or ()
-    early = [s for s in steps if s < 1]
-    if early:
-        raise Refusal(f"--steps: got {_listed(early)}; allowed: training steps 1 to {train_steps} (steps count from 1, as in verl)")
     late = [s for s in steps if s > train_steps]
     if late:
         raise Refusal(f"--steps: step {_listed(late)} is after the last training step ({train_steps}); "
@@ -96,8 +93,11 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
         result = check_config(config, world_size=workers, roles=roles)
     except ConfigError as exc:
         raise Refusal(f"invalid configuration: {exc}") from None
-    found = Preflight(warnings=list(config.warnings), unavailable=dict(result.environment))
+    found = Preflight(warnings=once_per_role(config.warnings), unavailable=dict(result.environment))
     tools = config.global_.tools
+    if config.enabled and not any(plan.active for plan in result.plans):
+        raise Refusal(f"nothing would be captured: no role is selected on any of the {workers} worker ranks "
+                      f"(0..{workers - 1}); set --ranks, or leave it out to profile every rank")
     if config.enabled and tools and all(t in found.unavailable for t in tools):
         reasons = "; and ".join(f"{t} cannot capture here ({'; '.join(found.unavailable[t])})" for t in tools)
         raise Refusal(f"nothing would be captured on this machine because {reasons}; "
@@ -106,6 +106,28 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
         for problem in found.unavailable.get(tool, ()):
             found.warnings.append(f"{tool} will capture nothing on this machine: {problem}")
     return found
+
+
+def once_per_role(warnings: Sequence[str]) -> list[str]:
+    """The same warning about several roles' sections said once: the demo writes one section per
+    role from the same flags, so ``actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ...``."""
+    groups: dict[str, list[str]] = {}
+    for warning in warnings:
+        path = next((p for p in ROLE_PATHS.values() if warning.startswith(p + ".")), "")
+        groups.setdefault(warning[len(path):], []).append(path)
+    out = []
+    for rest, paths in groups.items():
+        if len(paths) == 1 or "" in paths:
+            out.extend(path + rest for path in paths)
+            continue
+        parts = [path.split(".") for path in paths]
+        common = 0
+        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+            common += 1
+        head = ".".join(parts[0][:common])
+        tails = ",".join(".".join(p[common:]) for p in parts)
+        out.append(f"{head + '.' if head else ''}{{{tails}}}{rest}")
+    return out
 
 
 def _listed(values: Sequence[int]) -> str:

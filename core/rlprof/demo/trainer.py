@@ -64,15 +64,15 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
                         group="actor_rollout_ref") for rank in range(workers)]
     options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
     started_here = not ray.is_initialized()
-    if started_here:
-        began = time.perf_counter()
-        start_ray(num_cpus=2)
-        say(f"ray started in {time.perf_counter() - began:.1f} s")
     try:
+        if started_here:
+            began = time.perf_counter()
+            start_ray(num_cpus=2)
+            say(f"ray started in {time.perf_counter() - began:.1f} s")
         return _train(controller, specs, options, train_steps, sizes, timeout_s, say)
     finally:
         if started_here:
-            ray.shutdown()
+            ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
 
 
 RAY_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -131,11 +131,13 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
             _train_step(controller, phase, step, sizes, prompts_source, say)
     except TrainingFailed as exc:
         run.failures.append(str(exc))
-        say(f"training stopped: {exc}")
+        where = f"at step {step}" if step else "before the first step"
+        say(f"training stopped {where}: a worker call failed (each failure is listed below)")
     except KeyboardInterrupt:
         # Ray blocks SIGINT in its own processes: the workers are alive and still hold open captures.
         run.interrupted_at = step
-        say(f"interrupted at step {step}: finalizing what was captured so far (Ctrl-C again quits at once)")
+        where = f"at step {step}" if step else "before the first step"
+        say(f"interrupted {where}: finalizing what was captured so far (Ctrl-C again quits at once)")
     final = controller.finalize(reason="interrupted" if run.interrupted_at is not None else "end")
     run.failures.extend(str(f) for f in final.failures)
     for records in final.results.values():

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from .. import layout
+
 _ALWAYS_ALLOWED = ("/dev/", "/proc/", "/sys/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _active: list["Footprint"] = []
@@ -67,7 +69,7 @@ def _absolute(path: str, dir_fd: int | None) -> str:
     """Where a write really goes. A relative name opened against a directory descriptor (how
     :func:`rlprof.layout.open_file` and ``ensure_dir`` walk down without following links) is resolved
     through that descriptor; ``os.open`` does not pass its ``dir_fd`` to the audit event, so for it
-    the path is read from the calling :mod:`rlprof.layout` frame."""
+    the path is the one :mod:`rlprof.layout` announces in ``layout.AUDIT`` while it makes the call."""
     if os.path.isabs(path):
         return os.path.abspath(path)
     if isinstance(dir_fd, int) and dir_fd >= 0:
@@ -75,16 +77,9 @@ def _absolute(path: str, dir_fd: int | None) -> str:
             return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
         except OSError:
             pass
-    frame = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            break
-        if frame.f_code.co_filename.endswith(os.path.join("rlprof", "layout.py")):
-            for name in ("current", "path"):
-                value = frame.f_locals.get(name)
-                if value is not None and os.fspath(value).endswith(path):
-                    return os.path.abspath(os.fspath(value))
-        frame = frame.f_back
+    announced = getattr(layout.AUDIT, "path", None)
+    if announced is not None and announced.endswith(path):
+        return os.path.abspath(announced)
     return os.path.abspath(path)
 
 

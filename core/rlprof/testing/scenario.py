@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..config import ROLE_PATHS
+from ..roles import nest_profiler
 from ..context import FinalizeContext
 from ..layout import safe_name
 from ..manifest import read_records
@@ -152,10 +152,7 @@ class Scenario:
             "profile_continuous_steps": self.continuous,
         }}
         for role in self.roles:
-            node = config
-            for key in ROLE_PATHS[role].split("."):
-                node = node.setdefault(key, {})
-            node["profiler"] = section
+            nest_profiler(config, role, section)
         return config
 
     def raises_in(self, role: str, step: int) -> bool:

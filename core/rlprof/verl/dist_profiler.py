@@ -116,13 +116,22 @@ class DistProfiler:
             self._rlprof_live = False
             self._prof.step_boundary()
         if self._enable and run_command:
-            self._prof.run_finish_hook()
+            self._finish_hook()
 
     def run_finish_hook(self, run_command: bool = True) -> None:
         """Run ``finish_hook_cmd`` now (drivers that stop their own backend); nothing when
         ``run_command`` is False (an earlier profiled step)."""
         if self._enable and run_command:
-            self._prof.run_finish_hook()
+            self._finish_hook()
+
+    def _finish_hook(self) -> None:
+        if getattr(self._prof, "_finish", None) is None:
+            if field(self.config, "finish_hook_cmd"):
+                from ..finish_hook import say
+
+                say(self.rank, "not run on this rank (rank not selected by finish_hook_ranks/finish_hook_all_ranks)")
+            return
+        self._prof.run_finish_hook()
 
     def step(self) -> None:
         """One mini-batch of the update ended: the next iteration of the innermost sampled region

@@ -31,7 +31,7 @@ from rlprof import hookimpl
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
 from .reports import reports_of, running_under_nsys
-from .windows import CaptureWindows, cuda_problem
+from .windows import CaptureWindows, NvtxWindowRange
 
 log = logging.getLogger("rlprof")
 
@@ -63,13 +63,9 @@ class NsysBackend:
 
     @hookimpl
     def check_environment(self) -> list[str]:
+        # No CUDA is not a problem here: with capture_range nvtx windows need none, and with
+        # cudaProfilerApi the first window says so (this hook cannot see the tool_config).
         problems = []
-        try:
-            cuda = cuda_problem()
-        except Exception as exc:  # a broken torch must not break `rlprof backends`
-            cuda = f"torch cannot be imported ({type(exc).__name__}: {exc}): capture windows will be skipped"
-        if cuda:
-            problems.append(cuda)
         nsys = None if running_under_nsys() else launch.nsys_problem()
         if nsys:
             problems.append(nsys)
@@ -132,13 +128,15 @@ class NsysBackend:
                 log.error("rlprof nsys: %s", problem)
         return launch.worker_runtime_env(
             ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
-            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}",
+            who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,
         )
 
     # ------------------------------------------------------------------ windows
 
     def _open_window(self, ctx, region: str | None) -> None:
         capture = ctx.capture
+        if ctx.tool_config.get(options.RANGE) == options.NVTX:
+            self.windows.use(NvtxWindowRange(self.ranges))
         window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)
         self.ranges.mark(f"capture {window.capture_id} start")
 

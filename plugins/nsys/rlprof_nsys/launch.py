@@ -4,8 +4,9 @@ command line or runtime_env of the driver (verl's "controller").
 nsys must wrap a process from its first instruction, so this is decided before the process exists:
 on the Ray controller, through the ``worker_runtime_env`` hook, once per worker actor. A worker gets
 
-``capture-range=cudaProfilerApi``
-    nothing is recorded outside rlprof's capture windows (cudaProfilerStart/Stop);
+``capture-range=cudaProfilerApi`` (or ``nvtx`` with ``--nvtx-capture=rlprof_capture@rlprof``)
+    nothing is recorded outside rlprof's capture windows (cudaProfilerStart/Stop, or the NVTX range
+    rlprof opens per window when the tool_config says ``capture_range: nvtx``);
 ``capture-range-end=repeat-shutdown:N``
     N is the exact number of windows the worker opens under the plan
     (:meth:`rlprof.plan.ProcessPlan.expected_captures`, handed over as ``ctx.expected_captures``).
@@ -15,7 +16,15 @@ on the Ray controller, through the ``worker_runtime_env`` hook, once per worker 
     When the plan cannot count (a role's per-step stages unknown, an unbounded sampling schedule),
     ``repeat`` is used instead, with a warning saying why;
 ``kill=none``
-    after the N-th window nsys shuts its session down, and by default it would then SIGTERM the worker.
+    after the N-th window nsys shuts its session down, and by default it would then SIGTERM the worker;
+``sample=none``, ``cpuctxsw=none``
+    only on a host without hardware performance counters, where nsys 2022.4 hangs otherwise
+    (:mod:`rlprof_nsys.cpu_sampling`), and only when the user set neither.
+
+and, in ``env_vars``, ``PATH`` starting with the directory of this interpreter: Ray's nsight plugin
+starts the worker as ``nsys profile ... python``, a bare ``python`` looked up on the worker's PATH,
+which outside an activated virtual environment is the system's, without Ray (the worker dies with
+``No module named 'ray'``).
 
 The user's ``worker_nsight_options`` are kept (``trace``, ``cuda-memory-usage``, ``o``...); an explicit
 ``capture-range-end`` wins over the computed one (verl's documented escape hatch), with a warning
@@ -25,12 +34,16 @@ when it disagrees with the plan.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import socket
+import sys
 from typing import Any, Iterable, Mapping, Sequence
 
-from .options import CAPTURE_RANGE, CONTROLLER, WORKER, validate
+from .cpu_sampling import sampling_options
+from .options import CAPTURE_RANGE, CONTROLLER, NVTX, RANGE, WORKER, validate
+from .ranges import NVTX_CAPTURE
 from .reports import UNDER_NSYS_ENV
 
 log = logging.getLogger("rlprof")
@@ -43,7 +56,9 @@ def worker_nsight_options(tool_config: Mapping[str, Any], expected_captures: int
     and the warnings to log about it."""
     options = dict(tool_config.get(WORKER) or {})
     warnings: list[str] = []
-    options["capture-range"] = CAPTURE_RANGE
+    options["capture-range"] = tool_config.get(RANGE) or CAPTURE_RANGE
+    if options["capture-range"] == NVTX:
+        options["nvtx-capture"] = NVTX_CAPTURE
     chosen = options.get("capture-range-end")
     if chosen is None:
         if expected_captures is None:
@@ -71,20 +86,41 @@ def worker_nsight_options(tool_config: Mapping[str, Any], expected_captures: int
         warnings.append(
             f"worker_nsight_options.kill={options['kill']!r}: nsys will signal the worker after its last capture window"
         )
+    options, sampling = sampling_options(options)
+    if sampling:
+        warnings.append(sampling)
     return options, warnings
 
 
 def worker_runtime_env(tool_config: Mapping[str, Any], *, captures: bool, expected_captures: int | None,
-                       who: str = "worker") -> dict[str, Any] | None:
-    """``{"nsight": {...}, "env_vars": {"RLPROF_NSYS_WORKER": "1"}}`` for a worker that opens capture
-    windows (the variable tells the worker its reports will come, see rlprof_nsys.relocation); None
-    for one that opens none (it then runs without nsys at all: no overhead, no empty report)."""
+                       who: str = "worker", rank: int | None = None) -> dict[str, Any] | None:
+    """``{"nsight": {...}, "env_vars": {"RLPROF_NSYS_WORKER": "1", "PATH": ...}}`` for a worker that opens
+    capture windows (the variable tells the worker its reports will come, see rlprof_nsys.relocation;
+    PATH makes Ray's bare ``python`` this interpreter); None for one that opens none (it then runs
+    without nsys at all: no overhead, no empty report)."""
     if not captures or expected_captures == 0:
         return None
     options, warnings = worker_nsight_options(tool_config, expected_captures)
     for warning in warnings:
         log.warning("rlprof nsys (%s): %s", who, warning)
-    return {"nsight": options, "env_vars": {UNDER_NSYS_ENV: "1"}}
+    env_vars = {UNDER_NSYS_ENV: "1", "PATH": interpreter_path()}
+    if rank is not None:
+        env_vars[RANK_ENV] = str(rank)
+    return {"nsight": options, "env_vars": env_vars}
+
+
+RANK_ENV = "RLPROF_NSYS_RANK"
+"""The worker's rank, in its runtime_env: it makes each profiled worker's runtime_env unique. Ray
+otherwise hands the second identical runtime_env to the worker process it is still starting for the
+first; under nsys that process (``nsys profile``) never registers itself (its child, the real worker,
+does), so the second worker waits for Ray's 60-second registration timeout."""
+
+
+def interpreter_path() -> str:
+    """A worker's ``PATH``: this interpreter's directory (a virtual environment's ``bin``, not resolved
+    through its symbolic link, which would lose the environment), then the worker's own PATH (Ray
+    expands ``${PATH}`` when it starts the worker)."""
+    return f"{os.path.dirname(os.path.abspath(sys.executable))}{os.pathsep}${{PATH}}"
 
 
 def nsys_problem() -> str | None:
@@ -121,8 +157,12 @@ def controller_runtime_env(config: Any = None, overrides: Iterable[str] = ()) ->
 
 def controller_command(argv: Sequence[str], config: Any = None, overrides: Iterable[str] = ()) -> list[str]:
     """``["nsys", "profile", <controller options>, *argv]``: run the driver script itself under nsys,
-    options spelled the way Ray spells them (``-t cuda`` for one letter, ``--cuda-memory-usage=true`` else)."""
-    return ["nsys", "profile", *command_options(controller_nsight_options(config, overrides)), *argv]
+    options spelled the way Ray spells them (``-t cuda`` for one letter, ``--cuda-memory-usage=true`` else);
+    without CPU sampling on a host where nsys would hang on it (:mod:`rlprof_nsys.cpu_sampling`)."""
+    options, warning = sampling_options(controller_nsight_options(config, overrides))
+    if warning:
+        log.warning("rlprof nsys (controller): %s", warning)
+    return ["nsys", "profile", *command_options(options), *argv]
 
 
 def command_options(options: Mapping[str, str]) -> list[str]:

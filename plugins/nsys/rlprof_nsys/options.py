@@ -7,6 +7,7 @@ so a typo fails before any Ray worker starts under ``nsys``. What a section may 
       controller_nsight_options: {trace: "cuda,nvtx,cublas,ucx", cuda-memory-usage: "true"}   # nsys CLI options for the driver
       worker_nsight_options:     {trace: "cuda,nvtx,cublas,ucx", capture-range-end: null}     # ... for every profiled Ray worker
       ray_nsight_dir: /tmp/ray/session_latest/logs/nsight   # where Ray's nsight plugin writes reports (relocation)
+      capture_range: cudaProfilerApi                        # or nvtx: how capture windows are opened (below)
       name: nsight                                          # verl's NsightToolConfig field: accepted, ignored
 
 (``_target_`` and the capture-mode switch belong to the core, which removes them first.)
@@ -20,9 +21,15 @@ An options dict maps an ``nsys profile`` option, without its dashes, to a value,
 * booleans become ``"true"``/``"false"``, numbers strings, lists comma-joined (``trace: [cuda, nvtx]``);
 * ``output`` is renamed ``o``: Ray only honours the short form (it adds its own ``-o`` otherwise).
 
-For workers, ``capture-range`` may only be ``cudaProfilerApi`` (rlprof opens its windows with
-cudaProfilerStart/Stop) and ``capture-range-end`` only one of nsys' repeating forms; anything else
-would silently capture the wrong thing, so it is a :class:`rlprof.ConfigError` here.
+``capture_range`` says how rlprof opens a capture window, and so what nsys waits for:
+``cudaProfilerApi`` (default) calls cudaProfilerStart/Stop (needs torch with CUDA);
+``nvtx`` opens an NVTX range named ``rlprof_capture`` in the ``rlprof`` domain, which nsys captures
+with ``--capture-range=nvtx --nvtx-capture=rlprof_capture@rlprof`` (works without CUDA, and where
+other code of the process already calls cudaProfilerStart).
+
+For workers, ``capture-range`` may only repeat ``capture_range`` and ``capture-range-end`` only be
+one of nsys' repeating forms; anything else would silently capture the wrong thing, so it is a
+:class:`rlprof.ConfigError` here.
 """
 
 from __future__ import annotations
@@ -36,11 +43,16 @@ from rlprof.errors import ConfigError, describe, fail, unknown_key
 CONTROLLER = "controller_nsight_options"
 WORKER = "worker_nsight_options"
 RAY_DIR = "ray_nsight_dir"
+RANGE = "capture_range"
 IGNORED = ("name",)
 """Keys verl defines for this tool that change nothing here."""
-KNOWN = (CONTROLLER, WORKER, RAY_DIR, *IGNORED)
+KNOWN = (CONTROLLER, WORKER, RAY_DIR, RANGE, *IGNORED)
 
-CAPTURE_RANGE = "cudaProfilerApi"
+CUDA_PROFILER_API = "cudaProfilerApi"
+NVTX = "nvtx"
+CAPTURE_RANGES = (CUDA_PROFILER_API, NVTX)
+CAPTURE_RANGE = CUDA_PROFILER_API
+"""The default ``capture_range``."""
 _OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*\Z")
 _LONG_FORMS = {"c": "capture-range", "output": "o"}
 """Spellings folded into one key, so a user's value is found (and conflicts are seen) whichever form they wrote."""
@@ -58,12 +70,19 @@ def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
     for key in tool_config:
         if key not in KNOWN:
             raise unknown_key(key_path, key, KNOWN)
+    capture_range = tool_config.get(RANGE)
+    if capture_range is None:
+        capture_range = CAPTURE_RANGE
+    if capture_range not in CAPTURE_RANGES:
+        raise fail(f"{key_path}.{RANGE}", capture_range,
+                   "'cudaProfilerApi' (windows are cudaProfilerStart/Stop, needs CUDA) or 'nvtx' (windows are NVTX ranges)")
     worker = nsight_options(tool_config.get(WORKER), f"{key_path}.{WORKER}")
-    _check_worker_capture(worker, f"{key_path}.{WORKER}")
+    _check_worker_capture(worker, f"{key_path}.{WORKER}", capture_range)
     return {
         CONTROLLER: nsight_options(tool_config.get(CONTROLLER), f"{key_path}.{CONTROLLER}"),
         WORKER: worker,
         RAY_DIR: _directory(tool_config.get(RAY_DIR), f"{key_path}.{RAY_DIR}"),
+        RANGE: capture_range,
     }
 
 
@@ -109,13 +128,17 @@ def _option_value(value: Any, key_path: str) -> str | None:
     )
 
 
-def _check_worker_capture(options: Mapping[str, str], key_path: str) -> None:
-    capture_range = options.get("capture-range")
-    if capture_range is not None and capture_range != CAPTURE_RANGE:
+def _check_worker_capture(options: Mapping[str, str], key_path: str, capture_range: str) -> None:
+    given = options.get("capture-range")
+    if given is not None and given != capture_range:
         raise fail(
-            f"{key_path}.capture-range", capture_range,
-            f"{CAPTURE_RANGE!r} or leave it out: rlprof opens each capture window with cudaProfilerStart/Stop",
+            f"{key_path}.capture-range", given,
+            f"{capture_range!r} or leave it out: it follows the section's capture_range ({capture_range}); "
+            "set capture_range to choose cudaProfilerApi or nvtx",
         )
+    if options.get("nvtx-capture") is not None:
+        raise fail(f"{key_path}.nvtx-capture", options["nvtx-capture"],
+                   "leave it out: with capture_range nvtx rlprof sets it to its own window range")
     end = options.get("capture-range-end")
     if end is not None and not _REPEATING_END.match(end):
         raise fail(

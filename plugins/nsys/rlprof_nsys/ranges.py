@@ -31,6 +31,12 @@ log = logging.getLogger("rlprof")
 
 DOMAIN = "rlprof"
 """The NVTX domain of every range and mark this backend emits (a row of its own in Nsight Systems)."""
+WINDOW_RANGE = "rlprof_capture"
+"""The NVTX range around each capture window when ``capture_range: nvtx`` (a registered string: nsys'
+``--nvtx-capture`` matches only those by default)."""
+NVTX_CAPTURE = f"{WINDOW_RANGE}@{DOMAIN}"
+"""The ``--nvtx-capture`` value that makes each window range one nsys capture."""
+WINDOW_COLOR = 0xFF000000
 
 ROLE_COLORS = {
     "actor": 0xFF76B900,
@@ -58,6 +64,7 @@ class RangeStack:
         self._domain: int | None = None
         self._categories: dict[str, int] = {}
         self._messages: dict[str, bytes] = {}
+        self._window_name: int | None = None
         self._open: list[tuple[str, str, int]] = []
         """(kind, name, range id) per open range; kind is ``step`` or ``region``."""
         self._lock = threading.Lock()
@@ -123,6 +130,25 @@ class RangeStack:
         one string in the report whatever the iteration."""
         tool = self._nvtx()
         tool.mark(self._domain, self._message(message), MARK_COLOR, payload)
+
+    def window_start(self) -> int:
+        """Start the ``rlprof_capture`` range of a capture window (outside the step/region stack: it
+        opens before and ends after them); its id, 0 without a tool."""
+        tool = self._nvtx()
+        if not tool.attached:
+            return 0
+        if self._window_name is None:
+            self._window_name = tool.register(self._domain, WINDOW_RANGE) or 0
+        return tool.range_start(self._domain, self._message(WINDOW_RANGE), WINDOW_COLOR, 0, registered=self._window_name)
+
+    def window_end(self, range_id: int) -> None:
+        """End a range started by :meth:`window_start`."""
+        self._end(range_id)
+
+    @property
+    def attached(self) -> bool:
+        """Whether an NVTX tool records these ranges."""
+        return self._nvtx().attached
 
     @property
     def names(self) -> list[str]:

@@ -7,10 +7,17 @@ is. nsys replaces ``%p`` by the worker's pid, ``%h`` by the host name, ``%q{VAR}
 ``%%`` by ``%``. With a repeating ``capture-range-end`` the k-th capture window becomes
 ``<base>.<k>.nsys-rep``; a single-range capture writes ``<base>.nsys-rep``.
 
-nsys writes a report only after its window closed, usually after the last one ("defer" mode) and
-often when the process exits, i.e. after rlprof's finalize. A report that is still being written
-is recognised by a ``<base>.<k>.qdstrm`` stream beside it or by a modification younger than a few
-seconds (:func:`is_complete`).
+When the worker itself runs under ``nsys profile``, the ``-o`` of that command line (its parent's)
+is used instead of guessing: it is exactly where nsys writes, whatever Ray's session directory
+(several Ray clusters on one machine each have their own; ``session_latest`` is only the newest).
+
+When nsys writes (measured with Nsight Systems 2022.4.2, ``capture-range-end=repeat-shutdown:N``):
+the call that closes each window blocks the application for a moment while nsys takes the window's
+data; the call that closes the N-th window returns only after nsys has written all N reports. So at
+rlprof's finalize every report of a counted plan is complete. With ``repeat`` (uncounted) they are
+written when the process exits, after finalize. A report counts as complete when it exists, is not
+empty, and no process has it open (:func:`is_complete`; a ``<base>.<k>.qdstrm`` stream beside it,
+which later nsys versions keep there while importing, also means "not yet").
 """
 
 from __future__ import annotations
@@ -94,9 +101,11 @@ class ReportFiles:
 
 
 def reports_of(pid: int, tool_config: Mapping[str, Any], host: str | None = None) -> ReportFiles:
-    """Where nsys puts the reports of process ``pid`` launched with this tool_config's worker options."""
+    """Where nsys puts the reports of process ``pid`` launched with this tool_config's worker options
+    (for this very process under nsys: the ``-o`` of the ``nsys profile`` that started it)."""
     worker = tool_config.get("worker_nsight_options") or {}
-    output = Path(expand_output(worker.get("o") or DEFAULT_OUTPUT, pid, host))
+    given = nsys_output_option() if pid == os.getpid() else None
+    output = Path(expand_output(given or worker.get("o") or DEFAULT_OUTPUT, pid, host))
     if not output.is_absolute():
         output = ray_nsight_dir(tool_config) / output
     name = output.name[: -len(SUFFIX)] if output.name.endswith(SUFFIX) else output.name
@@ -105,7 +114,8 @@ def reports_of(pid: int, tool_config: Mapping[str, Any], host: str | None = None
 
 def is_complete(path: Path, settle_seconds: float = SETTLE_SECONDS) -> bool:
     """True when nsys has finished writing ``path``: it exists, is not empty, has no ``.qdstrm``
-    stream beside it, and was last modified at least ``settle_seconds`` ago."""
+    stream beside it, and no process has it open (where ``/proc`` cannot tell: it was last modified
+    at least ``settle_seconds`` ago)."""
     try:
         stat = path.stat()
     except OSError:
@@ -113,8 +123,69 @@ def is_complete(path: Path, settle_seconds: float = SETTLE_SECONDS) -> bool:
     stream = path.with_name(path.name[: -len(SUFFIX)] + ".qdstrm") if path.name.endswith(SUFFIX) else None
     if stat.st_size == 0 or (stream is not None and stream.exists()):
         return False
-    return time.time() - stat.st_mtime >= settle_seconds
+    held = files_held_open()
+    if held is None:
+        return time.time() - stat.st_mtime >= settle_seconds
+    return os.path.realpath(path) not in held
 
+
+def files_held_open() -> set[str] | None:
+    """Every path some process of this machine has open (read from ``/proc/*/fd``), or None when
+    ``/proc`` is not there. A few milliseconds; used only at finalize and by ``relocate``."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    held: set[str] = set()
+    for pid in pids:
+        directory = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(directory)
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:
+                held.add(os.readlink(f"{directory}/{fd}"))
+            except OSError:
+                continue
+    return held
+
+
+def nsys_output_option() -> str | None:
+    """The ``-o``/``--output`` of the ``nsys profile`` command that started this process (its nearest
+    ``nsys profile`` ancestor), or None when it was not started by one or gave no output."""
+    for words in _ancestor_commands():
+        names = [os.path.basename(w) for w in words[:3]]
+        if b"nsys" not in names or b"profile" not in words[:4]:
+            continue
+        for index, word in enumerate(words):
+            text = word.decode(errors="replace")
+            if text in ("-o", "--output") and index + 1 < len(words):
+                return words[index + 1].decode(errors="replace")
+            if text.startswith("--output="):
+                return text.split("=", 1)[1]
+            if text.startswith("-o") and len(text) > 2 and not text.startswith("--"):
+                return text[2:]
+        return None
+    return None
+
+
+def _ancestor_commands(depth: int = 4):
+    """The command lines (argv as bytes) of this process's parent, grandparent... up to ``depth``."""
+    pid = os.getppid()
+    for _ in range(depth):
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            return
+        yield words
+        pid = int(parent)
+        if pid <= 1:
+            return
+
+
+from .nvtx_summary import nvtx_details  # noqa: E402,F401  (the rlprof.report_details entry point, contract C7)
 
 UNDER_NSYS_ENV = "RLPROF_NSYS_WORKER"
 """Set to 1 in the runtime_env of every worker rlprof starts under nsys (see rlprof_nsys.launch)."""
@@ -132,17 +203,8 @@ def running_under_nsys() -> bool:
     for variable in ("NVTX_INJECTION64_PATH", "LD_PRELOAD"):
         if "ToolsInjection" in os.environ.get(variable, ""):
             return True
-    pid = os.getppid()
-    for _ in range(4):
-        try:
-            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
-        except (OSError, IndexError):
-            return False
+    for words in _ancestor_commands():
         names = [os.path.basename(w) for w in words[:3]]
         if b"nsys" in names and b"profile" in words[:4]:
             return True
-        pid = int(parent)
-        if pid <= 1:
-            return False
     return False

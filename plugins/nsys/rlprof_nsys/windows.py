@@ -1,4 +1,4 @@
-"""Capture windows: ``cudaProfilerStart``/``cudaProfilerStop`` around each capture the core asks for.
+"""Capture windows: ``cudaProfilerStart``/``cudaProfilerStop`` (or an NVTX range) around each capture the core asks for.
 
 A worker launched by Ray under ``nsys profile --capture-range=cudaProfilerApi`` records nothing
 until cudaProfilerStart and stops at cudaProfilerStop; with ``--capture-range-end=repeat...`` each
@@ -7,16 +7,17 @@ the order of windows opened here is also the numbering of the reports nsys write
 :mod:`rlprof_nsys.relocation`), and :attr:`CaptureWindows.opened` is the N that
 ``repeat-shutdown:N`` must equal.
 
-The calls go through ``torch.cuda.profiler`` (torch is optional for this package): without torch or
-without a CUDA device the window is still counted and recorded, but not started, and one warning
-says so. The NVTX ranges do not depend on it.
+With ``capture_range: cudaProfilerApi`` (the default) the calls go through ``torch.cuda.profiler``
+(torch is optional for this package): without torch or without a CUDA device the window is still
+counted and recorded, but not started, and one warning says so. With ``capture_range: nvtx`` a
+window is the NVTX range ``rlprof_capture`` (:class:`NvtxWindowRange`), which nsys turns into a
+capture with ``--capture-range=nvtx``: no CUDA needed. The step and region ranges do not depend on either.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,12 @@ class CaptureWindows:
         """The window open now, if any."""
         return self._open
 
+    def use(self, driver: Any) -> None:
+        """Open windows with ``driver`` (``start()``/``stop()``, optional ``live``) from now on,
+        unless one was chosen already (the first window decides, as nsys was started with one mode)."""
+        if self._driver is None:
+            self._driver = driver
+
     def open(self, capture_id: str, step: int, region: str | None, directory: Path) -> Window:
         """Open a window: cudaProfilerStart when CUDA is there. The core's capture state machine never
         opens a window while another is open, so there is nothing to guard here."""
@@ -72,7 +79,8 @@ class CaptureWindows:
             self._driver = _cuda_driver()
         if self._driver:
             self._driver.start()
-        window = Window(len(self.windows) + 1, capture_id, step, region, directory, started=bool(self._driver))
+        started = bool(self._driver) and getattr(self._driver, "live", True)
+        window = Window(len(self.windows) + 1, capture_id, step, region, directory, started=started)
         self.windows.append(window)
         self._open = window
         return window
@@ -80,9 +88,29 @@ class CaptureWindows:
     def close(self) -> Window | None:
         """Close the open window. Returns it, or None when none was open."""
         window, self._open = self._open, None
-        if window is not None and window.started:
+        if window is not None and self._driver:
             self._driver.stop()
         return window
+
+
+class NvtxWindowRange:
+    """A window as the NVTX range ``rlprof_capture`` (``capture_range: nvtx``); ``live`` when an
+    NVTX tool records it (under nsys: when nsys will capture it)."""
+
+    def __init__(self, ranges: Any) -> None:
+        self._ranges = ranges
+        self._open = 0
+
+    @property
+    def live(self) -> bool:
+        return self._ranges.attached
+
+    def start(self) -> None:
+        self._open = self._ranges.window_start()
+
+    def stop(self) -> None:
+        range_id, self._open = self._open, 0
+        self._ranges.window_end(range_id)
 
 
 class CudaProfilerApi:
@@ -121,17 +149,3 @@ def _cuda_driver() -> Any:
         )
         return False
     return CudaProfilerApi(torch)
-
-
-def cuda_problem() -> str | None:
-    """Why windows would be skipped here (for ``check_environment``), or None. Imports torch only
-    when it is installed; never initialises a CUDA context."""
-    import importlib.util
-
-    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-        return "torch is not installed: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
-    import torch
-
-    if not torch.cuda.is_available():
-        return "no CUDA device: capture windows (cudaProfilerStart/Stop) will be skipped; NVTX ranges still work"
-    return None

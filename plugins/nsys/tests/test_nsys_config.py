@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import stat
 import subprocess
 import sys
@@ -14,11 +15,12 @@ from rlprof import ConfigError
 from rlprof.checking import check_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.ray import worker_options
-from rlprof_nsys import controller_command, controller_runtime_env
+from rlprof_nsys import controller_command, controller_runtime_env, cpu_sampling
 from rlprof_nsys.backend import NsysBackend
 from rlprof_nsys.options import validate
 
 KEY = "actor_rollout_ref.actor.profiler.tool_config.nsys"
+HOST_CANNOT_SAMPLE = cpu_sampling.sampling_problem() is not None  # the real probe, before any test patches it
 
 VERL_NSYS_SECTION = {  # global_profiler.global_tool_config.nsys as verl's ppo_trainer.yaml ships it
     "_target_": "verl.utils.profiler.config.NsightToolConfig",
@@ -77,12 +79,57 @@ def runtime_env(tool_config, *, captures=True, expected=3):
     return NsysBackend().worker_runtime_env(ctx=ctx)
 
 
+@pytest.fixture(autouse=True)
+def host_can_sample(monkeypatch):
+    """Most tests here are about the options themselves: pretend this host has performance counters."""
+    monkeypatch.setattr(cpu_sampling, "sampling_problem", lambda: None)
+
+
 def test_worker_runtime_env_keeps_the_users_options_and_sets_the_capture():
     env = runtime_env({"worker_nsight_options": {"trace": "cuda,nvtx", "cuda-memory-usage": "true"}})
     assert env == {"nsight": {"trace": "cuda,nvtx", "cuda-memory-usage": "true", "capture-range": "cudaProfilerApi",
                               "capture-range-end": "repeat-shutdown:3", "kill": "none"},
-                   "env_vars": {"RLPROF_NSYS_WORKER": "1"}}
+                   "env_vars": {"RLPROF_NSYS_WORKER": "1", "PATH": os.path.dirname(sys.executable) + ":${PATH}",
+                                "RLPROF_NSYS_RANK": "0"}}  # unique per worker: Ray would queue identical ones
     assert runtime_env({}, captures=False) is None
+
+
+def test_workers_start_with_this_interpreter_first_on_path():
+    # Ray's nsight plugin runs "nsys profile ... python": a bare name, looked up on the worker's PATH
+    path = runtime_env({})["env_vars"]["PATH"]
+    first, rest = path.split(":", 1)
+    assert os.path.samefile(os.path.join(first, "python"), sys.executable) or os.path.samefile(first, os.path.dirname(sys.executable))
+    assert rest == "${PATH}"  # Ray expands it to the worker's own PATH
+
+
+def test_capture_range_nvtx_makes_windows_nvtx_ranges():
+    env = runtime_env({"capture_range": "nvtx"}, expected=2)
+    assert env["nsight"]["capture-range"] == "nvtx"
+    assert env["nsight"]["nvtx-capture"] == "rlprof_capture@rlprof"
+    assert env["nsight"]["capture-range-end"] == "repeat-shutdown:2"
+
+
+@pytest.mark.parametrize("section, where, allowed", [
+    ({"capture_range": "cuda"}, "capture_range", "'nvtx'"),
+    ({"capture_range": "nvtx", "worker_nsight_options": {"capture-range": "cudaProfilerApi"}},
+     "worker_nsight_options.capture-range", "follows the section's capture_range"),
+    ({"capture_range": "nvtx", "worker_nsight_options": {"nvtx-capture": "mine@x"}},
+     "worker_nsight_options.nvtx-capture", "leave it out"),
+])
+def test_capture_range_errors_name_the_key(section, where, allowed):
+    with pytest.raises(ConfigError) as err:
+        validate(section, KEY)
+    assert f"{KEY}.{where}" in str(err.value) and allowed in str(err.value)
+
+
+def test_without_performance_counters_nsys_gets_no_cpu_sampling(monkeypatch, caplog):
+    monkeypatch.setattr(cpu_sampling, "sampling_problem", lambda: "this host has no hardware performance counters")
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        env = runtime_env({"worker_nsight_options": {"trace": "nvtx"}})
+    assert env["nsight"]["sample"] == env["nsight"]["cpuctxsw"] == "none"
+    assert "no hardware performance counters" in caplog.text and "sample=none" in caplog.text
+    mine = runtime_env({"worker_nsight_options": {"sample": "process-tree"}})  # the user's choice wins
+    assert mine["nsight"]["sample"] == "process-tree" and "cpuctxsw" not in mine["nsight"]
 
 
 def test_an_explicit_capture_range_end_wins_but_is_questioned(caplog):
@@ -110,7 +157,8 @@ def test_the_controller_command_from_the_command_line(tmp_path):
         capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "nsys profile --trace=cuda python main.py x=1"
+    no_sampling = " --sample=none --cpuctxsw=none" if HOST_CANNOT_SAMPLE else ""
+    assert proc.stdout.strip() == f"nsys profile --trace=cuda{no_sampling} python main.py x=1"
 
 
 def fake_nsys(directory):

@@ -25,6 +25,7 @@ import pickle
 from pathlib import Path
 
 from rlprof import hookimpl
+from rlprof.layout import open_file
 
 from . import memory_options
 from .memory_options import DEFAULTS, validate  # noqa: F401  (validate: the section's checks, re-exported)
@@ -154,7 +155,7 @@ class TorchMemoryBackend:
 
         covered, self._group_steps = self._group_steps, []
         path = opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank)
-        with open(path, "xb") as handle:  # never replace a file
+        with open_file(path, opened.run.run_dir, "wb") as handle:  # a new file, never through a link
             pickle.dump(torch.cuda.memory._snapshot(), handle)
         if opened.tool_config["memory_snapshot_num_steps"] > 1:
             # Snapshots of groups of windows belong to no single capture: each names the step numbers it covers.
@@ -179,7 +180,7 @@ class TorchMemoryBackend:
                         "no snapshot will be written on out-of-memory", "_cuda_attach_out_of_memory_observer")
             return
         process = dataclasses.replace(ctx, capture=None)  # output_dir(): the process's _process/ directory
-        self._oom.arm(self, process.output_dir)
+        self._oom.arm(self, process.output_dir, ctx.run.run_dir)
 
     def _collect_oom(self, ctx) -> None:
         if self._oom is not None:

@@ -34,7 +34,7 @@ class OomWatch:
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.armed: dict[int, Callable[[], Path]] = {}
+        self.armed: dict[int, tuple[Callable[[], Path], Path]] = {}
         self.written: dict[int, list[Path]] = {}
 
     @classmethod
@@ -52,9 +52,10 @@ class OomWatch:
                 cls._instance = watch
             return cls._instance
 
-    def arm(self, owner: object, directory: Callable[[], Path]) -> None:
-        """On an OOM, write a snapshot for ``owner`` into ``directory()`` (called only then)."""
-        self.armed[id(owner)] = directory
+    def arm(self, owner: object, directory: Callable[[], Path], root: Path) -> None:
+        """On an OOM, write a snapshot for ``owner`` into ``directory()`` (called only then), which
+        lies under ``root`` (the run directory: nothing is written through a link below it)."""
+        self.armed[id(owner)] = (directory, root)
 
     def disarm(self, owner: object) -> None:
         self.armed.pop(id(owner), None)
@@ -64,9 +65,9 @@ class OomWatch:
         return self.written.pop(id(owner), [])
 
     def _on_oom(self, device: int, requested: int, device_total: int, device_free: int) -> None:
-        for owner, directory in list(self.armed.items()):
+        for owner, (directory, root) in list(self.armed.items()):
             try:
-                path = write_snapshot(directory(), "oom")
+                path = write_snapshot(directory(), root, "oom")
             except Exception as exc:  # inside the allocator: never raise
                 log.error("rlprof torch_memory: CUDA out of memory on device %s; the snapshot could not be written: %s: %s",
                           device, type(exc).__name__, exc)
@@ -76,16 +77,18 @@ class OomWatch:
                       "allocator snapshot written to %s", device, requested, device_free, device_total, path)
 
 
-def write_snapshot(directory: Path, label: str) -> Path:
+def write_snapshot(directory: Path, root: Path, label: str) -> Path:
     """Pickle ``torch.cuda.memory._snapshot()`` into a new file ``<directory>/<label>...pickle``;
     never replaces a file (a second OOM gets ``.1``, ``.2``...). No device synchronization."""
     import torch
+
+    from rlprof.layout import open_file
 
     snapshot = torch.cuda.memory._snapshot()
     for n in range(1000):
         path = directory / (f"{label}.memory_snapshot.pickle" if n == 0 else f"{label}.{n}.memory_snapshot.pickle")
         try:
-            with open(path, "xb") as handle:
+            with open_file(path, root, "wb") as handle:
                 pickle.dump(snapshot, handle)
             return path
         except FileExistsError:
