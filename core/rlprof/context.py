@@ -155,7 +155,9 @@ class FinalizeContext(HookContext):
     """Passed to ``finalize``."""
 
     reason: str = "end"
-    """Why the run ends: ``end`` (finalize() called), ``exit`` (interpreter exit), ``signal`` (SIGTERM)."""
+    """Why the run ends: ``end`` (finalize() called), ``exit`` (interpreter exit), ``signal`` (SIGTERM),
+    or ``released``: this backend raised earlier, and the core, having closed what it had open, lets it
+    release its threads, profilers and files now (the run goes on without it)."""
     profiled_steps: tuple[int, ...] = ()
     """The steps that were actually profiled in this process."""
     relocate_results: bool = False

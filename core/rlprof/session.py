@@ -148,9 +148,8 @@ class ProcessSession:
     def _validate_tool_configs(self, prof: Any) -> None:
         """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
         backends = self.backends
-        for tool, section in prof.config.global_.global_tool_config.items():
-            if tool in backends.plugins:
-                backends.validated_section(tool, section, f"global_profiler.global_tool_config.{tool}")
+        for tool in self.plan.tools:
+            backends.validated_global_section(tool, prof.config)
         for name in prof.plan.selected_roles:
             role_cfg = prof.config.roles[name]
             prof.tool_configs[name] = {b: backends.validated_tool_config(b, role_cfg) for b in self.plan.tools}
@@ -191,7 +190,7 @@ class ProcessSession:
         """``prof`` ends its step: its regions still open are exited; the last one out ends the step."""
         if prof not in self.in_step:
             return
-        for region in reversed(self.machine.stack):
+        for region in list(reversed(self.machine.stack)):
             if region.owner is prof and region in self.machine.stack:
                 log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
                 self.exit(region, None)  # (the lock is re-entrant)
