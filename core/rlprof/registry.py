@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import hookspecs
-from .context import FinalizeContext, iteration_context, role_context, step_context
+from .context import FinalizeContext, RoleContext, iteration_context, step_context
 from .errors import BackendError, ConfigError
 
 GROUP = "rlprof.backends"
@@ -193,8 +193,11 @@ class Backends:
         for backend, call in self._calls["start_role"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            ctx = role_context(run, backend, configs.get(backend, _EMPTY), capture, step, role, name, opens, False,
-                               iterations, None)
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, opens, False
+            ctx.iterations, ctx.error = iterations, None
             try:  # _call, inlined: this is the hot path of every profiled region
                 result = call(ctx) if watchdog is None else watchdog.call(backend, "start_role", self.rank, call, ctx)
             except Exception as exc:
@@ -218,8 +221,11 @@ class Backends:
         for backend, call in self._calls["stop_role"]:
             if (backend in failed if only is None else backend != only):
                 continue
-            ctx = role_context(run, backend, configs.get(backend, _EMPTY), capture, step, role, name, False, closes,
-                               iterations, error)
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, False, closes
+            ctx.iterations, ctx.error = iterations, error
             try:  # _call, inlined: this is the hot path of every profiled region
                 result = call(ctx) if watchdog is None else watchdog.call(backend, "stop_role", self.rank, call, ctx)
             except Exception as exc:
@@ -388,6 +394,7 @@ class Backends:
 
 
 _EMPTY: Mapping[str, Any] = {}
+_new_context = object.__new__
 
 
 def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
