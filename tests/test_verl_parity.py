@@ -208,7 +208,11 @@ def test_verl_style_worker_runs_unchanged_against_the_adapter(test_backends, tmp
                                     discrete=discrete, odd_role=odd_role)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"0 True False {discrete}", f"1 True True {discrete}"]
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if not line.startswith("[rlprof finish_hook]")] == [f"0 True False {discrete}", f"1 True True {discrete}"]
+    # the finish hook reports on stdout: skipped on rank 0 (not profiled), run and exit status on rank 1
+    assert any(line.startswith("[rlprof finish_hook] rank 0: not run on this rank") for line in lines)
+    assert "[rlprof finish_hook] rank 1: command exited with 0" in lines
     records = list(read_records([save]))
     artifacts = [r for r in records if r["type"] == "artifact"]
     assert {a["rank"] for a in artifacts} == {1}

@@ -338,6 +338,9 @@ class Backends:
         or ``global_profiler.global_tool_config.<backend>``).
 
         :raises ConfigError: the backend rejected it, or its check itself failed (named as such)."""
+        from .config import CORE_TOOL_KEYS
+
+        raw = {k: v for k, v in raw.items() if k not in CORE_TOOL_KEYS}  # verl's _target_/discrete: the core's keys
         try:
             result = self.call_one(backend, "validate_tool_config", tool_config=dict(raw), key_path=key)
         except ConfigError:

@@ -27,6 +27,10 @@ from .sections import field, hosted_roles, rlprof_source
 log = logging.getLogger("rlprof")
 _WARNED: set[str] = set()
 """Keys already warned about in this process (the ranks=[] rule is said once, not per worker)."""
+_STARTED: list["DistProfiler"] = []
+"""The DistProfilers of this process between ``start()`` and ``stop()``: verl's update loop calls
+``step()`` on the inner TrainingWorker's profiler, which the trainer never starts (it starts the outer
+ActorRolloutRefWorker's); that ``step()`` advances the started one of the same rank."""
 
 
 class DistProfiler:
@@ -34,7 +38,8 @@ class DistProfiler:
 
     _rlprof_live = False
     """True only between ``start()`` and ``stop()`` of a step this process profiles: the one flag the
-    decorated methods read when idle (class default False; an instance attribute while live)."""
+    decorated methods read when idle. Always set on the instance too: an instance attribute is found
+    faster than a class attribute, and this read is the whole idle cost of ``annotate``."""
 
     def __init__(self, rank: int, config: Any = None, tool_config: Any = None, save_file_prefix: str | None = None,
                  **kwargs: Any):
@@ -50,6 +55,7 @@ class DistProfiler:
         self.tool_config = tool_config
         """As verl: the tool's settings (rollout servers read it to configure their engine's profiler)."""
         self.save_file_prefix = save_file_prefix
+        self._rlprof_live = False
         self.roles = hosted_roles(save_file_prefix)
         self.role = self.roles[0]
         self._enable = bool(field(config, "enable", False))
@@ -107,6 +113,8 @@ class DistProfiler:
         self._this_step = True
         self._prof.start_step(int(step) if step is not None else self._steps_started)
         self._rlprof_live = self._prof.active
+        if self not in _STARTED:
+            _STARTED.append(self)
 
     def stop(self, run_command: bool = True) -> None:
         """The profiled step ends; with ``run_command`` (the trainer's last profiled step) the finish
@@ -114,6 +122,8 @@ class DistProfiler:
         if self._enable and self._this_rank:
             self._this_step = False
             self._rlprof_live = False
+            if self in _STARTED:
+                _STARTED.remove(self)
             self._prof.step_boundary()
         if self._enable and run_command:
             self._finish_hook()
@@ -136,13 +146,19 @@ class DistProfiler:
     def step(self) -> None:
         """One mini-batch of the update ended: the next iteration of the innermost sampled region
         begins. Free when nothing is sampled."""
-        if self._enable and self._this_rank:
-            next_iteration = getattr(self._prof, "next_iteration", None)
-            if next_iteration is not None:
-                next_iteration()
+        if not (self._enable and self._this_rank):
+            return
+        target = self
+        if not self._this_step:  # the inner TrainingWorker's profiler: advance the started one of this rank
+            target = next((p for p in reversed(_STARTED) if p.rank == self.rank), None)
+            if target is None:
+                return
+        target._prof.next_iteration()
 
     def finalize(self) -> list[dict[str, Any]]:
         """End this process's run (also happens at exit): backends write, the manifest closes."""
+        if self in _STARTED:
+            _STARTED.remove(self)
         return self._prof.finalize()
 
     # ------------------------------------------------------------------ annotate
