@@ -1,17 +1,24 @@
 """Core overheads, side by side in one run (medians of interleaved repeats).
 
 1. An unselected region: ``with prof.role("actor", "update"): f()`` and a ``@prof.role``-decorated
-   ``f()`` over a bare ``f()`` (target: at most 150 ns added).
-2. Hook dispatch per region with a do-nothing backend, on a selected rank and step (target: <= 5 us).
+   ``f()``, each against the cheapest Python wrapper doing the same job, measured in the same repeat:
+   a ``with`` over a minimal context-manager class (``__enter__``/``__exit__`` that do nothing) and a
+   minimal pass-through decorator (``def wrapper(*args, **kwargs): return fn(*args, **kwargs)``).
+   Target: at most 1.2x the wrapper's added cost.
+2. Hook dispatch per region with a do-nothing backend, on a selected rank and step: enter and exit
+   through the capture state machine, one start_role and one stop_role per backend, the region's
+   timing kept for the manifest (target: <= 5 us). Printed beside it: what writing the buffered timing
+   records costs per region at the step's end.
 3. ``python -c "import rlprof"`` over ``python -c pass`` (target: at most 40 ms).
 
 Run: ``.venv/bin/python bench/bench_core.py``. The host's speed drifts between runs (a bare call
-measured 37-53 ns on the same VM within minutes), so the idle-path costs are also printed in units
-of a bare call, which stays put.
+measured 37-53 ns on the same VM within minutes), so every case is paired with the bare call of the
+same repeat and the ratios come from one run.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 import sys
@@ -42,6 +49,26 @@ class DoNothing:
         pass
 
 
+class MinimalContext:
+    """The cheapest context manager a Python class can be."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        return False
+
+
+def passthrough(fn):
+    """The cheapest decorator that keeps the function's name and signature."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
 def f():
     return None
 
@@ -64,7 +91,17 @@ def interleaved(cases: dict, n: int) -> dict:
     for name, values in samples.items():
         if name != "bare":
             out[name] = statistics.median(v - b for v, b in zip(values, bare))
+    out["_samples"] = samples
     return out
+
+
+def paired_ratio(samples: dict, case: str, reference: str) -> float:
+    """Median over repeats of (case - bare) / (reference - bare), each repeat's own bare call."""
+    ratios = []
+    for c, r, b in zip(samples[case], samples[reference], samples["bare"]):
+        if r - b > 0:
+            ratios.append((c - b) / (r - b))
+    return statistics.median(ratios)
 
 
 def main() -> None:
@@ -75,6 +112,8 @@ def main() -> None:
     idle = rlprof.Profiler(None, rank=1, world_size=2, roles=("actor",), overrides=base, backends={"noop": DoNothing()})
     idle.start_step(1)
     decorated = idle.role("actor", "update")(f)
+    wrapped = passthrough(f)
+    minimal = MinimalContext()
 
     def bare(n):
         for _ in range(n):
@@ -86,12 +125,23 @@ def main() -> None:
             with prof.role("actor", "update"):
                 f()
 
+    def with_minimal(n):
+        cm = minimal
+        for _ in range(n):
+            with cm:
+                f()
+
     def decorated_call(n):
         for _ in range(n):
             decorated()
 
+    def passthrough_call(n):
+        for _ in range(n):
+            wrapped()
+
     # 2. selected rank and profiled step, do-nothing backend
-    busy = rlprof.Profiler(None, rank=0, world_size=2, roles=("actor",), overrides=base, backends={"noop": DoNothing()})
+    busy = rlprof.Profiler(None, rank=0, world_size=2, roles=("actor",), overrides=base, backends={"noop": DoNothing()},
+                           run_id="bench-busy")
     busy.start_step(1)
 
     def dispatched(n):
@@ -100,9 +150,13 @@ def main() -> None:
             with prof.role("actor", "update"):
                 f()
 
-    t = interleaved({"bare": bare, "with_region": with_region, "decorated": decorated_call}, N)
+    t = interleaved({"bare": bare, "with_region": with_region, "with_minimal": with_minimal,
+                     "decorated": decorated_call, "passthrough": passthrough_call}, N)
     d = interleaved({"bare": bare, "dispatched": dispatched}, N // 20)
-    busy.step_boundary()
+    buffered = len(busy._session._closed)
+    started = time.perf_counter_ns()
+    busy.step_boundary()  # writes the step's buffered region records
+    flush_ns = (time.perf_counter_ns() - started) / max(buffered, 1)
     busy.finalize()
     idle.finalize()
 
@@ -115,16 +169,21 @@ def main() -> None:
             runs[name].append((time.perf_counter() - start) * 1000)
     imp = {k: statistics.median(v) for k, v in runs.items()}
 
-    print(f"{'measurement':<58}{'median':>12}{'target':>12}")
-    print(f"{'bare f()':<58}{t['bare']:>9.1f} ns")
-    print(f"{'unselected `with prof.role(...)`: added over bare':<58}{t['with_region']:>9.1f} ns{'<= 150 ns':>12}"
-          f"   (= {t['with_region'] / t['bare']:.1f} bare calls)")
-    print(f"{'unselected decorated call: added over bare':<58}{t['decorated']:>9.1f} ns{'<= 150 ns':>12}"
-          f"   (= {t['decorated'] / t['bare']:.1f} bare calls)")
-    print(f"{'selected region, do-nothing backend: added per region':<58}{d['dispatched'] / 1000:>9.2f} us{'<= 5 us':>12}")
-    print(f"{'python -c pass':<58}{imp['pass']:>9.1f} ms")
+    samples = t["_samples"]
+    print(f"{'measurement':<62}{'median':>12}{'target':>14}")
+    print(f"{'bare f()':<62}{t['bare']:>9.1f} ns")
+    print(f"{'`with MinimalContext()` (cheapest Python context manager): added':<62}{t['with_minimal']:>9.1f} ns")
+    print(f"{'unselected `with prof.role(...)`: added':<62}{t['with_region']:>9.1f} ns"
+          f"{'<= 1.2x':>14}   (= {paired_ratio(samples, 'with_region', 'with_minimal'):.2f}x the minimal context manager)")
+    print(f"{'pass-through decorator (cheapest Python decorator): added':<62}{t['passthrough']:>9.1f} ns")
+    print(f"{'unselected decorated call: added':<62}{t['decorated']:>9.1f} ns"
+          f"{'<= 1.2x':>14}   (= {paired_ratio(samples, 'decorated', 'passthrough'):.2f}x the pass-through decorator)")
+    print(f"{'selected region, do-nothing backend: added per region':<62}{d['dispatched'] / 1000:>9.2f} us{'<= 5 us':>14}")
+    print(f"{'  then, at step_boundary: timing records written per region':<62}{flush_ns / 1000:>9.2f} us"
+          f"   ({buffered} regions in one step)")
+    print(f"{'python -c pass':<62}{imp['pass']:>9.1f} ms")
     label = 'python -c "import rlprof": added over pass'
-    print(f"{label:<58}{imp['import rlprof'] - imp['pass']:>9.1f} ms{'<= 40 ms':>12}")
+    print(f"{label:<62}{imp['import rlprof'] - imp['pass']:>9.1f} ms{'<= 40 ms':>14}")
 
 
 if __name__ == "__main__":

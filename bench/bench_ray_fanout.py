@@ -6,6 +6,11 @@ trips, not a profiler's start/stop). For comparison: one bare Ray round trip to 
 method that does nothing, the same wait pattern), and an unprofiled step, which makes no remote call. Usage::
 
     python bench/bench_ray_fanout.py [--rounds 200] [--workers 1,2,4,8]
+    python bench/bench_ray_fanout.py --hung [--rounds 50] [--workers 4] [--timeout 2]
+
+``--hung``: one worker (rank 1) hangs in its backend's ``step_boundary`` at step 1 and never comes
+back. Printed side by side with a healthy run of the same workers: the hung run's step 1 costs the
+timeout, its later steps what a healthy step costs (the controller does not wait for that worker again).
 """
 
 from __future__ import annotations
@@ -33,6 +38,65 @@ class NoOpBackend:
     @hookimpl
     def step_boundary(self, ctx):
         return None
+
+
+class HangsOnRank1:
+    """No-op backend whose ``step_boundary`` on rank 1 sleeps for an hour (a hung profiler)."""
+
+    @hookimpl
+    def start_step(self, ctx):
+        return None
+
+    @hookimpl
+    def step_boundary(self, ctx):
+        if ctx.run.rank == 1:
+            time.sleep(3600)
+        return None
+
+
+def measure_hung(actor_class, n: int, rounds: int, timeout_s: float, save_path: str) -> dict[str, list[float]]:
+    """Per-step fan-out seconds (start_step + step_boundary) of a healthy run and of a run whose
+    rank 1 hangs at step 1, each on fresh workers."""
+    out = {}
+    for name, backend in (("healthy", NoOpBackend), ("hung", HangsOnRank1)):
+        handles = [actor_class.options(num_cpus=0).remote(HYBRID_ENGINE_STAGES) for _ in range(n)]
+        ray.get([h.where.remote() for h in handles])
+        config = {"global_profiler": {"tool": "noop", "steps": list(range(1, rounds + 1)), "save_path": save_path},
+                  "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
+        controller = ProfilingController(config, timeout_s=120)
+        for rank, handle in enumerate(handles):
+            controller.add(WorkerSpec(rank=rank, world_size=n, roles=("actor", "rollout", "ref"),
+                                      stages=HYBRID_ENGINE_STAGES), handle)
+        assert controller.setup(backends={"noop": backend}).ok
+        controller.timeout_s = timeout_s
+        steps = []
+        for step in range(1, rounds + 1):
+            began = time.perf_counter()
+            controller.start_step(step)
+            controller.step_boundary()
+            steps.append(time.perf_counter() - began)
+        controller.finalize()
+        for handle in handles:
+            ray.kill(handle)
+        out[name] = steps
+    return out
+
+
+def main_hung(opts) -> None:
+    n = int(opts.workers.split(",")[-1]) if opts.workers != "1,2,4,8" else 4
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    logging.getLogger("rlprof").setLevel(logging.CRITICAL)  # the hung worker's warnings are expected here
+    with tempfile.TemporaryDirectory() as save_path:
+        r = measure_hung(ray.remote(ScriptedWorker), n, opts.rounds, opts.timeout, save_path)
+    ray.shutdown()
+    healthy, hung = r["healthy"], r["hung"]
+    print(f"{n} workers, rank 1 hung in step_boundary at step 1, timeout {opts.timeout:g} s; "
+          f"fan-out per profiled step (start_step + step_boundary), ms")
+    print(f"{'':>22}  {'healthy':>9}  {'rank 1 hung':>11}")
+    print(f"{'step 1':>22}  {healthy[0] * 1e3:>9.2f}  {hung[0] * 1e3:>11.2f}")
+    print(f"{'steps 2..' + str(opts.rounds) + ' median':>22}  {statistics.median(healthy[1:]) * 1e3:>9.2f}  "
+          f"{statistics.median(hung[1:]) * 1e3:>11.2f}")
+    print(f"{'steps 2..' + str(opts.rounds) + ' max':>22}  {max(healthy[1:]) * 1e3:>9.2f}  {max(hung[1:]) * 1e3:>11.2f}")
 
 
 def measure(handles: list, rounds: int, save_path: str) -> dict[str, float]:
@@ -80,9 +144,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--workers", default="1,2,4,8")
+    parser.add_argument("--hung", action="store_true", help="one worker hangs at step 1 (see above)")
+    parser.add_argument("--timeout", type=float, default=2.0, help="controller timeout for --hung (s)")
     opts = parser.parse_args()
+    if opts.hung:
+        return main_hung(opts)
     counts = [int(n) for n in opts.workers.split(",")]
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     actor_class = ray.remote(ScriptedWorker)
     handles = [actor_class.options(num_cpus=0).remote(HYBRID_ENGINE_STAGES) for _ in range(max(counts))]
     ray.get([h.where.remote() for h in handles])

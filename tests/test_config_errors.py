@@ -188,3 +188,23 @@ def test_a_parsed_config_reloaded_with_overrides_keeps_its_roles():
     assert again.global_.steps == (2,) and again.global_.save_path == "/tmp/elsewhere"
     caller = load_config(cfg.with_overrides(caller_steps=True), ["global_profiler.save_path=x"])
     assert caller.global_.caller_steps
+
+
+def test_the_legacy_migration_does_not_import_the_config_module():
+    """rlprof.roles and rlprof.values end the config <-> legacy import circle."""
+    import subprocess
+    import sys
+
+    code = "import sys, rlprof.legacy; print('rlprof.config' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_nest_profiler_puts_a_section_at_the_role_path():
+    from rlprof.roles import nest_profiler
+
+    doc = {"actor_rollout_ref": {"rollout": {"mode": "async"}}}
+    nest_profiler(doc, "rollout", {"enable": True})
+    nest_profiler(doc, "reward", {"enable": False})
+    assert doc == {"actor_rollout_ref": {"rollout": {"mode": "async", "profiler": {"enable": True}}},
+                   "reward_model": {"profiler": {"enable": False}}}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import rlprof
-from rlprof.testing.conformance import BackendConformance, ConformanceFailure, check_backend
+from rlprof.testing.conformance import SCENARIOS, BackendConformance, ConformanceFailure, check_backend
 from rlprof.tool_config import check_keys
 
 E2E_AND_DISCRETE = ("end_to_end", "discrete")
@@ -84,9 +84,15 @@ def failure_of(backend, scenarios=E2E_AND_DISCRETE, **kwargs) -> str:
 def test_a_correct_backend_passes():
     report = check_backend(Minimal)
     assert report.ok, report.explain()
-    assert set(report.runs) == {"end_to_end", "continuous_steps", "discrete", "sampled_end_to_end", "sampled_discrete",
-                                "error_in_region", "error_in_sampled_window", "error_then_exit"}
+    assert set(report.runs) == set(SCENARIOS) == {
+        "end_to_end", "continuous_steps", "discrete", "sampled_end_to_end", "sampled_discrete", "error_in_region",
+        "error_in_sampled_window", "error_then_exit", "nested_end_to_end", "nested_discrete", "resumed_continuous",
+        "missing_step_boundary", "colocated_roles", "released_after_start_step", "released_after_start_role",
+        "released_after_iteration_boundary", "released_after_stop_role", "released_after_step_boundary",
+        "released_after_finalize"}
     assert {"validate_tool_config", "start_step", "start_role", "stop_role", "step_boundary", "finalize"} <= report.exercised
+    released = report.runs["released_after_start_role"]
+    assert [(c["closed"], c["finalized"]) for c in released.cleanups] == [(["step1.actor_update"], True)]
 
 
 class TestMinimalThroughTheSubclassableSuite(BackendConformance):
@@ -322,3 +328,118 @@ def test_the_failure_lists_every_problem_with_its_scenario():
     assert "in error_in_sampled_window (" in message
     assert "in end_to_end" not in message  # that scenario raised nothing: no problem there
     assert "files of the runs are kept in" in message
+
+
+# --------------------------------------------------------------------------- the capture rules and releases
+
+
+class RefusesNesting(Minimal):
+    """Guards against nesting itself, as rlprof-torch did before the core's state machine."""
+
+    depth = 0
+
+    @rlprof.hookimpl
+    def start_role(self, ctx):
+        if self.depth:
+            raise RuntimeError(f"region {ctx.region} started inside another region: one region at a time")
+        self.depth += 1
+        return super().start_role(ctx)
+
+    @rlprof.hookimpl
+    def stop_role(self, ctx):
+        self.depth -= 1
+        return super().stop_role(ctx)
+
+
+class OpensOnStepOne(Minimal):
+    """Decides for itself when a run of steps begins (step 1), instead of obeying ctx.opens_capture."""
+
+    @rlprof.hookimpl
+    def start_step(self, ctx):
+        if ctx.step == 1:
+            self.open[ctx.capture.capture_id] = []
+
+
+class ClosesWhenTheNextOpens(Minimal):
+    """Ignores closes_capture at the step's end; closes a capture only when the next one opens."""
+
+    @rlprof.hookimpl
+    def step_boundary(self, ctx):
+        return None
+
+    @rlprof.hookimpl
+    def finalize(self, ctx):
+        return [path for capture_id in list(self.open) for path in self.write_id(ctx, capture_id)]
+
+    @rlprof.hookimpl
+    def start_step(self, ctx):
+        written = [path for capture_id in list(self.open) for path in self.write_id(ctx, capture_id)]
+        super().start_step(ctx)
+        return written
+
+    def write_id(self, ctx, capture_id):
+        self.open.pop(capture_id)
+        return []
+
+
+class OneRolePerProcess(Minimal):
+    """Assumes a process hosts one role (verl's colocated workers break that)."""
+
+    role = None
+
+    @rlprof.hookimpl
+    def start_role(self, ctx):
+        if self.role not in (None, ctx.role):
+            raise RuntimeError(f"this backend already profiles {self.role}; it cannot also profile {ctx.role}")
+        self.role = ctx.role
+        return super().start_role(ctx)
+
+
+class RefusesEarlyFinalize(Minimal):
+    """Its finalize assumes the run ended normally, so the core cannot release it after a failure."""
+
+    @rlprof.hookimpl
+    def iteration_boundary(self, ctx):
+        pass
+
+    @rlprof.hookimpl
+    def finalize(self, ctx):
+        if ctx.reason not in ("end", "exit", "signal"):
+            raise RuntimeError(f"finalize called with reason {ctx.reason!r}")
+        return []
+
+
+BROKEN_FOR = {
+    "nested_end_to_end": (RefusesNesting, "its start_role hook raised RuntimeError: region ref_compute_log_prob started inside another region"),
+    "nested_discrete": (RefusesNesting, "its start_role hook raised RuntimeError: region ref_compute_log_prob started inside another region"),
+    "resumed_continuous": (OpensOnStepOne, "its step_boundary hook raised KeyError: 'step2-3'"),
+    "missing_step_boundary": (ClosesWhenTheNextOpens, "open_captures() still reports step2, which the core already closed"),
+    "colocated_roles": (OneRolePerProcess, "its start_role hook raised RuntimeError: this backend already profiles actor; it cannot also profile critic"),
+    **{f"released_after_{hook}": (RefusesEarlyFinalize, f"after it raised in {hook}, the core closed")
+       for hook in ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary")},
+    "released_after_finalize": (None, "a second finalize"),
+}
+
+
+class WritesAtEveryFinalize(Minimal):
+    calls = 0
+
+    @rlprof.hookimpl
+    def finalize(self, ctx):
+        type(self).calls += 1
+        path = ctx.output_dir() / f"summary-{type(self).calls}.json"
+        path.write_text("{}")
+        return [path]
+
+
+@pytest.mark.parametrize("scenario", sorted(BROKEN_FOR))
+def test_a_backend_broken_for_each_capture_scenario_fails_it_in_plain_words(scenario):
+    backend, expected = BROKEN_FOR[scenario]
+    message = failure_of(backend or WritesAtEveryFinalize, scenarios=[scenario])
+    assert f"in {scenario} (" in message and expected in message, message
+
+
+def test_a_released_backend_is_not_blamed_for_the_core_calling_its_finalize():
+    """Its finalize ran once at the release; the suite's second call is really a second one."""
+    report = check_backend(Minimal, scenarios=[f"released_after_{h}" for h in ("start_step", "stop_role")])
+    assert report.ok, report.explain()

@@ -15,7 +15,7 @@ from rlprof.registry import HOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "writing-a-backend.md"
-CONTEXTS = (context.RunInfo, context.Capture, context.HookContext, context.StepContext,
+CONTEXTS = (context.RunInfo, context.Capture, context.HookContext, context.StepContext, context.IterationContext,
             context.RoleContext, context.FinalizeContext, context.RuntimeEnvContext)
 
 
@@ -61,6 +61,30 @@ def test_the_spec_and_the_registry_agree_on_the_hooks():
 def test_every_hook_is_documented_with_its_exact_signature(guide, hook):
     assert signature(hook) in guide, f"docs/writing-a-backend.md lacks the signature of {hook}: add `{signature(hook)}`"
     assert section(guide, f"### {hook}").strip(), f"docs/writing-a-backend.md has no '### {hook}' section"
+
+
+def summary(hook: str) -> str:
+    """The first line of the hook's docstring in hookspecs.py, as markdown (``x`` -> `x`, :func:`x` -> `x`)."""
+    first = inspect.getdoc(getattr(hookspecs, hook)).splitlines()[0]
+    return re.sub(r":\w+:`~?([^`]+)`", r"`\1`", first).replace("``", "`")
+
+
+@pytest.mark.parametrize("hook", spec_hooks())
+def test_every_hook_section_quotes_the_spec(guide, hook):
+    """One source: each hook's section of the guide opens with the spec's own first line."""
+    body = section(guide, f"### {hook}")
+    assert f"> {summary(hook)}" in body, (
+        f"the '### {hook}' section of docs/writing-a-backend.md must quote hookspecs.py's first line of {hook}: "
+        f"> {summary(hook)}")
+
+
+def test_every_context_class_is_named_in_a_hookspec():
+    """Each lifecycle hook's ``ctx`` is typed with its context class (pytest types every hookspec parameter)."""
+    for hook in spec_hooks():
+        params = inspect.signature(getattr(hookspecs, hook)).parameters
+        if "ctx" in params:
+            annotation = params["ctx"].annotation
+            assert annotation is not inspect.Parameter.empty and hasattr(context, str(annotation)), (hook, annotation)
 
 
 @pytest.mark.parametrize("cls", CONTEXTS, ids=lambda c: c.__name__)

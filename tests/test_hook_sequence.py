@@ -130,10 +130,10 @@ def test_sampled_region_windows(test_backends, save_path):
                 pass
     prof.step_boundary()
     prof.finalize()
-    calls = [c for c in prof.backends.plugins["recorder"].calls if c[0] in ("start_role", "stop_role", "step_boundary")]
+    calls = [c for c in prof.backends.plugins["recorder"].calls if c[0] in ("start_role", "stop_role", "iteration_boundary", "step_boundary")]
     assert [(h, f.get("iterations"), f.get("iteration")) for h, f in calls] == [
-        ("start_role", (1, 1), None), ("step_boundary", None, 1), ("stop_role", (1, 2), None),
-        ("start_role", (4, 4), None), ("step_boundary", None, 4), ("stop_role", (4, 5), None),
+        ("start_role", (1, 1), None), ("iteration_boundary", None, 1), ("stop_role", (1, 2), None),
+        ("start_role", (4, 4), None), ("iteration_boundary", None, 4), ("stop_role", (4, 5), None),
         ("step_boundary", None, None),
     ]
     assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update", "step1.actor_update.1"]

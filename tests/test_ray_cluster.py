@@ -44,7 +44,7 @@ class WorkerPool:
 @pytest.fixture(scope="module")
 def pool(test_backends_site):
     # the 'recorder' test backend (a real distribution with entry points) is visible to every worker
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site)}})
     yield WorkerPool()
     ray.shutdown()

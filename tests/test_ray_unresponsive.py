@@ -1,6 +1,7 @@
-"""A worker that hangs in a backend hook costs the controller its timeout once per run, not once per
-step: it is marked unresponsive, recorded once, skipped (and said so once) by later fan-outs, and
-taken back when its stuck call ends. Real local Ray, ScriptedWorker actors, the ``hanging`` test backend."""
+"""A worker that hangs in a backend hook and later answers again is taken back by the controller.
+
+(That a hung worker costs the timeout once per run, is recorded once and skipped afterwards is the
+Ray case of tests/test_fault_suite.py.) Real local Ray, ScriptedWorker actors, the ``hanging`` test backend."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import time
 import pytest
 
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
-from rlprof.report import build_reports
 from rlprof.testing.ray_worker import ScriptedWorker
 
 ray = pytest.importorskip("ray")
@@ -23,7 +23,7 @@ TIMEOUT_S = 2.0
 
 @pytest.fixture(scope="module")
 def cluster(test_backends_site):
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING,
              runtime_env={"env_vars": {"PYTHONPATH": str(test_backends_site)}})
     yield ray.remote(ScriptedWorker)
     ray.shutdown()
@@ -58,48 +58,6 @@ def failure_records(save_path):
     for path in save_path.rglob("manifest/controller-*.jsonl"):
         records += [json.loads(line) for line in path.read_text().splitlines()]
     return [r for r in records if r["type"] == "worker_failure"]
-
-
-def test_hung_worker_costs_the_timeout_once(cluster, tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="rlprof")
-    controller = start(cluster, config(tmp_path, steps=[1, 2, 3, 4], hang_in=["step_boundary"], ranks=[1], seconds=60))
-    hung = controller.workers["workers/rank1"][1]
-    timings = {}
-    for step in (1, 2, 3, 4):
-        began = controller.start_step(step)
-        ray.get([h.run_step.remote() for h in responsive(controller)], timeout=60)
-        boundary = controller.step_boundary()
-        timings[step] = (began.seconds, boundary.seconds)
-        if step == 1:
-            assert [(f.worker, f.kind, f.call, f.step) for f in boundary.failures] == [
-                ("workers/rank1", "timeout", "step_boundary", 1)]
-            assert "workers/rank1" in controller.unresponsive
-        else:
-            assert began.ok and boundary.ok
-            assert began.skipped == boundary.skipped == ["workers/rank1"]
-    final = controller.finalize()
-    assert final.ok and final.skipped == ["workers/rank1"]
-    assert sorted(final.results) == ["workers/rank0", "workers/rank2"]
-    for label in final.results:
-        assert sorted(a["steps"] for a in final.results[label]) == [[1], [2], [3], [4]]
-
-    print("\nfan-out seconds (start_step, step_boundary) per step, timeout", TIMEOUT_S, ":", timings)
-    first_boundary = timings[1][1]
-    assert TIMEOUT_S <= first_boundary < TIMEOUT_S + 5
-    healthy = timings[1][0]  # step 1's start_step: every worker answered
-    for step in (2, 3, 4):
-        for seconds in timings[step]:
-            assert seconds < min(TIMEOUT_S / 2, healthy + 0.5), timings  # no second timeout
-    assert final.seconds < TIMEOUT_S / 2
-
-    [record] = failure_records(tmp_path)  # one record for the worker, not one per call
-    assert (record["worker"], record["worker_rank"], record["kind"], record["call"], record["step"]) == (
-        "workers/rank1", 1, "timeout", "step_boundary", 1)
-    said = [r.getMessage() for r in caplog.records if "not waiting for worker workers/rank1" in r.getMessage()]
-    assert len(said) == 1 and "start_step" in said[0] and "step_boundary at step 1" in said[0]
-    [report] = build_reports([tmp_path])
-    assert [(f["worker"], f["kind"]) for f in report.worker_failures] == [("workers/rank1", "timeout")]
-    ray.kill(hung)
 
 
 def test_worker_that_answers_again_rejoins(cluster, tmp_path, caplog):

@@ -252,3 +252,39 @@ def test_verdict_of_a_complete_run_says_what_was_captured(tmp_path):
     assert result.ok is True
     assert result.lines[0] == "captured: torch wrote 4 files (2.0 KiB) for steps 1,2 on ranks 0,1"
     assert result.lines[-1] == "ok: every profiled step x role x rank produced output"
+
+
+def test_a_damaged_manifest_never_gives_a_traceback(tmp_path, capsys):
+    run_dir = generate_run(tmp_path, run_id=RUN, ranks=2, steps=(1,), regions=FLAT, jitter=0.0)
+    manifest = run_dir / "manifest" / "rank1-node0-1001.jsonl"
+    with open(manifest, "a") as handle:
+        for bad in ({"type": "region", "run": RUN, "rank": 1, "step": 1, "region": "actor_update"},  # no times
+                    {"type": "step", "run": RUN, "rank": "1", "step": 1, "start_ns": 1, "end_ns": 2, "duration_ms": 0.0},
+                    {"type": "artifact", "run": RUN, "rank": 1, "backend": "torch"},  # no path
+                    {"type": "mystery", "run": RUN}):
+            handle.write(json.dumps(bad) + "\n")
+        handle.write('{"type": "region", "run": "' + RUN + '", "ra')  # cut short by a killed process
+    code, data = run_json(capsys, tmp_path)
+    assert code == 0
+    update = next(r for r in data["runs"][0]["steps"][0]["regions"] if r["region"] == "actor_update")
+    assert [p["ms"] for p in update["per_rank"]] == [30.0, 30.0]  # the damaged records were left out
+    out = tmp_path / "t.json"
+    from rlprof.timeline import main as timeline
+
+    assert timeline([str(tmp_path), "-o", str(out)]) == 0
+
+
+def test_sampled_iterations_are_shown(tmp_path, capsys):
+    regions = (RegionSpec("rollout", "rollout_generate", 40.0, iterations=(30, 70)), RegionSpec("actor", "actor_update", 30.0))
+    generate_run(tmp_path, run_id=RUN, ranks=2, steps=(1,), roles=("actor", "rollout"), regions=regions, jitter=0.0)
+    assert main([str(tmp_path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("rollout_generate"))
+    assert line.endswith("sampled it 30-70")
+    code, data = run_json(capsys, tmp_path)
+    generate = data["runs"][0]["steps"][0]["regions"][0]
+    assert generate["iterations"] == {"0": [[30, 70]], "1": [[30, 70]]}
+
+
+def test_many_ranks_are_said_as_ranges(tmp_path):
+    generate_run(tmp_path, run_id=RUN, ranks=[0, 1, 2, 3, 5, 6], steps=(1, 2, 3))
+    assert verdict([tmp_path]).lines[0] == "captured: torch wrote 18 files (0 B) for steps 1-3 on ranks 0-3,5,6"

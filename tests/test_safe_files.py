@@ -8,13 +8,14 @@ import os
 import re
 import subprocess
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from rlprof.layout import MAX_NAME, UnsafePathError, check_save_path, ensure_dir, open_file, safe_name
+from rlprof.layout import MAX_NAME, UnsafePathError, check_save_path, ensure_dir, open_file, place, safe_name, tool_output
 
 
 def digest(path: Path) -> str:
@@ -297,3 +298,115 @@ def test_check_save_path_read_only_file_system(tmp_path):
     if result.returncode != 0:
         pytest.skip(f"cannot mount here: {result.stderr.strip()[-200:]}")
     assert result.stdout.strip() == f"{mnt} is on a read-only file system"
+
+
+def test_ranks_creating_the_same_directories_at_once_do_not_fail(save_path):
+    """Every rank of a node creates <run>/step1/... at the same moment; nobody's mkdir may fail."""
+    import threading
+
+    run = save_path / "run"
+    failures = []
+
+    def rank(r):
+        try:
+            for step in range(1, 20):
+                with open_file(run / f"step{step}" / f"rank{r}-h-1" / "torch" / "t.json", run) as handle:
+                    handle.write(str(r))
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            failures.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(list(run.rglob("t.json"))) == 8 * 19
+
+
+# ---------------------------------------------------------------------- tools that write by path
+
+
+def test_tool_output_places_what_the_tool_wrote(save_path):
+    run = save_path / "run"
+    target = run / "step1" / "rank0-h-1" / "torch_memory" / "snapshot.pickle"
+    with tool_output(target, run) as scratch:
+        assert scratch.name == target.name and scratch.parent.parent == target.parent
+        assert stat.S_IMODE(scratch.parent.stat().st_mode) == 0o700
+        scratch.write_bytes(b"snapshot")  # the tool, writing by path
+    assert target.read_bytes() == b"snapshot"
+    assert os.listdir(target.parent) == ["snapshot.pickle"]  # the private directory is gone
+
+
+def test_tool_output_never_replaces_nor_follows(save_path, victim):
+    run = save_path / "run"
+    directory = ensure_dir(run / "step1" / "rank0-h-1" / "torch_memory", run)
+    (directory / "kept.pickle").write_bytes(b"first run")
+    with pytest.raises(FileExistsError):
+        with tool_output(directory / "kept.pickle", run) as scratch:
+            scratch.write_bytes(b"second")
+    assert (directory / "kept.pickle").read_bytes() == b"first run"
+    (directory / "planted.pickle").symlink_to(victim / "precious.txt")
+    (directory / "dangling.pickle").symlink_to(victim / "new.txt")
+    for name in ("planted.pickle", "dangling.pickle"):
+        exc = attempt(lambda: _write_through(directory / name, run))
+        assert exc.filename == str(directory / name)
+    assert sorted(os.listdir(victim)) == ["precious.txt"]
+    assert (victim / "precious.txt").read_text() == "the user's data\n"
+    assert sorted(os.listdir(directory)) == ["dangling.pickle", "kept.pickle", "planted.pickle"]
+
+
+def _write_through(target, root):
+    with tool_output(target, root) as scratch:
+        scratch.write_bytes(b"x")
+
+
+def test_tool_output_places_nothing_when_the_tool_fails(save_path):
+    run = save_path / "run"
+    target = run / "step1" / "snap.pickle"
+    with pytest.raises(RuntimeError):
+        with tool_output(target, run) as scratch:
+            scratch.write_bytes(b"half")
+            raise RuntimeError("CUDA error")
+    assert os.listdir(target.parent) == []
+
+
+def test_place_copies_across_file_systems(save_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(save_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's temporary directory")
+    source = Path(tempfile.mkdtemp(dir=shm)) / "worker_process_1.nsys-rep"
+    try:
+        source.write_bytes(b"report" * 1000)
+        run = save_path / "run"
+        placed = place(source, run / "step1" / "nsys" / source.name, run)
+        assert placed.read_bytes() == source.read_bytes() and placed.stat().st_nlink == 1
+        with pytest.raises(FileExistsError):
+            place(source, placed, run)
+    finally:
+        shutil.rmtree(source.parent)
+
+
+def test_footprint_sees_layout_writes_at_their_real_paths(tmp_path, monkeypatch):
+    """rlprof.testing's footprint audit must attribute layout's descriptor-relative mkdir/open to the
+    absolute path (an open audit event carries only the relative name), so a write outside the
+    allowed roots is still caught and one inside is not misread as a write in the working directory."""
+    from rlprof.testing.footprint import Footprint
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    run, elsewhere = tmp_path / "save" / "run", tmp_path / "elsewhere" / "run"
+    run.parent.mkdir()
+    elsewhere.parent.mkdir()
+    with Footprint(run_dir=run, allowed=[], watched={"the working directory": cwd}) as footprint:
+        with open_file(run / "step1" / "rank0-h-1" / "torch" / "t.json", run) as handle:
+            handle.write("inside")
+        with open_file(elsewhere / "x" / "t.json", elsewhere, "a") as handle:
+            handle.write("outside")
+    assert footprint.writes_outside == [
+        f"created the directory {tmp_path / 'elsewhere' / 'run'}",
+        f"created the directory {elsewhere / 'x'}",
+        f"opened for writing {elsewhere / 'x' / 't.json'}",
+    ]
+    assert footprint.appeared == []

@@ -26,7 +26,7 @@ def test_rlprof_run_returns_profiler_artifacts_and_manifest(rlprof_run, rlprof_r
     run = rlprof_run(rlprof_recorder, name="recorder", mode="discrete", steps=(2,), roles=("ref", "actor"))
     assert run.profiler.plan.discrete and run.backend is rlprof_recorder
     assert [a["capture"] for a in run.artifacts] == ["step2.ref_compute_log_prob", "step2.actor_update"]
-    assert {r["type"] for r in run.records} == {"process", "artifact", "finalized"}
+    assert {r["type"] for r in run.records} == {"process", "artifact", "step", "region", "finalized"}
     assert all(path.is_file() for path in run.artifact_paths())
     assert run.errors == [] and run.raised is None
 
@@ -98,9 +98,20 @@ def test_hook_stop_role(rlprof_run, rlprof_recorder):
 
 
 def test_hook_step_boundary(rlprof_run, rlprof_recorder):
+    rlprof_run(rlprof_recorder, name="recorder", steps=(1, 2, 3), continuous=True, total_steps=2, roles=("actor",))
+    boundaries = [(f["step"], f["closes"], f["late"]) for hook, f in rlprof_recorder.calls if hook == "step_boundary"]
+    # step 1 ends (the merged run goes on), step 2 ends, then training stops before step 3: the run's
+    # window is closed at finalize by a late close naming the last step seen
+    assert boundaries == [(1, False, False), (2, False, False), (2, True, True)]
+
+
+def test_hook_iteration_boundary(rlprof_run, rlprof_recorder):
     rlprof_run(rlprof_recorder, name="recorder", steps=(1,), roles=("actor",), iterations=3, schedule={"active": 3})
-    boundaries = [(f["iteration"], f["closes"]) for hook, f in rlprof_recorder.calls if hook == "step_boundary"]
-    assert boundaries == [(0, False), (1, False), (None, True)]  # two iteration boundaries, then the step's end
+    calls = [(hook, f.get("iteration"), f.get("closes")) for hook, f in rlprof_recorder.calls
+             if hook in ("iteration_boundary", "stop_role", "step_boundary")]
+    # two boundaries inside the window of iterations 0-2, the window's end, then the step's end
+    assert calls == [("iteration_boundary", 0, None), ("iteration_boundary", 1, None), ("stop_role", None, False),
+                     ("step_boundary", None, True)]
 
 
 def test_hook_finalize(rlprof_run, rlprof_recorder):
@@ -108,7 +119,7 @@ def test_hook_finalize(rlprof_run, rlprof_recorder):
     hooks = [hook for hook, _ in rlprof_recorder.calls]
     first = hooks.index("finalize")
     assert hooks[first - 1:first + 1] == ["step_boundary", "finalize"]  # the open step window is closed first
-    assert rlprof_recorder.calls[first][1] == {"reason": "exit", "steps": []}
+    assert rlprof_recorder.calls[first][1] == {"reason": "exit", "steps": [1]}  # step 1 was captured, up to the exit
     assert hooks[first + 1:] == ["finalize"]  # the kit calls it once more: it must be idempotent
     assert run.second_finalize.error is None and run.second_finalize.new_paths == []
 

@@ -41,8 +41,9 @@ def test_hook_sleeping_past_limit_is_reported_within_the_limit():
     assert len(reports.items) == 1  # once per call, although it stayed past the limit for long
     backend, hook, rank, elapsed, stack = reports.items[0]
     assert (backend, hook, rank) == ("slowpoke", "stop_role", 3)
-    assert 0.5 <= elapsed < 0.8
-    assert 0.5 <= reports.times[0] - start < 0.8  # reported while the hook was still stuck...
+    # two ticks (0.1 s each) at most after the limit; the rest is slack for a busy host
+    assert 0.5 <= elapsed < 1.0
+    assert 0.5 <= reports.times[0] - start < 1.0  # reported while the hook was still stuck...
     assert reports.times[0] < finished  # ...not after it returned
     assert finished - start >= 1.2  # and training waited for the hook
     assert "a_backend_hook_that_hangs" in stack and "time.sleep(seconds)" in stack

@@ -180,8 +180,23 @@ class Anatomy:
                 "stragglers": [s.as_dict() for s in self.stragglers]}
 
 
+def timing_record(record: dict[str, Any]) -> bool:
+    """Is this a ``step`` or ``region`` record with every field the anatomy needs, well typed? (A
+    manifest edited by hand or cut short must not break a report: such records are skipped.)"""
+    kind = record.get("type")
+    if kind not in ("step", "region"):
+        return False
+    ints = (record.get("step"), record.get("rank"), record.get("start_ns"), record.get("end_ns"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or record["end_ns"] < record["start_ns"]:
+        return False
+    if not isinstance(record.get("duration_ms"), (int, float)) or isinstance(record.get("duration_ms"), bool):
+        return False
+    return kind == "step" or isinstance(record.get("region"), str)
+
+
 def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT) -> Anatomy:
-    """The anatomy of one run from its ``step`` and ``region`` records (other records are ignored)."""
+    """The anatomy of one run from its ``step`` and ``region`` records (other records, and timing
+    records missing a field, are ignored: see :func:`timing_record`)."""
     step_times: dict[int, dict[int, RankTime]] = {}
     spans: dict[int, list[int]] = {}
     region_times: dict[tuple[int, str], dict[int, RankTime]] = {}
@@ -190,7 +205,9 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     errors: dict[tuple[int, str], list[str]] = {}
     iterations: dict[tuple[int, str], dict[int, list[list[int]]]] = {}
     for r in records:
-        kind = r.get("type")
+        if not timing_record(r):
+            continue
+        kind = r["type"]
         if kind == "step":
             step, rank = r["step"], r["rank"]
             ms = float(r["duration_ms"])

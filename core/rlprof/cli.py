@@ -1,77 +1,162 @@
-"""The ``rlprof`` command.
+"""The ``rlprof`` command: one argparse parser whose subcommands are loaded only when run.
 
-``rlprof backends [--json]``                 what is installed, from where, which hooks, does it import
-``rlprof check [CONFIG.yaml] [k=v ...] [--world-size N] [--roles actor,ref] [--migrate]``
-                                             the resolved plan per step and rank; exit 0 valid, 2 invalid
-``rlprof demo [...]``                        a small GRPO-shaped run on local Ray, profiled (rlprof.demo)
-``rlprof report SAVE_PATH [...] [--json]``   what a run produced, per step x role x rank (rlprof.report)
+Built-in commands live in their own modules, each exposing ``main(argv) -> int`` with its own
+argparse parser (``rlprof.demo``, ``rlprof.report``, ``rlprof.timeline``, ``rlprof.compare``);
+``check`` and ``backends`` are here. Plugins add commands through the ``rlprof.commands``
+entry-point group (``name = "module:function"``, the function takes the remaining arguments and
+returns an exit status), e.g. ``rlprof relocate`` from rlprof-nsys. Only the command that runs is
+imported, so a broken plugin cannot break ``rlprof --help``.
 
-Plugins add verbs through the ``rlprof.commands`` entry-point group (``name = module:function``,
-the function takes the remaining argv and returns an exit status), e.g. ``rlprof npu-analyse``.
-
-Exit status: 0 success; 2 invalid configuration or usage; 1 anything else that failed.
+Exit status: 0 success; 1 something failed; 2 invalid usage or configuration. Results go to
+stdout, warnings and errors to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 COMMAND_GROUP = "rlprof.commands"
 
 
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    usage: str
+    """One line of synopsis shown in ``rlprof --help`` (the command's own ``--help`` has the rest)."""
+    target: str
+    """``module:function`` run with the remaining arguments."""
+    origin: str = "rlprof"
+
+
+BUILTIN = (
+    Command("check", "validate a configuration and print the resolved plan (exit 0 valid, 2 invalid)",
+            "[CONFIG.yaml] [key=value ...] [--world-size N] [--roles actor,ref] [--replicas N] [--json] [--migrate]",
+            "rlprof.cli:check_main"),
+    Command("backends", "list the installed profiling backends, their package, version and hooks",
+            "[--json]", "rlprof.cli:backends_main"),
+    Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
+            "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
+    Command("report", "what a run produced, per step x role x rank, and what is missing",
+            "SAVE_PATH [--json]", "rlprof.report:main"),
+    Command("timeline", "merge a run's region timings into one Chrome/Perfetto trace",
+            "SAVE_PATH [...]", "rlprof.timeline:main"),
+    Command("compare", "compare the region timings of two runs",
+            "SAVE_PATH_A SAVE_PATH_B [...]", "rlprof.compare:main"),
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``rlprof ARGV``; returns the exit status (``python -m rlprof.cli`` exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    builtin = {"backends": _backends, "check": _check, "demo": _lazy("rlprof.demo"), "report": _lazy("rlprof.report"),
-               "timeline": _lazy("rlprof.timeline"), "compare": _lazy("rlprof.compare")}
-    if argv and argv[0] in builtin:
-        return builtin[argv[0]](argv[1:])
-    extra = _plugin_commands()
-    if argv and argv[0] in extra:
+    commands = {c.name: c for c in BUILTIN}
+    for command in _plugin_commands():
+        commands.setdefault(command.name, command)
+    parser = build_parser(commands)
+    if not argv:
+        parser.print_usage(sys.stderr)
+        print(_command_list(commands), file=sys.stderr)
+        print("\nrun 'rlprof --help' for more, 'rlprof COMMAND --help' for a command's options", file=sys.stderr)
+        return EXIT_INVALID
+    name = argv[0]
+    if name.startswith("-"):
         try:
-            func = extra[argv[0]].load()
-        except Exception as exc:
-            print(f"rlprof: the command {argv[0]!r} (entry point {extra[argv[0]].value!r}) failed to import: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        return int(func(argv[1:]) or 0)
-    verbs = sorted(builtin) + sorted(extra)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__.strip())
-        if extra:
-            print("\nplugin commands: " + ", ".join(sorted(extra)))
-        return EXIT_OK if argv else EXIT_INVALID
-    if argv[0] == "--version":
-        from . import __version__
+            parser.parse_args(argv[:1])  # --help and --version print and exit; anything else is a usage error
+        except SystemExit as exit_:
+            return int(exit_.code or 0)
+        return EXIT_INVALID  # pragma: no cover - parse_args always exits for a lone option
+    if name not in commands:
+        from .errors import did_you_mean
 
-        print(f"rlprof {__version__}")
-        return EXIT_OK
-    print(f"rlprof: unknown command {argv[0]!r}; commands: {', '.join(verbs)}", file=sys.stderr)
-    return EXIT_INVALID
+        print(f"rlprof: unknown command {name!r}{did_you_mean(name, commands)}; commands: {', '.join(commands)}",
+              file=sys.stderr)
+        return EXIT_INVALID
+    return _run(commands[name], argv[1:])
 
 
-def _lazy(module: str):
-    def run(args: list[str]) -> int:
-        import importlib
+def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
+    """The top-level parser: ``--version``, ``--help`` and one subparser per command (for the help
+    text and the list of choices; each command parses its own arguments)."""
+    from . import __version__
 
-        return int(importlib.import_module(module).main(args) or 0)
+    parser = argparse.ArgumentParser(
+        prog="rlprof",
+        description="rlprof: one profiling layer for distributed RL training (verl-style roles on Ray).",
+        epilog="synopsis:\n" + "\n".join(f"  rlprof {c.name} {c.usage}" for c in commands.values())
+        + "\n\nrun 'rlprof COMMAND --help' for a command's options. Exit status: 0 ok, 1 failed, 2 invalid usage or "
+          "configuration.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rlprof {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for command in commands.values():
+        summary = command.summary if command.origin == "rlprof" else f"{command.summary} (from {command.origin})"
+        sub.add_parser(command.name, help=summary, add_help=False)
+    return parser
 
-    return run
+
+def _command_list(commands: dict[str, Command]) -> str:
+    width = max(len(n) for n in commands) + 2
+    return "commands:\n" + "\n".join(f"  {c.name:<{width}}{c.summary}" for c in commands.values())
 
 
-def _plugin_commands():
+def _run(command: Command, args: list[str]) -> int:
+    try:
+        func = _load(command.target)
+    except Exception as exc:  # a missing optional module or a broken plugin: say which, never a traceback
+        print(f"rlprof {command.name}: cannot be loaded ({command.target} from {command.origin}): "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        status = func(args)
+    except KeyboardInterrupt:
+        print(f"rlprof {command.name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if os.environ.get("RLPROF_DEBUG"):
+            raise
+        print(f"rlprof {command.name}: failed: {type(exc).__name__}: {exc} (set RLPROF_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return int(status or 0)
+
+
+def _load(target: str) -> Callable[[list[str]], int]:
+    import importlib
+
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr or "main")
+
+
+def _plugin_commands() -> list[Command]:
+    """Commands from the ``rlprof.commands`` entry points (metadata only: nothing is imported)."""
     from importlib import metadata
 
-    return {ep.name: ep for ep in metadata.entry_points(group=COMMAND_GROUP)}
+    out = []
+    for ep in metadata.entry_points(group=COMMAND_GROUP):
+        dist = getattr(ep, "dist", None)
+        origin = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
+        out.append(Command(ep.name, f"plugin command {ep.value}", "[...]", ep.value, origin))
+    return out
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- backends
 
 
-def _backends(args: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof backends", description="List installed profiling backends.")
+def backends_main(args: list[str]) -> int:
+    """``rlprof backends``: what is installed, from where, which hooks, does it import."""
+    parser = argparse.ArgumentParser(prog="rlprof backends", description="List the installed profiling backends.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     opts = parser.parse_args(args)
     from .registry import backend_info, discover
@@ -83,46 +168,84 @@ def _backends(args: list[str]) -> int:
     if not infos:
         print("no backends installed (pip install rlprof-torch, rlprof-nsys or rlprof-npu, or your own)")
         return EXIT_OK
+    name_w = max(len(i["name"]) for i in infos) + 2
+    dist_w = max(len(f"{i['distribution']} {i['version']}") for i in infos) + 2
+    pad = " " * name_w
     for info in infos:
         status = "ok" if info["imports"] else "IMPORT FAILED"
-        print(f"{info['name']:<14} {info['distribution']} {info['version']:<10} {status}")
-        print(f"{'':<14} entry point: {info['entry_point']}")
+        print(f"{info['name']:<{name_w}}{info['distribution'] + ' ' + info['version']:<{dist_w}}{status}")
+        print(f"{pad}entry point: {info['entry_point']}")
         if info["imports"]:
-            print(f"{'':<14} hooks: {', '.join(info['hooks'])}")
+            print(f"{pad}hooks: {', '.join(info['hooks'])}")
         else:
-            print(f"{'':<14} error: {info['error']}")
+            print(f"{pad}error: {info['error']}")
         for problem in info.get("problems", []):
-            print(f"{'':<14} warning: {problem}")
+            print(f"{pad}warning: {problem}")
     return EXIT_OK
 
 
 # ----------------------------------------------------------------------------- check
 
 
-def _check(args: list[str]) -> int:
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a positive whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"got {value}; allowed: a positive whole number (at least 1)")
+    return value
+
+
+def _is_override(item: str) -> bool:
+    """``key=value``, ``+key=value``, ``++key=value`` and Hydra's ``~key`` (delete) are overrides;
+    anything else is the config file."""
+    return "=" in item or item.startswith("~")
+
+
+def check_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlprof check",
-        description="Validate a profiler configuration and print the resolved plan. Exit 0 valid, 2 invalid.",
+        description="Validate a profiler configuration and print the resolved plan: which roles are profiled on\n"
+                    "which ranks, in which mode, at which steps. Exit 0 valid, 2 invalid. The plan goes to stdout,\n"
+                    "warnings to stderr.",
+        epilog="examples:\n"
+               "  rlprof check trainer.yaml --world-size 8\n"
+               "  rlprof check global_profiler.tool=torch global_profiler.steps=[1,2] \\\n"
+               "      actor_rollout_ref.actor.profiler.enable=true actor_rollout_ref.actor.profiler.all_ranks=true\n"
+               "  rlprof check old.yaml --migrate      print the configuration in today's keys",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("items", nargs="*", help="a YAML config file and/or key=value overrides (overrides win)")
-    parser.add_argument("--world-size", type=int, default=None, help="number of ranks (default: 1 + the highest rank named, at least 2)")
-    parser.add_argument("--roles", default=None, help="roles one process hosts, comma list (default: actor,rollout,ref then critic, reward as separate processes)")
-    parser.add_argument("--replicas", type=int, default=None, help="rollout replicas in agent-loop mode (default: world size)")
+    parser.add_argument("items", nargs="*", metavar="CONFIG.yaml | key=value | ~key",
+                        help="a YAML config file and/or dotted overrides (overrides win; ~key deletes a key)")
+    parser.add_argument("--world-size", type=_positive, default=None, metavar="N",
+                        help="number of ranks (default: 1 + the highest rank named, at least 2)")
+    parser.add_argument("--roles", default=None, metavar="ROLES",
+                        help="roles one process hosts, comma list, e.g. actor,ref (default: actor,rollout,ref in one "
+                             "process; critic and reward in their own)")
+    parser.add_argument("--replicas", type=_positive, default=None, metavar="N",
+                        help="rollout replicas in agent-loop mode (default: the world size)")
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    opts = parser.parse_args(args)
-    files = [i for i in opts.items if "=" not in i]
-    overrides = [i for i in opts.items if "=" in i]
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON (ranks as [first, last] ranges)")
+    return parser
+
+
+def check_main(args: list[str]) -> int:
+    """``rlprof check``."""
+    opts = check_parser().parse_intermixed_args(args)  # options may come between items
+    files = [i for i in opts.items if not _is_override(i)]
+    overrides = [i for i in opts.items if _is_override(i)]
     if len(files) > 1:
-        print(f"rlprof check: at most one config file, got {files}", file=sys.stderr)
+        print(f"rlprof check: at most one config file, got {len(files)}: {', '.join(files)} "
+              "(overrides are key=value)", file=sys.stderr)
         return EXIT_INVALID
     from .checking import check_config
     from .errors import ConfigError
 
+    roles = [r.strip() for r in opts.roles.split(",") if r.strip()] if opts.roles is not None else None
     try:
-        result = check_config(files[0] if files else None, overrides, world_size=opts.world_size,
-                              roles=opts.roles.split(",") if opts.roles else None, replicas=opts.replicas,
-                              validate_backends=not opts.migrate)
+        result = check_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
+                              replicas=opts.replicas, validate_backends=not opts.migrate)
     except ConfigError as exc:
         print(f"rlprof check: invalid configuration:\n  {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -130,13 +253,13 @@ def _check(args: list[str]) -> int:
         from .legacy import to_modern_yaml
 
         print(to_modern_yaml(dict(result.config.source)), end="")
-        for warning in result.config.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+        _warn(result.config.warnings)
         return EXIT_OK
     if opts.json:
         print(json.dumps(result.as_dict(), indent=2))
     else:
         print(result.render())
+    _warn(result.warnings)
     return EXIT_OK
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .anatomy import Anatomy
-from .report import RunReport, build_reports
+from .runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 STEP_ROW = "(step)"

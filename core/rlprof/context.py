@@ -48,6 +48,11 @@ class Capture:
     The core creates it lazily via :meth:`HookContext.output_dir`."""
 
 
+RESERVED_FIELDS = frozenset({"type", "run", "rank", "host", "pid", "time", "backend", "path", "size",
+                             "world_size", "mode", "outside_output_dir"})
+"""Manifest fields of an artifact record that only the core fills (see :meth:`HookContext.add_artifact`)."""
+
+
 @dataclass(kw_only=True, slots=True)
 class HookContext:
     """Base of every context: the run, the backend's own validated config, and an artifact sink."""
@@ -64,13 +69,16 @@ class HookContext:
     """What add_artifact recorded during this call (created on first use: most calls record nothing)."""
 
     def output_dir(self) -> Path:
-        """The directory to write this capture's files in (created on first call)."""
+        """The directory to write this capture's files in (created on first call, never through a
+        symbolic link planted under the run directory)."""
         if self.capture is None:
             directory = self.run.run_dir / "_process" / f"rank{self.run.rank}-{self.run.host}-{self.run.pid}" / self.backend
         else:
             directory = self.capture.directory / self.backend
         if not directory.is_dir():
-            directory.mkdir(parents=True, exist_ok=True)
+            from .layout import ensure_dir
+
+            ensure_dir(directory, self.run.run_dir)
         return directory
 
     def add_artifact(self, path: os.PathLike | str, kind: str = "file", **extra: Any) -> None:
@@ -78,7 +86,13 @@ class HookContext:
         with the run, step, role, rank, host and pid of this call. Returning paths from the hook
         does the same. ``extra`` fields are added to the record and may name what the file belongs
         to when that is not this call (``step=``, ``capture=``, ``region=``; a given ``step`` also
-        sets ``steps``), e.g. a report relocated at finalize for an earlier capture."""
+        sets ``steps``), e.g. a report relocated at finalize for an earlier capture. The fields the
+        core fills itself (:data:`RESERVED_FIELDS`: rank, run, type, path...) are refused with a
+        ``ValueError``: a backend cannot make its file look like another rank's or like an error."""
+        reserved = RESERVED_FIELDS.intersection(extra)
+        if reserved:
+            raise ValueError(f"ctx.add_artifact: {', '.join(sorted(reserved))} are filled by rlprof's core and cannot be "
+                             f"given; allowed extra fields: anything else, e.g. step=, capture=, region=")
         if self._artifacts is None:
             self._artifacts = []
         self._artifacts.append((Path(path), kind, extra))
@@ -91,14 +105,28 @@ class StepContext(HookContext):
     step: int
     """The training step that begins or ends."""
     opens_capture: bool = False
-    """start_step: open a capture window now (end-to-end mode, first step of a run of steps)."""
+    """start_step: open a capture window now (end-to-end mode: the first step of a run of steps seen)."""
     closes_capture: bool = False
-    """step_boundary: close the window opened at start_step (end-to-end, last step of a run)."""
-    iteration: int | None = None
-    """step_boundary only: set when this is an iteration boundary inside a sampled role region
-    (see ``profiler.schedule``) rather than the end of a training step. Backends may mark it or ignore it."""
-    region: str | None = None
-    """For an iteration boundary: the region the iteration belongs to."""
+    """step_boundary: close the window opened at start_step (end-to-end: the last step of a run, or
+    the run was left early)."""
+    ends_step: bool = True
+    """step_boundary: False only when the call closes a merged run's window *after* its last step
+    already ended (training skipped ahead, or stopped before the run's last step): then ``step`` is
+    the last step seen, it was already ended by its own step_boundary, and only the window closes."""
+
+
+@dataclass(kw_only=True, slots=True)
+class IterationContext(HookContext):
+    """Passed to ``iteration_boundary``: an iteration ended inside an open window of a sampled region."""
+
+    step: int
+    role: str
+    """The role of the sampled region."""
+    region: str
+    """The sampled region, e.g. ``actor_update``."""
+    iteration: int
+    """The index (0-based, counted inside the region) of the iteration that just ended; the next one
+    belongs to the same window."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -111,7 +139,8 @@ class RoleContext(HookContext):
     region: str
     """The region name to mark: ``<role>_<stage>`` (``actor_update``, ``ref_compute_log_prob``) or the role alone."""
     opens_capture: bool = False
-    """start_role: open a capture window for this region (discrete mode)."""
+    """start_role: open a capture window for this region (discrete mode, and no capture open: a region
+    entered inside an open capture is a named range in it)."""
     closes_capture: bool = False
     """stop_role: close the window opened by the matching start_role."""
     iterations: tuple[int, int] | None = None

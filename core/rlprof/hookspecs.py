@@ -1,44 +1,58 @@
-"""What a backend can do: the hook specification.
+"""What a backend can do: the hook specification (hook contract v1).
 
 A backend is a class found through the ``rlprof.backends`` entry-point group; the core
-instantiates it once per :class:`rlprof.Profiler` (no arguments) and calls the methods it marks
-with :data:`rlprof.hookimpl`. A backend implements only the hooks it needs, and each hookimpl
-names only the arguments it uses (pluggy passes no defaults).
+instantiates it once per process session (no arguments; colocated Profilers of one process share
+it) and calls the methods it marks with :data:`rlprof.hookimpl`. A backend implements only the
+hooks it needs, and each hookimpl names only the arguments it uses (pluggy passes no defaults).
 
 Lifecycle
 ---------
 
-The core (:mod:`rlprof.profiler`) decides *what* is profiled; a backend decides only *how* to
-capture. For one process, on a rank where at least one hosted role is selected, the calls are::
+The core decides *what* is profiled and *when* a capture opens and closes (the capture state machine,
+:mod:`rlprof.capture`); a backend decides only *how* to capture. For one process, on a rank where at
+least one hosted role is selected, the calls are::
 
-    validate_tool_config          once per role section that names this backend (at Profiler creation)
+    validate_tool_config          once per section that names this backend (global_tool_config.<name>,
+                                  then each enabled role), at Profiler creation
+    check_environment             once, at Profiler creation
     for each profiled step:
-        start_step                opens_capture=True when end-to-end and first step of a run of steps
+        start_step                opens_capture=True: end-to-end, first step seen of a run of steps
         for each region (role + stage) of a selected role, as the trainer enters it:
-            start_role            opens_capture=True in discrete mode
-            [step_boundary]       iteration=i, only between sampled iterations (profiler.schedule)
-            stop_role             closes_capture=True in discrete mode; also when the region raised
-        step_boundary             closes_capture=True when end-to-end and last step of a run
+            start_role            opens_capture=True: discrete, and no capture open (else a range inside it)
+            [iteration_boundary]  between sampled iterations inside an open window (profiler.schedule)
+            stop_role             closes_capture=True: the region that opened the capture; also when it raised
+        step_boundary             closes_capture=True: end-to-end, last step of a run (ends_step=False: a
+                                  run left early, closed after its last step seen already ended)
     finalize                      once: end of run, interpreter exit or SIGTERM
 
 Unselected ranks, steps and roles make no calls at all. With a ``profiler.schedule`` a region is
 cut into active windows of iterations: ``start_role``/``stop_role`` bracket each window instead
 of the whole region (see docs/sampling.md).
 
-Isolation: every hookimpl is called on its own. If it raises, the core logs it once (backend,
-hook, rank, traceback), records it in the manifest, skips that backend's later calls, and the
-training goes on (``RLPROF_STRICT=1`` re-raises instead, for tests).
+What the core guarantees (docs/captures.md): never a capture inside a capture (a nested region is a
+named range in the open one); a close only for a capture that was opened, and every opened capture
+is closed; so a backend obeys ``ctx.opens_capture``/``ctx.closes_capture`` and never guards against
+nesting or resumed runs.
 
-Artifacts: any hook may return paths (``str``/``os.PathLike``, or a list of them) or call
+Isolation: every hookimpl is called on its own, under the hook watchdog. If it raises, the core
+logs it once (backend, hook, rank, traceback), records it in the manifest, skips that backend for
+new work, and still *releases* it: it sends the closing calls for the ranges and capture the backend
+had open (``stop_role``/``step_boundary`` with ``closes_capture``), then ``finalize`` once, and records
+a ``cleanup`` record; training goes on (``RLPROF_STRICT=1`` re-raises instead, for tests).
+
+Artifacts: any lifecycle hook may return paths (``str``/``os.PathLike``, or a list of them) or call
 ``ctx.add_artifact(path)``; the core lists each in the manifest with the call's run, step,
 role, rank, host and pid. Write only under ``ctx.output_dir()``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pluggy
+
+if TYPE_CHECKING:  # the context classes, for readers and type checkers (no import cost at run time)
+    from .context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
 
 PROJECT = "rlprof"
 
@@ -79,7 +93,7 @@ def check_environment() -> list[str]:
 
 
 @_hookspec
-def start_step(ctx) -> Any:
+def start_step(ctx: StepContext) -> Any:
     """A profiled training step begins on this rank.
 
     Called by :meth:`Profiler.start_step` only for steps in ``global_profiler.steps`` on a process
@@ -87,27 +101,31 @@ def start_step(ctx) -> Any:
 
     :param ctx: a :class:`~rlprof.context.StepContext`. ``ctx.opens_capture`` is True when this
         call must open a capture window (end-to-end mode; with ``profile_continuous_steps`` only
-        the first step of a run of consecutive steps). ``ctx.capture`` then describes the window.
+        the first step seen of a run of consecutive steps: a run entered in the middle, as when
+        training resumed from a checkpoint, opens at the first step seen). ``ctx.capture`` then
+        describes the window; in a run that goes on, it is the window already open.
     :returns: optionally, paths of artifacts written.
     """
 
 
 @_hookspec
-def start_role(ctx) -> Any:
+def start_role(ctx: RoleContext) -> Any:
     """A region of a selected role begins (e.g. actor update, ref log-prob, rollout generate).
 
     Called when the trainer enters ``with prof.role(role, stage)`` (or a decorated function) inside
     a profiled step, for roles selected on this rank. Mark a named range ``ctx.region`` in every case.
 
     :param ctx: a :class:`~rlprof.context.RoleContext`. ``ctx.opens_capture`` is True when this call
-        must open a capture window for the region (discrete mode). ``ctx.iterations`` is set when the
-        role is sampled and this call starts an active window of iterations.
+        must open a capture window for the region (discrete mode, and no capture is open: a region
+        nested in an open capture is only a named range in it, in either mode). ``ctx.capture`` is the
+        capture the range belongs to. ``ctx.iterations`` is set when the role is sampled and this
+        call starts an active window of iterations.
     :returns: optionally, paths of artifacts written.
     """
 
 
 @_hookspec
-def stop_role(ctx) -> Any:
+def stop_role(ctx: RoleContext) -> Any:
     """The region started by the matching :func:`start_role` ends: also when its code raised.
 
     Close the range; close the capture window if ``ctx.closes_capture``. ``ctx.error`` holds the
@@ -119,11 +137,13 @@ def stop_role(ctx) -> Any:
 
 
 @_hookspec
-def step_boundary(ctx) -> Any:
-    """The profiled step ends; or, with ``ctx.iteration`` set, a sampled iteration ends inside a window.
+def step_boundary(ctx: StepContext) -> Any:
+    """The profiled step ends (only the end of a training step; iterations have their own hook).
 
-    Called by :meth:`Profiler.step_boundary` after every profiled step, and between iterations of an
-    active sampling window. Close the step's capture window if ``ctx.closes_capture``.
+    Called by :meth:`Profiler.step_boundary` after every profiled step (with colocated Profilers:
+    after the last one that started the step). Close the step's capture window if
+    ``ctx.closes_capture``. ``ctx.ends_step`` is False for a close sent after the step already ended
+    (a merged run of steps left before its last step): then only close the window.
 
     :param ctx: a :class:`~rlprof.context.StepContext`.
     :returns: optionally, paths of artifacts written (e.g. the trace of an end-to-end capture).
@@ -131,11 +151,28 @@ def step_boundary(ctx) -> Any:
 
 
 @_hookspec
-def finalize(ctx) -> Any:
+def iteration_boundary(ctx: IterationContext) -> Any:
+    """An iteration ends inside an open window of a sampled region, and the window goes on.
+
+    Called between the iterations (``with prof.iteration()`` blocks, or ``Profiler.next_iteration()``
+    calls) of a region whose role has a ``profiler.schedule``, only while a window of it is open; the
+    last iteration of a window is ended by ``stop_role`` instead. Mark it (a ``ProfilerStep#n``-style
+    range or an instant event) or ignore it.
+
+    :param ctx: an :class:`~rlprof.context.IterationContext`: ``ctx.iteration`` (the index that
+        ended), ``ctx.region``, ``ctx.role``, ``ctx.step``, ``ctx.capture``.
+    :returns: optionally, paths of artifacts written.
+    """
+
+
+@_hookspec
+def finalize(ctx: FinalizeContext) -> Any:
     """The run ends for this process: write out anything pending and release resources.
 
-    Called once per Profiler, by :meth:`Profiler.finalize`, at interpreter exit, or on SIGTERM —
-    whichever comes first. If a capture window is still open (the process is ending in the middle
+    Called once per backend instance: when the last Profiler of the process session finalizes
+    (:meth:`Profiler.finalize`), at interpreter exit (before Python waits for non-daemon threads),
+    or on SIGTERM — whichever comes first; or, for a backend that raised, right after the core
+    closed what it had open. If a capture window is still open (the process is ending in the middle
     of a step), the core first calls :func:`stop_role`/:func:`step_boundary` with closes_capture=True
     so the window is closed the ordinary way.
 
@@ -147,7 +184,7 @@ def finalize(ctx) -> Any:
 
 
 @_hookspec
-def worker_runtime_env(ctx) -> Mapping[str, Any] | None:
+def worker_runtime_env(ctx: RuntimeEnvContext) -> Mapping[str, Any] | None:
     """Contribute to a Ray worker's ``runtime_env`` before the actor is created.
 
     Called by :func:`rlprof.ray.worker_options` on the controller, once per worker to be created,

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .anatomy import Anatomy
-from .report import RunReport, size_text, verdict_lines
+from .runs import RunReport, size_text
+from .verdict import verdict_lines
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
@@ -62,7 +63,7 @@ def _run_section(report: RunReport) -> str:
     hosts = sorted({p.host for p in report.processes})
     parts = [f'<section class="run" id="run-{_e(report.run_id)}">',
              f"<h2>run {_e(report.run_id)} {status}</h2>",
-             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling processes on '
+             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling process{"es" if len(report.processes) != 1 else ""} on '
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}; {', '.join(_e(d) for d in report.run_dirs)}</p>"]
     lines = verdict_lines(report)
     parts.append('<ul class="verdict">' + "".join(

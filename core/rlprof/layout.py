@@ -29,9 +29,11 @@ import re
 import secrets
 import socket
 import stat
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Iterator
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_NAME = 120
@@ -91,7 +93,23 @@ class UnsafePathError(OSError):
     file/directory where one is needed). rlprof refuses to write there rather than follow it."""
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+AUDIT = threading.local()
+"""While this module creates a directory or opens a file relative to a directory descriptor,
+``AUDIT.path`` is the absolute path it acts on (else None): audit hooks see only the relative name
+(``open`` events carry no ``dir_fd``), so :mod:`rlprof.testing.footprint` reads it from here."""
+
+
+def _audited(path: Path, call, *args, **kwargs):
+    AUDIT.path = str(path)
+    try:
+        return call(*args, **kwargs)
+    finally:
+        AUDIT.path = None
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; absent on Windows, where rlprof does not run training
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
 _FILE_FLAGS = {
     "w": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
     "wb": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
@@ -134,8 +152,8 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
     try:
         try:
             # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
-            fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666,
-                         dir_fd=dir_fd)
+            fd = _audited(path, os.open, path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
+                          dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(path.name, dir_fd)):
                 raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
@@ -159,6 +177,70 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
         raise
 
 
+@contextmanager
+def tool_output(target: Path, root: Path) -> Iterator[Path]:
+    """For a tool that writes a file *by path* (``torch.cuda.memory._dump_snapshot(path)``,
+    ``export_chrome_trace(path)``) and would follow a link or replace a file there::
+
+        with tool_output(directory / "snapshot.pickle", run_dir) as scratch:
+            torch.cuda.memory._dump_snapshot(str(scratch))
+
+    ``scratch`` lies in a fresh private directory (``mkdtemp``: mode 0o700, a random name) beside
+    ``target`` (whose directory is made with :func:`ensure_dir`), so no one else can plant anything
+    there; when the block ends without an exception the file is put at ``target`` by :func:`place`
+    (never through a link, never over an existing file). The private directory is removed either way.
+    """
+    import shutil
+    import tempfile
+
+    target = Path(target)
+    ensure_dir(target.parent, root)
+    private = Path(tempfile.mkdtemp(prefix=".rlprof-", dir=target.parent))
+    try:
+        scratch = private / target.name
+        yield scratch
+        place(scratch, target, root)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def place(source: Path, target: Path, root: Path) -> Path:
+    """Put the regular file ``source`` at ``target`` (under ``root``) without following a link and
+    without replacing anything: a hard link made relative to the target directory's descriptor
+    (``link(2)`` fails on any existing name, a dangling link included), or a copy through
+    :func:`open_file` when ``source`` is on another file system. ``source`` stays; the caller removes it.
+    Raises :class:`UnsafePathError` for a link at ``target``, ``FileExistsError`` for a file there."""
+    import shutil
+
+    source, target = Path(source), Path(target)
+    if not stat.S_ISREG(os.stat(source, follow_symlinks=False).st_mode):
+        raise UnsafePathError(errno.EINVAL, "only a regular file can be placed", str(source))
+    dir_fd = _open_dir_chain(target.parent, root)
+    try:
+        try:
+            os.link(source, target.name, dst_dir_fd=dir_fd, follow_symlinks=False)
+            return target
+        except FileExistsError:
+            if _is_link(target.name, dir_fd):
+                raise UnsafePathError(errno.EEXIST, "refusing to write through a symbolic link", str(target)) from None
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+    finally:
+        os.close(dir_fd)
+    with open(source, "rb") as reader, open_file(target, root, "wb") as writer:  # another file system
+        try:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+        except BaseException:
+            try:
+                os.unlink(target)  # ours: open_file created it (O_EXCL) a moment ago
+            except OSError:
+                pass
+            raise
+    return target
+
+
 def _is_link(name: str, dir_fd: int) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -174,18 +256,22 @@ def _open_dir_chain(path: Path, root: Path) -> int:
         raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", str(path))
     if os.fspath(root) == os.sep:
         raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", str(root))
-    os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
-    fd = os.open(root.parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    if not os.path.isdir(root.parent):
+        os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
+    fd = os.open(root.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
     current = root.parent
     try:
         for name in (root.name, *path.relative_to(root).parts):
             current = current / name
             try:
-                os.mkdir(name, 0o777, dir_fd=fd)
-            except FileExistsError:
-                pass
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
+                    except FileExistsError:
+                        pass  # created meanwhile (another rank), or a link: the open below tells
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     what = "a symbolic link" if _is_link(name, fd) else "not a directory"
@@ -217,7 +303,10 @@ def check_save_path(save_path: object) -> str | None:
         return "it is empty"
     if "\0" in text:
         return "it contains a NUL byte, which no file system allows in a path"
-    path = Path(os.path.abspath(text))
+    try:
+        path = Path(os.path.abspath(text))
+    except OSError as exc:  # a relative path while the working directory was removed
+        return f"it is relative and the working directory cannot be found: {exc.strerror}"
     name_max, path_max = _limits(path)
     for part in path.parts:
         if len(os.fsencode(part)) > name_max:

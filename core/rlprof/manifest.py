@@ -1,35 +1,52 @@
-"""The manifest: one JSON-lines file per process, merged on read.
+"""The manifest: one JSON-lines file per process, merged on read; and the one place records are built.
 
-Each line is a record with a ``type``:
+Each line is a record with a ``type`` and the common fields ``run``, ``rank``, ``host``, ``pid``, ``time``:
 
-* ``process``  — written at Profiler creation on a process that will profile: run, rank, world size,
-  host, pid, roles, selected roles, steps, mode, tools, save_path. Lets a report say what was expected.
-* ``artifact`` — one file or directory a backend produced: run, step(s), role(s), region, rank, host,
-  pid, backend, capture, path (relative to the run directory), size in bytes, kind, iterations.
-* ``error``    — a backend hook that raised: backend, hook, rank, message.
-* ``finalized``— the process finalized (reason). Its absence means the process died first.
+* ``process``  — one per Profiler that will profile (colocated Profilers of one process each write
+  one into the shared file; readers take the union of ``roles``): world size, roles, selected roles,
+  steps, mode, tools, save_path, expected captures, schedules, ``environment`` (what each backend
+  said it lacks on that machine, ``check_environment``).
+* ``artifact`` — one file or directory a backend produced: step(s), role(s), region, backend,
+  capture, path (relative to the run directory), size in bytes, kind, iterations.
+* ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
+  (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
+* ``region``   — one per region of a selected role entered during a profiled step, for the whole
+  region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
+  ``capture`` (the first capture it was in), ``start_ns``, ``end_ns``, ``duration_ms``,
+  ``iterations`` (``[first, last]`` captured when sampled), ``marked_iterations``, ``error``.
+  Count only ``depth`` 0 towards a step's total (nested regions are inside their parents).
+* ``error``    — something failed and was contained: ``kind`` ``hook`` (a backend raised),
+  ``return`` (a hook returned something that is not a path), ``write`` (the core could not write),
+  ``timeout`` (the hook watchdog), ``environment`` (``check_environment`` raised or reported a
+  problem); ``backend``, ``hook``, ``error`` (the message), and details.
+* ``cleanup``  — the core released a backend that had raised: ``backend``, ``closed`` (capture ids
+  it closed for it), ``finalized`` (its finalize ran without raising).
+* ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
 
-The ``process`` record also carries ``environment``: what each backend said it lacks on that machine
-(``check_environment``), so a report shows "cannot capture here" instead of "missing".
-
-Lines are appended and flushed as they happen, so a process killed mid-run keeps what it recorded.
+Lines are appended and flushed as they happen (timing records at the end of each step), so a process
+killed mid-run keeps what it recorded. Writing never raises into training: a failed write (disk
+full) is logged once, counted, and recorded as an ``error`` of kind ``write`` once writing works again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+log = logging.getLogger("rlprof")
+
 
 def path_size(path: Path) -> int:
-    if path.is_dir():
-        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         return path.stat().st_size
     except OSError:
         return 0
@@ -37,25 +54,157 @@ def path_size(path: Path) -> int:
 
 class ManifestWriter:
     """Appends records to one process's manifest; each line is flushed as it is written, so a process
-    killed later keeps everything it recorded. The file stays open (one open per process, not per line)."""
+    killed later keeps everything it recorded. The file stays open (one open per process, not per line),
+    is opened without following symbolic links under ``root``, and is only ever appended to.
 
-    def __init__(self, path: Path, common: dict[str, Any]):
+    :meth:`write` never raises: an ``OSError`` (disk full, file removed, directory made read-only) is
+    logged once, counted in :attr:`lost`, and reported by an ``error`` record (kind ``write``) as soon
+    as a later write succeeds."""
+
+    def __init__(self, path: Path, common: dict[str, Any], root: Path | None = None):
         self.path = path
         self.common = common
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.root = root if root is not None else path.parent
+        self.lost = 0
+        """Records that could not be written."""
         self._handle = None
+        self._problem: str | None = None
+        self._told = False
+        self._lock = threading.Lock()
+        """Records also come from the hook watchdog's thread while training holds the Profiler's lock."""
 
-    def write(self, record_type: str, **fields: Any) -> None:
+    def write(self, record_type: str, **fields: Any) -> bool:
+        """Append one record; False when it could not be written (never raises)."""
+        with self._lock:
+            return self._write([self._line(record_type, **fields)])
+
+    def write_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> bool:
+        """Append ``(type, fields)`` records in one write and one flush (a step's timing records)."""
+        with self._lock:
+            lines = [self._line(record_type, **fields) for record_type, fields in records]
+            return self._write(lines) if lines else True
+
+    def _write(self, lines: list[str]) -> bool:
+        if self._problem is not None and self._append(self._line("error", kind="write", backend=None, hook=None,
+                                                                  error=self._problem, lost=self.lost)):
+            self._problem = None
+        if self._append("\n".join(lines)):
+            return True
+        self.lost += len(lines)
+        return False
+
+    def _line(self, record_type: str, **fields: Any) -> str:
         record = {"type": record_type, **self.common, **fields, "time": round(time.time(), 3)}
-        line = json.dumps(record, default=str)
-        if self._handle is None or self._handle.closed:
-            self._handle = open(self.path, "a", encoding="utf-8")
-        self._handle.write(line + "\n")
-        self._handle.flush()
+        return json.dumps(record, default=str)
+
+    def _append(self, line: str) -> bool:
+        try:
+            if self._handle is None or self._handle.closed:
+                self._handle = _open_append(self.path, self.root)
+            self._handle.write(line + "\n")
+            self._handle.flush()
+            return True
+        except (OSError, ValueError) as exc:  # ValueError: a handle closed under us
+            self._problem = f"{type(exc).__name__}: {exc}"
+            if not self._told:
+                self._told = True
+                log.error("rlprof: cannot write the manifest %s (%s); training goes on, records are counted as lost "
+                          "and the failure is recorded once writing works again", self.path, self._problem)
+            self._drop_handle()
+            return False
+
+    def _drop_handle(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.close()
+            except (OSError, ValueError):
+                pass
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
+        with self._lock:
+            self._drop_handle()
+
+
+def _open_append(path: Path, root: Path):
+    """Open ``path`` for appending, creating its directory under ``root``; no symbolic link is followed
+    (:func:`rlprof.layout.open_file`)."""
+    from .layout import open_file
+
+    return open_file(path, root, "a")
+
+
+# --------------------------------------------------------------------------- records
+
+
+def describe_error(exc: BaseException | None) -> str | None:
+    """``"ValueError: message"``, the form every record uses for an exception."""
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
+
+
+def step_record(step: int, start_ns: int, end_ns: int) -> dict[str, Any]:
+    return {"step": step, "start_ns": start_ns, "end_ns": end_ns, "duration_ms": round((end_ns - start_ns) / 1e6, 6)}
+
+
+def region_record(region: Any) -> dict[str, Any]:
+    """The ``region`` record of a closed :class:`rlprof.capture.OpenRegion`."""
+    parent = region.parent
+    return {
+        "step": region.step, "role": region.role, "region": region.name,
+        "parent": parent.name if parent is not None else None, "depth": region.depth,
+        "capture": region.capture, "start_ns": region.start_ns, "end_ns": region.end_ns,
+        "duration_ms": round((region.end_ns - region.start_ns) / 1e6, 6),
+        "iterations": list(region.sampled) if region.sampled is not None else None,
+        "marked_iterations": region.marked, "error": describe_error(region.error),
+    }
+
+
+def error_record(backend: str | None, hook: str | None, kind: str, error: str, **details: Any) -> dict[str, Any]:
+    return {"kind": kind, "backend": backend, "hook": hook, "error": error, **details}
+
+
+def artifact_record(backend: str, ctx: Any, path: Path, kind: str, extra: dict[str, Any], *, run_dir: Path,
+                    world_size: int, mode: str, selected_roles: Iterable[str]) -> dict[str, Any]:
+    """One artifact; what the file belongs to comes from the call's context (its capture's steps,
+    else its step; its role, else the process's selected roles), unless ``extra`` names it."""
+    capture = ctx.capture
+    step = getattr(ctx, "step", None)
+    steps = list(capture.steps) if capture else ([step] if step is not None else [])
+    role = getattr(ctx, "role", None)
+    iterations = getattr(ctx, "iterations", None)
+    path = path if path.is_absolute() else (Path.cwd() / path)
+    entry = {
+        "backend": backend,
+        "step": steps[0] if steps else None,
+        "steps": steps,
+        "roles": [role] if role else list(selected_roles),
+        "region": getattr(ctx, "region", None),
+        "capture": capture.capture_id if capture else None,
+        "mode": mode,
+        "iterations": list(iterations) if iterations else None,
+        "world_size": world_size,
+        "path": _relative(path, run_dir),
+        "size": path_size(path),
+        "kind": kind,
+        "outside_output_dir": not _is_within(path, run_dir),
+        **extra,
+    }
+    if "step" in extra and "steps" not in extra:
+        entry["steps"] = [] if extra["step"] is None else [extra["step"]]  # a backend naming its own step
+    return entry
+
+
+def _relative(path: Path, run_dir: Path) -> str:
+    try:
+        return os.path.relpath(path, run_dir)
+    except ValueError:
+        return str(path)
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    """Lexically (no file-system calls: this runs for every artifact): is ``path`` under ``root``?"""
+    path_text, root_text = os.path.normpath(path), os.path.normpath(root)
+    return path_text == root_text or path_text.startswith(root_text + os.sep)
 
 
 def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
@@ -90,3 +239,45 @@ def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]
 
 def artifacts(paths: Iterable[os.PathLike | str]) -> list[dict[str, Any]]:
     return [r for r in read_records(paths) if r.get("type") == "artifact"]
+
+
+def record_relocation(pending: dict[str, Any], target: Path, source: Path) -> bool:
+    """Append, to the manifest that listed the ``pending`` artifact (a record from :func:`read_records`),
+    the artifact record of the file now moved to ``target`` from ``source`` (nsys reports relocated
+    after the process ended). Keeps what the pending record said the file belongs to."""
+    run_dir = Path(pending["_run_dir"])
+    common = {k: pending.get(k) for k in ("run", "rank", "host", "pid")}
+    kept = {k: v for k, v in pending.items()
+            if k not in common and k not in ("type", "time", "_manifest", "_run_dir", "path", "size", "kind", "reason",
+                                             "source", "relocate_to", "outside_output_dir")}
+    writer = ManifestWriter(Path(pending["_manifest"]), common, root=run_dir)
+    try:
+        return writer.write("artifact", **kept, path=_relative(target, run_dir), size=path_size(target), kind="file",
+                            relocated_from=str(source), outside_output_dir=False)
+    finally:
+        writer.close()
+
+
+def process_record(prof: Any, environment: dict[str, list[str]]) -> dict[str, Any]:
+    """The ``process`` record of one Profiler (a participant of the process session)."""
+    from dataclasses import asdict
+
+    plan, run = prof.plan, prof.run
+    return {
+        "world_size": run.world_size,
+        "roles": list(run.roles),
+        "selected_roles": list(plan.selected_roles),
+        "steps": list(plan.steps),
+        "mode": "discrete" if plan.discrete else "e2e",
+        "tools": list(plan.tools),
+        "save_path": str(run.run_dir.parent),
+        "replica_rank": run.replica_rank,
+        "expected_captures": plan.expected_captures(prof.stages),
+        "schedules": {n: asdict(p.schedule) for n, p in plan.roles.items() if p.schedule},
+        "environment": environment,
+    }
+
+
+def cleanup_fields(backend: str, closed: list[str], finalized: bool, problems: list[str]) -> dict[str, Any]:
+    """The ``cleanup`` record of a backend the core released after it raised."""
+    return {"backend": backend, "closed": closed, "finalized": finalized, "errors": problems}

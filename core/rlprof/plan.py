@@ -17,6 +17,7 @@ Rules (one place, one rule each):
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -135,20 +136,29 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
     """Whether ``cfg`` selects ``rank`` (out of ``world``); raises for ranks outside the world."""
     if not cfg.enable:
         return False, "enable=false"
-    bad = [r for r in cfg.ranks if r >= world]
-    if bad:
+    if cfg.ranks and cfg.ranks[-1] >= world:  # ranks are sorted (rlprof.values.parse_ranks)
+        bad = cfg.ranks[bisect.bisect_left(cfg.ranks, world)]
+        shown = _shown_ranks(cfg.ranks)
         raise ConfigError(
-            f"{cfg.key_path}.ranks: got {list(cfg.ranks)}; allowed: {counts}s 0..{world - 1} "
-            f"({counts} {bad[0]} is outside a world of {world})",
+            f"{cfg.key_path}.ranks: got {shown}; allowed: {counts}s 0..{world - 1} "
+            f"({counts} {bad} is outside a world of {world})",
             key=f"{cfg.key_path}.ranks",
         )
     if cfg.all_ranks:
         return True, "all_ranks=true"
     if not cfg.ranks:
         return False, "ranks=[] (collects nothing)"
-    if rank in cfg.ranks:
-        return True, f"{counts} {rank} in ranks={list(cfg.ranks)}"
-    return False, f"{counts} {rank} not in ranks={list(cfg.ranks)}"
+    i = bisect.bisect_left(cfg.ranks, rank)
+    if i < len(cfg.ranks) and cfg.ranks[i] == rank:
+        return True, f"{counts} {rank} in ranks={_shown_ranks(cfg.ranks)}"
+    return False, f"{counts} {rank} not in ranks={_shown_ranks(cfg.ranks)}"
+
+
+def _shown_ranks(ranks: tuple[int, ...]) -> str:
+    """A ranks list for a message; long ones shortened (a 100 000-rank list would cost per call)."""
+    if len(ranks) <= 20:
+        return str(list(ranks))
+    return f"[{', '.join(map(str, ranks[:10]))}, ...] ({len(ranks)} ranks)"
 
 
 def resolve_plan(

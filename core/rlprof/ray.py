@@ -454,7 +454,8 @@ class ProfilingController:
             host, pid = hostname(), os.getpid()
             run_dir = Path(self.config.global_.save_path).absolute() / self.run_id
             self._manifest = ManifestWriter(run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
-                                            {"run": self.run_id, "rank": None, "host": host, "pid": pid})
+                                            {"run": self.run_id, "rank": None, "host": host, "pid": pid},
+                                            root=run_dir)  # no link followed from the run directory down
         self._manifest.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
                              step=failure.step, kind=failure.kind, error=failure.error)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError, describe
-from .limits import MAX_DEPTH, MAX_TEXT, check_text, check_tree
+from .limits import MAX_DEPTH, MAX_TEXT, MAX_VALUES, check_text, check_tree
 
 _KEY = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 _SECTIONS_HINT = "a mapping of sections (global_profiler, actor_rollout_ref, critic, ...)"
@@ -44,6 +44,8 @@ def _read_file(source: Any, OmegaConf) -> Any:
     where = f"config file {shown}"
     try:
         path = Path(source)
+        if path.is_dir():
+            raise ConfigError(f"{where}: is a directory; allowed: a YAML file (or key=value overrides)")
         if not path.is_file():
             raise ConfigError(f"{where}: not found (give a YAML file or key=value overrides)")
         if path.stat().st_size > MAX_TEXT:
@@ -76,7 +78,11 @@ def load_yaml(text: str, where: str) -> Any:
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
+        message = " ".join(str(exc).split())
+        if "expansion exceeds" in message:  # OmegaConf's loader counts what aliases expand to
+            raise ConfigError(f"{where}: YAML aliases expand to too many values ({message.split('. See')[0]}); "
+                              f"allowed: a configuration whose aliases expand to at most {MAX_VALUES} values") from None
+        raise ConfigError(f"{where}: not valid YAML: {message[:500]}") from None
     except (RecursionError, MemoryError, ValueError, TypeError, OverflowError) as exc:
         raise ConfigError(f"{where}: cannot be read as YAML: {_first_line(exc)}") from None
 
@@ -96,8 +102,11 @@ def _guarded_loader():
             except ImportError:  # pragma: no cover - the plain safe loader reads the same profiler keys
                 import yaml
 
-                get_yaml_loader = lambda: yaml.SafeLoader  # noqa: E731
-        base = get_yaml_loader()
+                get_yaml_loader = lambda **_: yaml.SafeLoader  # noqa: E731
+        try:  # the same limit as rlprof.limits.check_tree applies to mappings
+            base = get_yaml_loader(max_yaml_expanded_nodes=MAX_VALUES)
+        except TypeError:  # older OmegaConf: no limit of its own; check_tree counts the expansion
+            base = get_yaml_loader()
 
         class GuardedLoader(base):  # type: ignore[misc, valid-type]
             _depth = 0

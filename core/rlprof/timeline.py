@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from .anatomy import timing_record
 from .manifest import read_records
-from .report import role_index
+from .runs import role_index
 from .traces import chrome_traces, clock_offset_ns, load_trace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
 TRACE_TID = 1000
+ID_STRIDE = 1 << 40
+"""Flow/async ids of the n-th merged file are offset by ``n * ID_STRIDE`` (Kineto's ids are far smaller)."""
 MERGED_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "s", "t", "f", "b", "n", "e"})
 """Trace-event phases copied by ``--with-traces`` (metadata ``M`` events are turned into track names instead)."""
 
@@ -74,7 +77,7 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
     :raises ValueError: no ``step`` or ``region`` record for the steps asked (nothing to draw).
     """
     wanted = set(steps) if steps is not None else None
-    timed = [r for r in records if r.get("type") in ("step", "region") and (wanted is None or r.get("step") in wanted)]
+    timed = [r for r in records if timing_record(r) and (wanted is None or r["step"] in wanted)]
     if not timed:
         raise ValueError("no step or region timings in the manifest" + (f" for steps {sorted(wanted)}" if wanted else ""))
     origin = min(r["start_ns"] for r in timed)
@@ -132,7 +135,7 @@ def _processes(records: Sequence[dict[str, Any]], timed: list[dict[str, Any]]) -
 def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[dict[str, Any]]:
     anchors: dict[tuple, dict[str, int]] = {}
     for r in records:
-        if r.get("type") == "region":
+        if r.get("type") == "region" and timing_record(r):
             per_capture = anchors.setdefault((_key(r), r.get("capture")), {})
             per_capture[r["region"]] = min(per_capture.get(r["region"], r["start_ns"]), r["start_ns"])
     seen: set[str] = set()
@@ -154,11 +157,15 @@ def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[d
             if clock is None:
                 warn(f"{path}: not merged: no clock (no baseTimeNanoseconds, no epoch timestamps, no rlprof range to align on)")
                 continue
-            yield from _events_of(trace, proc, (clock[0] - origin) / 1000.0, len(seen), a.get("backend", "trace"))
+            yield from _events_of(trace, proc, (clock[0] - origin) / 1000.0, len(seen), a.get("backend", "trace"), a.get("pid"))
 
 
-def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, file_number: int, backend: str) -> Iterator[dict]:
-    """A trace's events moved into ``proc`` on the timeline's clock; its threads become ``<backend> · ...`` tracks."""
+def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, file_number: int, backend: str,
+               os_pid: int | None) -> Iterator[dict]:
+    """A trace's events moved into ``proc`` on the timeline's clock; its threads become ``<backend> · <thread>``
+    tracks (``<backend> · <device> / <stream>`` for the trace's other processes, such as GPUs). The
+    trace's name for the host process (``ray::PolicyWorker.rlprof_step_boundary``) is dropped: the
+    timeline's process already says which rank it is."""
     events = trace.get("traceEvents", [])
     names: dict[tuple, str] = {}
     process_names: dict[Any, str] = {}
@@ -173,15 +180,26 @@ def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, fi
         if not isinstance(e, dict) or e.get("ph") not in MERGED_PHASES or not isinstance(e.get("ts"), (int, float)):
             continue
         where = (e.get("pid"), e.get("tid"))
-        label = names.get(where) or f"thread {where[1]}"
-        if where[0] in process_names:
-            label = f"{process_names[where[0]]} / {label}"
+        label = names.get(where) or (f"thread {where[1]}" if isinstance(where[1], int) else str(where[1] or "?"))
+        owner = process_names.get(where[0]) or (str(where[0]) if not isinstance(where[0], int) else None)
+        if owner and where[0] != os_pid:  # a device, or Kineto's "Spans"
+            label = f"{owner} / {label}"
         out = dict(e)
         out["pid"], out["tid"] = proc.pid, proc.track(f"{backend} · {label}")
         out["ts"] = e["ts"] + shift_us
+        if out.get("s") == "g":  # Kineto's window markers: keep them with their rank, not across the whole timeline
+            out["s"] = "p"
         if "id" in out:  # flow and async ids are per file: keep files apart
-            out["id"] = f"{file_number}:{out['id']}"
+            out["id"] = _file_id(file_number, out["id"])
         yield out
+
+
+def _file_id(file_number: int, event_id: Any) -> int | str:
+    """An event id made unique across merged files (an integer where the original is one, as Kineto's are)."""
+    try:
+        return file_number * ID_STRIDE + int(event_id)
+    except (TypeError, ValueError):
+        return f"{file_number}:{event_id}"
 
 
 def _key(record: dict[str, Any]) -> tuple[int, str, int]:
@@ -266,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"rlprof timeline: run {run_id}: nothing to draw: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    origin = min(r["start_ns"] for r in records if r.get("type") in ("step", "region") and (steps is None or r.get("step") in steps))
+    origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
     other = {"rlprof": {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}}
     try:
         count = write_timeline(_chain(first, events), output, other)

@@ -8,8 +8,10 @@ once, with the stack of the thread that is stuck (like :mod:`faulthandler`, from
 ``sys._current_frames()``). Training keeps waiting for the hook — the watchdog cannot safely
 interrupt it — but the log and the manifest say which backend, which hook, which rank, and where.
 
-Watching costs a clock read and an attribute store per call (see ``bench/bench_watchdog.py``); no
-thread is started per call. The limit comes from ``RLPROF_HOOK_TIMEOUT_S`` (:func:`limit_from_env`; default 60 s,
+Watching costs a thread-local lookup and an attribute store per call, not even a clock read (see
+``bench/bench_watchdog.py``): the watchdog's thread notes when it first sees a call, so a report comes
+between ``limit`` and ``limit`` plus two ticks (a tick is a fifth of the limit, at most 1 s) after the
+hook began. No thread is started per call. The limit comes from ``RLPROF_HOOK_TIMEOUT_S`` (:func:`limit_from_env`; default 60 s,
 ``0`` turns the watchdog off).
 """
 
@@ -31,7 +33,8 @@ ENV = "RLPROF_HOOK_TIMEOUT_S"
 DEFAULT_LIMIT_S = 60.0
 
 Report = Callable[[str, str, int, float, str], None]
-"""``report(backend, hook, rank, elapsed_s, stack_text)``, called from the watchdog's thread."""
+"""``report(backend, hook, rank, elapsed_s, stack_text)``, called from the watchdog's thread;
+``elapsed_s`` is how long the call has run at least (counted from the tick that first saw it)."""
 
 
 def limit_from_env(environ: dict | None = None) -> float | None:
@@ -52,8 +55,9 @@ def limit_from_env(environ: dict | None = None) -> float | None:
 
 class _Slot:
     """The watched-call state of one thread, and the context manager :meth:`HookWatchdog.watch`
-    returns on it: ``call`` is ``(backend, hook, rank, start)`` while a watched hook runs, None
-    otherwise (replaced as one object, so the watchdog's thread always reads a whole call)."""
+    returns on it: ``call`` is ``(backend, hook, rank)`` while a watched hook runs, None otherwise
+    (a new tuple per call, replaced as one object, so the watchdog's thread always reads a whole
+    call and tells two calls apart by identity)."""
 
     __slots__ = ("call", "ident")
     __enter__ = type(None)  # a C callable that is not a descriptor: called without self, returns None
@@ -129,7 +133,7 @@ class HookWatchdog:
             slot = self._new_slot()
         if slot.call is not None:  # already inside a watched call on this thread
             return _UNWATCHED
-        slot.call = (backend, hook, rank, monotonic())
+        slot.call = (backend, hook, rank)
         return slot
 
     def call(self, backend: str, hook: str, rank: int, fn: Callable[[Any], Any], arg: Any) -> Any:
@@ -141,7 +145,7 @@ class HookWatchdog:
             slot = self._new_slot()
         if slot.call is not None or self._thread is None:
             return fn(arg)
-        slot.call = (backend, hook, rank, monotonic())
+        slot.call = (backend, hook, rank)
         try:
             return fn(arg)
         finally:
@@ -164,20 +168,27 @@ class HookWatchdog:
 
     def _run(self) -> None:
         stop, limit = self._stop, self.limit_s
-        reported: dict[int, tuple] = {}  # slot id -> the call already reported (once per call)
+        # slot -> [call, first seen, reported]; holding the call tuple keeps its identity from being
+        # reused by a later call's tuple, so "the same object" means "the same call".
+        seen: dict[_Slot, list] = {}
         while not stop.wait(self._interval):
             with self._slots_lock:
                 slots = list(self._slots)
             now = monotonic()
             for slot in slots:
                 call = slot.call
-                if call is None or now - call[3] < limit or reported.get(id(slot)) is call:
-                    continue
-                reported[id(slot)] = call  # holds the tuple, so its identity cannot be reused
-                self._emit(slot.ident, call, now - call[3])
+                state = seen.get(slot)
+                if call is None:
+                    if state is not None:
+                        del seen[slot]
+                elif state is None or state[0] is not call:
+                    seen[slot] = [call, now, False]
+                elif not state[2] and now - state[1] >= limit:
+                    state[2] = True
+                    self._emit(slot.ident, call, now - state[1])
 
     def _emit(self, ident: int, call: tuple, elapsed: float) -> None:
-        backend, hook, rank, _ = call
+        backend, hook, rank = call
         try:
             self._report(backend, hook, rank, elapsed, thread_stack(ident))
         except Exception:  # a report that fails must not end the watchdog

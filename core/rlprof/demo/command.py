@@ -3,29 +3,44 @@
 Flags build a verl-style profiler config for the three hybrid-engine roles (actor, rollout, ref);
 dotted ``key=value`` overrides are applied on top and win, e.g.
 ``rlprof demo --discrete actor_rollout_ref.ref.profiler.enable=false``.
+Before Ray starts, the demo checks what ``rlprof check`` knows (flags, configuration, every
+worker's plan, each backend's environment, the save path, ray and torch installed) and refuses an
+impossible run in one sentence. After the run it prints the report and the verdict: what was
+captured, or why nothing was. Ctrl-C finalizes the workers and prints the partial report.
+
 Exit status: 0 the run and every expected capture completed; 1 something failed or is missing;
-2 bad flags or configuration.
+2 bad flags or configuration, or nothing the flags ask for can be captured here; 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import ROLE_PATHS, load_config
+from ..config import load_config
 from ..errors import ConfigError
+from ..roles import nest_profiler
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
-TRACE_SUFFIXES = (".json.gz", ".json")
-VIEWERS = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
+VIEWERS = (
+    ("traces (.pt.trace.json.gz):", (".json.gz", ".json"), "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+    ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
+    ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
+)
+"""(label, file name endings, viewer) for the hint after the report."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlprof demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="rlprof demo",
+        description="A small GRPO-shaped training on a local Ray cluster (each worker one rank hosting actor, "
+                    "rollout and ref), profiled, then its report and verdict. Impossible runs are refused before "
+                    "Ray starts; Ctrl-C prints the partial report.",
+        epilog="exit status: 0 every expected capture made; 1 something failed or is missing; 2 bad flags or "
+               "configuration, or nothing asked for can be captured on this machine; 130 interrupted")
     p.add_argument("--tool", default="torch", help="backend name or comma list (default: torch)")
     p.add_argument("--steps", default="1,2", help="profiled steps, comma list (default: 1,2)")
     p.add_argument("--train-steps", type=int, default=None, help="training steps to run (default: last profiled step + 1)")
@@ -59,76 +74,103 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         # A CPU demo: capture windows as NVTX ranges (no CUDA needed); reports moved into save_path.
         config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
     for name in ("actor", "rollout", "ref"):
-        section = config
-        for key in ROLE_PATHS[name].split("."):
-            section = section.setdefault(key, {})
-        section["profiler"] = dict(role)
+        nest_profiler(config, name, dict(role))
     return config
+
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return _run(opts)
+    except KeyboardInterrupt:  # before the training loop, or a second Ctrl-C while finalizing
+        print("\nrlprof demo: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(opts: argparse.Namespace) -> int:
+    from . import preflight
+
     began = time.perf_counter()
     try:
-        config = load_config(config_from_flags(opts), opts.overrides)
-    except (ConfigError, ValueError) as exc:
-        print(f"rlprof demo: invalid configuration:\n  {exc}", file=sys.stderr)
-        return 2
-    g = config.global_
-    steps = list(g.steps or ())
-    train_steps = opts.train_steps or (max(steps) + 1 if steps else 3)
+        preflight.check_flags(opts.workers, opts.train_steps, opts.timeout)
+        try:
+            config = load_config(config_from_flags(opts), opts.overrides)
+        except (ConfigError, ValueError) as exc:
+            raise preflight.Refusal(f"invalid configuration: {exc}") from None
+        g = config.global_
+        steps = list(g.steps or ())
+        train_steps = opts.train_steps or (max(steps) + 1 if steps else 3)
+        preflight.check_steps(config, train_steps)
+        preflight.check_packages()
+        found = preflight.Preflight()
+        if config.enabled:
+            preflight.check_save_path(g.save_path)
+            found = preflight.check_plan(config, opts.workers)
+    except preflight.Refusal as refusal:
+        print(f"rlprof demo: {refusal}", file=sys.stderr)
+        return EXIT_REFUSED
+    for warning in found.warnings:
+        print(f"rlprof demo: warning: {warning}", file=sys.stderr)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
-    print(f"rlprof demo: {opts.workers} workers (actor+rollout+ref each), {train_steps} GRPO steps; "
-          f"profiling steps {','.join(map(str, steps)) or 'none'} with {','.join(g.tools) or 'no tool'} ({mode}) "
-          f"into {g.save_path}", flush=True)
+    print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor+rollout+ref each), "
+          f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
+          f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     if not config.enabled:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")
 
-    from .trainer import train  # imports torch and ray: not needed for --help or a bad flag
+    from .trainer import train  # imports torch and ray: not needed for --help or a refusal
 
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout,
                     say=lambda line: print(line, flush=True))
-    except ConfigError as exc:  # e.g. a tool that is not installed, a rank outside the world
-        print(f"rlprof demo: invalid configuration:\n  {exc}", file=sys.stderr)
-        return 2
-    problems = _print_report(run) if config.enabled else 0
-    _print_files(run)
-    status = "ok" if run.ok and not problems else "FAILED"
-    print(f"\nrlprof demo: {status} in {time.perf_counter() - began:.1f} s")
-    for failure in run.failures:
-        print(f"  {failure}")
-    return 0 if status == "ok" else 1
+    except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
+        print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    ok = _print_outcome(run) if config.enabled else run.ok
+    _print_viewers(run)
+    seconds = time.perf_counter() - began
+    if run.interrupted_at is not None:
+        where = f"at step {run.interrupted_at}" if run.interrupted_at else "before the first step"
+        print(f"\nrlprof demo: interrupted {where} after {seconds:.1f} s; "
+              f"the report above covers what was captured until then")
+        return EXIT_INTERRUPTED
+    print(f"\nrlprof demo: {'ok' if ok and run.ok else 'FAILED'} in {seconds:.1f} s")
+    if not config.enabled:  # otherwise the verdict above listed them (the controller records each one)
+        for failure in run.failures:
+            print(f"  {failure}")
+    if run.failures and run.logs_dir:
+        print(f"  the workers' own output (stdout/stderr) is in Ray's log directory: {run.logs_dir}")
+    return EXIT_OK if ok and run.ok else EXIT_FAILED
 
 
-def _print_report(run) -> int:
-    """Print the run's report (this node's save path); returns its problem count."""
-    from ..report import build_reports, render
+def _print_outcome(run) -> bool:
+    """Print the run's report (this node's save path), then the verdict; True when it is ok."""
+    from ..report import build_reports, render, verdict
 
     reports = build_reports([run.run_dir])
-    print()
-    if not reports:
-        print(f"no manifests under {run.run_dir}: nothing was profiled")
-        return 1
-    print(render(reports[0]))
-    return reports[0].problem_count
+    shown = render(reports[0]) if reports else ""
+    if shown:
+        print()
+        print(shown)
+    outcome = verdict([run.run_dir])
+    unsaid = [line for line in outcome.lines if line not in shown]  # a report may already end with the verdict
+    if unsaid:
+        print()
+        print("\n".join(f"verdict: {line}" for line in unsaid))
+    return outcome.ok
 
 
-def _print_files(run) -> None:
-    paths = sorted({run.run_dir / a["path"] for a in run.artifacts})
-    traces = [p for p in paths if p.name.endswith(TRACE_SUFFIXES)]
-    others = [p for p in paths if p not in traces]
-    if traces:
-        print(f"\ntraces to open in {VIEWERS}:")
-        print("\n".join(f"  {_shown(p)}" for p in traces))
-    if others:
-        print("\nother artifacts:")
-        print("\n".join(f"  {_shown(p)}" for p in others))
-
-
-def _shown(path: Path) -> str:
-    relative = os.path.relpath(path)
-    return relative if not relative.startswith("..") else str(path)
+def _print_viewers(run) -> None:
+    """Where to open what the run wrote (the report above lists the files themselves)."""
+    names = {Path(a["path"]).name for a in run.artifacts}
+    hints = [f"{label} open in {viewer}" for label, suffixes, viewer in VIEWERS
+             if any(name.endswith(suffixes) for name in names)]
+    if hints:
+        print()
+        print("\n".join(hints))
 
 
 def _ints(text: str, flag: str) -> list[int]:

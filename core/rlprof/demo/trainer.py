@@ -4,7 +4,12 @@ Read it as the template for profiling a verl-style trainer with :mod:`rlprof.ray
 builds its :class:`~rlprof.ray.ProfilingController` first (one run id), creates each worker with
 ``controller.worker_options(spec)``, and brackets every step with ``start_step``/``step_boundary``;
 the workers mark their own role regions. A worker lost mid-run ends the training, not the
-profiling: the others still finalize and the manifest says who was lost.
+profiling: the others still finalize and the manifest says who was lost. Ctrl-C does the same:
+the step in progress is closed, every worker finalizes, and the caller gets the partial run.
+
+The demo owns its output: Ray is started without forwarding the workers' stdout/stderr to this
+terminal (``log_to_driver=False``; what the workers report reaches the user through the manifest
+and ``rlprof report``), and without Ray's notice that it enabled token authentication.
 """
 
 from __future__ import annotations
@@ -21,9 +26,8 @@ import torch
 from ..config import ProfilerConfig
 from ..ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, describe_error
 from .grpo import Sizes, group_advantages, toy_reward
+from .preflight import HYBRID_ENGINE_ROLES
 from .worker import PolicyWorker
-
-HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
 
 
 class TrainingFailed(RuntimeError):
@@ -37,6 +41,10 @@ class DemoRun:
     failures: list[str] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     """Every worker's artifact records (paths relative to ``run_dir``)."""
+    interrupted_at: int | None = None
+    """The step Ctrl-C stopped (0: before the first step began), or None."""
+    logs_dir: str | None = None
+    """Ray's log directory of this run's session (the workers' stdout/stderr), when Ray ran here."""
 
     @property
     def ok(self) -> bool:
@@ -56,26 +64,62 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
                         group="actor_rollout_ref") for rank in range(workers)]
     options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
     started_here = not ray.is_initialized()
-    if started_here:
-        began = time.perf_counter()
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
-        say(f"ray started in {time.perf_counter() - began:.1f} s")
     try:
+        if started_here:
+            began = time.perf_counter()
+            start_ray(num_cpus=2)
+            say(f"ray started in {time.perf_counter() - began:.1f} s")
         return _train(controller, specs, options, train_steps, sizes, timeout_s, say)
     finally:
         if started_here:
-            ray.shutdown()
+            ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
+
+
+RAY_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+"""Where Ray (2.5x) logs "Token authentication is enabled for this Ray cluster..." at every local start."""
+
+
+def start_ray(num_cpus: int) -> None:
+    """A local Ray cluster for the demo, quiet: only Ray's warnings about real problems reach the user.
+
+    * ``log_to_driver=False``: the workers' stdout/stderr stay in Ray's log files (named on failure);
+      what the user needs from them (artifacts, backend errors, lost workers) is in the manifest.
+    * The token-authentication notice is informational (Ray secured its own local cluster): its
+      logger is raised to ERROR while ``ray.init`` runs, token authentication itself stays on.
+    * ``logging_level=WARNING`` drops Ray's INFO start-up lines.
+    """
+    import ray
+
+    notice = logging.getLogger(RAY_TOKEN_NOTICE_LOGGER)
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    finally:
+        notice.setLevel(level)
+
+
+def ray_logs_dir() -> str | None:
+    """This Ray session's log directory (where ``log_to_driver=False`` left the workers' output)."""
+    try:
+        import ray._private.worker as ray_worker
+
+        return ray_worker._global_node.get_logs_dir_path()
+    except Exception:  # private API; only used to point at the logs
+        return None
 
 
 def _train(controller: ProfilingController, specs: list[WorkerSpec], options: list[dict], train_steps: int,
            sizes: Sizes, timeout_s: float, say) -> DemoRun:
     import ray
 
-    run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id)
+    run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id,
+                  logs_dir=ray_logs_dir())
     began = time.perf_counter()
     actor_class = ray.remote(PolicyWorker)
     for spec, opts in zip(specs, options):
         controller.add(spec, actor_class.options(**opts).remote(spec.rank, spec.world_size, sizes))
+    step = 0
     try:
         _require(controller.setup())
         phase = _Phase(controller, timeout_s)
@@ -87,12 +131,18 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
             _train_step(controller, phase, step, sizes, prompts_source, say)
     except TrainingFailed as exc:
         run.failures.append(str(exc))
-        say(f"training stopped: {exc}")
-    final = controller.finalize()
+        where = f"at step {step}" if step else "before the first step"
+        say(f"training stopped {where}: a worker call failed (each failure is listed below)")
+    except KeyboardInterrupt:
+        # Ray blocks SIGINT in its own processes: the workers are alive and still hold open captures.
+        run.interrupted_at = step
+        where = f"at step {step}" if step else "before the first step"
+        say(f"interrupted {where}: finalizing what was captured so far (Ctrl-C again quits at once)")
+    final = controller.finalize(reason="interrupted" if run.interrupted_at is not None else "end")
     run.failures.extend(str(f) for f in final.failures)
     for records in final.results.values():
         run.artifacts.extend(records)
-    if not run.failures:
+    if not run.failures and run.interrupted_at is None:
         ray.get([w.close.remote() for w in controller.handles], timeout=timeout_s)
     return run
 

@@ -17,7 +17,10 @@ or, in a pytest file, one test per part of the suite::
 The parts (:data:`PARTS`): the static checks of the backend object, then one scripted run per
 scenario in :data:`SCENARIOS` — end-to-end, continuous steps, discrete, sampling windows in both
 modes, a region that raises and the trainer goes on, a region that raises inside a sampling window,
-a region that raises and the process exits — each checked by every check of
+a region that raises and the process exits, nested regions in both modes, a continuous run entered
+in the middle (training resumed), a step whose ``step_boundary()`` the trainer forgot, two roles of
+one process on two colocated Profilers, and, for each lifecycle hook, the backend raising right
+after it ran and being released by the core — each checked by every check of
 :data:`~rlprof.testing.contract.RUN_CHECKS`.
 """
 
@@ -31,7 +34,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .contract import RUN_CHECKS, STATIC_CHECKS, Subject, implemented
-from .scenario import BackendRun, BackendSpec, Scenario, backend_factory, run_scenario
+from .scenario import LIFECYCLE_HOOKS, BackendRun, BackendSpec, Scenario, backend_factory, run_scenario
+
+_RELEASED_IN_DISCRETE = ("start_role", "iteration_boundary", "stop_role")
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("end_to_end", mode="e2e", steps=(1, 3)),
@@ -43,6 +48,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("error_in_sampled_window", mode="discrete", steps=(1,), iterations=4, schedule={"active": 3},
              raise_in="actor", raise_at_iteration=1),
     Scenario("error_then_exit", mode="e2e", steps=(1, 2), raise_in="actor", after_raise="exit"),
+    Scenario("nested_end_to_end", mode="e2e", steps=(1, 2), nested=True),
+    Scenario("nested_discrete", mode="discrete", steps=(1, 2), nested=True),
+    Scenario("resumed_continuous", mode="e2e", steps=(1, 2, 3), continuous=True, first_step=2),
+    Scenario("missing_step_boundary", mode="e2e", steps=(1, 2), forget_boundary_at=1),
+    Scenario("colocated_roles", mode="e2e", steps=(1, 2), roles=("actor", "critic"), colocated=True),
+    *(Scenario(f"released_after_{hook}", mode="discrete" if hook in _RELEASED_IN_DISCRETE else "e2e", steps=(1, 2),
+               fail_after=hook, schedule={"active": 2} if hook == "iteration_boundary" else None)
+      for hook in LIFECYCLE_HOOKS),
 )}
 """The scripted runs every backend goes through, by name."""
 
@@ -245,26 +258,15 @@ class BackendConformance:
     def test_worker_runtime_env(self):
         self._check("worker_runtime_env")
 
-    def test_end_to_end(self, tmp_path):
-        self._check("end_to_end", tmp_path)
 
-    def test_continuous_steps(self, tmp_path):
-        self._check("continuous_steps", tmp_path)
+def _scenario_test(name: str) -> Callable:
+    def test(self, tmp_path):
+        self._check(name, tmp_path)
 
-    def test_discrete(self, tmp_path):
-        self._check("discrete", tmp_path)
+    test.__name__ = f"test_{name}"
+    test.__doc__ = f"The {name} scenario: {SCENARIOS[name].describe()}."
+    return test
 
-    def test_sampled_end_to_end(self, tmp_path):
-        self._check("sampled_end_to_end", tmp_path)
 
-    def test_sampled_discrete(self, tmp_path):
-        self._check("sampled_discrete", tmp_path)
-
-    def test_error_in_region(self, tmp_path):
-        self._check("error_in_region", tmp_path)
-
-    def test_error_in_sampled_window(self, tmp_path):
-        self._check("error_in_sampled_window", tmp_path)
-
-    def test_error_then_exit(self, tmp_path):
-        self._check("error_then_exit", tmp_path)
+for _name in SCENARIOS:  # one test per scenario, so a subclass lists each by name in pytest's output
+    setattr(BackendConformance, f"test_{_name}", _scenario_test(_name))

@@ -20,6 +20,10 @@ Two kinds, each a function returning a list of problems (empty: the promise is k
   - **artifacts are complete**: listed once, present, non-empty, ``.json``/``.gz`` files parse;
   - **every capture is written**: a backend that lists artifacts for some captures lists one for
     every capture the core closed, the one whose region raised included;
+  - **released when it raised** (``released_after_<hook>`` scenarios: the suite raises right after
+    the backend's own hook ran): the core closed what it had open and called its ``finalize``, which
+    ran without raising; it then holds no capture (``open_captures()``), file, thread or process;
+  - **colocated roles** (a check of the core): two Profilers of one process share one capture per step;
   - **nothing left open**: no file under the run still open after finalize, no thread or child
     process it started still running, and, when the backend has ``open_captures()``, no capture
     held that the core has already closed;
@@ -43,10 +47,9 @@ from typing import Any, Callable, Mapping
 
 from ..context import RuntimeEnvContext
 from ..errors import ConfigError
-from ..registry import HOOKS, plugin_manager
+from ..registry import HOOKS, LIFECYCLE, plugin_manager
 from .scenario import BackendRun
 
-LIFECYCLE = ("start_step", "start_role", "stop_role", "step_boundary", "finalize")
 UNKNOWN_KEY = "rlprof_conformance_unknown_key"
 """The key slipped into tool_config: validate_tool_config must reject it."""
 KEY_PATH = "actor_rollout_ref.actor.profiler.tool_config.{name}"
@@ -287,19 +290,63 @@ def artifacts_are_complete(run: BackendRun) -> list[str]:
 
 
 def every_capture_written(run: BackendRun) -> list[str]:
-    """A backend that writes per capture writes every capture the core closed, the failing one included."""
+    """A backend that writes per capture writes every capture the core closed, the failing one included
+    (and, once it raised and was released, every capture it had been told to open until then)."""
     written = {r["capture"] for r in run.artifacts if r.get("capture")}
     if not written:
         return []  # it writes at finalize, or nothing here (e.g. no device): nothing to compare
     problems = []
+    released = run.injected is not None and run.injected.raised
     for capture_id, info in sorted(run.recorder.captures.items()):
         if info["closed_by"] is None or capture_id in written:
             continue
+        if released and capture_id not in run.injected.captures:
+            continue  # opened after the backend was released: not its capture
         how = f"closed by {info['closed_by']}" + (f" after its region raised {info['error']}" if info["error"] else "")
         others = f"{len(written)} other captures of the run do" if len(written) > 1 else "another capture of the run does"
         problems.append(f"capture {capture_id} ({how}) has no artifact listed, while {others}: the backend did not close "
                         "or did not write it (does stop_role close the capture when ctx.error is set?)")
     return problems
+
+
+def released_when_it_raised(run: BackendRun) -> list[str]:
+    """A backend that raised is released: the core closes what it had open and calls its finalize,
+    which must run without raising (and, by the other checks, leave nothing open)."""
+    injected = run.injected
+    if injected is None or injected.hook not in implemented(run.backend):
+        return []
+    if not injected.raised:
+        return [f"the scenario never got to raise after {injected.hook} (a bug in rlprof's conformance suite)"]
+    if injected.hook == "finalize":
+        return []  # finalize raised: it was already called once, there is nothing left to release it with
+    cleanups = run.cleanups
+    if not cleanups:
+        return [f"after the backend raised in {injected.hook}, the core wrote no cleanup record: it did not release "
+                "the backend (a bug in rlprof's core, not in the backend)"]
+    cleanup = cleanups[0]
+    if not cleanup.get("finalized"):
+        errors = "; ".join(cleanup.get("errors") or []) or "an error"
+        return [f"after it raised in {injected.hook}, the core closed {', '.join(cleanup.get('closed') or []) or 'nothing'} "
+                f"for it and called its finalize, which raised: {errors}. A backend's finalize must release its "
+                "threads, profilers and files also after one of its hooks failed"]
+    return []
+
+
+def colocated_roles_share_captures(run: BackendRun) -> list[str]:
+    """Two Profilers of one process share one capture per step (a check of the core, for every backend)."""
+    scenario = run.scenario
+    if not scenario.colocated or scenario.mode != "e2e":
+        return []
+    opened = [c for c in run.recorder.captures.values() if c["opened_by"] == "start_step"]
+    steps = [s for s in scenario.steps if scenario.first_step <= s <= scenario.last_step]
+    if len(opened) != len(steps):
+        return [f"the core opened {len(opened)} step captures for {len(steps)} profiled steps of two colocated Profilers "
+                "(it must share one per step; a bug in rlprof's core, not in the backend)"]
+    regions = {f.get("region") for hook, f in run.recorder.calls if hook == "start_role"}
+    missing = [role for role in scenario.roles if not any(str(r).startswith(role + "_") for r in regions)]
+    if missing:
+        return [f"the regions of {', '.join(missing)} never reached the shared capture (a bug in rlprof's core)"]
+    return []
 
 
 def nothing_left_open(run: BackendRun) -> list[str]:
@@ -341,6 +388,8 @@ def finalize_is_idempotent(run: BackendRun) -> list[str]:
 
 RUN_CHECKS: tuple[Callable[[BackendRun], list[str]], ...] = (
     no_hook_errors,
+    released_when_it_raised,
+    colocated_roles_share_captures,
     region_error_passes_through,
     writes_only_under_output_dir,
     lists_what_it_wrote,

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from .. import layout
+
 _ALWAYS_ALLOWED = ("/dev/", "/proc/", "/sys/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _active: list["Footprint"] = []
@@ -38,13 +40,14 @@ _in_hook = threading.local()
 def _audit(event: str, args: tuple) -> None:
     if not _active or getattr(_in_hook, "busy", False):
         return
+    dir_fd = None
     if event == "open":
         path, mode, flags = args
         if not _opens_for_writing(mode, flags):
             return
         action = "opened for writing"
     elif event == "os.mkdir":
-        path, action = args[0], "created the directory"
+        path, action, dir_fd = args[0], "created the directory", args[2]
     elif event in ("os.rename", "os.replace"):
         path, action = args[1], "moved a file to"
     else:
@@ -53,13 +56,31 @@ def _audit(event: str, args: tuple) -> None:
         return  # an already-open descriptor: its opening was seen (or predates the run)
     _in_hook.busy = True
     try:
-        absolute = os.path.abspath(os.fsdecode(path))
+        absolute = _absolute(os.fsdecode(path), dir_fd)
         for footprint in _active:
-            footprint._note_write(action, absolute)
+            footprint._note_write(action, absolute, directory=action == "created the directory")
     except Exception:  # an audit hook must never break the code it watches
         pass
     finally:
         _in_hook.busy = False
+
+
+def _absolute(path: str, dir_fd: int | None) -> str:
+    """Where a write really goes. A relative name opened against a directory descriptor (how
+    :func:`rlprof.layout.open_file` and ``ensure_dir`` walk down without following links) is resolved
+    through that descriptor; ``os.open`` does not pass its ``dir_fd`` to the audit event, so for it
+    the path is the one :mod:`rlprof.layout` announces in ``layout.AUDIT`` while it makes the call."""
+    if os.path.isabs(path):
+        return os.path.abspath(path)
+    if isinstance(dir_fd, int) and dir_fd >= 0:
+        try:
+            return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            pass
+    announced = getattr(layout.AUDIT, "path", None)
+    if announced is not None and announced.endswith(path):
+        return os.path.abspath(announced)
+    return os.path.abspath(path)
 
 
 def _opens_for_writing(mode, flags) -> bool:
@@ -186,9 +207,11 @@ class Footprint:
             if self._before_fds.get(fd) != target and target.startswith("/") and _inside(target, roots)
         )
 
-    def _note_write(self, action: str, path: str) -> None:
+    def _note_write(self, action: str, path: str, directory: bool = False) -> None:
         if _inside(path, self.allowed) or "__pycache__" in path:
             return  # __pycache__: Python itself writing bytecode for a module imported late
+        if directory and _inside(str(self.run_dir), (path,)):
+            return  # the core creating save_path, the run directory's parent
         entry = f"{action} {path}"
         if entry not in self.writes_outside:
             self.writes_outside.append(entry)

@@ -68,32 +68,54 @@ class RecordingBackend:
             return self._close("stop_role", ctx)
 
     @hookimpl
+    def iteration_boundary(self, ctx):
+        self._note("iteration_boundary", ctx, region=ctx.region, iteration=ctx.iteration)
+
+    @hookimpl
     def step_boundary(self, ctx):
-        self._note("step_boundary", ctx, closes=ctx.closes_capture, iteration=ctx.iteration)
+        self._note("step_boundary", ctx, closes=ctx.closes_capture, late=not ctx.ends_step)
         if ctx.closes_capture:
             return self._close("step_boundary", ctx)
 
     @hookimpl
     def finalize(self, ctx):
         self.calls.append(("finalize", {"reason": ctx.reason, "steps": list(ctx.profiled_steps)}))
+        # What is still open here was left by a hook of ours that failed half-way (the core closes
+        # every capture before finalize): write it rather than lose it, as a real backend should.
+        written = []
+        for capture_id in list(self._open):
+            written.extend(self._write(capture_id, ctx) or [])
+        return written or None
 
     def _close(self, hook: str, ctx):
         capture_id = ctx.capture.capture_id
-        calls = self._open.pop(capture_id, [])
         if capture_id in self.captures:
             error = getattr(ctx, "error", None)
             self.captures[capture_id].update(closed_by=hook, error=type(error).__name__ if error else None)
+        return self._write(capture_id, ctx)
+
+    def _write(self, capture_id: str, ctx):
+        calls = self._open.pop(capture_id, [])
         if not self.write_captures:
             return None
-        path = ctx.output_dir() / "calls.json"
-        path.write_text(json.dumps({"capture": ctx.capture.capture_id, "calls": calls}))
+        directory = ctx.capture.directory if ctx.capture is not None and ctx.capture.capture_id == capture_id else None
+        if directory is None:  # finalize: the capture's own directory, as the core laid it out
+            directory = ctx.run.run_dir / capture_id / f"rank{ctx.run.rank}-{ctx.run.host}-{ctx.run.pid}"
+        path = directory / ctx.backend / "calls.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"capture": capture_id, "calls": calls}))
         return [path]
 
     def sequence(self) -> list[str]:
-        """Compact view: ``start_step:1+``, ``start_role:actor_update+``, ``stop_role:actor_update-``..."""
+        """Compact view: ``start_step:1+``, ``start_role:actor_update+``, ``iteration_boundary:actor_update#1``,
+        ``stop_role:actor_update-``, ``step_boundary:3-(late)``... (``+`` opens a capture, ``-`` closes one,
+        ``(late)``: a close after the step already ended)."""
         out = []
         for hook, f in self.calls:
-            label = f.get("region") or (f"it{f['iteration']}" if f.get("iteration") is not None else f.get("step"))
+            label = f.get("region") or f.get("step")
+            if f.get("iteration") is not None:
+                label = f"{label}#{f['iteration']}"
             mark = "+" if f.get("opens") else "-" if f.get("closes") else ""
-            out.append(f"{hook}:{label}{mark}")
+            late = "(late)" if f.get("late") else ""
+            out.append(f"{hook}:{label}{mark}{late}")
         return out

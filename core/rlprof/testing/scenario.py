@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..config import ROLE_PATHS
+from ..roles import nest_profiler
 from ..context import FinalizeContext
 from ..layout import safe_name
 from ..manifest import read_records
@@ -45,6 +45,11 @@ backend class (instantiated once per run, as the core does), or an instance (reu
 
 class ScriptedFailure(RuntimeError):
     """The exception a scenario raises inside a region (``raise_in``): it must reach the trainer unchanged."""
+
+
+class ScriptedHookFailure(RuntimeError):
+    """What a scenario with ``fail_after`` raises right after the backend's own hook ran, as if the
+    backend had raised it: the core must release the backend (close what it had open, finalize it)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,19 @@ class Scenario:
     process ends (the Profiler finalizes with reason ``exit``, with the step capture still open)."""
     tool_config: Mapping[str, Any] = field(default_factory=dict)
     """The backend's ``tool_config`` section (``discrete`` is set from ``mode``)."""
+    nested: bool = False
+    """Each role's region runs inside the previous role's (``ref_compute_log_prob`` inside
+    ``actor_update``, after its iterations), as verl's annotated worker methods nest."""
+    first_step: int = 1
+    """The step the loop starts at: a later one is a run resumed from a checkpoint."""
+    forget_boundary_at: int | None = None
+    """The trainer never calls ``step_boundary()`` after this step (the next ``start_step`` must end it)."""
+    colocated: bool = False
+    """The first role lives on one Profiler, the others on a second Profiler of the same process, run id
+    and rank (verl's colocated worker classes): they must share one capture per step."""
+    fail_after: str | None = None
+    """A lifecycle hook: the first time the core calls it, :class:`ScriptedHookFailure` is raised right
+    after the backend's own implementation ran, as if the backend had raised; the core must release it."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("e2e", "discrete"):
@@ -84,6 +102,15 @@ class Scenario:
         unknown = [r for r in self.roles if r not in STAGES]
         if unknown:
             raise ValueError(f"Scenario.roles: got {unknown[0]!r}; allowed: {', '.join(STAGES)}")
+        if self.colocated and len(self.roles) < 2:
+            raise ValueError("Scenario.colocated: needs at least two roles (one per Profiler)")
+        if self.fail_after is not None and self.fail_after not in LIFECYCLE_HOOKS:
+            raise ValueError(f"Scenario.fail_after: got {self.fail_after!r}; allowed: {', '.join(LIFECYCLE_HOOKS)}")
+
+    @property
+    def profilers(self) -> list[tuple[str, ...]]:
+        """The roles of each Profiler the scripted process creates."""
+        return [self.roles[:1], self.roles[1:]] if self.colocated else [self.roles]
 
     @property
     def last_step(self) -> int:
@@ -96,6 +123,16 @@ class Scenario:
                  f"roles {' + '.join(self.roles)} in one process", f"{self.iterations} iterations per region"]
         if self.continuous:
             words.append("continuous steps merged")
+        if self.first_step != 1:
+            words.append(f"training resumed at step {self.first_step}")
+        if self.nested:
+            words.append("each role's region nested inside the previous one's")
+        if self.forget_boundary_at is not None:
+            words.append(f"the trainer forgets step_boundary() after step {self.forget_boundary_at}")
+        if self.colocated:
+            words.append(f"{self.roles[0]} and {' + '.join(self.roles[1:])} on two Profilers sharing the process")
+        if self.fail_after:
+            words.append(f"the backend raises right after its first {self.fail_after} ran, and is released")
         if self.schedule:
             words.append("sampling schedule " + ", ".join(f"{k}={v}" for k, v in self.schedule.items()))
         if self.raise_in:
@@ -115,15 +152,15 @@ class Scenario:
             "profile_continuous_steps": self.continuous,
         }}
         for role in self.roles:
-            node = config
-            for key in ROLE_PATHS[role].split("."):
-                node = node.setdefault(key, {})
-            node["profiler"] = section
+            nest_profiler(config, role, section)
         return config
 
     def raises_in(self, role: str, step: int) -> bool:
         region = f"{role}_{STAGES[role]}"
-        return self.raise_in in (role, region) and step == min(self.steps)
+        return self.raise_in in (role, region) and step == min(s for s in self.steps if s >= self.first_step)
+
+
+LIFECYCLE_HOOKS = ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary", "finalize")
 
 
 @dataclass
@@ -166,6 +203,10 @@ class BackendRun:
     after each step and after finalize; only when the backend has ``open_captures()``."""
     second_finalize: SecondFinalize | None = None
     footprint: Footprint | None = None
+    profilers: list[Any] = field(default_factory=list)
+    """Every Profiler of the scripted process (two with ``colocated``)."""
+    injected: "InjectedFailure | None" = None
+    """With ``fail_after``: when the scripted failure was raised, and what the backend held then."""
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
@@ -174,8 +215,15 @@ class BackendRun:
 
     @property
     def errors(self) -> list[dict[str, Any]]:
-        """Hook failures of the backend under test, as the manifest recorded them."""
-        return [r for r in self.records if r.get("type") == "error" and r.get("backend") == self.name]
+        """Hook failures of the backend under test, as the manifest recorded them (the scenario's own
+        injected :class:`ScriptedHookFailure` left out)."""
+        return [r for r in self.records if r.get("type") == "error" and r.get("backend") == self.name
+                and ScriptedHookFailure.__name__ not in str(r.get("error"))]
+
+    @property
+    def cleanups(self) -> list[dict[str, Any]]:
+        """``cleanup`` records of the backend under test: the core released it after it raised."""
+        return [r for r in self.records if r.get("type") == "cleanup" and r.get("backend") == self.name]
 
     def artifact_paths(self) -> list[Path]:
         return [self.run_dir / r["path"] for r in self.artifacts]
@@ -231,15 +279,22 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
     })
     run = BackendRun(name=name, scenario=scenario, profiler=None, backend=plugin, recorder=recorder,
                      run_dir=run_dir, save_path=save_path, workdir=workdir, footprint=footprint)
+    registered = plugin
+    if scenario.fail_after is not None:
+        run.injected = InjectedFailure(scenario.fail_after)
+        registered = _failing_after(plugin, run.injected, recorder)
     with _sandbox(cwd, tmp, strict), _logged(run.log), footprint:
         try:
-            prof = run.profiler = Profiler(scenario.config(name, save_path), roles=scenario.roles, run_id=run_id,
-                                           backends={name: plugin, RECORDER: recorder})
-            _play(prof, run, work or _default_work)
-            prof.finalize()
+            for roles in scenario.profilers:
+                run.profilers.append(Profiler(scenario.config(name, save_path), roles=roles, run_id=run_id,
+                                              backends={name: registered, RECORDER: recorder}))
+            prof = run.profiler = run.profilers[0]
+            _play(run.profilers, run, work or _default_work)
+            for each in run.profilers:
+                each.finalize()
         finally:
-            if run.profiler is not None:  # the loop itself failed: leave no exit or SIGTERM handler behind
-                run.profiler.finalize()
+            for each in run.profilers:  # the loop itself failed: leave no exit or SIGTERM handler behind
+                each.finalize()
         _note_open(run, "after finalize")
         footprint.settle()
         first = list(prof.artifacts)
@@ -249,37 +304,144 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
     return run
 
 
-def _play(prof, run: BackendRun, work: Callable[[], Any]) -> None:
+@dataclass
+class InjectedFailure:
+    """The state of a ``fail_after`` scenario's scripted failure."""
+
+    hook: str
+    raised: bool = False
+    noted: bool = False
+    captures: set[str] = field(default_factory=set)
+    """Capture ids the backend had been told to open up to the failure (its own to close and write)."""
+
+
+def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBackend) -> Any:
+    """A stand-in registered in place of ``plugin``: each hook calls the backend's own implementation;
+    the first call of ``injected.hook`` then raises :class:`ScriptedHookFailure` (after listing what
+    the call returned with ``ctx.add_artifact``, so nothing the backend wrote goes unlisted)."""
+    from ..hookspecs import hookimpl
+    from ..registry import plugin_manager
+
+    pm = plugin_manager()
+    pm.register(plugin)
+    members: dict[str, Any] = {}
+    for hook in ("validate_tool_config", "check_environment", *LIFECYCLE_HOOKS, "worker_runtime_env"):
+        impls = getattr(pm.hook, hook).get_hookimpls()
+        if impls:
+            members[hook] = hookimpl(_delegate(hook, impls[0].function, tuple(impls[0].argnames), injected, recorder))
+    report = getattr(plugin, "open_captures", None)
+    if callable(report):
+        members["open_captures"] = lambda self: report()
+    return type(f"FailingAfter_{type(plugin).__name__}", (), members)()
+
+
+def _delegate(hook: str, function: Callable, argnames: tuple[str, ...], injected: InjectedFailure,
+              recorder: RecordingBackend) -> Callable:
+    if hook == "validate_tool_config":
+        def call(self, tool_config, key_path):
+            return function(**{k: v for k, v in (("tool_config", tool_config), ("key_path", key_path)) if k in argnames})
+    elif hook == "check_environment":
+        def call(self):
+            return function()
+    else:
+        def call(self, ctx):
+            if injected.raised:  # released: nothing of the backend's own is called any more (finalize included)
+                return function(ctx=ctx) if "ctx" in argnames else function()
+            if getattr(ctx, "opens_capture", False):
+                injected.captures.add(ctx.capture.capture_id)
+            result = function(ctx=ctx) if "ctx" in argnames else function()
+            if hook == injected.hook:
+                injected.raised = True
+                injected.captures.update(recorder.open_captures())
+                for path in _returned_paths(result):
+                    ctx.add_artifact(path)
+                raise ScriptedHookFailure(f"scripted failure right after the backend's {hook} ran (step "
+                                          f"{getattr(ctx, 'step', None)})")
+            return result
+    call.__name__ = hook
+    return call
+
+
+def _returned_paths(result: Any) -> list[Any]:
+    if result is None:
+        return []
+    if isinstance(result, (str, os.PathLike)):
+        return [result]
+    return list(result)
+
+
+def _play(profilers: list, run: BackendRun, work: Callable[[], Any]) -> None:
     scenario = run.scenario
-    for step in range(1, scenario.last_step + 1):
-        prof.start_step(step)
-        for role in scenario.roles:
+    owner = {role: prof for prof, roles in zip(profilers, scenario.profilers) for role in roles}
+    for step in range(scenario.first_step, scenario.last_step + 1):
+        for prof in profilers:
+            prof.start_step(step)
+            _note_release(run)
+        if scenario.nested:
+            _nested(owner, list(scenario.roles), scenario, work, run)
+        for role in () if scenario.nested else scenario.roles:
             failure = ScriptedFailure(f"scripted failure in {role}_{STAGES[role]} at step {step}") \
                 if scenario.raises_in(role, step) and run.raised is None else None
             try:
-                _region(prof, role, scenario, work, failure)
+                _region(owner[role], role, scenario, work, failure, run)
             except BaseException as exc:  # the trainer's own handler
                 if failure is None:
                     raise
                 run.raised, run.caught = failure, exc
                 _note_open(run, f"after {role}_{STAGES[role]} raised in step {step}")
                 if scenario.after_raise == "exit":
-                    prof.finalize(reason="exit")
+                    for prof in profilers:
+                        prof.finalize(reason="exit")
                     return
-        prof.step_boundary()
-        if prof.plan.is_profiled(step):
+            _note_release(run)
+        if step == scenario.forget_boundary_at:
+            continue
+        for prof in profilers:
+            prof.step_boundary()
+            _note_release(run)
+        if profilers[0].plan.is_profiled(step):
             _note_open(run, f"after step {step}")
 
 
-def _region(prof, role: str, scenario: Scenario, work: Callable[[], Any], failure: ScriptedFailure | None) -> None:
+def _nested(owner: dict, roles: list[str], scenario: Scenario, work: Callable[[], Any], run: BackendRun) -> None:
+    """``roles[0]``'s region, with the next role's region inside it after its iterations, and so on."""
+    role = roles[0]
+    with owner[role].role(role, STAGES[role]):
+        for _ in range(scenario.iterations):
+            with owner[role].iteration():
+                work()
+        if len(roles) > 1:
+            _nested(owner, roles[1:], scenario, work, run)
+    _note_release(run)
+
+
+def _region(prof, role: str, scenario: Scenario, work: Callable[[], Any], failure: ScriptedFailure | None,
+            run: BackendRun | None = None) -> None:
     with prof.role(role, STAGES[role]):
         for index in range(scenario.iterations):
             with prof.iteration():
                 work()
                 if failure is not None and scenario.raise_at_iteration == index:
                     raise failure
+            if run is not None:
+                _note_release(run)
         if failure is not None:
             raise failure
+
+
+def _note_release(run: BackendRun) -> None:
+    """Once the scripted failure was raised (and the core released the backend): what it still holds."""
+    injected = run.injected
+    if injected is None or not injected.raised or injected.noted:
+        return
+    injected.noted = True
+    report = getattr(run.backend, "open_captures", None)
+    if callable(report):
+        try:
+            held = sorted(str(c) for c in report())
+        except Exception as exc:
+            held = [f"<open_captures() raised {type(exc).__name__}: {exc}>"]
+        run.open_after[f"after the core released it (its {injected.hook} raised)"] = (held, [])
 
 
 def _default_work() -> None:

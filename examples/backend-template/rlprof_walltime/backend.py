@@ -3,12 +3,13 @@
 Open the files in chrome://tracing or https://ui.perfetto.dev. Each capture window the core opens
 becomes ``walltime.json`` in that capture's ``ctx.output_dir()``, holding one complete event
 (``"ph": "X"``) per region and per step, and an instant event (``"ph": "i"``) per sampled
-iteration boundary.
+iteration boundary (``iteration_boundary``).
 
 It shows every part of the contract a backend has to keep, and nothing else:
 
 * it opens a window only when the core says so (``ctx.opens_capture``) and closes it only when the
-  core says so (``ctx.closes_capture``): no rank, step or mode logic here;
+  core says so (``ctx.closes_capture``): no rank, step, mode or nesting logic here (the core never
+  opens a capture inside another, and closes only what it opened);
 * it marks a range for every region, also when the region raised (``ctx.error``);
 * it writes only under ``ctx.output_dir()`` and returns every path it wrote;
 * it reports what it still holds open through ``open_captures()`` (the conformance suite asks);
@@ -133,13 +134,15 @@ class WalltimeBackend:
         return None
 
     @rlprof.hookimpl
+    def iteration_boundary(self, ctx):
+        trace = self._trace_of(ctx)
+        if trace is not None and ctx.tool_config.get("iterations", True):
+            trace.instant(f"{ctx.region} iteration {ctx.iteration}", step=ctx.step)
+
+    @rlprof.hookimpl
     def step_boundary(self, ctx):
         trace = self._trace_of(ctx)
-        if ctx.iteration is not None:  # a sampled iteration ended inside a region
-            if trace is not None and ctx.tool_config.get("iterations", True):
-                trace.instant(f"{ctx.region} iteration {ctx.iteration}", step=ctx.step)
-            return None
-        if trace is not None:
+        if trace is not None and ctx.ends_step:
             trace.end(f"step {ctx.step}")
         if ctx.closes_capture:
             return self._close(ctx)

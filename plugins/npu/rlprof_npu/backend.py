@@ -39,7 +39,6 @@ class NpuBackend:
         self._capture_id: str | None = None
         self._ranges: list[tuple[str, int]] = []
         """Open mstx ranges, innermost last: (region, range id)."""
-        self._nesting_reported = False
 
     # ------------------------------------------------------------------ configuration and environment
 
@@ -83,8 +82,8 @@ class NpuBackend:
 
     @hookimpl
     def finalize(self, ctx) -> None:
-        # The core closes every window before finalize; this only guards against a window the
-        # core never announced closing (a bug elsewhere), so torch_npu still writes its data.
+        # The core closes every window before finalize, also for a backend that raised; what is
+        # still open here is what a hook of ours left half-done: stop it so torch_npu writes its data.
         while self._ranges:
             self._end_range(self._ranges[-1][0])
         if self._capture is not None:
@@ -104,23 +103,12 @@ class NpuBackend:
         torch_npu = self._module()
         if torch_npu is None:
             return
-        if self._capture is not None:
-            # torch_npu runs one profiler per process: a window opened inside another stays a range
-            # of the outer capture rather than breaking it.
-            if not self._nesting_reported:
-                self._nesting_reported = True
-                log.warning(
-                    "rlprof: backend 'npu': capture %s opens while %s is still open; torch_npu cannot run two "
-                    "profilers at once, so it is recorded as a range inside %s",
-                    ctx.capture.capture_id, self._capture_id, self._capture_id,
-                )
-            return
         capture = NpuCapture(torch_npu, npu_settings(ctx.tool_config), ctx.output_dir())
         capture.start()
         self._capture, self._capture_id = capture, ctx.capture.capture_id
 
     def _close(self, ctx) -> None:
-        if self._capture is not None and ctx.capture is not None and ctx.capture.capture_id == self._capture_id:
+        if self._capture is not None:  # None when torch_npu is missing: nothing was opened
             self._stop(ctx)
 
     def _stop(self, ctx) -> None:

@@ -1,5 +1,6 @@
-"""Regions that do not go as planned: one that raises, and one opened inside another in discrete
-mode (torch_npu runs one profiler per process)."""
+"""Regions that do not go as planned: one that raises, and one nested inside another in discrete
+mode (torch_npu runs one profiler per process; the core makes the inner region a range of the outer
+capture, so the backend never sees a capture opened inside another)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_a_region_that_raises_still_closes_its_range_and_capture(torch_npu_stand
     assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update"]
 
 
-def test_a_capture_opened_inside_another_becomes_a_range_of_the_outer_one(torch_npu_standin, tmp_path, monkeypatch, caplog):
+def test_a_region_nested_in_a_discrete_capture_is_a_range_of_it(torch_npu_standin, tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("RLPROF_STRICT", "1")
     caplog.set_level(logging.WARNING)
     prof = rlprof.Profiler(npu_config(tmp_path, mode="discrete", steps=(1,)), roles=("actor", "ref"))
@@ -43,5 +44,4 @@ def test_a_capture_opened_inside_another_becomes_a_range_of_the_outer_one(torch_
     ]
     assert [c.args["message"] for c in torch_npu_standin.named("mstx.range_start")] == ["actor_update", "ref_compute_log_prob"]
     assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update"]
-    nested = [r.getMessage() for r in caplog.records if "cannot run two profilers" in r.getMessage()]
-    assert len(nested) == 1 and "step1.ref_compute_log_prob" in nested[0]
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # nothing to warn about

@@ -40,7 +40,7 @@ def rlprof_check(env: dict | None = None) -> subprocess.CompletedProcess:
 def test_check_explains_torch_npu_is_missing_and_exits_0():
     proc = rlprof_check()
     assert proc.returncode == 0, proc.stderr
-    warning = next(line for line in proc.stdout.splitlines() if line.startswith("warning: backend 'npu'"))
+    warning = next(line for line in proc.stderr.splitlines() if line.startswith("warning: backend 'npu'"))
     assert "torch_npu cannot be imported (ModuleNotFoundError: No module named 'torch_npu')" in warning
     assert "pip install torch-npu==" in warning and "CANN" in warning
     assert "actor   e2e" in proc.stdout  # the plan is still printed: the configuration is valid
@@ -54,7 +54,7 @@ def test_check_with_the_real_torch_npu_but_no_cann_shows_the_import_error(torch_
         wheel.extractall(site)
     proc = rlprof_check({"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr
-    warning = next(line for line in proc.stdout.splitlines() if line.startswith("warning: backend 'npu'"))
+    warning = next(line for line in proc.stderr.splitlines() if line.startswith("warning: backend 'npu'"))
     assert "torch_npu cannot be imported (ImportError: libhccl.so: cannot open shared object file" in warning
     assert "set_env.sh" in warning
 

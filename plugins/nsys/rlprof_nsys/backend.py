@@ -5,8 +5,9 @@ Systems understands. For one process the translation is::
 
     start_step     [cudaProfilerStart if ctx.opens_capture]  NVTX range "step<N>" opens
     start_role     [cudaProfilerStart if ctx.opens_capture]  NVTX range ctx.region opens (nested)
-    step_boundary  with ctx.iteration: NVTX mark "<region> iteration" (payload: the iteration); else:
-                   range "step<N>" closes (after anything left open in it)  [cudaProfilerStop if ctx.closes_capture]
+    iteration_boundary  NVTX mark "<region> iteration" (payload: the iteration)
+    step_boundary  range "step<N>" closes (after anything left open in it; not again for a late close,
+                   ctx.ends_step False)                                     [cudaProfilerStop if ctx.closes_capture]
     stop_role      range ctx.region closes                                  [cudaProfilerStop if ctx.closes_capture]
     finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
                    out of Ray's nsight directory (see rlprof_nsys.relocation)
@@ -91,11 +92,13 @@ class NsysBackend:
             self._close_window()
 
     @hookimpl
+    def iteration_boundary(self, ctx) -> None:
+        self.ranges.mark(f"{ctx.region} iteration", payload=ctx.iteration)
+
+    @hookimpl
     def step_boundary(self, ctx) -> None:
-        if ctx.iteration is not None:
-            self.ranges.mark(f"{ctx.region} iteration", payload=ctx.iteration)
-            return
-        self.ranges.close("step", f"step{ctx.step}")
+        if ctx.ends_step:
+            self.ranges.close("step", f"step{ctx.step}")
         if ctx.closes_capture:
             self._close_window()
 

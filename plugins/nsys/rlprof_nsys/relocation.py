@@ -135,8 +135,8 @@ def relocate_pending(paths: Path | str | Iterable[Path | str], *, settle_seconds
     """Move every pending nsys report listed in the manifests under ``paths`` (run directories or
     save paths) that is now complete on this host; record each move in the manifest that listed it.
     Returns one :class:`Outcome` per pending record."""
-    from rlprof.layout import hostname, relative
-    from rlprof.manifest import ManifestWriter, path_size, read_records
+    from rlprof.layout import hostname
+    from rlprof.manifest import read_records, record_relocation
 
     host = host or hostname()
     roots = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
@@ -164,13 +164,6 @@ def relocate_pending(paths: Path | str | Iterable[Path | str], *, settle_seconds
             outcomes.append(Outcome(str(source), str(target), "exists"))
             continue
         moved_before.add(str(source))
-        common = {k: record.get(k) for k in ("run", "rank", "host", "pid")}
-        kept = {k: v for k, v in record.items()
-                if k not in common and k not in ("type", "time", "_manifest", "_run_dir", "path", "size", "kind", "reason",
-                                                 "source", "relocate_to", "outside_output_dir")}
-        ManifestWriter(Path(record["_manifest"]), common).write(
-            "artifact", **kept, path=relative(target, run_dir), size=path_size(target), kind="file",
-            relocated_from=str(source), outside_output_dir=False,
-        )
+        record_relocation(record, target, source)
         outcomes.append(Outcome(str(source), str(target), "moved"))
     return outcomes

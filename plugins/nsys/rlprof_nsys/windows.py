@@ -73,11 +73,8 @@ class CaptureWindows:
             self._driver = driver
 
     def open(self, capture_id: str, step: int, region: str | None, directory: Path) -> Window:
-        """Open a window: cudaProfilerStart when CUDA is there. A window still open is closed first
-        (the core never nests them; this keeps start/stop paired whatever happens)."""
-        if self._open is not None:
-            log.warning("rlprof nsys: capture %s opens while %s is still open; closing that one first", capture_id, self._open.capture_id)
-            self.close()
+        """Open a window: cudaProfilerStart when CUDA is there. The core's capture state machine never
+        opens a window while another is open, so there is nothing to guard here."""
         if self._driver is None:
             self._driver = _cuda_driver()
         if self._driver:

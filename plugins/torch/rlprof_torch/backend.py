@@ -1,7 +1,7 @@
 """The ``torch`` backend: a torch.profiler Chrome trace per capture window, role regions as named ranges.
 
-What the hooks do (the core decides when a capture opens and closes; this module only follows
-``ctx.opens_capture``/``ctx.closes_capture``):
+What the hooks do (the core's capture state machine decides when a capture opens and closes, and
+never opens one inside another; this module only follows ``ctx.opens_capture``/``ctx.closes_capture``):
 
 * a hook with ``opens_capture`` starts a :class:`~rlprof_torch.session.TraceSession`; each step
   inside it is marked ``ProfilerStep#<step>`` (from ``start_step``, or from the ``start_role`` that
@@ -33,7 +33,6 @@ class TorchBackend:
         self._session: TraceSession | None = None
         self._ranges: dict[str, list] = {}
         """Open ``record_function`` ranges per region name, innermost last (a region may nest in itself)."""
-        self._told_no_cuda = False
 
     # ------------------------------------------------------------------ hooks
 
@@ -80,8 +79,6 @@ class TorchBackend:
 
     @hookimpl
     def step_boundary(self, ctx):
-        if ctx.iteration is not None:
-            return None  # an iteration inside a sampled region, not the end of the step
         if ctx.closes_capture:
             return self._close()
         if self._session is not None:
@@ -98,25 +95,11 @@ class TorchBackend:
     # ------------------------------------------------------------------ capture windows
 
     def _open(self, ctx) -> None:
-        if self._session is not None:
-            # The plan never opens a window inside another; if it happens anyway, do not leave the
-            # first profiler running (it would slow every later step): save it, then say so.
-            running = self._session
-            path = self._close()
-            raise RuntimeError(
-                f"torch backend: capture {ctx.capture.capture_id!r} opened while capture {running.capture_id!r} "
-                f"was still recording; one torch.profiler runs at a time per process. The earlier capture was "
-                f"stopped and saved to {path}"
-            )
         import torch
 
         contents = ctx.tool_config.get("contents", ())
         cuda_available = torch.cuda.is_available()
-        # Only an explicit 'cuda' deserves the notice: an empty contents means "whatever is there".
-        if "cuda" in contents and not cuda_available and not self._told_no_cuda:
-            self._told_no_cuda = True
-            log.warning("rlprof torch backend: contents asks for 'cuda' but torch.cuda.is_available() is False; "
-                        "tracing CPU activity only")
+        # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
         session = TraceSession(
             ctx.capture.capture_id, ctx.run, ctx.output_dir(), options.profile_arguments(contents, cuda_available)
         )

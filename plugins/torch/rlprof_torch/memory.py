@@ -1,25 +1,35 @@
 """The ``torch_memory`` backend: a CUDA caching-allocator snapshot (``.pickle``) per capture window.
 
 History recording (``torch.cuda.memory._record_memory_history``) starts when the first capture
-opens and stays on until ``finalize``; each later capture clears the history as it opens, so
-every snapshot holds the alloc/free events of its own window plus the state of every live block.
-Each close dumps ``rank<R>.memory_snapshot.pickle`` (open it at https://pytorch.org/memory_viz or
-with ``python -m torch.cuda._memory_viz trace_plot``). While a role region runs, its name is
-attached to every allocation (``_set_memory_metadata``), so the viewer says which role allocated what.
+opens and stays on until ``finalize``. With ``clear_history`` (the default) each later window
+clears the history as it opens, so every snapshot holds the alloc/free events of its own window
+plus the state of every live block. ``memory_snapshot_num_steps: N`` (verl's key) keeps the
+history across windows until they cover N training step numbers, then writes one snapshot for all of
+them. Each snapshot is ``rank<R>.memory_snapshot.pickle`` in the directory of the window that
+ends it (open it at https://pytorch.org/memory_viz or with
+``python -m torch.cuda._memory_viz trace_plot``). While a role region runs, its name is attached
+to every allocation (``_set_memory_metadata``), so the viewer says which role allocated what.
+With ``dump_on_oom`` (default, as in verl) a CUDA out-of-memory error writes
+``oom.memory_snapshot.pickle`` under the process's ``_process/`` directory first (:mod:`rlprof_torch.oom`).
 
-Snapshots come from the CUDA allocator: without a CUDA device the backend writes nothing and says
-so exactly once (through ``check_environment``, or at the first capture when nobody asked).
+The section's keys are documented and checked in :mod:`rlprof_torch.memory_options`. Snapshots
+come from the CUDA allocator: without a CUDA device the backend writes nothing and says so
+exactly once (through ``check_environment``, or at the first capture when nobody asked).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import pickle
 from pathlib import Path
-from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.errors import fail
-from rlprof.tool_config import check_keys
+from rlprof.layout import open_file
+
+from . import memory_options
+from .memory_options import DEFAULTS, validate  # noqa: F401  (validate: the section's checks, re-exported)
+from .oom import OomWatch
 
 log = logging.getLogger("rlprof.torch_memory")
 
@@ -27,29 +37,7 @@ NO_CUDA = (
     "no CUDA device (torch.cuda.is_available() is False): memory snapshots are recorded by the CUDA "
     "caching allocator, so torch_memory writes nothing on this machine"
 )
-CONTEXTS = (None, "state", "alloc", "all")
-STACKS = ("python", "all")
-VERL_UNUSED_KEYS = ("kw_args", "memory_snapshot_num_steps", "dump_on_oom")
-"""Keys verl defines for torch_memory that rlprof does not need (the core's plan says when to capture)."""
-DEFAULTS = {"trace_alloc_max_entries": 100_000, "stack_depth": 32, "context": "all", "stacks": "all"}
-"""verl's defaults for the first two; torch's for ``context`` and ``stacks``."""
-
-
-def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
-    """Check ``tool_config.torch_memory``; return every used key with its default filled in.
-
-    ``stack_depth`` is checked and kept for verl compatibility, but torch 2.13's recorder has no
-    depth limit to give it to (``stacks: python`` is the way to get shorter tracebacks)."""
-    check_keys(tool_config, key_path, used=tuple(DEFAULTS), ignored=VERL_UNUSED_KEYS)
-    config = {**DEFAULTS, **{k: v for k, v in tool_config.items() if k in DEFAULTS}}
-    for name in ("trace_alloc_max_entries", "stack_depth"):
-        value = config[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise fail(f"{key_path}.{name}", value, "a positive integer")
-    for name, allowed in (("context", CONTEXTS), ("stacks", STACKS)):
-        if config[name] not in allowed:
-            raise fail(f"{key_path}.{name}", config[name], ", ".join("null" if a is None else a for a in allowed))
-    return config
+SNAPSHOT_NAME = "rank{rank}.memory_snapshot.pickle"
 
 
 def cuda_available() -> bool:
@@ -59,18 +47,22 @@ def cuda_available() -> bool:
 
 
 class TorchMemoryBackend:
-    """One instance per :class:`rlprof.Profiler`."""
+    """One instance per :class:`rlprof.Profiler` (per process session when roles share a process)."""
 
     def __init__(self) -> None:
         self._recording = False
-        self._window_dir: Path | None = None
-        """Where the open capture window's snapshot goes; None between windows."""
+        self._window = None
+        """The hook context that opened the current window; None between windows."""
+        self._group_steps: list[int] = []
+        """Training step numbers covered since the last snapshot (``memory_snapshot_num_steps``)."""
         self._regions: list[str] = []
         self._no_cuda_said = False
+        self._oom: OomWatch | None = None
+        self._last_closed = None
 
     @hookimpl
     def validate_tool_config(self, tool_config, key_path):
-        return validate(tool_config, key_path)
+        return memory_options.validate(tool_config, key_path)
 
     @hookimpl
     def check_environment(self):
@@ -97,27 +89,34 @@ class TorchMemoryBackend:
         if self._recording and ctx.region in self._regions:
             del self._regions[len(self._regions) - 1 - self._regions[::-1].index(ctx.region)]
             _label_allocations(self._regions[-1] if self._regions else "")
+        self._collect_oom(ctx)
         if ctx.closes_capture:
-            return self._dump(ctx.run.rank)
-        return None
+            self._close(ctx, final=False)
 
     @hookimpl
     def step_boundary(self, ctx):
+        self._collect_oom(ctx)
         if ctx.closes_capture:
-            return self._dump(ctx.run.rank)
-        return None
+            self._close(ctx, final=False)
 
     @hookimpl
     def finalize(self, ctx):
+        if self._oom is not None:
+            self._oom.disarm(self)
+        self._collect_oom(ctx)
         if not self._recording:
-            return None
+            return
         import torch
 
-        path = self._dump(ctx.run.rank)
+        if self._window is not None:
+            self._close(self._window, final=True, sink=ctx)
+        elif self._group_steps:  # windows closed since the last snapshot, fewer than memory_snapshot_num_steps
+            self._write(self._last_closed, ctx)
         _label_allocations("")
         torch.cuda.memory._record_memory_history(enabled=None)
         self._recording = False
-        return path
+
+    # ------------------------------------------------------------------ windows
 
     def _open(self, ctx) -> None:
         if not cuda_available():
@@ -128,24 +127,65 @@ class TorchMemoryBackend:
         import torch
 
         cfg = ctx.tool_config
-        # The first window starts recording; later ones only drop what happened between windows.
-        torch.cuda.memory._record_memory_history(
-            enabled="all", context=cfg["context"], stacks=cfg["stacks"],
-            max_entries=cfg["trace_alloc_max_entries"], clear_history=self._recording,
-        )
+        if not self._recording or (cfg["clear_history"] and not self._group_steps):
+            # The first window starts recording; a later one, opening a new snapshot group, drops
+            # what happened between windows (clear_history).
+            torch.cuda.memory._record_memory_history(
+                **memory_options.record_arguments(cfg, clear_history=self._recording and cfg["clear_history"]))
+        if not self._recording and cfg["dump_on_oom"]:
+            self._arm_oom(ctx)
         self._recording = True
-        self._window_dir = ctx.output_dir()
+        self._window = ctx
 
-    def _dump(self, rank: int) -> Path | None:
-        """Write the open window's snapshot; None when no window is open (or there is no CUDA)."""
-        directory, self._window_dir = self._window_dir, None
-        if directory is None:
-            return None
+    def _close(self, ctx, *, final: bool, sink=None) -> None:
+        """End the open window; write the snapshot when its group is complete (or at the end)."""
+        opened, self._window = self._window, None
+        if opened is None:
+            return
+        covered = list(opened.capture.steps) if opened.capture else [opened.step]
+        self._group_steps.extend(s for s in covered if s not in self._group_steps)
+        self._last_closed = opened
+        if final or len(self._group_steps) >= opened.tool_config["memory_snapshot_num_steps"]:
+            self._write(opened, sink or ctx)
+
+    def _write(self, opened, sink) -> None:
+        """Dump the snapshot into ``opened``'s capture directory; list it through ``sink`` (the hook
+        call under way), naming the step numbers and capture it covers."""
         import torch
 
-        path = directory / f"rank{rank}.memory_snapshot.pickle"
-        torch.cuda.memory._dump_snapshot(str(path))
-        return path
+        covered, self._group_steps = self._group_steps, []
+        path = opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank)
+        with open_file(path, opened.run.run_dir, "wb") as handle:  # a new file, never through a link
+            pickle.dump(torch.cuda.memory._snapshot(), handle)
+        if opened.tool_config["memory_snapshot_num_steps"] > 1:
+            # Snapshots of groups of windows belong to no single capture: each names the step numbers it covers.
+            sink.add_artifact(path, steps=covered, step=covered[0], capture=None)
+        elif sink.capture is opened.capture:
+            sink.add_artifact(path)
+        else:  # written at finalize for the window still open
+            sink.add_artifact(path, steps=covered, step=covered[0],
+                              capture=opened.capture.capture_id if opened.capture else None)
+
+    # ------------------------------------------------------------------ out of memory
+
+    def _arm_oom(self, ctx) -> None:
+        try:
+            self._oom = OomWatch.attach()
+        except Exception as exc:
+            log.warning("rlprof torch_memory: dump_on_oom: the CUDA OOM observer could not be attached: %s: %s",
+                        type(exc).__name__, exc)
+            return
+        if self._oom is None:
+            log.warning("rlprof torch_memory: dump_on_oom: this torch has no CUDA OOM observer (torch._C.%s); "
+                        "no snapshot will be written on out-of-memory", "_cuda_attach_out_of_memory_observer")
+            return
+        process = dataclasses.replace(ctx, capture=None)  # output_dir(): the process's _process/ directory
+        self._oom.arm(self, process.output_dir, ctx.run.run_dir)
+
+    def _collect_oom(self, ctx) -> None:
+        if self._oom is not None:
+            for path in self._oom.take(self):
+                ctx.add_artifact(path, trigger="oom")
 
 
 def _label_allocations(region: str) -> None:

@@ -7,14 +7,22 @@ leaks into the next.
 Each training step inside the capture is marked ``ProfilerStep#<step>``, the range
 ``torch.profiler.profile.step()`` would write: HTA and TensorBoard's profiler plugin cut a trace
 into iterations by that name, so per-step analyses work on rlprof traces too.
+
+Kineto's console log is switched off before the first session of a process (see
+:func:`quiet_kineto`): otherwise every capture prints ``USDT:... profiler_start`` and
+``profiler_stop`` lines into the training's stderr.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
+
+from rlprof.layout import ensure_dir, open_file
 
 from .metadata import torch_writes_distributed_info, trace_metadata
 
@@ -36,6 +44,7 @@ class TraceSession:
         self._distributed_info_written = False
 
     def start(self) -> None:
+        quiet_kineto()
         self._profile.start()
         # torch adds its own distributedInfo as it starts, if a process group exists by then.
         self._distributed_info_written = torch_writes_distributed_info()
@@ -65,16 +74,28 @@ class TraceSession:
 
         The rank is in the file name so that the traces of one capture from every rank can be put in
         one directory (what HTA loads) without renaming; ``<worker>.pt.trace.json.gz`` is the name
-        TensorBoard's profiler plugin looks for."""
+        TensorBoard's profiler plugin looks for.
+
+        torch writes the plain JSON by path (following links, replacing files), so it writes into a
+        fresh private directory (``mkdtemp``: mode 0o700, a random name) inside the capture's
+        directory; the ``.gz`` is then created with :func:`rlprof.layout.open_file` — never through a
+        link planted under the run directory, never over an existing file."""
         self.end_step()
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
                                   distributed_info=not self._distributed_info_written)
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
         self._profile.stop()
-        plain = self.directory / f"rank{self.run.rank}.pt.trace.json"
-        self._profile.export_chrome_trace(str(plain))
-        return gzip_beside(plain)
+        root = self.run.run_dir
+        ensure_dir(self.directory, root)
+        packed = self.directory / f"rank{self.run.rank}.pt.trace.json.gz"
+        private = Path(tempfile.mkdtemp(prefix=".export-", dir=self.directory))
+        try:
+            plain = private / packed.name[: -len(".gz")]
+            self._profile.export_chrome_trace(str(plain))
+            return gzip_into(plain, packed, root)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 GZIP_LEVEL = 6
@@ -88,8 +109,41 @@ def gzip_beside(plain: Path) -> Path:
     recompresses it line by line at level 9, several times slower than exporting plain JSON and
     compressing it in large blocks here (bench/bench_torch_overhead.py measures both); it also
     keeps a multi-GB trace out of a small /tmp."""
-    packed = plain.with_name(plain.name + ".gz")
-    with open(plain, "rb") as source, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as target:
-        shutil.copyfileobj(source, target, 1 << 20)
+    packed = gzip_into(plain, plain.with_name(plain.name + ".gz"), plain.parent)
     plain.unlink()
     return packed
+
+
+def gzip_into(plain: Path, packed: Path, root: Path) -> Path:
+    """Compress ``plain`` into a new file ``packed`` under ``root`` (opened with
+    :func:`rlprof.layout.open_file`: no links followed, an existing file is never replaced). A
+    ``packed`` left half-written by an error (disk full) is removed; the error propagates."""
+    with open(plain, "rb") as source, open_file(packed, root, "wb") as raw:
+        try:
+            with gzip.GzipFile(filename=plain.name, mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+        except BaseException:
+            try:
+                os.unlink(packed)  # ours: open_file created it (O_EXCL) a moment ago
+            except OSError:
+                pass
+            raise
+    return packed
+
+
+KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"
+KINETO_SILENT = "6"
+"""Above Kineto's highest level (VERBOSE 0, INFO 1, WARNING 2, STAGE 3, ERROR 4, USDT 5).
+
+torch 2.13's Kineto logs ``USDT:<time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] profiler_start``
+(and ``profiler_stop``) to stderr at its highest level, USDT, for every profiler start and stop, so no
+level shows Kineto's errors without those lines; rlprof hides both. ``KINETO_LOG_LEVEL=4`` (set
+before the first capture) brings Kineto's errors back, with the USDT lines."""
+
+
+def quiet_kineto() -> None:
+    """Silence Kineto's console log for this process unless the user chose a level.
+
+    Kineto reads ``KINETO_LOG_LEVEL`` once, when the process's first profiler starts, so this must
+    run before that; it is a no-op afterwards and when the variable is already set."""
+    os.environ.setdefault(KINETO_LOG_LEVEL, KINETO_SILENT)

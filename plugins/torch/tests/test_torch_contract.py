@@ -7,7 +7,9 @@ from pathlib import Path
 
 import rlprof_torch
 
-SELECTION_WORDS = re.compile(r"\b(ranks|all_ranks|steps|discrete|enable|profile_continuous_steps)\b")
+SELECTION_WORDS = re.compile(r"(?<![.\w])(ranks|all_ranks|steps|discrete|enable|profile_continuous_steps)\b(?!=)")
+"""The settings' names as words; not an attribute of a core object (``ctx.capture.steps``: the core's
+resolved decision) nor a keyword argument to a core API (``ctx.add_artifact(path, steps=...)``)."""
 
 
 def test_backend_code_never_mentions_the_selection_settings():

@@ -1,12 +1,12 @@
-"""The torch backend's hooks called directly, for what the plan never does but a backend must survive."""
+"""The torch backend's hooks called directly, and the capture rules the core guarantees it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
+import rlprof
 from rlprof.context import Capture, FinalizeContext, RoleContext, RunInfo, StepContext
 from rlprof_torch.backend import TorchBackend
 
@@ -29,15 +29,21 @@ def profiling() -> bool:
     return torch._C._autograd._profiler_enabled()
 
 
-def test_a_second_capture_is_refused_and_the_first_is_saved(run, read_trace):
-    backend = TorchBackend()
-    backend.start_step(StepContext(**common(run, "step1"), step=1, opens_capture=True))
-    with pytest.raises(RuntimeError, match=r"capture 'step1.actor_update' opened while capture 'step1' was still recording") as caught:
-        backend.start_role(RoleContext(**common(run, "step1.actor_update"), step=1, role="actor", region="actor_update",
-                                       opens_capture=True))
-    assert not profiling()
-    saved = Path(str(caught.value).rsplit(" ", 1)[1])
-    assert saved.is_file() and read_trace(saved).count("ProfilerStep#1") == 1
+def test_a_region_nested_in_a_discrete_capture_is_a_range_of_the_outer_trace(make_config, read_trace):
+    """The core never asks for a capture inside a capture: the inner region is a range of the outer trace."""
+    prof = rlprof.Profiler(make_config(torch_config={"discrete": True}), roles=("actor", "ref"))
+    for step in (1, 2):
+        prof.start_step(step)
+        with prof.role("actor", "update"):
+            with prof.role("ref", "compute_log_prob"):
+                torch.ones(4).sum()
+        prof.step_boundary()
+    artifacts = prof.finalize()
+    assert not prof.errors and not profiling()
+    assert [a["capture"] for a in artifacts] == ["step1.actor_update", "step2.actor_update"]
+    for record in artifacts:
+        trace = read_trace(prof.run.run_dir / record["path"])
+        assert trace.count("actor_update") == 1 and trace.count("ref_compute_log_prob") == 1
 
 
 def test_finalize_stops_an_open_capture_and_closes_ranges_once(run, read_trace):

@@ -1,0 +1,134 @@
+"""Everything the demo can refuse before it starts Ray: flags, configuration, packages, the machine.
+
+Starting Ray and the workers costs 10-20 s; a run that cannot capture anything, or cannot run at
+all, should say so in a second or two instead, in one plain sentence, with exit status 2. This is
+the same knowledge ``rlprof check`` has (the configuration, the plan of every worker, each
+backend's ``check_environment``), applied to the demo's fixed job shape: ``--workers`` ranks, each
+one process hosting actor, rollout and ref.
+
+:func:`preflight` returns the warnings to print once (a backend that cannot capture here while
+another one can, configuration warnings) or raises :class:`Refusal`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..config import ROLE_PATHS, ProfilerConfig
+from ..errors import ConfigError
+
+HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
+"""The roles each demo worker hosts (one process per rank, as verl's hybrid engine)."""
+
+REQUIREMENTS = (
+    ("ray", "ray", "pip install 'rlprof[ray]' (or: pip install ray)"),
+    ("torch", "torch", "pip install rlprof-torch (it brings torch)"),
+)
+"""(module, what it is called, how to install it): the demo's own dependencies."""
+
+
+class Refusal(Exception):
+    """The demo cannot run as asked; the message is the one line to print (exit status 2)."""
+
+
+@dataclass
+class Preflight:
+    """What the checks found that does not stop the run, to print once before it starts."""
+
+    warnings: list[str] = field(default_factory=list)
+    unavailable: dict[str, list[str]] = field(default_factory=dict)
+    """Backend -> why it will capture nothing on this machine (its ``check_environment``)."""
+
+
+def check_flags(workers: int, train_steps: int | None, timeout_s: float) -> None:
+    """The numeric flags, before any configuration is read."""
+    if workers < 1:
+        raise Refusal(f"--workers: got {workers}; allowed: 1 or more worker processes (each one rank hosting actor, rollout and ref)")
+    if train_steps is not None and train_steps < 1:
+        raise Refusal(f"--train-steps: got {train_steps}; allowed: 1 or more training steps")
+    if not timeout_s > 0:
+        raise Refusal(f"--timeout: got {timeout_s:g}; allowed: a number of seconds above 0")
+
+
+def check_steps(config: ProfilerConfig, train_steps: int) -> None:
+    """Every profiled step must be one the demo trains (the configuration already refuses steps below 1)."""
+    steps = config.global_.steps or ()
+    late = [s for s in steps if s > train_steps]
+    if late:
+        raise Refusal(f"--steps: step {_listed(late)} is after the last training step ({train_steps}); "
+                      f"profile steps 1 to {train_steps}, or train longer with --train-steps {max(late)}")
+
+
+def check_packages() -> None:
+    """ray and torch importable (found, not imported: importing torch alone takes seconds)."""
+    for module, name, install in REQUIREMENTS:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a finder that refuses the name, a half-removed package
+            found = False
+        if not found:
+            raise Refusal(f"the demo needs {name}, which is not installed: {install}")
+
+
+def check_save_path(save_path: str) -> None:
+    from ..layout import check_save_path as why_unusable
+
+    reason = why_unusable(save_path)
+    if reason is not None:
+        raise Refusal(f"--save-path {save_path!r} cannot be used: {reason}")
+
+
+def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBRID_ENGINE_ROLES) -> Preflight:
+    """What ``rlprof check`` would say about this job: every worker's plan resolves (ranks within
+    the world), every backend imports and accepts its tool_config, and at least one selected
+    backend can capture on this machine.
+
+    :raises Refusal: the plan is invalid, or no selected backend can capture here.
+    """
+    from ..checking import check_config
+
+    try:
+        result = check_config(config, world_size=workers, roles=roles)
+    except ConfigError as exc:
+        raise Refusal(f"invalid configuration: {exc}") from None
+    found = Preflight(warnings=once_per_role(config.warnings), unavailable=dict(result.environment))
+    tools = config.global_.tools
+    if config.enabled and not any(plan.active for plan in result.plans):
+        raise Refusal(f"nothing would be captured: no role is selected on any of the {workers} worker ranks "
+                      f"(0..{workers - 1}); set --ranks, or leave it out to profile every rank")
+    if config.enabled and tools and all(t in found.unavailable for t in tools):
+        reasons = "; and ".join(f"{t} cannot capture here ({'; '.join(found.unavailable[t])})" for t in tools)
+        raise Refusal(f"nothing would be captured on this machine because {reasons}; "
+                      f"`rlprof backends` shows what each backend needs, and `--tool torch` captures on any machine")
+    for tool in tools:
+        for problem in found.unavailable.get(tool, ()):
+            found.warnings.append(f"{tool} will capture nothing on this machine: {problem}")
+    return found
+
+
+def once_per_role(warnings: Sequence[str]) -> list[str]:
+    """The same warning about several roles' sections said once: the demo writes one section per
+    role from the same flags, so ``actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ...``."""
+    groups: dict[str, list[str]] = {}
+    for warning in warnings:
+        path = next((p for p in ROLE_PATHS.values() if warning.startswith(p + ".")), "")
+        groups.setdefault(warning[len(path):], []).append(path)
+    out = []
+    for rest, paths in groups.items():
+        if len(paths) == 1 or "" in paths:
+            out.extend(path + rest for path in paths)
+            continue
+        parts = [path.split(".") for path in paths]
+        common = 0
+        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+            common += 1
+        head = ".".join(parts[0][:common])
+        tails = ",".join(".".join(p[common:]) for p in parts)
+        out.append(f"{head + '.' if head else ''}{{{tails}}}{rest}")
+    return out
+
+
+def _listed(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
