@@ -99,6 +99,28 @@ def test_nvtx_windows_one_report_per_profiled_step_moved_into_the_run(tmp_path):
     assert not list((tmp_path / "run").glob("*.nsys-rep"))  # nothing left behind
 
 
+def test_reports_written_at_exit_are_pending_then_relocated(tmp_path):
+    # an explicit capture-range-end=repeat (what rlprof uses when the plan cannot count): nsys writes
+    # the reports when the process exits, after finalize; `rlprof relocate` moves them afterwards
+    config = verl_config(tmp_path / "out", steps=[1, 2], relocate=True,
+                         nsys={"capture_range": "nvtx", "worker_nsight_options": {"capture-range-end": "repeat"}})
+    options = windowed_options(config, expected=2)
+    assert options["capture-range-end"] == "repeat"
+    (result,) = profile_loops(tmp_path / "run", (spec(config, run_steps=(1, 2, 3)), options))
+    at_finalize = {r["window"]: r for r in nsys_files(tmp_path / "out")}
+    assert {w: r["kind"] for w, r in at_finalize.items()} == {1: "pending", 2: "pending"}
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "relocate", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "out").iterdir())
+    moved = {r["window"]: r for r in nsys_files(tmp_path / "out") if r["kind"] == "file"}
+    assert set(moved) == {1, 2}
+    for window, step in ((1, 1), (2, 2)):
+        assert ranges(run_dir / moved[window]["path"]) == {"rlprof_capture": 1, f"step{step}": 1,
+                                                           "ref_compute_log_prob": 1, "actor_update": 1}
+    assert not list((tmp_path / "run").glob("*.nsys-rep"))
+
+
 def test_discrete_windows_one_report_per_region(tmp_path):
     config = verl_config(tmp_path / "out", steps=[2], mode="discrete", relocate=True, nsys={"capture_range": "nvtx"})
     (result,) = profile_loops(tmp_path / "run", (spec(config, run_steps=(1, 2, 3)), windowed_options(config, expected=2)))
