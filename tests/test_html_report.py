@@ -56,6 +56,14 @@ def test_the_page_holds_the_anatomy_heat_map_stragglers_and_files(page):
     assert '<span class="badge ok">ok</span>' in text
 
 
+def test_html_replaces_only_an_earlier_page(page, tmp_path, capsys):
+    assert main([str(tmp_path / "save"), "--html", "-o", str(page)]) == 0  # refreshed
+    notes = tmp_path / "notes.html"
+    notes.write_text("<html>my notes</html>")
+    assert main([str(tmp_path / "save"), "--html", "-o", str(notes)]) == 2
+    assert notes.read_text() == "<html>my notes</html>" and "was not written by this command" in capsys.readouterr().err
+
+
 def test_html_needs_an_output_file(tmp_path, capsys):
     generate_run(tmp_path, run_id=RUN, ranks=1, steps=(1,))
     with pytest.raises(SystemExit) as exc:

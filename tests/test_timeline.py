@@ -75,12 +75,17 @@ def test_steps_filter_and_ranks_on_several_hosts(tmp_path):
     assert parse_steps("1,3,5-7") == [1, 3, 5, 6, 7]
 
 
-def test_never_replaces_a_file_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
-    generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,))
-    out = tmp_path / "keep.json"
-    out.write_text("mine")
-    assert main([str(tmp_path / "save"), "-o", str(out)]) == 2
-    assert out.read_text() == "mine" and "never replaces" in capsys.readouterr().err
+def test_replaces_only_an_earlier_timeline_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
+    run_dir = generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,), trace_bytes=100)
+    [trace] = run_dir.rglob("*.pt.trace.json.gz")
+    before = trace.read_bytes()
+    assert main([str(tmp_path / "save"), "-o", str(trace)]) == 2  # a mistyped -o: the trace is kept
+    assert trace.read_bytes() == before and "was not written by this command" in capsys.readouterr().err
+    out = tmp_path / "timeline.json"
+    assert main([str(tmp_path / "save"), "-o", str(out)]) == 0
+    assert main([str(tmp_path / "save"), "-o", str(out), "--steps", "1"]) == 0  # an earlier timeline: refreshed
+    assert json.loads(out.read_text())["otherData"]["rlprof"]["steps"] == [1]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
     assert main([str(tmp_path / "save"), "-o", str(tmp_path / "t.json"), "--steps", "9"]) == 1
     assert "nothing to draw" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
     assert main([str(tmp_path / "empty"), "-o", str(tmp_path / "t.json")]) == 2

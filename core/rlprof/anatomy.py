@@ -182,21 +182,26 @@ class Anatomy:
 
 def timing_record(record: dict[str, Any]) -> bool:
     """Is this a ``step`` or ``region`` record with every field the anatomy needs, well typed? (A
-    manifest edited by hand or cut short must not break a report: such records are skipped.)"""
+    manifest edited by hand or cut short must not break a report: such records are skipped.)
+    Called once per record of a run: kept to plain type checks (``bool`` is not an ``int`` here)."""
     kind = record.get("type")
-    if kind not in ("step", "region"):
+    if kind != "step" and kind != "region":
         return False
-    ints = (record.get("step"), record.get("rank"), record.get("start_ns"), record.get("end_ns"))
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) or record["end_ns"] < record["start_ns"]:
+    try:
+        step, rank, start, end, ms = record["step"], record["rank"], record["start_ns"], record["end_ns"], record["duration_ms"]
+    except KeyError:
         return False
-    if not isinstance(record.get("duration_ms"), (int, float)) or isinstance(record.get("duration_ms"), bool):
+    if type(step) is not int or type(rank) is not int or type(start) is not int or type(end) is not int or end < start:
         return False
-    return kind == "step" or isinstance(record.get("region"), str)
+    if type(ms) is not float and type(ms) is not int:
+        return False
+    return kind == "step" or type(record.get("region")) is str
 
 
-def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT) -> Anatomy:
+def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT, *, checked: bool = False) -> Anatomy:
     """The anatomy of one run from its ``step`` and ``region`` records (other records, and timing
-    records missing a field, are ignored: see :func:`timing_record`)."""
+    records missing a field, are ignored: see :func:`timing_record`; ``checked``: the caller already
+    left those out)."""
     step_times: dict[int, dict[int, RankTime]] = {}
     spans: dict[int, list[int]] = {}
     region_times: dict[tuple[int, str], dict[int, RankTime]] = {}
@@ -205,9 +210,9 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     errors: dict[tuple[int, str], list[str]] = {}
     iterations: dict[tuple[int, str], dict[int, list[list[int]]]] = {}
     for r in records:
-        if not timing_record(r):
+        kind = r.get("type")
+        if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
             continue
-        kind = r["type"]
         if kind == "step":
             step, rank = r["step"], r["rank"]
             ms = float(r["duration_ms"])
@@ -220,9 +225,9 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             step, rank, name = r["step"], r["rank"], r["region"]
             if name not in shape:
                 shape[name] = (r.get("role") or name.split("_")[0], int(r.get("depth") or 0), r.get("parent"))
-                first_seen[name] = r.get("start_ns", 0)
-            else:
-                first_seen[name] = min(first_seen[name], r.get("start_ns", 0))
+                first_seen[name] = r["start_ns"]
+            elif r["start_ns"] < first_seen[name]:
+                first_seen[name] = r["start_ns"]
             cell = region_times.setdefault((step, name), {})
             known = cell.get(rank)
             if known is None:

@@ -29,6 +29,8 @@ from .verdict import verdict_lines
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
 UNTRACKED = "#d9d9d9"
+MARKER = b'<meta name="generator" content="rlprof report">'
+"""In the head of every page: ``-o`` replaces only a file that holds it (:mod:`rlprof.outputs`)."""
 HEAT_ROWS = 256
 """The heat map draws at most this many ranks (the slowest first beyond that)."""
 FILES_LISTED = 200
@@ -51,7 +53,7 @@ def render_page(reports: Sequence[RunReport]) -> str:
     """The whole page for the given runs (newest first, as :func:`rlprof.report.build_reports` gives them)."""
     title = f"rlprof report: run {reports[0].run_id}" if len(reports) == 1 else f"rlprof report: {len(reports)} runs"
     body = "\n".join(_run_section(r) for r in reports)
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{MARKER.decode()}"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n{body}\n</body></html>\n")
 

@@ -29,6 +29,7 @@ from typing import Sequence
 
 from .anatomy import STRAGGLER_PCT, Anatomy
 from .details import DETAILS_GROUP, add_details
+from .outputs import refusal, replacing
 from .runs import File, RunReport, build_report, build_reports, role_index, size_text
 from .verdict import Verdict, problem_lines, verdict, verdict_lines
 
@@ -188,6 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if opts.html and not opts.output:
         parser.error("--html needs -o FILE")
+    if opts.html:
+        from .html_report import MARKER
+
+        refused = refusal(Path(opts.output), MARKER)
+        if refused:
+            print(f"rlprof report: {refused}", file=sys.stderr)
+            return EXIT_USAGE
     absent = [p for p in opts.paths if not Path(p).exists()]
     if absent:
         print(f"rlprof report: not found: {', '.join(absent)}", file=sys.stderr)
@@ -206,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .html_report import render_page
 
         try:
-            Path(opts.output).write_text(render_page(reports), encoding="utf-8")
+            with replacing(Path(opts.output)) as handle:
+                handle.write(render_page(reports))
         except OSError as exc:
             print(f"rlprof report: cannot write {opts.output}: {exc}", file=sys.stderr)
             return EXIT_PROBLEMS

@@ -198,16 +198,19 @@ def usable(record: dict[str, Any]) -> bool:
     if kind in ("step", "region"):
         return timing_record(record)
     needed = REQUIRED.get(kind)
-    return needed is not None and all(isinstance(record.get(k), t) and not isinstance(record.get(k), bool) for k, t in needed.items())
+    return needed is not None and all(type(record.get(k)) is t for k, t in needed.items())
 
 
 def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT) -> RunReport:
     """The report of one run from its manifest records (all nodes' together)."""
-    records = [r for r in records if usable(r)]
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    run_dirs: set[str] = set()
+    for r in records:  # one pass: a large run has tens of thousands of records
+        if usable(r):
+            by_type.setdefault(r["type"], []).append(r)
+            run_dirs.add(r["_run_dir"])
     processes: dict[str, Process] = {}
-    for r in records:
-        if r["type"] != "process":
-            continue
+    for r in by_type.get("process", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].join(r)
             continue
@@ -217,24 +220,23 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
             tools=list(r.get("tools", [])), replica_rank=r.get("replica_rank"), expected_captures=r.get("expected_captures"),
             environment={k: list(v) for k, v in (r.get("environment") or {}).items()},
         )
-    for r in records:
-        if r["type"] == "finalized" and r["_manifest"] in processes:
+    for r in by_type.get("finalized", []):
+        if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts = [r for r in records if r["type"] == "artifact"]
-    cells = _cells(artifacts, [r for r in records if r["type"] == "region"])
+    artifacts, regions = by_type.get("artifact", []), by_type.get("region", [])
+    cells = _cells(artifacts, regions)
     ordered = sorted(processes.values(), key=lambda p: (p.rank, p.host, p.pid))
     return RunReport(
         run_id=run_id,
-        run_dirs=sorted({r["_run_dir"] for r in records}),
+        run_dirs=sorted(run_dirs),
         processes=ordered,
         files=_files(artifacts),
         cells=sorted(cells.values(), key=_row_order),
-        anatomy=step_anatomy(records, straggler_pct),
+        anatomy=step_anatomy(by_type.get("step", []) + regions, straggler_pct, checked=True),
         missing=_missing(ordered, cells),
         short_captures=_short_captures(ordered, artifacts),
-        errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in records if r["type"] == "error"],
-        worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error")
-                         for r in records if r["type"] == FAILURE_RECORD],
+        errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
+        worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
     )
 
 
@@ -272,7 +274,7 @@ def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]]) -> di
                 cell = cells.get(key)
                 if cell is None:
                     cell = cells[key] = Cell(step=step, role=role, rank=a["rank"], host=a["host"], pid=a["pid"], backend=a["backend"])
-                    cell.ranges = {name: dict(v) for name, v in times.get((step, role, a["_manifest"]), {}).items()}
+                    cell.ranges = times.get((step, role, a["_manifest"]), {})  # shared, read-only
                 if a.get("capture") and a["capture"] not in cell.captures:
                     cell.captures.append(a["capture"])
                 cell.files[path] = a.get("size", 0)

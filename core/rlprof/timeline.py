@@ -16,7 +16,7 @@ From the manifests alone it writes a Chrome trace-event JSON file with
 Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
 
 Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
-2 usage (no manifests, unknown run, the output exists).
+2 usage (no manifests, unknown run, ``-o`` names a file that is not an earlier timeline).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .anatomy import timing_record
 from .manifest import read_records
+from .outputs import refusal, replacing
 from .runs import role_index
 from .traces import chrome_traces, clock_offset_ns, load_trace
 
@@ -210,19 +211,20 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
 
 
+MARKER = b'"otherData": {"rlprof": '
+"""The first bytes of every timeline: ``-o`` replaces only a file that holds them (:mod:`rlprof.outputs`)."""
+
+
 def write_timeline(events: Iterable[dict[str, Any]], output: Path, other: dict[str, Any]) -> int:
-    """Stream the events into a new file ``output`` (never replacing one); returns how many."""
+    """Stream the events into ``output`` (through a temporary file: an interrupted write leaves
+    nothing half-written); returns how many."""
     count = 0
-    with open(output, "x", encoding="utf-8") as handle:
-        try:
-            handle.write('{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other) + ', "traceEvents": [\n')
-            for event in events:
-                handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
-                count += 1
-            handle.write("\n]}\n")
-        except BaseException:
-            os.unlink(output)  # ours, half written: leave nothing that looks like a timeline
-            raise
+    with replacing(output) as handle:
+        handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
+        for event in events:
+            handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
+            count += 1
+        handle.write("\n]}\n")
     return count
 
 
@@ -257,8 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
         return EXIT_USAGE
     output = Path(opts.output)
-    if os.path.lexists(output):
-        print(f"rlprof timeline: {output} exists; choose a new file (timeline never replaces a file)", file=sys.stderr)
+    refused = refusal(output, MARKER)
+    if refused:
+        print(f"rlprof timeline: {refused}", file=sys.stderr)
         return EXIT_USAGE
     by_run: dict[str, list[dict[str, Any]]] = {}
     for record in read_records(opts.paths):
@@ -285,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof timeline: run {run_id}: nothing to draw: {exc}", file=sys.stderr)
         return EXIT_FAILED
     origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
-    other = {"rlprof": {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}}
+    other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
     try:
         count = write_timeline(_chain(first, events), output, other)
     except OSError as exc:
