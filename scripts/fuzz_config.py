@@ -134,6 +134,7 @@ def main(argv=None) -> int:
     worst = collections.Counter()
     per_stage = {stage: collections.Counter() for stage in ("load", "check", "profiler")}
     slowest = {stage: 0.0 for stage in per_stage}
+    slowest_case = {stage: "" for stage in per_stage}
     samples: dict[str, str] = {}
     by_base = collections.Counter()
     started = time.perf_counter()
@@ -156,7 +157,8 @@ def main(argv=None) -> int:
         outcomes = {stage: classify(result[stage]) for stage in per_stage}
         for stage, outcome in outcomes.items():
             per_stage[stage][outcome] += 1
-            slowest[stage] = max(slowest[stage], float(result[stage + "_s"]))
+            if float(result[stage + "_s"]) > slowest[stage]:
+                slowest[stage], slowest_case[stage] = float(result[stage + "_s"]), label
             if outcome in ("traceback", "rejected-unnamed"):
                 key = result[stage].strip().splitlines()[-1][:160]
                 samples.setdefault(f"{stage} {outcome}: {key}", f"{label}\n{result[stage][-1200:]}")
@@ -173,6 +175,8 @@ def main(argv=None) -> int:
     for stage, counts in per_stage.items():
         print(f"  {stage:<9} {counts.get('ok', 0):>5} / {counts.get('rejected', 0):>5} / {counts.get('rejected-unnamed', 0):>3} / "
               f"{counts.get('traceback', 0):>3}   slowest {slowest[stage]:.2f} s")
+    for stage, label in slowest_case.items():
+        print(f"  slowest {stage}: {label[:300]}")
     for key, label in list(samples.items())[:12]:
         print(f"\n--- {key}\n{label}")
     shutil.rmtree(scratch, ignore_errors=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from rlprof import capture as machine_module
-from rlprof.capture import TRANSITIONS, UNREACHABLE, CaptureMachine, OpenRegion
+from rlprof.capture import TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, OpenRegion
 from rlprof.plan import step_runs
 from rlprof.schedule import Schedule
 
@@ -33,10 +33,10 @@ def machine(steps=(1, 2), *, discrete=False, continuous=False):
     def run_of(step):
         return next((run for run in runs if step in run), (step,))
 
-    actions = []
-    m = CaptureMachine(discrete=discrete, run_of=run_of, make_capture=FakeCapture, emit=actions.append)
+    log = ActionLog()
+    m = CaptureMachine(discrete=discrete, run_of=run_of, make_capture=FakeCapture, hooks=log)
     m.profiled = lambda step: any(step in run for run in runs)
-    return m, actions
+    return m, log.actions
 
 
 def play(m, script):
@@ -298,9 +298,21 @@ def test_random_trainers_never_nest_captures_and_close_only_what_was_opened(seed
 def test_release_from_inside_an_opening_call_closes_that_capture_as_the_current_step():
     """What the session does when a backend raises while the machine emits: the state is already the new one."""
     seen = []
+
+    class Releasing(ActionLog):
+        def __getattribute__(self, name):
+            method = super().__getattribute__(name)
+            if name not in ("start_step", "step_boundary", "start_role", "iteration_boundary", "stop_role"):
+                return method
+
+            def call(*args):
+                method(*args)
+                seen.append((self.actions[-1].label(), labels(m.release_actions())))
+            return call
+
     runs = step_runs((1, 2, 3), True)
     m = CaptureMachine(discrete=False, run_of=lambda s: next((r for r in runs if s in r), (s,)),
-                       make_capture=FakeCapture, emit=lambda a: seen.append((a.label(), labels(m.release_actions()))))
+                       make_capture=FakeCapture, hooks=Releasing())
     m.start_step(1, True)
     m.end_step()
     m.start_step(5, False)  # leaves the run: a late close

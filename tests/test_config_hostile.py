@@ -235,6 +235,9 @@ def test_a_bad_override_says_which_override():
     assert error_of(None, ["global profiler.tool=x"]).startswith(
         "override 'global profiler.tool=x': the key 'global profiler.tool' is not a dotted key path")
     assert error_of(None, [5]).startswith("override 5 (int): allowed: a 'key=value' string")
+    assert error_of(None, 5) == "overrides: got 5 (int); allowed: a list of 'key=value' strings"
+    assert load_config(None, None).global_.steps is None
+    assert load_config(None, "global_profiler.steps=[2]").global_.steps == (2,)  # one override given as a string
 
 
 def test_hydra_delete_override():

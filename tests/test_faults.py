@@ -332,3 +332,24 @@ def test_a_hook_running_past_the_watchdog_limit_is_reported_while_training_waits
     prof.finalize()
     [timeout] = [r for r in read_records([save_path]) if r["type"] == "error" and r["kind"] == "timeout"]
     assert (timeout["backend"], timeout["hook"]) == ("slow", "start_step") and "time.sleep" in timeout["stack"]
+
+
+def test_a_backend_raising_between_sampled_iterations_is_released_and_the_others_go_on(test_backends, save_path):
+    prof = profiler(save_path, "actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in=[iteration_boundary]",
+                    "actor_rollout_ref.actor.profiler.schedule.active=3")
+    for step in (1, 2, 3):
+        prof.start_step(step)
+        with prof.role("actor", "update"):
+            for _ in range(3):
+                with prof.iteration():
+                    pass
+        prof.step_boundary()
+    prof.finalize()
+    faulty = prof.backends.plugins["faulty"]
+    # released inside step 1's window: its range closed, then the step capture, then finalize once
+    assert faulty.sequence()[-3:] == ["stop_role:actor_update", "step_boundary:1-", "finalize:None"]
+    assert faulty.open_captures() == []
+    records = list(read_records([save_path]))
+    assert [(c["closed"], c["finalized"]) for c in records if c["type"] == "cleanup"] == [(["step1"], True)]
+    recorder = [a["steps"] for a in prof.artifacts if a["backend"] == "recorder"]
+    assert recorder == [[1], [2]]

@@ -85,11 +85,14 @@ def test_npu_without_torch_npu_says_why_nothing_would_be_captured(tmp_path):
                    "torch_npu cannot be imported")
 
 
-@no_cuda
-def test_nsys_without_a_gpu_is_refused_instead_of_timing_out(tmp_path):
+def test_nsys_without_nsys_on_path_is_refused_instead_of_timing_out(tmp_path):
+    # without a GPU the nsys demo runs (capture windows as NVTX ranges: plugins/nsys/tests/test_nsys_real.py);
+    # without the nsys CLI nothing can be captured, and the demo says so before starting Ray
     pytest.importorskip("rlprof_nsys")
-    proc, seconds = rlprof("demo", "--tool", "nsys", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
-    assert_refused(proc, seconds, "nothing would be captured on this machine because nsys cannot capture here")
+    hide_nsys = "import os, sys\nos.environ['PATH'] = os.path.dirname(sys.executable)"
+    proc, seconds = rlprof("demo", "--tool", "nsys", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=hide_nsys)
+    assert_refused(proc, seconds, "nothing would be captured on this machine because nsys cannot capture here",
+                   "nsys (Nsight Systems CLI) is not on PATH")
 
 
 HIDE_RAY = """

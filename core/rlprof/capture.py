@@ -94,37 +94,38 @@ class OpenRegion:
     """One region the trainer is inside (``with prof.role(...)``, a decorated call), as the machine sees it.
 
     ``schedule`` is the role's sampling schedule (None: the whole region is one window). The session
-    fills ``start_ns``/``end_ns`` and ``owner`` for its timing records and tool configs.
+    fills ``start_ns``/``end_ns``, ``owner`` and ``configs`` for its timing records and hook calls.
+    Fields that start the same for every region are class attributes (a region is created on the hot
+    path of every profiled ``with prof.role(...)``; only what differs is set per instance).
     """
 
-    __slots__ = ("role", "name", "schedule", "owner", "parent", "depth", "iteration", "in_iteration", "window",
-                 "holds", "first", "capture", "sampled", "marked", "error", "start_ns", "end_ns", "step")
+    parent: "OpenRegion | None" = None
+    depth = 0
+    iteration = 0
+    """Iterations marked so far (the index of the next one)."""
+    in_iteration = False
+    window = False
+    """A window of this region is open now (its start_role was sent, its stop_role not yet)."""
+    holds = False
+    """The open window also opened the open capture (discrete, no capture open when it began)."""
+    first = 0
+    """First iteration of the open window."""
+    capture: str | None = None
+    """Id of the first capture this region's windows were in (for its timing record)."""
+    sampled: list[int] | None = None
+    """``[first, last]`` iteration captured over all its windows, or None."""
+    marked = 0
+    error: BaseException | None = None
+    start_ns = 0
+    end_ns = 0
+    step: int | None = None
+    configs: Any = None
 
     def __init__(self, role: str, name: str, schedule: Any = None, owner: Any = None):
         self.role = role
         self.name = name
         self.schedule = schedule
         self.owner = owner
-        self.parent: OpenRegion | None = None
-        self.depth = 0
-        self.iteration = 0
-        """Iterations marked so far (the index of the next one)."""
-        self.in_iteration = False
-        self.window = False
-        """A window of this region is open now (its start_role was sent, its stop_role not yet)."""
-        self.holds = False
-        """The open window also opened the open capture (discrete, no capture open when it began)."""
-        self.first = 0
-        """First iteration of the open window."""
-        self.capture: str | None = None
-        """Id of the first capture this region's windows were in (for its timing record)."""
-        self.sampled: list[int] | None = None
-        """``[first, last]`` iteration captured over all its windows, or None."""
-        self.marked = 0
-        self.error: BaseException | None = None
-        self.start_ns = 0
-        self.end_ns = 0
-        self.step: int | None = None
 
 
 class Action:
@@ -132,7 +133,7 @@ class Action:
 
     __slots__ = ("hook", "step", "capture", "opens", "closes", "region", "iterations", "iteration", "error", "ends_step")
 
-    def __init__(self, hook: str, step: int | None, capture: Any, *, opens: bool = False, closes: bool = False,
+    def __init__(self, hook: str, step: int | None, capture: Any, opens: bool = False, closes: bool = False,
                  region: OpenRegion | None = None, iterations: tuple[int, int] | None = None,
                  iteration: int | None = None, error: BaseException | None = None, ends_step: bool = True):
         self.hook = hook
@@ -159,6 +160,41 @@ class Action:
     def __repr__(self) -> str:
         return f"Action({self.label()})"
 
+    def send(self, hooks: Any) -> None:
+        """Deliver this decision to a hooks object (see :class:`CaptureMachine`)."""
+        if self.hook == "start_step":
+            hooks.start_step(self.step, self.capture, self.opens)
+        elif self.hook == "step_boundary":
+            hooks.step_boundary(self.step, self.capture, self.closes, self.ends_step)
+        elif self.hook == "start_role":
+            hooks.start_role(self.region, self.step, self.capture, self.opens, self.iterations)
+        elif self.hook == "iteration_boundary":
+            hooks.iteration_boundary(self.region, self.step, self.capture, self.iteration)
+        else:
+            hooks.stop_role(self.region, self.step, self.capture, self.closes, self.iterations, self.error)
+
+
+class ActionLog:
+    """A hooks object that records every decision as an :class:`Action` (for tests and tracing)."""
+
+    def __init__(self) -> None:
+        self.actions: list[Action] = []
+
+    def start_step(self, step, capture, opens):
+        self.actions.append(Action("start_step", step, capture, opens))
+
+    def step_boundary(self, step, capture, closes, ends_step):
+        self.actions.append(Action("step_boundary", step, capture, False, closes, ends_step=ends_step))
+
+    def start_role(self, region, step, capture, opens, iterations):
+        self.actions.append(Action("start_role", step, capture, opens, False, region, iterations))
+
+    def iteration_boundary(self, region, step, capture, iteration):
+        self.actions.append(Action("iteration_boundary", step, capture, False, False, region, None, iteration))
+
+    def stop_role(self, region, step, capture, closes, iterations, error):
+        self.actions.append(Action("stop_role", step, capture, False, closes, region, iterations, None, error))
+
 
 class CaptureMachine:
     """The capture state of one process (shared by colocated Profilers).
@@ -167,15 +203,19 @@ class CaptureMachine:
     :param run_of: ``step -> the run of steps it belongs to`` (``(1, 2, 3)`` with continuous merging,
         ``(step,)`` otherwise).
     :param make_capture: ``(capture_id, steps, regions) -> capture`` (an object with ``capture_id``).
-    :param emit: called with each :class:`Action`, in order, right after the state changed for it.
+    :param hooks: receives each decision, in order, right after the state changed for it, as one call
+        of ``start_step(step, capture, opens)``, ``step_boundary(step, capture, closes, ends_step)``,
+        ``start_role(region, step, capture, opens, iterations)``, ``iteration_boundary(region, step,
+        capture, iteration)`` or ``stop_role(region, step, capture, closes, iterations, error)``: the
+        process session (which calls the backends), or an :class:`ActionLog`.
     """
 
     def __init__(self, *, discrete: bool, run_of: Callable[[int], tuple[int, ...]],
-                 make_capture: Callable[[str, tuple[int, ...], tuple[str, ...]], Any], emit: Callable[[Action], None]):
+                 make_capture: Callable[[str, tuple[int, ...], tuple[str, ...]], Any], hooks: Any):
         self.discrete = discrete
         self._run_of = run_of
         self._make_capture = make_capture
-        self._emit = emit
+        self._hooks = hooks
         self.holder = NONE
         self.capture: Any = None
         """The open capture, or None."""
@@ -194,6 +234,10 @@ class CaptureMachine:
         self._capture_last: int | None = None
         """The last step that began inside the open step capture (what a late close names)."""
         self._ids: dict[str, int] = {}
+        self._table = {key: tuple(getattr(self, "_op_" + name) for name in operations)
+                       for key, operations in TRANSITIONS.items()}
+        """:data:`TRANSITIONS` with the operations bound (looked up once, not per event)."""
+        self._enter_event = ENTER_DISCRETE if discrete else ENTER_E2E
 
     # ------------------------------------------------------------------ steps
 
@@ -202,7 +246,7 @@ class CaptureMachine:
         if self.step is not None:
             self.end_step()
         if not profiled:
-            self._transition(BEGIN_UNPROFILED, step=step)
+            self._transition(BEGIN_UNPROFILED, step)
             return
         if self.discrete:
             event = BEGIN_DISCRETE
@@ -211,7 +255,7 @@ class CaptureMachine:
         else:
             event = BEGIN_E2E
         self.step = self.last_step = step
-        self._transition(event, step=step)
+        self._transition(event, step)
 
     def end_step(self) -> None:
         """The profiled step in progress ends (regions still open are exited first)."""
@@ -224,37 +268,56 @@ class CaptureMachine:
             event = END_DISCRETE
         else:
             event = END_RUN if self.run and step == self.run[-1] else END_MORE
-        self._transition(event, step=step)
+        self._transition(event, step)
 
     def leave(self) -> None:
         """Stop profiling (finalize): end the step in progress, close whatever is still open."""
         if self.step is not None:
             self.end_step()
-        self._transition(LEAVE, step=self.last_step)
+        self._transition(LEAVE, self.last_step)
 
     # ------------------------------------------------------------------ regions and iterations
 
     def enter(self, region: OpenRegion) -> None:
         """The trainer enters ``region``; a region without schedule is one window from here."""
-        region.parent = self.stack[-1] if self.stack else None
-        region.depth = len(self.stack)
+        stack = self.stack
+        if stack:
+            region.parent = stack[-1]
+            region.depth = len(stack)
         region.step = self.step
-        self.stack.append(region)
+        stack.append(region)
         if region.schedule is None:
-            self._open_window(region, None)
+            try:  # _transition, inlined for the hot path
+                operations = self._table[self.holder, self._enter_event]
+            except KeyError:
+                self._transition(self._enter_event, region, None)  # raises CaptureStateError
+            for operation in operations:
+                operation(region, None)
 
     def exit(self, region: OpenRegion, error: BaseException | None = None) -> None:
         """The trainer leaves ``region`` (``error``: what it raised). Regions still open inside it
         are exited first, innermost first."""
-        if region not in self.stack:
-            return
-        while self.stack[-1] is not region:
-            self.exit(self.stack[-1])
-        region.error = error
+        stack = self.stack
+        if not stack or stack[-1] is not region:
+            if region not in stack:
+                return
+            while stack[-1] is not region:
+                self.exit(stack[-1])
+        if error is not None:
+            region.error = error
         if region.window:
             last = region.iteration if region.in_iteration else region.iteration - 1
-            self._close_window(region, last, error)
-        self.stack.pop()
+            if self.ranges[-1] is region:  # the common case: no range started inside it is still open
+                event = EXIT_HOLDER if region is self._holder_region else EXIT
+                try:  # _transition, inlined for the hot path
+                    operations = self._table[self.holder, event]
+                except KeyError:
+                    self._transition(event, region, last, error)  # raises CaptureStateError
+                for operation in operations:
+                    operation(region, last, error)
+            else:
+                self._close_window(region, last, error)
+        stack.pop()
 
     def iteration_begins(self) -> None:
         """An iteration of the innermost sampled region begins; opens a window when it is active."""
@@ -263,7 +326,8 @@ class CaptureMachine:
             return
         region.in_iteration = True
         if not region.window and region.schedule.is_active(region.iteration):
-            self._open_window(region, region.iteration)
+            region.first = region.iteration
+            self._transition(self._enter_event, region, region.iteration)
 
     def iteration_ends(self, error: BaseException | None = None) -> None:
         """The iteration in progress of the innermost sampled region ends (``error``: it raised; when
@@ -278,7 +342,7 @@ class CaptureMachine:
         if not region.window:
             return
         if region.schedule.is_active(index + 1):
-            self._transition(ITERATION, region=region, iteration=index)
+            self._transition(ITERATION, region, index)
         else:
             self._close_window(region, index, error)
 
@@ -299,11 +363,11 @@ class CaptureMachine:
                 holds = region is self._holder_region
                 last = region.iteration if region.in_iteration else region.iteration - 1
                 actions.append(Action("stop_role", self.step, self.capture if self.holder != NONE else None,
-                                      closes=holds, region=region, iterations=self._iterations(region, last)))
+                                      False, holds, region, self._iterations(region, last)))
         if self.holder == STEP:
             in_step = self.step is not None
             actions.append(Action("step_boundary", self.step if in_step else self._capture_last, self.capture,
-                                  closes=True, ends_step=in_step))
+                                  False, True, ends_step=in_step))
         return actions
 
     @property
@@ -312,27 +376,22 @@ class CaptureMachine:
 
     # ------------------------------------------------------------------ the table and its operations
 
-    def _transition(self, event: str, **fields: Any) -> None:
-        key = (self.holder, event)
+    def _transition(self, event: str, *args: Any) -> None:
         try:
-            operations = TRANSITIONS[key]
+            operations = self._table[self.holder, event]
         except KeyError:
             raise CaptureStateError(f"capture machine: no transition for capture held by {self.holder!r} when {event}") from None
-        for name in operations:
-            getattr(self, "_op_" + name)(**fields)
-
-    def _open_window(self, region: OpenRegion, first: int | None) -> None:
-        region.first = first if first is not None else 0
-        self._transition(ENTER_DISCRETE if self.discrete else ENTER_E2E, region=region, first=first)
+        for operation in operations:
+            operation(*args)
 
     def _close_window(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
         # Ranges started after this one close first (a window ending while a region entered inside
         # it still runs, e.g. next_iteration() called in a nested region): ranges stay nested.
-        while self.ranges and self.ranges[-1] is not region:
-            inner = self.ranges[-1]
+        ranges = self.ranges
+        while ranges and ranges[-1] is not region:
+            inner = ranges[-1]
             self._close_window(inner, inner.iteration if inner.in_iteration else inner.iteration - 1, None)
-        event = EXIT_HOLDER if region is self._holder_region else EXIT
-        self._transition(event, region=region, last=last, error=error)
+        self._transition(EXIT_HOLDER if region is self._holder_region else EXIT, region, last, error)
 
     def _new_capture(self, base: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Any:
         count = self._ids.get(base, 0)
@@ -347,62 +406,71 @@ class CaptureMachine:
         seen = tuple(s for s in run if s >= step) or (step,)
         self.capture = self._new_capture(steps_label(seen), seen, ())
         self.run, self.holder, self._capture_last = run, STEP, step
-        self._emit(Action("start_step", step, self.capture, opens=True))
+        self._hooks.start_step(step, self.capture, True)
 
     def _op_start_step(self, step: int) -> None:
         if self.holder == STEP:
             self._capture_last = step
-        self._emit(Action("start_step", step, self.capture))
+        self._hooks.start_step(step, self.capture, False)
 
     def _op_end_step(self, step: int) -> None:
-        self._emit(Action("step_boundary", step, self.capture))
+        self._hooks.step_boundary(step, self.capture, False, True)
 
     def _op_close_step(self, step: int) -> None:
         capture, self.capture, self.holder, self.run = self.capture, None, NONE, ()
-        self._emit(Action("step_boundary", step, capture, closes=True))
+        self._hooks.step_boundary(step, capture, True, True)
 
     def _op_close_late(self, step: int | None) -> None:
         capture, self.capture, self.holder, self.run = self.capture, None, NONE, ()
-        self._emit(Action("step_boundary", self._capture_last, capture, closes=True, ends_step=False))
+        self._hooks.step_boundary(self._capture_last, capture, True, False)
 
     def _op_open_region(self, region: OpenRegion, first: int | None) -> None:
         step = self.step
-        self.capture = self._new_capture(f"{steps_label((step,))}.{region.name}", (step,), (region.name,))
+        self.capture = capture = self._new_capture(f"{steps_label((step,))}.{region.name}", (step,), (region.name,))
         self.holder, self._holder_region = REGION, region
-        self._window_opened(region, first)
-        region.holds = True
-        self._emit(Action("start_role", step, self.capture, opens=True, region=region,
-                          iterations=None if first is None else (first, first)))
+        region.holds = region.window = True
+        self.ranges.append(region)
+        if region.capture is None:
+            region.capture = capture.capture_id
+        self._hooks.start_role(region, step, capture, True, None if first is None else (first, first))
 
     def _op_start_range(self, region: OpenRegion, first: int | None) -> None:
-        self._window_opened(region, first)
-        self._emit(Action("start_role", self.step, self.capture, region=region,
-                          iterations=None if first is None else (first, first)))
+        capture = self.capture
+        region.window = True
+        self.ranges.append(region)
+        if region.capture is None and capture is not None:
+            region.capture = capture.capture_id
+        self._hooks.start_role(region, self.step, capture, False, None if first is None else (first, first))
 
     def _op_close_region(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
         capture, self.capture, self.holder, self._holder_region = self.capture, None, NONE, None
-        self._window_closed(region, last)
-        self._emit(Action("stop_role", self.step, capture, closes=True, region=region,
-                          iterations=self._iterations(region, last), error=error))
+        if region.schedule is not None or self.ranges[-1] is not region:
+            self._window_closed(region, last)
+        else:  # the common case, inline: the innermost range of a region without sampling
+            region.window = region.holds = False
+            self.ranges.pop()
+        self._hooks.stop_role(region, self.step, capture, True,
+                              (region.first, max(region.first, last)) if region.schedule is not None else None, error)
 
     def _op_stop_range(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
-        self._window_closed(region, last)
-        self._emit(Action("stop_role", self.step, self.capture, region=region,
-                          iterations=self._iterations(region, last), error=error))
+        if region.schedule is not None or self.ranges[-1] is not region:
+            self._window_closed(region, last)
+        else:  # the common case, inline: the innermost range of a region without sampling
+            region.window = False
+            self.ranges.pop()
+        self._hooks.stop_role(region, self.step, self.capture, False,
+                              (region.first, max(region.first, last)) if region.schedule is not None else None, error)
 
     def _op_mark_iteration(self, region: OpenRegion, iteration: int) -> None:
-        self._emit(Action("iteration_boundary", self.step, self.capture, region=region, iteration=iteration))
-
-    def _window_opened(self, region: OpenRegion, first: int | None) -> None:
-        region.window = True
-        self.ranges.append(region)
-        if region.capture is None and self.capture is not None:
-            region.capture = self.capture.capture_id
+        self._hooks.iteration_boundary(region, self.step, self.capture, iteration)
 
     def _window_closed(self, region: OpenRegion, last: int) -> None:
-        region.window = False
-        self.ranges.remove(region)
-        region.holds = False
+        region.window = region.holds = False
+        ranges = self.ranges
+        if ranges[-1] is region:
+            ranges.pop()
+        else:
+            ranges.remove(region)
         if region.schedule is not None:
             last = max(region.first, last)
             if region.sampled is None:

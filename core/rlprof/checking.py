@@ -261,9 +261,7 @@ def _validate_backends(config: ProfilerConfig, result: CheckResult) -> None:
         problems = backends.call_one(name, "check_environment") or []
         if problems:
             result.environment[name] = list(problems)
-        section = config.global_.global_tool_config.get(name)
-        if section is not None:  # checked on its own key path, also when no role is enabled
-            backends.validated_section(name, section, f"global_profiler.global_tool_config.{name}")
+        backends.validated_global_section(name, config)  # on its own key path, also when no role is enabled
         for role in config.roles.values():
             if role.enable:
                 result.validated.setdefault(role.name, {})[name] = backends.validated_tool_config(name, role)

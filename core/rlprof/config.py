@@ -139,8 +139,6 @@ def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerCo
 
     from .sources import apply_overrides, read_source
 
-    if isinstance(overrides, (str, bytes)):
-        overrides = [overrides]
     root = apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf)
     raw = _relevant_sections(root, OmegaConf)
     check_tree(raw, "")

@@ -155,7 +155,9 @@ class FinalizeContext(HookContext):
     """Passed to ``finalize``."""
 
     reason: str = "end"
-    """Why the run ends: ``end`` (finalize() called), ``exit`` (interpreter exit), ``signal`` (SIGTERM)."""
+    """Why the run ends: ``end`` (finalize() called), ``exit`` (interpreter exit), ``signal`` (SIGTERM),
+    or ``released``: this backend raised earlier, and the core, having closed what it had open, lets it
+    release its threads, profilers and files now (the run goes on without it)."""
     profiled_steps: tuple[int, ...] = ()
     """The steps that were actually profiled in this process."""
     relocate_results: bool = False
@@ -178,3 +180,39 @@ class RuntimeEnvContext:
     expected_captures: int | None
     """Exactly how many capture windows the worker will open, or None when the plan cannot know
     (discrete mode without declared stages, an unbounded sampling schedule)."""
+
+
+# --------------------------------------------------------------------------- the core's fast constructors
+#
+# The core builds a context for every backend on every hook call, two per profiled region. Calling a
+# class with a dozen keyword arguments goes through CPython's slow keyword-matching path (about 6x the
+# cost of the same call with positional arguments, bench/bench_core.py); these build the same objects
+# positionally. Backends never need them.
+
+_new = object.__new__
+
+
+def role_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
+                 role: str, region: str, opens_capture: bool, closes_capture: bool,
+                 iterations: tuple[int, int] | None, error: BaseException | None) -> RoleContext:
+    ctx = _new(RoleContext)
+    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
+    ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, region, opens_capture, closes_capture
+    ctx.iterations, ctx.error = iterations, error
+    return ctx
+
+
+def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
+                 opens_capture: bool, closes_capture: bool, ends_step: bool) -> StepContext:
+    ctx = _new(StepContext)
+    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
+    ctx.step, ctx.opens_capture, ctx.closes_capture, ctx.ends_step = step, opens_capture, closes_capture, ends_step
+    return ctx
+
+
+def iteration_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
+                      role: str, region: str, iteration: int) -> IterationContext:
+    ctx = _new(IterationContext)
+    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
+    ctx.step, ctx.role, ctx.region, ctx.iteration = step, role, region, iteration
+    return ctx

@@ -41,6 +41,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 log = logging.getLogger("rlprof")
+_ENCODER = json.JSONEncoder(default=str, check_circular=False)
+"""One encoder for every record (``json.dumps(..., default=str)`` builds a new one per call). Records
+are plain data; anything else (a path, an exception) is written as its ``str``."""
 
 
 def path_size(path: Path) -> int:
@@ -95,7 +98,7 @@ class ManifestWriter:
 
     def _line(self, record_type: str, **fields: Any) -> str:
         record = {"type": record_type, **self.common, **fields, "time": round(time.time(), 3)}
-        return json.dumps(record, default=str)
+        return _ENCODER.encode(record)
 
     def _append(self, line: str) -> bool:
         try:

@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -43,37 +44,59 @@ class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
     and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "sampled", "__weakref__")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "_wrappers", "__weakref__")
 
-    def __init__(self, prof: "Profiler", role: str, stage: str | None, sampled: bool = True):
+    def __init__(self, prof: "Profiler", role: str, stage: str | None):
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
         self._open: list = []
-        self.sampled = sampled
-        """False: the role's schedule does not apply; the whole region is one window (see unsampled_role)."""
+        planned = prof.plan.roles.get(role)
+        self._schedule = planned.schedule if planned is not None else None
+        self._configs = prof.tool_configs.get(role)
+        """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
+        self._wrappers: weakref.WeakSet = weakref.WeakSet()
+        """Functions decorated with this region (their code is swapped with the region's class)."""
 
     def __enter__(self):
-        self._open.append(self._prof._enter_region(self))
+        prof = self._prof
+        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs))
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if self._open:
-            self._prof._exit_region(self._open.pop(), exc)
+            self._prof._session.exit(self._open.pop(), exc)
         return False
 
     def __call__(self, fn: Callable) -> Callable:
-        prof = self._prof
-        role = self.role
+        wrapper = functools.wraps(fn)(_passthrough(fn, self))
+        self._wrappers.add(wrapper)
+        if self._prof._live and self.role in self._prof._live:
+            wrapper.__code__ = _LIVE_CODE
+        return wrapper
 
-        @functools.wraps(fn)
-        def profiled(*args, **kwargs):
-            if role not in prof._live:
-                return fn(*args, **kwargs)
-            with self:
-                return fn(*args, **kwargs)
 
-        return profiled
+def _profiled(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        with spec:
+            return fn(*args, **kwargs)
+
+    return profiled
+
+
+def _passthrough(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        return fn(*args, **kwargs)
+        spec  # noqa: B018 - never run: keeps the closure the same shape as the live code's, so __code__ swaps
+
+    return profiled
+
+
+_LIVE_CODE = _profiled(None, None).__code__
+_IDLE_CODE = _passthrough(None, None).__code__
+"""A decorated function runs one of these two codes, swapped in place at step start and end with its
+region's class (:meth:`Profiler._set_live`): while its role is not profiled, calling it costs what the
+cheapest pass-through decorator costs, with no test on the hot path."""
 
 
 class _IdleRegion(_Region):
@@ -154,7 +177,8 @@ class Profiler:
         )
         self.stages = stages
         self._live: frozenset = _NOTHING
-        self._specs: dict = {}
+        self._regions: dict[str, dict[str | None, _Region]] = {}
+        """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
         self._iteration_cm = _Iteration(self)
         self._step: int | None = None
         self._finalized = False
@@ -216,26 +240,34 @@ class Profiler:
 
     def role(self, role: str, stage: str | None = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
-        ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. Costs a dict lookup
-        when the role is not profiled now."""
+        ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
+        stage), whose class switches between live and idle with the step; when the role is not
+        profiled, ``with prof.role(...)`` costs two dict lookups (bench/bench_core.py)."""
         try:
-            return self._specs[role, stage]
+            return self._regions[role][stage]
         except KeyError:
-            spec = self._specs[role, stage] = _IdleRegion(self, role, stage)
-            if role in self._live:
-                spec.__class__ = _Region
-            return spec
+            return self._new_region(role, stage)
+
+    def _new_region(self, role: str, stage: str | None) -> _Region:
+        spec = _IdleRegion(self, role, stage)
+        if role in self._live:
+            spec.__class__ = _Region
+        self._regions.setdefault(role, {})[stage] = spec
+        return spec
 
     def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
         """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
         whole. For callers that schedule one stage of a role only (verl samples the update loop,
         ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
+        key = (stage, "unsampled")
         try:
-            return self._specs[role, stage, "unsampled"]
+            return self._regions[role][key]
         except KeyError:
-            spec = self._specs[role, stage, "unsampled"] = _IdleRegion(self, role, stage, sampled=False)
+            spec = _IdleRegion(self, role, stage)
+            spec._schedule = None
             if role in self._live:
                 spec.__class__ = _Region
+            self._regions.setdefault(role, {})[key] = spec
             return spec
 
     def iteration(self) -> _Iteration:
@@ -265,7 +297,7 @@ class Profiler:
             if session is None or self._finalized:
                 return
             with session.lock:
-                if session.start_step(self, step):
+                if session.join_step(self, step):
                     self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
@@ -279,7 +311,7 @@ class Profiler:
                 self._step_written(step)
                 return
             with session.lock:
-                session.step_boundary(self)
+                session.leave_step(self)
 
     def run_finish_hook(self) -> None:
         """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
@@ -321,21 +353,13 @@ class Profiler:
     # ------------------------------------------------------------------ regions
 
     def _set_live(self, roles: frozenset) -> None:
-        """Switch every region object to the live or idle class for the roles profiled now."""
+        """Switch every region object (and the functions decorated with it) to the live or idle code
+        for the roles profiled now."""
         self._live = roles
-        for spec in self._specs.values():
-            spec.__class__ = _Region if spec.role in roles else _IdleRegion
+        for spec in [spec for stages in self._regions.values() for spec in stages.values()]:
+            live = spec.role in roles
+            spec.__class__ = _Region if live else _IdleRegion
+            for wrapper in spec._wrappers:
+                wrapper.__code__ = _LIVE_CODE if live else _IDLE_CODE
             if not roles:
                 spec._open.clear()
-
-    def _enter_region(self, spec: _Region):
-        session = self._session
-        with session.lock:
-            return session.enter(self, spec.role, spec.region, spec.sampled)
-
-    def _exit_region(self, region, error: BaseException | None) -> None:
-        session = self._session
-        with session.lock:
-            session.exit(region, error)
-
-

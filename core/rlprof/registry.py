@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import hookspecs
-from .context import FinalizeContext, IterationContext, RoleContext, StepContext
+from .context import FinalizeContext, RoleContext, iteration_context, step_context
 from .errors import BackendError, ConfigError
 
 GROUP = "rlprof.backends"
@@ -111,9 +111,9 @@ class Backends:
     from ``configs``) and calls the backends in ``names`` order, each on its own:
 
     * a backend that raises is logged once (backend, hook, rank, traceback), reported through
-      ``on_error`` (the manifest), put in :attr:`failed` and skipped for new work; the session then
-      releases it (closing calls through ``only=``, and ``finalize`` once). ``strict=True`` (env
-      ``RLPROF_STRICT=1``) re-raises instead;
+      ``on_error`` (the manifest), put in :attr:`failed` and skipped for new work; ``on_failed`` then
+      lets the session release it (closing calls through ``only=``, and ``finalize`` once).
+      ``strict=True`` (env ``RLPROF_STRICT=1``) re-raises instead;
     * a call running longer than ``RLPROF_HOOK_TIMEOUT_S`` is reported by the watchdog, while
       training waits for it (``on_timeout``);
     * what a call returned or added is handed to ``on_result``.
@@ -129,8 +129,10 @@ class Backends:
         self.trace = os.environ.get("RLPROF_TRACE_HOOKS", "") not in ("", "0")
         self.failed: dict[str, str] = {}
         """Backend -> the hook it first raised in; skipped for new work from then on."""
-        self.newly_failed: list[str] = []
-        """Backends that failed since the session last released (it empties this)."""
+        self.on_failed: Callable[[str], None] | None = None
+        """Called with a backend's name right after its first failure (the session releases it then)."""
+        self.primary: Mapping[str, Mapping[str, Any]] = _EMPTY
+        """Tool configs for step-level calls (the first selected role's; set by the session)."""
         self.run: Any = None
         """The :class:`~rlprof.context.RunInfo` every context carries (set by the session)."""
         self._on_error = on_error
@@ -153,6 +155,9 @@ class Backends:
             impls = [_Impl(impl.plugin_name, impl.function, tuple(impl.argnames)) for impl in caller.get_hookimpls()]
             impls.sort(key=lambda i: order.get(i.backend, 0))
             self.impls[hook] = impls
+        self._calls: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {
+            hook: [(impl.backend, self._ctx_caller(impl, hook)) for impl in self.impls[hook]] for hook in LIFECYCLE}
+        """Lifecycle hook -> ``(backend, call(ctx))`` in ``names`` order: what the typed methods loop over."""
         self.watchdog: Any = None
         """The hook watchdog once :meth:`start_watchdog` ran (the process session starts it; one-off
         users such as ``rlprof check`` call hooks unwatched)."""
@@ -166,51 +171,112 @@ class Backends:
         return bool(self.impls[hook])
 
     # ------------------------------------------------------------------ the typed lifecycle facade
+    #
+    # One method per lifecycle hook, written out (no **kwargs packing): these are the calls the capture
+    # state machine makes (rlprof.capture: it is the machine's hooks object), and the hot path of every
+    # profiled region. ``region`` is the machine's OpenRegion (its role, name and the role's configs);
+    # step-level calls use :attr:`primary` configs. ``only``: call that backend alone, failed or not
+    # (the session releasing it).
 
-    def start_step(self, configs: Mapping[str, Mapping[str, Any]], *, capture: Any, step: int, opens_capture: bool,
-                   only: str | None = None) -> None:
-        self._each("start_step", StepContext, configs, only, capture=capture, step=step, opens_capture=opens_capture)
-
-    def start_role(self, configs: Mapping[str, Mapping[str, Any]], *, capture: Any, step: int, role: str, region: str,
-                   opens_capture: bool, iterations: tuple[int, int] | None, only: str | None = None) -> None:
-        self._each("start_role", RoleContext, configs, only, capture=capture, step=step, role=role, region=region,
-                   opens_capture=opens_capture, iterations=iterations)
-
-    def iteration_boundary(self, configs: Mapping[str, Mapping[str, Any]], *, capture: Any, step: int, role: str,
-                           region: str, iteration: int, only: str | None = None) -> None:
-        self._each("iteration_boundary", IterationContext, configs, only, capture=capture, step=step, role=role,
-                   region=region, iteration=iteration)
-
-    def stop_role(self, configs: Mapping[str, Mapping[str, Any]], *, capture: Any, step: int, role: str, region: str,
-                  closes_capture: bool, iterations: tuple[int, int] | None, error: BaseException | None,
-                  only: str | None = None) -> None:
-        self._each("stop_role", RoleContext, configs, only, capture=capture, step=step, role=role, region=region,
-                   closes_capture=closes_capture, iterations=iterations, error=error)
-
-    def step_boundary(self, configs: Mapping[str, Mapping[str, Any]], *, capture: Any, step: int, closes_capture: bool,
-                      ends_step: bool, only: str | None = None) -> None:
-        self._each("step_boundary", StepContext, configs, only, capture=capture, step=step, closes_capture=closes_capture,
-                   ends_step=ends_step)
-
-    def finalize(self, configs: Mapping[str, Mapping[str, Any]], *, reason: str, profiled_steps: tuple[int, ...],
-                 relocate_results: bool, only: str | None = None) -> None:
-        self._each("finalize", FinalizeContext, configs, only, capture=None, reason=reason,
-                   profiled_steps=profiled_steps, relocate_results=relocate_results)
-
-    def _each(self, hook: str, context_class: type, configs: Mapping[str, Mapping[str, Any]], only: str | None,
-              **fields: Any) -> None:
-        """Call ``hook`` on every backend not failed (or on ``only``, failed or not), each with its own context."""
-        for impl in self.impls[hook]:
-            backend = impl.backend
-            if only is None:
-                if backend in self.failed:
-                    continue
-            elif backend != only:
+    def start_step(self, step: int, capture: Any, opens: bool, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["start_step"]:
+            if (backend in failed if only is None else backend != only):
                 continue
-            ctx = context_class(run=self.run, backend=backend, tool_config=configs.get(backend, _EMPTY), **fields)
-            result = self.invoke(impl, hook, ctx)
+            self._call(backend, "start_step", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, opens, False, True))
+
+    def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
+                   only: str | None = None) -> None:
+        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
+        role, name = region.role, region.name
+        for backend, call in self._calls["start_role"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, opens, False
+            ctx.iterations, ctx.error = iterations, None
+            try:  # _call, inlined: this is the hot path of every profiled region
+                result = call(ctx) if watchdog is None else watchdog.call(backend, "start_role", self.rank, call, ctx)
+            except Exception as exc:
+                self._failed(backend, "start_role", exc)
+                result = None
             if (result is not None or ctx._artifacts) and self.on_result is not None:
-                self.on_result(backend, hook, ctx, result)
+                self.on_result(backend, "start_role", ctx, result)
+
+    def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, region.configs
+        for backend, call in self._calls["iteration_boundary"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "iteration_boundary", call, iteration_context(
+                run, backend, configs.get(backend, _EMPTY), capture, step, region.role, region.name, iteration))
+
+    def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
+                  error: BaseException | None, only: str | None = None) -> None:
+        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
+        role, name = region.role, region.name
+        for backend, call in self._calls["stop_role"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, False, closes
+            ctx.iterations, ctx.error = iterations, error
+            try:  # _call, inlined: this is the hot path of every profiled region
+                result = call(ctx) if watchdog is None else watchdog.call(backend, "stop_role", self.rank, call, ctx)
+            except Exception as exc:
+                self._failed(backend, "stop_role", exc)
+                result = None
+            if (result is not None or ctx._artifacts) and self.on_result is not None:
+                self.on_result(backend, "stop_role", ctx, result)
+
+    def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["step_boundary"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "step_boundary", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, False, closes, ends_step))
+
+    def finalize(self, reason: str, profiled_steps: tuple[int, ...], relocate_results: bool,
+                 only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["finalize"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "finalize", call, FinalizeContext(
+                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=None, reason=reason,
+                profiled_steps=profiled_steps, relocate_results=relocate_results))
+
+    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> None:
+        """One isolated, watched call; what it produced goes to ``on_result``."""
+        try:
+            watchdog = self.watchdog
+            result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
+        except Exception as exc:
+            self._failed(backend, hook, exc)
+            result = None
+        if (result is not None or ctx._artifacts) and self.on_result is not None:
+            self.on_result(backend, hook, ctx, result)
+
+    def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
+        """``call(ctx)`` for a lifecycle hookimpl, whatever arguments it names (pluggy passes only those)."""
+        function, argnames = impl.function, impl.argnames
+        if argnames == ("ctx",) and not self.trace:
+            return function
+        prefix = f"rlprof[{os.getpid()} rank{self.rank}] {impl.backend}.{hook}"
+
+        def call(ctx):
+            if self.trace:
+                shown = getattr(ctx, "region", None) or getattr(ctx, "step", None) or ctx
+                print(f"{prefix}({{'ctx': {shown!r}}})", file=sys.stderr)
+            return function(**({"ctx": ctx} if "ctx" in argnames else {}))
+
+        return call
 
     # ------------------------------------------------------------------ single calls
 
@@ -254,6 +320,19 @@ class Backends:
         raw = dict(role.tool_config.get(backend, {}))
         return self.validated_section(backend, raw, f"{role.key_path}.tool_config.{backend}")
 
+    def validated_global_section(self, backend: str, config) -> dict[str, Any] | None:
+        """``global_profiler.global_tool_config.<backend>`` of ``config`` checked on its own key path
+        (the core's keys such as ``_target_`` removed, as for a role's section); None when absent.
+
+        :raises ConfigError: the backend rejected it (named by that key path)."""
+        from .config import CORE_TOOL_KEYS
+
+        section = config.global_.global_tool_config.get(backend)
+        if section is None:
+            return None
+        raw = {k: v for k, v in dict(section).items() if k not in CORE_TOOL_KEYS}
+        return self.validated_section(backend, raw, f"global_profiler.global_tool_config.{backend}")
+
     def validated_section(self, backend: str, raw: Mapping[str, Any], key: str) -> dict[str, Any]:
         """One ``tool_config`` section checked by ``backend`` under its own key path (a role's section,
         or ``global_profiler.global_tool_config.<backend>``).
@@ -270,22 +349,11 @@ class Backends:
             raise ConfigError(f"{key}: backend {backend!r} failed to validate it: {type(exc).__name__}: {exc}", key=key) from exc
         return dict(result) if result is not None else dict(raw)
 
-    def invoke(self, impl: _Impl, hook: str, ctx: Any) -> Any:
-        """Call one lifecycle hookimpl with its context object (the hot path of every region)."""
-        if impl.argnames == ("ctx",) and not self.trace:
-            try:
-                if self.watchdog is None:
-                    return impl.function(ctx)
-                return self.watchdog.call(impl.backend, hook, self.rank, impl.function, ctx)
-            except Exception as exc:
-                return self._failed(impl, hook, exc)
-        return self._invoke(impl, hook, {"ctx": ctx})
-
     def _invoke(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
         try:
             return self._watched(impl, hook, kwargs)
         except Exception as exc:
-            return self._failed(impl, hook, exc)
+            return self._failed(impl.backend, hook, exc)
 
     def _watched(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
         if self.trace:
@@ -297,13 +365,12 @@ class Backends:
         with self.watchdog.watch(impl.backend, hook, self.rank):
             return impl.function(**arguments)
 
-    def _failed(self, impl: _Impl, hook: str, exc: Exception) -> None:
+    def _failed(self, backend: str, hook: str, exc: Exception) -> None:
         if self.strict or hook == "validate_tool_config":
             raise exc
-        backend = impl.backend
-        if backend not in self.failed:
+        first = backend not in self.failed
+        if first:
             self.failed[backend] = hook
-            self.newly_failed.append(backend)
             log.error(
                 "rlprof: backend %r failed in %s on rank %d; it is skipped for the rest of the run (the core closes what "
                 "it had open and finalizes it), training goes on:\n%s",
@@ -314,6 +381,8 @@ class Backends:
                         backend, hook, self.rank, type(exc).__name__, exc)
         if self._on_error is not None:
             self._on_error(backend, hook, exc, "hook")
+        if first and self.on_failed is not None:
+            self.on_failed(backend)
         return None
 
     def _timed_out(self, backend: str, hook: str, rank: int, elapsed_s: float, stack: str) -> None:
@@ -328,6 +397,7 @@ class Backends:
 
 
 _EMPTY: Mapping[str, Any] = {}
+_new_context = object.__new__
 
 
 def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:

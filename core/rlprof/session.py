@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from .capture import Action, CaptureMachine, CaptureStateError, OpenRegion
+from .capture import CaptureMachine, CaptureStateError, OpenRegion
 from .context import Capture
 from .errors import ConfigError
 from .layout import capture_directory, process_tag
@@ -40,6 +40,7 @@ log = logging.getLogger("rlprof")
 _sessions: dict[tuple[str, int, int], "ProcessSession"] = {}
 _sessions_lock = threading.Lock()
 _time_ns = time.time_ns
+_new_region = object.__new__
 
 
 def join(prof: Any, instances: Mapping[str, Any] | None = None) -> "ProcessSession":
@@ -100,9 +101,10 @@ class ProcessSession:
         self.backends.run = run
         self.backends.on_result = self._collect
         self.backends.on_timeout = self._timed_out
+        self.backends.on_failed = self._release
         self.backends.start_watchdog()
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
-                                      make_capture=self._make_capture, emit=self._dispatch)
+                                      make_capture=self._make_capture, hooks=self.backends)
 
     # ------------------------------------------------------------------ participants
 
@@ -112,7 +114,7 @@ class ProcessSession:
             self._check_agrees(prof)
         self._validate_tool_configs(prof)
         if not self.participants:
-            self._primary = prof.tool_configs.get(prof.plan.selected_roles[0], {})
+            self._primary = self.backends.primary = prof.tool_configs.get(prof.plan.selected_roles[0], {})
             self._check_environment()
         self.participants.append(prof)
         roles = tuple(dict.fromkeys(r for p in self.participants for r in p.run.roles))
@@ -146,9 +148,8 @@ class ProcessSession:
     def _validate_tool_configs(self, prof: Any) -> None:
         """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
         backends = self.backends
-        for tool, section in prof.config.global_.global_tool_config.items():
-            if tool in backends.plugins:
-                backends.validated_section(tool, section, f"global_profiler.global_tool_config.{tool}")
+        for tool in self.plan.tools:
+            backends.validated_global_section(tool, prof.config)
         for name in prof.plan.selected_roles:
             role_cfg = prof.config.roles[name]
             prof.tool_configs[name] = {b: backends.validated_tool_config(b, role_cfg) for b in self.plan.tools}
@@ -165,34 +166,34 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ steps
 
-    def start_step(self, prof: Any, step: int) -> bool:
+    def join_step(self, prof: Any, step: int) -> bool:
         """``prof`` begins ``step``; True when the step is profiled (its roles go live)."""
         if prof in self.in_step:
             log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
                         step, self.machine.step, self.machine.step)
-            self.step_boundary(prof)
+            self.leave_step(prof)
         if self.in_step and self.machine.step != step:
             log.warning("rlprof: colocated Profilers of rank %d disagree on the step (%s began while %s is open); "
                         "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
             for other in list(self.in_step):
-                self.step_boundary(other)
+                self.leave_step(other)
         profiled = prof.plan.is_profiled(step)
         if not self.in_step:
             self._guarded(self.machine.start_step, step, profiled)
             if profiled:
-                self._step_start_ns = _time_ns()
+                self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
         if profiled:
             self.in_step.append(prof)
         return profiled
 
-    def step_boundary(self, prof: Any) -> None:
+    def leave_step(self, prof: Any) -> None:
         """``prof`` ends its step: its regions still open are exited; the last one out ends the step."""
         if prof not in self.in_step:
             return
-        for region in reversed(self.machine.stack):
+        for region in list(reversed(self.machine.stack)):
             if region.owner is prof and region in self.machine.stack:
                 log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
-                self.exit(region, None)
+                self.exit(region, None)  # (the lock is re-entrant)
         prof._go_idle()
         self.in_step.remove(prof)
         if not self.in_step:
@@ -200,8 +201,8 @@ class ProcessSession:
 
     def _end_step(self) -> None:
         step = self.machine.step
+        end_ns = _time_ns()  # before the capture closes: exporting a trace is not the step's time
         self._guarded(self.machine.end_step)
-        end_ns = _time_ns()
         if step is None:
             return
         self.profiled_steps.append(step)
@@ -211,30 +212,50 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ regions and iterations
 
-    def enter(self, prof: Any, role: str, name: str, sampled: bool = True) -> OpenRegion:
-        schedule = prof.plan.roles[role].schedule if sampled else None
-        region = OpenRegion(role, name, schedule, prof)
-        region.start_ns = _time_ns()
-        self._guarded(self.machine.enter, region)
-        if schedule is not None and name in self._implicit:
-            self._guarded(self.machine.iteration_begins)
-        return region
+    def enter(self, prof: Any, role: str, name: str, schedule: Any, configs: Any) -> OpenRegion:
+        """``prof``'s region ``name`` of ``role`` begins (``schedule``/``configs``: the role's, cached by the caller)."""
+        with self.lock:
+            region = _new_region(OpenRegion)  # OpenRegion(role, name, schedule, prof), without a Python-level call
+            region.role, region.name, region.schedule, region.owner = role, name, schedule, prof
+            region.configs = configs if configs is not None else self._primary
+            try:
+                self.machine.enter(region)
+                if schedule is not None and name in self._implicit:
+                    self.machine.iteration_begins()
+            except CaptureStateError as exc:
+                self._machine_failed(exc)
+            region.start_ns = _time_ns()  # after its capture opened (discrete): the region's own time only
+            return region
 
     def exit(self, region: OpenRegion, error: BaseException | None) -> None:
-        stack = self.machine.stack
-        if region not in stack:
-            return
-        inner = stack[stack.index(region) + 1:]
-        self._guarded(self.machine.exit, region, error)
-        end_ns = _time_ns()
-        for closed in (*inner, region):
-            closed.end_ns = end_ns
-            self._closed.append(closed)
-            if closed.schedule is not None and closed.marked == 0 and not closed.in_iteration and closed.name not in self._unmarked:
-                self._unmarked.add(closed.name)
+        with self.lock:
+            stack = self.machine.stack
+            if stack and stack[-1] is region:
+                inner = ()
+            elif region in stack:
+                inner = stack[stack.index(region) + 1:]
+            else:
+                return
+            region.end_ns = end_ns = _time_ns()  # before its capture closes and its trace is written
+            try:
+                self.machine.exit(region, error)
+            except CaptureStateError as exc:
+                self._machine_failed(exc)
+            self._closed.append(region)
+            if inner or region.schedule is not None:
+                self._closed_also(inner, region, end_ns)
+
+    def _closed_also(self, inner: Any, region: OpenRegion, end_ns: int) -> None:
+        """The rarer bookkeeping of an exit: regions closed with it (they were still open inside it),
+        and the warning for a sampled region that marked no iterations."""
+        self._closed[-1:-1] = inner  # innermost first, before the region itself
+        for each in (*inner, region):
+            each.end_ns = end_ns
+            if each.schedule is not None and each.marked == 0 and not each.in_iteration and each.name not in self._unmarked:
+                self._unmarked.add(each.name)
                 log.warning(
                     "rlprof: region %s has a sampling schedule but marked no iterations, so nothing of it was "
-                    "captured; wrap each micro-batch/decode step in `with prof.iteration():`", closed.name)
+                    "captured; wrap each micro-batch/decode step in `with prof.iteration():`", each.name)
 
     def iteration_begins(self) -> None:
         self._guarded(self.machine.iteration_begins)
@@ -260,15 +281,13 @@ class ProcessSession:
     def finalize(self, prof: Any, reason: str) -> None:
         """``prof`` leaves; the last participant out closes everything and finalizes the backends."""
         if prof in self.in_step:
-            self.step_boundary(prof)
+            self.leave_step(prof)
         if prof in self.participants:
             self.participants.remove(prof)
         last = not self.participants and not self.finished
         if last:
             self._guarded(self.machine.leave)
-            self.backends.finalize(self._primary, reason=reason, profiled_steps=tuple(self.profiled_steps),
-                                   relocate_results=self.config.global_.relocate_results)
-            self._release_failed()
+            self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
             self._flush_regions()
             self.backends.close()
             self.finished = True
@@ -282,55 +301,30 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ dispatch
 
-    def _dispatch(self, action: Action, only: str | None = None) -> None:
-        """One machine decision -> one call of the typed facade for every live backend (or ``only``)."""
+    def _release(self, backend: str) -> None:
+        """Release a backend right after its first failure (the machine's state is the one of the call
+        that failed): close what it had open, innermost first, then call its ``finalize`` once; record a
+        ``cleanup``. A backend that failed in ``finalize`` itself was already finalized once."""
         backends = self.backends
-        hook = action.hook
-        region = action.region
-        if region is not None:
-            configs = region.owner.tool_configs.get(region.role, self._primary)
-            if hook == "start_role":
-                backends.start_role(configs, capture=action.capture, step=action.step, role=region.role,
-                                    region=region.name, opens_capture=action.opens, iterations=action.iterations, only=only)
-            elif hook == "stop_role":
-                backends.stop_role(configs, capture=action.capture, step=action.step, role=region.role,
-                                   region=region.name, closes_capture=action.closes, iterations=action.iterations,
-                                   error=action.error, only=only)
+        if backends.failed.get(backend) == "finalize":
+            return
+        errors_before = len(self.errors)
+        closed = []
+        for action in self.machine.release_actions():
+            if action.hook == "stop_role":
+                backends.stop_role(action.region, action.step, action.capture, action.closes, action.iterations,
+                                   action.error, backend)
             else:
-                backends.iteration_boundary(configs, capture=action.capture, step=action.step, role=region.role,
-                                            region=region.name, iteration=action.iteration, only=only)
-        elif hook == "start_step":
-            backends.start_step(self._primary, capture=action.capture, step=action.step, opens_capture=action.opens,
-                                only=only)
-        else:
-            backends.step_boundary(self._primary, capture=action.capture, step=action.step,
-                                   closes_capture=action.closes, ends_step=action.ends_step, only=only)
-        if only is None and backends.newly_failed:
-            self._release_failed()
-
-    def _release_failed(self) -> None:
-        """Release every backend that failed since last time: close what it had open (innermost first),
-        then call its ``finalize`` once; record a ``cleanup``. A backend that failed in ``finalize``
-        itself was already finalized once."""
-        backends = self.backends
-        while backends.newly_failed:
-            backend = backends.newly_failed.pop(0)
-            if backends.failed.get(backend) == "finalize":
-                continue
-            errors_before = len(self.errors)
-            closed = []
-            for action in self.machine.release_actions():
-                self._dispatch(action, only=backend)
-                if action.closes and action.capture is not None:
-                    closed.append(action.capture.capture_id)
-            finalize_errors = len(self.errors)
-            backends.finalize(self._primary, reason="released", profiled_steps=tuple(self.profiled_steps),
-                              relocate_results=self.config.global_.relocate_results, only=backend)
-            finalized = len(self.errors) == finalize_errors
-            problems = [e["error"] for e in self.errors[errors_before:]]
-            log.warning("rlprof: backend %r released after it failed: closed %s, finalize %s", backend,
-                        ", ".join(closed) or "nothing", "ran" if finalized else "raised")
-            self.manifest.write("cleanup", **cleanup_fields(backend, closed, finalized, problems))
+                backends.step_boundary(action.step, action.capture, action.closes, action.ends_step, backend)
+            if action.closes and action.capture is not None:
+                closed.append(action.capture.capture_id)
+        finalize_errors = len(self.errors)
+        backends.finalize("released", tuple(self.profiled_steps), self.config.global_.relocate_results, backend)
+        finalized = len(self.errors) == finalize_errors
+        problems = [e["error"] for e in self.errors[errors_before:]]
+        log.warning("rlprof: backend %r released after it failed: closed %s, finalize %s", backend,
+                    ", ".join(closed) or "nothing", "ran" if finalized else "raised")
+        self.manifest.write("cleanup", **cleanup_fields(backend, closed, finalized, problems))
 
     def _collect(self, backend: str, hook: str, ctx: Any, result: Any) -> None:
         """List what a call produced; a result that is not a path (or list of paths) is an ``error``
@@ -382,8 +376,11 @@ class ProcessSession:
         try:
             operation(*args)
         except CaptureStateError as exc:
-            log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)
-            self._record_error(error_record(None, None, "core", str(exc)))
+            self._machine_failed(exc)
+
+    def _machine_failed(self, exc: CaptureStateError) -> None:
+        log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)
+        self._record_error(error_record(None, None, "core", str(exc)))
 
 
 def _paths(result: Any) -> list[Any] | None:

@@ -157,7 +157,14 @@ def _is_omegaconf(value: Any) -> bool:
 def apply_overrides(root: Any, overrides: Iterable[Any], OmegaConf) -> Any:
     """``root`` with the dotted overrides applied in order (a copy: the caller's object is untouched).
     Each failure names the override it comes from."""
-    items = [o for o in overrides if o != "" and o is not None]
+    if overrides is None:
+        return root
+    if isinstance(overrides, (str, bytes)):
+        overrides = [overrides]
+    try:
+        items = [o for o in overrides if o != "" and o is not None]
+    except TypeError:
+        raise ConfigError(f"overrides: got {describe(overrides)}; allowed: a list of 'key=value' strings") from None
     if not items:
         return root
     root = copy.deepcopy(root)

@@ -1,16 +1,18 @@
 """rlprof-nsys: the ``nsys`` backend of rlprof (NVIDIA Nsight Systems).
 
 Select it with ``global_profiler.tool: nsys``. In every profiled process it marks each step and role
-region as an NVTX range in the ``rlprof`` domain and opens a cudaProfilerStart/Stop window per
-capture; on the Ray controller it starts profiled workers under ``nsys profile`` with
-``capture-range-end=repeat-shutdown:N`` computed from the plan. See README.md.
+region as an NVTX range in the ``rlprof`` domain (straight to the NVTX tool, see
+:mod:`rlprof_nsys.nvtx_client`) and opens a capture window per capture (cudaProfilerStart/Stop, or an
+NVTX range with ``capture_range: nvtx``); on the Ray controller it starts profiled workers under
+``nsys profile`` with ``capture-range-end=repeat-shutdown:N`` computed from the plan. See README.md.
 
-Importing this package is cheap: nvtx and torch are imported when first needed.
+Importing this package is cheap: the NVTX tool and torch are loaded when first needed.
 
 Helpers for the driver and for after the run:
 
 * :func:`controller_runtime_env`, :func:`controller_command`, :func:`controller_nsight_options`
-* :func:`relocate_pending` (also ``python -m rlprof_nsys relocate <run dir>``)
+* :func:`relocate_pending` (also ``rlprof relocate <run dir>`` / ``python -m rlprof_nsys relocate``)
+* ``rlprof report`` shows each report's NVTX ranges (:func:`rlprof_nsys.reports.nvtx_details`)
 """
 
 from __future__ import annotations

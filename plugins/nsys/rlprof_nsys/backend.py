@@ -30,7 +30,7 @@ from rlprof import hookimpl
 
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
-from .reports import reports_of, running_under_nsys
+from .reports import nsys_ancestor, reports_of, running_under_nsys
 from .windows import CaptureWindows, NvtxWindowRange
 
 log = logging.getLogger("rlprof")
@@ -135,6 +135,7 @@ class NsysBackend:
 
     def _open_window(self, ctx, region: str | None) -> None:
         capture = ctx.capture
+        nsys_ancestor()  # remembered now: after the last window nsys may be gone (see rlprof_nsys.reports)
         if ctx.tool_config.get(options.RANGE) == options.NVTX:
             self.windows.use(NvtxWindowRange(self.ranges))
         window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)

@@ -149,10 +149,21 @@ def controller_nsight_options(config: Any = None, overrides: Iterable[str] = ())
     return validate(section, "global_profiler.global_tool_config.nsys")[CONTROLLER]
 
 
+RAY_DEFAULT_NSIGHT = {"t": "cuda,cudnn,cublas,nvtx", "o": "'worker_process_%p'", "stop-on-exit": "true"}
+"""What Ray's ``{"nsight": "default"}`` stands for (Ray 2.x), spelled out when options must be added to it."""
+
+
 def controller_runtime_env(config: Any = None, overrides: Iterable[str] = ()) -> dict[str, Any]:
-    """The runtime_env for a driver-side Ray actor (verl's ``TaskRunner``): ``{"nsight": options}``,
-    or Ray's own ``"default"`` when no options are configured (Ray ignores an empty dict)."""
-    return {"nsight": controller_nsight_options(config, overrides) or "default"}
+    """The runtime_env for a driver-side Ray actor (verl's ``TaskRunner``): ``{"nsight": options,
+    "env_vars": {"PATH": ...}}``, the options being Ray's own ``"default"`` when none are configured
+    (Ray ignores an empty dict). As for workers: this interpreter first on PATH (Ray runs a bare
+    ``python``), and no CPU sampling where nsys would hang on it (:mod:`rlprof_nsys.cpu_sampling`)."""
+    options = controller_nsight_options(config, overrides)
+    adjusted, warning = sampling_options(options or dict(RAY_DEFAULT_NSIGHT))
+    if warning:
+        log.warning("rlprof nsys (controller): %s", warning)
+    nsight: dict[str, str] | str = adjusted if (options or warning) else "default"
+    return {"nsight": nsight, "env_vars": {"PATH": interpreter_path()}}
 
 
 def controller_command(argv: Sequence[str], config: Any = None, overrides: Iterable[str] = ()) -> list[str]:

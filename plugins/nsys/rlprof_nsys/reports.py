@@ -22,6 +22,7 @@ which later nsys versions keep there while importing, also means "not yet").
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -151,13 +152,24 @@ def files_held_open() -> set[str] | None:
     return held
 
 
-def nsys_output_option() -> str | None:
-    """The ``-o``/``--output`` of the ``nsys profile`` command that started this process (its nearest
-    ``nsys profile`` ancestor), or None when it was not started by one or gave no output."""
+@functools.lru_cache(maxsize=1)
+def nsys_ancestor() -> tuple[bytes, ...] | None:
+    """The command line of the ``nsys profile`` that started this process (its nearest such ancestor),
+    or None. Read once and remembered: with ``repeat-shutdown:N`` that nsys exits after the N-th
+    window while the worker goes on (``kill=none``), so at finalize it is no longer there to ask.
+    The backend reads it when its first window opens."""
     for words in _ancestor_commands():
         names = [os.path.basename(w) for w in words[:3]]
-        if b"nsys" not in names or b"profile" not in words[:4]:
-            continue
+        if b"nsys" in names and b"profile" in words[:4]:
+            return tuple(words)
+    return None
+
+
+def nsys_output_option() -> str | None:
+    """The ``-o``/``--output`` of the ``nsys profile`` command that started this process, or None
+    when it was not started by one or gave no output."""
+    words = nsys_ancestor()
+    if words is not None:
         for index, word in enumerate(words):
             text = word.decode(errors="replace")
             if text in ("-o", "--output") and index + 1 < len(words):
@@ -166,7 +178,6 @@ def nsys_output_option() -> str | None:
                 return text.split("=", 1)[1]
             if text.startswith("-o") and len(text) > 2 and not text.startswith("--"):
                 return text[2:]
-        return None
     return None
 
 
@@ -203,8 +214,4 @@ def running_under_nsys() -> bool:
     for variable in ("NVTX_INJECTION64_PATH", "LD_PRELOAD"):
         if "ToolsInjection" in os.environ.get(variable, ""):
             return True
-    for words in _ancestor_commands():
-        names = [os.path.basename(w) for w in words[:3]]
-        if b"nsys" in names and b"profile" in words[:4]:
-            return True
-    return False
+    return nsys_ancestor() is not None

@@ -130,6 +130,9 @@ def test_without_performance_counters_nsys_gets_no_cpu_sampling(monkeypatch, cap
     assert "no hardware performance counters" in caplog.text and "sample=none" in caplog.text
     mine = runtime_env({"worker_nsight_options": {"sample": "process-tree"}})  # the user's choice wins
     assert mine["nsight"]["sample"] == "process-tree" and "cpuctxsw" not in mine["nsight"]
+    # the driver-side actor too, also with Ray's "default" options spelled out
+    controller = controller_runtime_env({"global_profiler": {"tool": "nsys", "steps": [1]}})["nsight"]
+    assert controller["sample"] == controller["cpuctxsw"] == "none" and controller["t"] == "cuda,cudnn,cublas,nvtx"
 
 
 def test_an_explicit_capture_range_end_wins_but_is_questioned(caplog):
@@ -141,8 +144,9 @@ def test_an_explicit_capture_range_end_wins_but_is_questioned(caplog):
 
 def test_the_controller_gets_its_own_options(tmp_path):
     config = verl_config(tmp_path, steps=[1], nsys=VERL_NSYS_SECTION)
-    assert controller_runtime_env(config) == {"nsight": VERL_NSYS_SECTION["controller_nsight_options"]}
-    assert controller_runtime_env(verl_config(tmp_path, steps=[1])) == {"nsight": "default"}
+    path = {"PATH": os.path.dirname(sys.executable) + ":${PATH}"}  # Ray runs a bare `python` for the actor too
+    assert controller_runtime_env(config) == {"nsight": VERL_NSYS_SECTION["controller_nsight_options"], "env_vars": path}
+    assert controller_runtime_env(verl_config(tmp_path, steps=[1])) == {"nsight": "default", "env_vars": path}
     assert controller_command(["python", "main.py"], config) == [
         "nsys", "profile", "--trace=cuda,nvtx,cublas,ucx", "--cuda-memory-usage=true", "--cuda-graph-trace=graph",
         "python", "main.py"]
