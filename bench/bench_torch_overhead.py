@@ -48,7 +48,7 @@ def main() -> None:
         raw_dir = Path(tmp) / "raw"
         raw_dir.mkdir()
         config = {
-            "global_profiler": {"tool": "torch", "steps": list(range(ROUNDS + WARMUP)), "save_path": str(Path(tmp) / "rlprof")},
+            "global_profiler": {"tool": "torch", "steps": list(range(1, ROUNDS + WARMUP + 1)), "save_path": str(Path(tmp) / "rlprof")},
             "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}},
         }
         created = time.perf_counter()
@@ -79,12 +79,12 @@ def main() -> None:
         }
         names = list(units)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-        for step in range(ROUNDS + WARMUP):
+        for step in range(1, ROUNDS + WARMUP + 1):  # verl counts steps from 1
             shift = step % len(names)
             for side in names[shift:] + names[:shift]:
                 wall, cpu = time.perf_counter(), time.process_time()
                 units[side](step)
-                if step >= WARMUP:
+                if step > WARMUP:
                     times[side].append((time.perf_counter() - wall, time.process_time() - cpu))
         prof.finalize()
 
