@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything rlprof needs in ./.venv: the core, the three backend plugins (editable, so their
-# entry points are real), torch 2.13 (CPU), ray, nvtx and pytest. Safe to run again.
+# entry points are real), torch 2.13 (CPU), ray, pytest and Hypothesis, and verl 0.9.1 (its worker
+# classes, for the drop-in's tests). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,10 +13,16 @@ pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
 # torch first, pinned: a bare "torch" requirement would pull the newest CUDA build (several GB).
 pip install -q "torch==2.13.0"
-pip install -q "ray>=2.9" "nvtx>=0.2.10" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7"
+pip install -q "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6"
 pip install -q -e . -e plugins/torch -e plugins/nsys -e plugins/npu
 # Holistic Trace Analysis, to check that rlprof's traces load as one multi-rank job. Its metadata asks
 # for jupyterlab and an unpinned torch; install it alone, then only what it imports.
 pip install -q --no-deps "HolisticTraceAnalysis==0.5.0"
 pip install -q numpy pandas plotly pydot psutil networkx
+# verl 0.9.1 (the drop-in's tests build its real worker classes on CPU). Its metadata asks for vllm-era
+# GPU packages and an unpinned torch; install the wheel alone, then only what its worker, profiler and
+# Ray dispatch modules import (docs/verl.md). pip lists the optional ones it leaves out; that is expected.
+pip install -q --no-deps "verl==0.9.1" "tensordict==0.10.0"
+pip install -q cloudpickle importlib_metadata orjson "pyvers>=0.1.0,<0.2.0" codetiming pillow hydra-core \
+    fastapi uvicorn datasets "transformers>=5.5.3,<5.11,!=5.6.0" 2>&1 | { grep -v "which is not installed\|dependency resolver" || true; }
 echo "rlprof: environment ready in .venv ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"

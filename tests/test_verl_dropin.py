@@ -173,6 +173,21 @@ def test_step_advances_the_scheduled_update_loop(tmp_path):
     assert windows == [[1, 2]]
 
 
+def test_only_the_scheduled_stage_is_sampled(tmp_path):
+    """verl: the schedule narrows the update loop (``scheduled=True``); log-prob stays whole."""
+    schedule = TorchProfilerScheduleConfig(skip_first=1, active=1, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor_rollout_ref"))
+    worker.profiler.start(profile_step=1)
+    worker.compute_log_prob()
+    worker.update_actor(3)
+    worker.profiler.stop(run_command=False)
+    worker.profiler.finalize()
+    artifacts = [r for r in read_records([tmp_path]) if r["type"] == "artifact"]
+    assert [(a["region"], a["iterations"]) for a in artifacts] == [("actor_custom_label", None), ("actor_update", [1, 1])]
+
+
 def test_inner_training_worker_step_advances_the_outer_workers_update(tmp_path):
     """verl's ActorRolloutRefWorker is started by the trainer; its inner actor TrainingWorker (own
     DistProfiler, ``save_file_prefix="language_model"``, never started) calls ``step()`` per mini-batch."""

@@ -34,3 +34,20 @@ class ProfiledWorker(Worker, DistProfilerExtension):
                 weights = torch.tanh(weights @ weights)
             self.profiler.step()
         return f"{type(self.profiler).__module__}.{type(self.profiler).__name__}"
+
+
+class ProfiledCritic(Worker, DistProfilerExtension):
+    """verl's critic TrainingWorker in miniature: ``save_file_prefix="value_model"``, ``train_batch``."""
+
+    def __init__(self, profiler_section: dict):
+        Worker.__init__(self)
+        section = OmegaConf.create(profiler_section)
+        config = omega_conf_to_dataclass(section, dataclass_type=ProfilerConfig)
+        tool_config = omega_conf_to_dataclass(section.tool_config.get(section.tool))
+        DistProfilerExtension.__init__(
+            self, DistProfiler(rank=self.rank, config=config, tool_config=tool_config, save_file_prefix="value_model"))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @DistProfiler.annotate(color="red", role="train_batch")
+    def train_batch(self, size: int) -> int:
+        return int(torch.ones(size, size).sum())

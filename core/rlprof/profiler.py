@@ -255,6 +255,21 @@ class Profiler:
         self._regions.setdefault(role, {})[stage] = spec
         return spec
 
+    def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
+        """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
+        whole. For callers that schedule one stage of a role only (verl samples the update loop,
+        ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
+        key = (stage, "unsampled")
+        try:
+            return self._regions[role][key]
+        except KeyError:
+            spec = _IdleRegion(self, role, stage)
+            spec._schedule = None
+            if role in self._live:
+                spec.__class__ = _Region
+            self._regions.setdefault(role, {})[key] = spec
+            return spec
+
     def iteration(self) -> _Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
         ``with prof.iteration(): ...``. Drives the role's ``schedule``; free when there is none."""

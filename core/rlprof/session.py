@@ -181,7 +181,7 @@ class ProcessSession:
         if not self.in_step:
             self._guarded(self.machine.start_step, step, profiled)
             if profiled:
-                self._step_start_ns = _time_ns()
+                self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
         if profiled:
             self.in_step.append(prof)
         return profiled
@@ -201,8 +201,8 @@ class ProcessSession:
 
     def _end_step(self) -> None:
         step = self.machine.step
+        end_ns = _time_ns()  # before the capture closes: exporting a trace is not the step's time
         self._guarded(self.machine.end_step)
-        end_ns = _time_ns()
         if step is None:
             return
         self.profiled_steps.append(step)
@@ -218,13 +218,13 @@ class ProcessSession:
             region = _new_region(OpenRegion)  # OpenRegion(role, name, schedule, prof), without a Python-level call
             region.role, region.name, region.schedule, region.owner = role, name, schedule, prof
             region.configs = configs if configs is not None else self._primary
-            region.start_ns = _time_ns()
             try:
                 self.machine.enter(region)
                 if schedule is not None and name in self._implicit:
                     self.machine.iteration_begins()
             except CaptureStateError as exc:
                 self._machine_failed(exc)
+            region.start_ns = _time_ns()  # after its capture opened (discrete): the region's own time only
             return region
 
     def exit(self, region: OpenRegion, error: BaseException | None) -> None:
@@ -236,11 +236,11 @@ class ProcessSession:
                 inner = stack[stack.index(region) + 1:]
             else:
                 return
+            region.end_ns = end_ns = _time_ns()  # before its capture closes and its trace is written
             try:
                 self.machine.exit(region, error)
             except CaptureStateError as exc:
                 self._machine_failed(exc)
-            region.end_ns = end_ns = _time_ns()
             self._closed.append(region)
             if inner or region.schedule is not None:
                 self._closed_also(inner, region, end_ns)

@@ -172,7 +172,8 @@ class DistProfiler:
         with a role (``ref_compute_log_prob``) is that role's region; any other (``train_batch``,
         ``generate``) is a region of the worker's own role — so a critic TrainingWorker's
         ``train_batch`` is ``critic_train_batch``. ``scheduled=True`` marks the region whose
-        iterations ``step()`` advances. ``color``/``domain``/``category`` are the backends' business
+        iterations ``step()`` advances: only it is sampled by ``tool_config.<tool>.schedule``; the
+        role's other regions are captured whole, as in verl. ``color``/``domain``/``category`` are the backends' business
         (NVTX/mstx colours): accepted and not used by rlprof's ranges.
 
         Cost when nothing is profiled: one attribute check; the role and stage are resolved at
@@ -209,7 +210,9 @@ class DistProfiler:
             role = named_role
         else:  # no role in the name, or a role this worker does not host: a stage of its own role
             role, stage = self.role, name
-        region = self._regions[key] = self._prof.role(role, stage)
+        scheduled = key[1]
+        # verl samples only the scheduled stage (the update loop); the role's other stages stay whole
+        region = self._regions[key] = self._prof.role(role, stage) if scheduled else self._prof.unsampled_role(role, stage)
         return region
 
 
