@@ -200,7 +200,7 @@ def _positive(text: str) -> int:
 def _is_override(item: str) -> bool:
     """``key=value``, ``+key=value``, ``++key=value`` and Hydra's ``~key`` (delete) are overrides;
     anything else is the config file."""
-    return "=" in item or item.startswith("~")
+    return "=" in item or item.startswith(("~", "+"))
 
 
 def check_parser() -> argparse.ArgumentParser:
