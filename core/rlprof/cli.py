@@ -43,12 +43,12 @@ BUILTIN = (
             "[--json]", "rlprof.cli:backends_main"),
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
-    Command("report", "what a run produced, per step x role x rank, and what is missing",
-            "SAVE_PATH [--json]", "rlprof.report:main"),
-    Command("timeline", "merge a run's region timings into one Chrome/Perfetto trace",
-            "SAVE_PATH [...]", "rlprof.timeline:main"),
-    Command("compare", "compare the region timings of two runs",
-            "SAVE_PATH_A SAVE_PATH_B [...]", "rlprof.compare:main"),
+    Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
+            "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.report:main"),
+    Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
+            "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.timeline:main"),
+    Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
+            "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.compare:main"),
 )
 
 
