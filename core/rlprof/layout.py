@@ -229,16 +229,25 @@ def place(source: Path, target: Path, root: Path) -> Path:
                 raise
     finally:
         os.close(dir_fd)
-    with open(source, "rb") as reader, open_file(target, root, "wb") as writer:  # another file system
+    with open(source, "rb") as reader, new_file(target, root) as writer:  # another file system
+        shutil.copyfileobj(reader, writer, 1 << 20)
+    return target
+
+
+@contextmanager
+def new_file(path: Path, root: Path) -> Iterator[IO]:
+    """A new binary file at ``path`` (:func:`open_file` mode ``"wb"``: no link followed, nothing
+    replaced) that is removed again when the block raises (a full disk), so no half-written
+    trace or snapshot is left for a report to count."""
+    with open_file(path, root, "wb") as handle:
         try:
-            shutil.copyfileobj(reader, writer, 1 << 20)
+            yield handle
         except BaseException:
             try:
-                os.unlink(target)  # ours: open_file created it (O_EXCL) a moment ago
+                os.unlink(path)  # ours: open_file created it (O_EXCL) a moment ago
             except OSError:
                 pass
             raise
-    return target
 
 
 def _is_link(name: str, dir_fd: int) -> bool:

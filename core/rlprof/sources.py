@@ -63,7 +63,14 @@ def _read_file(source: Any, OmegaConf) -> Any:
     if not isinstance(loaded, Mapping):
         kind = "list" if isinstance(loaded, list) else f"{type(loaded).__name__} value"
         raise ConfigError(f"{where}: the top level is a {kind} ({_short(loaded)}); allowed: {_SECTIONS_HINT}")
-    check_tree(loaded, "")
+    try:
+        check_tree(loaded, "")
+    except ConfigError as exc:
+        if "&" in text and "*" in text and str(exc).startswith("config: more than"):
+            # OmegaConf < 2.4 has no alias limit of its own: say what OmegaConf 2.4's loader says
+            raise ConfigError(f"{where}: YAML aliases expand to too many values (more than {MAX_VALUES}); "
+                              f"allowed: a configuration whose aliases expand to at most {MAX_VALUES} values") from None
+        raise
     return _create(loaded, where, OmegaConf)
 
 

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlprof.layout import ensure_dir, open_file
+from rlprof.layout import ensure_dir, new_file
 
 from .metadata import torch_writes_distributed_info, trace_metadata
 
@@ -118,16 +118,9 @@ def gzip_into(plain: Path, packed: Path, root: Path) -> Path:
     """Compress ``plain`` into a new file ``packed`` under ``root`` (opened with
     :func:`rlprof.layout.open_file`: no links followed, an existing file is never replaced). A
     ``packed`` left half-written by an error (disk full) is removed; the error propagates."""
-    with open(plain, "rb") as source, open_file(packed, root, "wb") as raw:
-        try:
-            with gzip.GzipFile(filename=plain.name, mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL) as target:
-                shutil.copyfileobj(source, target, 1 << 20)
-        except BaseException:
-            try:
-                os.unlink(packed)  # ours: open_file created it (O_EXCL) a moment ago
-            except OSError:
-                pass
-            raise
+    with open(plain, "rb") as source, new_file(packed, root) as raw:
+        with gzip.GzipFile(filename=plain.name, mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
     return packed
 
 
