@@ -59,8 +59,9 @@ def verdict_lines(report: RunReport) -> list[str]:
             lines.append(f"not captured on rank {u['rank']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
     if report.anatomy.has_timings:
         steps = report.anatomy.steps
+        regions, stragglers = len(report.anatomy.regions), len(report.anatomy.stragglers)
         lines.append(f"timings: {len(steps)} profiled step{'s' if len(steps) != 1 else ''}, "
-                     f"{len(report.anatomy.regions)} regions, {len(report.anatomy.stragglers)} straggler flags")
+                     f"{regions} region{'s' if regions != 1 else ''}, {stragglers} straggler flag{'s' if stragglers != 1 else ''}")
     elif report.processes:
         lines.append("timings: none in the manifest (no profiled step completed, or written by an rlprof without step timings)")
     lines += problem_lines(report)
