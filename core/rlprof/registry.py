@@ -325,13 +325,10 @@ class Backends:
         (the core's keys such as ``_target_`` removed, as for a role's section); None when absent.
 
         :raises ConfigError: the backend rejected it (named by that key path)."""
-        from .config import CORE_TOOL_KEYS
-
         section = config.global_.global_tool_config.get(backend)
         if section is None:
             return None
-        raw = {k: v for k, v in dict(section).items() if k not in CORE_TOOL_KEYS}
-        return self.validated_section(backend, raw, f"global_profiler.global_tool_config.{backend}")
+        return self.validated_section(backend, dict(section), f"global_profiler.global_tool_config.{backend}")
 
     def validated_section(self, backend: str, raw: Mapping[str, Any], key: str) -> dict[str, Any]:
         """One ``tool_config`` section checked by ``backend`` under its own key path (a role's section,

@@ -67,10 +67,8 @@ def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
     """
     if not isinstance(tool_config, Mapping):
         raise fail(key_path, tool_config, f"a mapping with {', '.join(KNOWN)}")
-    from rlprof.config import CORE_TOOL_KEYS
-
-    for key in tool_config:
-        if key not in KNOWN and key not in CORE_TOOL_KEYS:  # the core's keys (_target_, discrete...) are its own
+    for key in tool_config:  # the core removed its own keys (_target_, discrete, schedule...) before calling
+        if key not in KNOWN:
             raise unknown_key(key_path, key, KNOWN)
     capture_range = tool_config.get(RANGE)
     if capture_range is None:
