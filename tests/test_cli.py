@@ -233,3 +233,14 @@ def test_report_counts_one_profiling_process_in_the_singular(tmp_path, capsys):
     report_main([str(tmp_path)])
     out = capsys.readouterr().out
     assert "; 1 profiling process on 1 host" in out and "1 profiling processes" not in out
+
+
+def test_output_piped_into_a_reader_that_stops_early_is_not_a_failure(tmp_path):
+    """`rlprof report RUN | head -3`: the reader closing the pipe ends the command quietly, exit 0."""
+    from rlprof.testing.generated_run import generate_run
+
+    run_dir = generate_run(tmp_path, ranks=32, steps=(1, 2, 3))
+    proc = subprocess.run(f"{' '.join(RLPROF)} report {run_dir} | head -3", shell=True,
+                          capture_output=True, text=True)
+    assert len(proc.stdout.splitlines()) == 3
+    assert "failed" not in proc.stderr and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -118,6 +118,10 @@ def _run(command: Command, args: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"rlprof {command.name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rlprof report RUN | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return EXIT_OK
     except Exception as exc:
         if os.environ.get("RLPROF_DEBUG"):
             raise
