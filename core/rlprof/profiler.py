@@ -246,13 +246,16 @@ class Profiler:
         try:
             return self._regions[role][stage]
         except KeyError:
-            return self._new_region(role, stage)
+            return self._new_region(role, stage, stage, sampled=True)
 
-    def _new_region(self, role: str, stage: str | None) -> _Region:
+    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
+        """The cached region object of ``role`` under ``key``, idle or live as the role is now."""
         spec = _IdleRegion(self, role, stage)
+        if not sampled:
+            spec._schedule = None
         if role in self._live:
             spec.__class__ = _Region
-        self._regions.setdefault(role, {})[stage] = spec
+        self._regions.setdefault(role, {})[key] = spec
         return spec
 
     def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
@@ -263,12 +266,7 @@ class Profiler:
         try:
             return self._regions[role][key]
         except KeyError:
-            spec = _IdleRegion(self, role, stage)
-            spec._schedule = None
-            if role in self._live:
-                spec.__class__ = _Region
-            self._regions.setdefault(role, {})[key] = spec
-            return spec
+            return self._new_region(role, stage, key, sampled=False)
 
     def iteration(self) -> _Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
