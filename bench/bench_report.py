@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rlprof.report import build_reports, render
+from rlprof.analysis.report import build_reports, render
 from rlprof.testing.generated_run import generate_run
 
 COMMANDS = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from rlprof.watchdog import HookWatchdog
+from rlprof.runtime.watchdog import HookWatchdog
 
 N = 200_000
 REPEATS = 15

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fuzz_config.py --examples 3000 [--seed 1] [--timeout 30]
 
-Each case (see ``tests/fuzz_configs.py``) runs in a forked child through the loader,
+Each case (see ``tests/config/fuzz_configs.py``) runs in a forked child through the loader,
 ``rlprof check``'s code path and ``Profiler()``: a child that does not answer within ``--timeout``
 seconds is a hang (killed), one that dies by a signal is a crash. Printed: cases by worst outcome
 (tracebacks, hangs, crashes, rejections with/without a key path, accepted), per stage, the slowest
@@ -25,7 +25,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "config"))
 
 WORST = ["crash", "hang", "traceback", "rejected-unnamed", "rejected", "ok"]
 
@@ -55,12 +55,13 @@ def preload() -> None:
     import omegaconf  # noqa: F401
     import yaml  # noqa: F401
 
-    import rlprof.checking  # noqa: F401
-    import rlprof.profiler  # noqa: F401
-    import rlprof.sources  # noqa: F401
-    from rlprof.registry import discover, load_backend
+    import rlprof.runtime.checking  # noqa: F401
+    import rlprof.runtime.profiler  # noqa: F401
+    import rlprof.config.sources  # noqa: F401
+    from rlprof.installed import discover
+    from rlprof.runtime.registry import load_backend
 
-    from rlprof.checking import check_config
+    from rlprof.runtime.checking import check_config
 
     for name in discover():
         try:  # loads the backend and whatever its checks import lazily (torch)

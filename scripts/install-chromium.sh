@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless-capable Chromium for the HTML report tests (tests/test_html_report.py).
+# Install Debian's headless-capable Chromium for the HTML report tests (tests/analysis/test_html_report.py).
 # Those tests skip with a reason when no chromium is on PATH; this makes them run.
 # Needs root (apt-get). Retries while another apt/dpkg holds the lock.
 set -euo pipefail

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlprof import context, hookspecs
-from rlprof.registry import HOOKS
+from rlprof.runtime.registry import HOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "writing-a-backend.md"
@@ -108,7 +108,7 @@ def test_the_context_methods_are_documented(guide):
 def test_every_hook_has_a_test(hook):
     pattern = re.compile(rf"def test_hook_{hook}\b")
     found = [p for p in (ROOT / "tests").rglob("test_*.py") if pattern.search(p.read_text(encoding="utf-8"))]
-    assert found, f"hook {hook} has no test: add `def test_hook_{hook}(...)` under tests/ (see tests/test_testing_kit.py)"
+    assert found, f"hook {hook} has no test: add `def test_hook_{hook}(...)` under tests/ (see tests/testing/test_testing_kit.py)"
 
 
 def test_the_environment_switches_are_documented(guide):

@@ -5,25 +5,25 @@ torch_npu and omegaconf are imported only by the parts that need them.
 
 The public surface:
 
-* :class:`Profiler` — one per worker process (``rlprof.profiler``)
+* :class:`Profiler` — one per worker process (``rlprof.runtime.profiler``)
 * :func:`load_config`, :class:`ConfigError` — verl-compatible configuration (``rlprof.config``)
-* :func:`resolve_plan` — the resolver (``rlprof.plan``)
+* :func:`resolve_plan` — the resolver (``rlprof.runtime.plan``)
 * :data:`hookimpl` — the marker for backend hook implementations (``rlprof.hookspecs``)
 """
 
 from __future__ import annotations
 
-from .errors import BackendError, ConfigError
+from rlprof.errors import BackendError, ConfigError
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "hookimpl": ("rlprof.hookspecs", "hookimpl"),
-    "Profiler": ("rlprof.profiler", "Profiler"),
+    "Profiler": ("rlprof.runtime.profiler", "Profiler"),
     "load_config": ("rlprof.config", "load_config"),
     "ProfilerConfig": ("rlprof.config", "ProfilerConfig"),
-    "resolve_plan": ("rlprof.plan", "resolve_plan"),
-    "Schedule": ("rlprof.schedule", "Schedule"),
+    "resolve_plan": ("rlprof.runtime.plan", "resolve_plan"),
+    "Schedule": ("rlprof.config.schedule", "Schedule"),
 }
 
 __all__ = ["BackendError", "ConfigError", "Profiler", "ProfilerConfig", "Schedule", "hookimpl", "load_config", "resolve_plan", "__version__"]

@@ -1,7 +1,7 @@
 """The ``rlprof`` command: one argparse parser whose subcommands are loaded only when run.
 
 Built-in commands live in their own modules, each exposing ``main(argv) -> int`` with its own
-argparse parser (``rlprof.demo``, ``rlprof.report``, ``rlprof.timeline``, ``rlprof.compare``);
+argparse parser (``rlprof.demo``, ``rlprof.analysis.report``, ``rlprof.analysis.timeline``, ``rlprof.analysis.compare``);
 ``check`` and ``backends`` are here. Plugins add commands through the ``rlprof.commands``
 entry-point group (``name = "module:function"``, the function takes the remaining arguments and
 returns an exit status), e.g. ``rlprof relocate`` from rlprof-nsys. Only the command that runs is
@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+
 COMMAND_GROUP = "rlprof.commands"
 
 
@@ -44,11 +45,11 @@ BUILTIN = (
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
     Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
-            "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.report:main"),
+            "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.analysis.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
-            "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.timeline:main"),
+            "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
-            "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.compare:main"),
+            "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.analysis.compare:main"),
 )
 
 
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(exit_.code or 0)
         return EXIT_INVALID  # pragma: no cover - parse_args always exits for a lone option
     if name not in commands:
-        from .errors import did_you_mean
+        from rlprof.errors import did_you_mean
 
         print(f"rlprof: unknown command {name!r}{did_you_mean(name, commands)}; commands: {', '.join(commands)}",
               file=sys.stderr)
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     """The top-level parser: ``--version``, ``--help`` and one subparser per command (for the help
     text and the list of choices; each command parses its own arguments)."""
-    from . import __version__
+    from rlprof import __version__
 
     parser = argparse.ArgumentParser(
         prog="rlprof",
@@ -163,7 +164,8 @@ def backends_main(args: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="rlprof backends", description="List the installed profiling backends.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     opts = parser.parse_args(args)
-    from .registry import backend_info, discover
+    from rlprof.installed import discover
+    from rlprof.runtime.registry import backend_info
 
     infos = [backend_info(name, ep) for name, ep in sorted(discover().items())]
     if opts.json:
@@ -243,8 +245,8 @@ def check_main(args: list[str]) -> int:
         print(f"rlprof check: at most one config file, got {len(files)}: {', '.join(files)} "
               "(overrides are key=value)", file=sys.stderr)
         return EXIT_INVALID
-    from .checking import check_config
-    from .errors import ConfigError
+    from rlprof.runtime.checking import check_config
+    from rlprof.errors import ConfigError
 
     roles = [r.strip() for r in opts.roles.split(",") if r.strip()] if opts.roles is not None else None
     try:
@@ -254,7 +256,7 @@ def check_main(args: list[str]) -> int:
         print(f"rlprof check: invalid configuration:\n  {exc}", file=sys.stderr)
         return EXIT_INVALID
     if opts.migrate:
-        from .legacy import to_modern_yaml
+        from rlprof.config.legacy import to_modern_yaml
 
         print(to_modern_yaml(dict(result.config.source)), end="")
         _warn(result.config.warnings)

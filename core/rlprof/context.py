@@ -76,7 +76,7 @@ class HookContext:
         else:
             directory = self.capture.directory / self.backend
         if not directory.is_dir():
-            from .layout import ensure_dir
+            from rlprof.layout import ensure_dir
 
             ensure_dir(directory, self.run.run_dir)
         return directory

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+"""Exit statuses of every ``rlprof`` command (and of plugins' commands): done; ran but failed (nothing
+or not everything captured, a regression above the threshold); invalid input."""
+
+
 class ConfigError(ValueError):
     """Bad profiler configuration. The message names the key path, the bad value and what is allowed.
 

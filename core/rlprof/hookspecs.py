@@ -9,7 +9,7 @@ Lifecycle
 ---------
 
 The core decides *what* is profiled and *when* a capture opens and closes (the capture state machine,
-:mod:`rlprof.capture`); a backend decides only *how* to capture. For one process, on a rank where at
+:mod:`rlprof.runtime.capture`); a backend decides only *how* to capture. For one process, on a rank where at
 least one hosted role is selected, the calls are::
 
     validate_tool_config          once per section that names this backend (global_tool_config.<name>,
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pluggy
 
 if TYPE_CHECKING:  # the context classes, for readers and type checkers (no import cost at run time)
-    from .context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
+    from rlprof.context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
 
 PROJECT = "rlprof"
 

@@ -41,6 +41,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 log = logging.getLogger("rlprof")
+FAILURE_RECORD = "worker_failure"
+"""Manifest record type the Ray controller writes (``manifest/controller-<host>-<pid>.jsonl``): one per
+worker that died or hung past the timeout (it is not waited for again), one per rlprof call that
+raised in a worker: worker, rank, call, step, kind, error."""
+
 _ENCODER = json.JSONEncoder(default=str, check_circular=False)
 """One encoder for every record (``json.dumps(..., default=str)`` builds a new one per call). Records
 are plain data; anything else (a path, an exception) is written as its ``str``."""
@@ -132,7 +137,7 @@ class ManifestWriter:
 def _open_append(path: Path, root: Path):
     """Open ``path`` for appending, creating its directory under ``root``; no symbolic link is followed
     (:func:`rlprof.layout.open_file`)."""
-    from .layout import open_file
+    from rlprof.layout import open_file
 
     return open_file(path, root, "a")
 
@@ -150,7 +155,7 @@ def step_record(step: int, start_ns: int, end_ns: int) -> dict[str, Any]:
 
 
 def region_record(region: Any) -> dict[str, Any]:
-    """The ``region`` record of a closed :class:`rlprof.capture.OpenRegion`."""
+    """The ``region`` record of a closed :class:`rlprof.runtime.capture.OpenRegion`."""
     parent = region.parent
     return {
         "step": region.step, "role": region.role, "region": region.name,

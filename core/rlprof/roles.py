@@ -1,6 +1,6 @@
 """The roles of a verl-style job and where each one's ``profiler`` section lives in verl's config.
 
-Its own module because both :mod:`rlprof.config` (reading) and :mod:`rlprof.legacy` (migrating,
+Its own module because both :mod:`rlprof.config` (reading) and :mod:`rlprof.config.legacy` (migrating,
 writing back in verl's layout) need it, and every tool that builds a config from flags (the demo, the
 testing kit) nests sections the same way: :func:`nest_profiler` is that one way.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from .errors import fail, unknown_key
+from rlprof.errors import fail, unknown_key
 
 VERL_COMMON_KEYS = ("name",)
 """Keys verl writes into every tool section (its own bookkeeping); always accepted, never used."""

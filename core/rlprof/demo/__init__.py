@@ -12,6 +12,6 @@ from __future__ import annotations
 
 
 def main(argv=None) -> int:
-    from .command import main as run
+    from rlprof.demo.command import main as run
 
     return run(argv)

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import load_config
-from ..errors import ConfigError
-from ..roles import nest_profiler
+from rlprof.config.schema import load_config
+from rlprof.errors import ConfigError
+from rlprof.roles import nest_profiler
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
 VIEWERS = (
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(opts: argparse.Namespace) -> int:
-    from . import preflight
+    from rlprof.demo import preflight
 
     began = time.perf_counter()
     try:
@@ -121,7 +121,7 @@ def _run(opts: argparse.Namespace) -> int:
     if not config.enabled:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")
 
-    from .trainer import train  # imports torch and ray: not needed for --help or a refusal
+    from rlprof.demo.trainer import train  # imports torch and ray: not needed for --help or a refusal
 
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout,
@@ -148,7 +148,7 @@ def _run(opts: argparse.Namespace) -> int:
 
 def _print_outcome(run) -> bool:
     """Print the run's report (this node's save path), then the verdict; True when it is ok."""
-    from ..report import build_reports, render, verdict
+    from rlprof.analysis.report import build_reports, render, verdict
 
     reports = build_reports([run.run_dir])
     shown = render(reports[0]) if reports else ""

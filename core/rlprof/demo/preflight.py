@@ -16,8 +16,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..config import ROLE_PATHS, ProfilerConfig
-from ..errors import ConfigError
+from rlprof.config.schema import ROLE_PATHS, ProfilerConfig
+from rlprof.errors import ConfigError
 
 HYBRID_ENGINE_ROLES = ("actor", "rollout", "ref")
 """The roles each demo worker hosts (one process per rank, as verl's hybrid engine)."""
@@ -73,7 +73,7 @@ def check_packages() -> None:
 
 
 def check_save_path(save_path: str) -> None:
-    from ..layout import check_save_path as why_unusable
+    from rlprof.layout import check_save_path as why_unusable
 
     reason = why_unusable(save_path)
     if reason is not None:
@@ -87,7 +87,7 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
 
     :raises Refusal: the plan is invalid, or no selected backend can capture here.
     """
-    from ..checking import check_config
+    from rlprof.runtime.checking import check_config
 
     try:
         result = check_config(config, world_size=workers, roles=roles)

@@ -23,11 +23,11 @@ from typing import Any, Callable
 
 import torch
 
-from ..config import ProfilerConfig
-from ..ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, describe_error
-from .grpo import Sizes, group_advantages, toy_reward
-from .preflight import HYBRID_ENGINE_ROLES
-from .worker import PolicyWorker
+from rlprof.config.schema import ProfilerConfig
+from rlprof.integrations.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, describe_error
+from rlprof.demo.grpo import Sizes, group_advantages, toy_reward
+from rlprof.demo.preflight import HYBRID_ENGINE_ROLES
+from rlprof.demo.worker import PolicyWorker
 
 
 class TrainingFailed(RuntimeError):

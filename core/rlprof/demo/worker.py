@@ -13,8 +13,8 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from ..ray import ProfiledWorker
-from .grpo import Sizes, TinyPolicy, generate, grpo_loss, response_log_probs
+from rlprof.integrations.ray import ProfiledWorker
+from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_log_probs
 
 
 class PolicyWorker(ProfiledWorker):

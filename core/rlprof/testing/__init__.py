@@ -13,6 +13,6 @@
 Only the recorder is imported here: ``import rlprof.testing`` stays as light as ``import rlprof``.
 """
 
-from .recorder import RecordingBackend
+from rlprof.testing.recorder import RecordingBackend
 
 __all__ = ["RecordingBackend"]

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .contract import RUN_CHECKS, STATIC_CHECKS, Subject, implemented
-from .scenario import LIFECYCLE_HOOKS, BackendRun, BackendSpec, Scenario, backend_factory, run_scenario
+from rlprof.testing.contract import RUN_CHECKS, STATIC_CHECKS, Subject, implemented
+from rlprof.testing.scenario import LIFECYCLE_HOOKS, BackendRun, BackendSpec, Scenario, backend_factory, run_scenario
 
 _RELEASED_IN_DISCRETE = ("start_role", "iteration_boundary", "stop_role")
 

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..context import RuntimeEnvContext
-from ..errors import ConfigError
-from ..registry import HOOKS, LIFECYCLE, plugin_manager
-from .scenario import BackendRun
+from rlprof.context import RuntimeEnvContext
+from rlprof.errors import ConfigError
+from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
+from rlprof.testing.scenario import BackendRun
 
 UNKNOWN_KEY = "rlprof_conformance_unknown_key"
 """The key slipped into tool_config: validate_tool_config must reject it."""

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from .. import layout
+from rlprof import layout
 
 _ALWAYS_ALLOWED = ("/dev/", "/proc/", "/sys/")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC

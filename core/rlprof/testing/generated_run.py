@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..manifest import ManifestWriter
+from rlprof.manifest import ManifestWriter
 
 START_NS = 1_795_000_000_000_000_000
 """Wall clock (``time.time_ns()``) of the first step's start: a fixed instant, so runs are reproducible."""

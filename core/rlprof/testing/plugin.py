@@ -33,7 +33,7 @@ import pytest
 
 @pytest.fixture
 def rlprof_run(tmp_path) -> Callable[..., Any]:
-    from .scenario import Scenario, run_scenario
+    from rlprof.testing.scenario import Scenario, run_scenario
 
     counter = itertools.count(1)
 
@@ -48,6 +48,6 @@ def rlprof_run(tmp_path) -> Callable[..., Any]:
 
 @pytest.fixture
 def rlprof_recorder():
-    from .recorder import RecordingBackend
+    from rlprof.testing.recorder import RecordingBackend
 
     return RecordingBackend()

@@ -15,7 +15,7 @@ import os
 import time
 from typing import Mapping, Sequence
 
-from ..ray import ProfiledWorker
+from rlprof.integrations.ray import ProfiledWorker
 
 
 class ScriptedWorker(ProfiledWorker):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..hookspecs import hookimpl
+from rlprof.hookspecs import hookimpl
 
 
 class RecordingBackend:

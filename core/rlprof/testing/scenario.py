@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..roles import nest_profiler
-from ..context import FinalizeContext
-from ..layout import safe_name
-from ..manifest import read_records
-from ..plan import primary_role
-from .footprint import Footprint
-from .recorder import RecordingBackend
+from rlprof.roles import nest_profiler
+from rlprof.context import FinalizeContext
+from rlprof.layout import safe_name
+from rlprof.manifest import read_records
+from rlprof.runtime.plan import primary_role
+from rlprof.testing.footprint import Footprint
+from rlprof.testing.recorder import RecordingBackend
 
 RECORDER = "rlprof_recorder"
 """The name the companion recorder runs under."""
@@ -244,7 +244,7 @@ class BackendRun:
 def backend_factory(backend: BackendSpec, name: str | None = None) -> tuple[str, Callable[[], Any]]:
     """``(name, make)`` for a backend given by entry-point name, class or instance."""
     if isinstance(backend, str):
-        from ..registry import load_backend
+        from rlprof.runtime.registry import load_backend
 
         return backend, lambda: load_backend(backend)
     label = name or getattr(backend, "name", None)
@@ -264,7 +264,7 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
     ``RLPROF_STRICT`` for the run (None: leave the environment as it is); the conformance suite runs
     with ``strict=False`` so a raising hook is reported with its traceback instead of ending the run.
     """
-    from ..profiler import Profiler
+    from rlprof.runtime.profiler import Profiler
 
     name, make = backend_factory(backend, name)
     workdir = Path(workdir).absolute()
@@ -319,8 +319,8 @@ def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBa
     """A stand-in registered in place of ``plugin``: each hook calls the backend's own implementation;
     the first call of ``injected.hook`` then raises :class:`ScriptedHookFailure` (after listing what
     the call returned with ``ctx.add_artifact``, so nothing the backend wrote goes unlisted)."""
-    from ..hookspecs import hookimpl
-    from ..registry import plugin_manager
+    from rlprof.hookspecs import hookimpl
+    from rlprof.runtime.registry import plugin_manager
 
     pm = plugin_manager()
     pm.register(plugin)
@@ -460,7 +460,7 @@ def _note_open(run: BackendRun, moment: str) -> None:
 
 def _finalize_again(run: BackendRun) -> SecondFinalize:
     """Call the backend's finalize hook once more, as a second shutdown path would."""
-    from ..registry import plugin_manager
+    from rlprof.runtime.registry import plugin_manager
 
     prof, outcome = run.profiler, SecondFinalize()
     pm = plugin_manager()

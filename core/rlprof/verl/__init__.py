@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dist_profiler import DistProfiler, build_rollout_dist_profiler
-from .install import install, installed, uninstall
+from rlprof.integrations.verl.dist_profiler import DistProfiler, build_rollout_dist_profiler
+from rlprof.integrations.verl.install import install, installed, uninstall
 
 __all__ = ["DistProfiler", "DistProfilerExtension", "build_rollout_dist_profiler", "install", "installed", "uninstall"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "DistProfilerExtension":
-        from .extension import DistProfilerExtension
+        from rlprof.integrations.verl.extension import DistProfilerExtension
 
         return DistProfilerExtension
     raise AttributeError(f"module 'rlprof.verl' has no attribute {name!r}")

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
-    from .install import install
+    from rlprof.integrations.verl.install import install
 
     install()
     module, args = argv[0], argv[1:]

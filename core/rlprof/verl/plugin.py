@@ -2,13 +2,13 @@
 process (verl's ``VERL_USE_EXTERNAL_PLUGINS``, default ``auto``).
 
 Installing rlprof changes nothing by itself: the swap happens only where ``RLPROF_VERL=1`` is set
-(see :mod:`rlprof.verl.install`), which is how it reaches Ray workers before they import verl's
+(see :mod:`rlprof.integrations.verl.install`), which is how it reaches Ray workers before they import verl's
 worker modules.
 """
 
 import os
 
 if os.environ.get("RLPROF_VERL") == "1":
-    from .install import install
+    from rlprof.integrations.verl.install import install
 
     install()

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.cli import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from rlprof.manifest import manifest_files, read_records
 
 from .backend import ARTIFACT_KIND

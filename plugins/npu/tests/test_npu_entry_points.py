@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from rlprof.cli import main as rlprof_main
-from rlprof.registry import discover, distribution_of, implemented_hooks, load_backend
+from rlprof.installed import discover, distribution_of
+from rlprof.runtime.registry import implemented_hooks, load_backend
 
 
 def test_backend_entry_point():

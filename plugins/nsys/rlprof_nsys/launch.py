@@ -9,7 +9,7 @@ on the Ray controller, through the ``worker_runtime_env`` hook, once per worker 
     rlprof opens per window when the tool_config says ``capture_range: nvtx``);
 ``capture-range-end=repeat-shutdown:N``
     N is the exact number of windows the worker opens under the plan
-    (:meth:`rlprof.plan.ProcessPlan.expected_captures`, handed over as ``ctx.expected_captures``).
+    (:meth:`rlprof.runtime.plan.ProcessPlan.expected_captures`, handed over as ``ctx.expected_captures``).
     nsys then writes the reports as soon as the N-th window closes. Too small an N loses the later
     windows; a bigger one (verl's guess is 6 per profiled step) makes nsys wait for the
     process to exit before writing anything, which a killed Ray worker never does cleanly.

@@ -12,7 +12,7 @@ import pytest
 
 from nsys_harness import verl_config
 from rlprof import ConfigError
-from rlprof.checking import check_config
+from rlprof.runtime.checking import check_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.ray import worker_options
 from rlprof_nsys import controller_command, controller_runtime_env, cpu_sampling

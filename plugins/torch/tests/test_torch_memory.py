@@ -181,7 +181,7 @@ def test_memory_snapshot_num_steps_writes_one_snapshot_per_group_of_steps(make_c
     assert recorder.clears() == [False, True]  # cleared only as the group after 1-2 began
     paths = run.files("torch_memory")
     assert [p.parent.parent.parent.name for p in paths] == ["step2", "step3"] and all(p.is_file() for p in paths)
-    from rlprof.report import build_reports
+    from rlprof.analysis.report import build_reports
 
     [report] = build_reports([run.run_dir])
     assert not report.missing and not report.short_captures  # a grouped snapshot covers its steps

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rlprof
-from rlprof.registry import discover, distribution_of
+from rlprof.installed import discover, distribution_of
 
 REGIONS = ("ref_compute_log_prob", "actor_update")
 

@@ -1,0 +1,159 @@
+"""``rlprof compare RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]``: what changed between two runs.
+
+Use it after a change to the trainer (or in CI, against a baseline run) to see which regions got
+slower or faster. Each side is a save path, run directory or manifest (the newest run found there,
+or ``--run-a``/``--run-b`` ID). Both are read from the manifests only (:mod:`rlprof.analysis.anatomy`): a
+region's time is its median across ranks of each rank's median over the profiled steps, and the
+step's time likewise. One row per region (per region and rank with ``--ranks``) with A, B, the
+change and the % change, sorted by impact (the absolute change in ms); regions found in only one run
+are listed too.
+
+``--fail-above PCT`` exits 1 when the step or a region got more than PCT percent slower (regions
+shorter than ``--min-ms`` in both runs are not held to it: their noise is larger than their cost).
+Exit status: 0 compared (no regression above the limit), 1 regression, 2 usage / no manifests / no timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.runs import RunReport, build_reports
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
+STEP_ROW = "(step)"
+"""The row holding the whole step's time."""
+MIN_MS = 1.0
+
+
+@dataclass
+class Change:
+    region: str
+    rank: int | None
+    """None: across ranks (the median); a rank with ``--ranks``."""
+    a_ms: float | None
+    b_ms: float | None
+
+    @property
+    def change_ms(self) -> float:
+        return (self.b_ms or 0.0) - (self.a_ms or 0.0)
+
+    @property
+    def change_pct(self) -> float | None:
+        if self.a_ms is None or self.b_ms is None or self.a_ms <= 0:
+            return None
+        return 100.0 * (self.b_ms - self.a_ms) / self.a_ms
+
+    @property
+    def note(self) -> str:
+        return "only in A" if self.b_ms is None else "only in B" if self.a_ms is None else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        pct = self.change_pct
+        return {**asdict(self), "change_ms": round(self.change_ms, 3), "change_pct": None if pct is None else round(pct, 2),
+                "note": self.note}
+
+
+def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, int | None], float]:
+    """``(region, rank or None) -> ms`` for one run, with the step itself as :data:`STEP_ROW`."""
+    times: dict[tuple[str, int | None], float] = {}
+    for summary in anatomy.regions:
+        if per_rank:
+            times.update({(summary.region, t.rank): t.ms for t in summary.spread.per_rank})
+        else:
+            times[summary.region, None] = summary.spread.median_ms
+    by_rank: dict[int, list[float]] = {}
+    for step in anatomy.steps:
+        for t in (step.spread.per_rank if step.spread else []):
+            by_rank.setdefault(t.rank, []).append(t.ms)
+    medians = {rank: statistics.median(ms) for rank, ms in by_rank.items()}
+    if medians:
+        if per_rank:
+            times.update({(STEP_ROW, rank): ms for rank, ms in medians.items()})
+        else:
+            times[STEP_ROW, None] = statistics.median(medians.values())
+    return times
+
+
+def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
+    """Every region (and rank) of either run, the largest absolute change first."""
+    ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
+    changes = [Change(region, rank, ta.get((region, rank)), tb.get((region, rank))) for region, rank in set(ta) | set(tb)]
+    return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.rank is None else c.rank))
+
+
+def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
+    """Rows that got more than ``pct`` percent slower (and are at least ``min_ms`` long in one run)."""
+    return [c for c in changes if c.change_pct is not None and c.change_pct > pct and max(c.a_ms, c.b_ms) >= min_ms]
+
+
+def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool) -> str:
+    lines = [f"A: run {a.run_id} ({len(a.anatomy.steps)} profiled steps, {len(a.processes)} processes)",
+             f"B: run {b.run_id} ({len(b.anatomy.steps)} profiled steps, {len(b.processes)} processes)",
+             "times: per rank the median over profiled steps, then the median across ranks" if not per_rank else
+             "times: each rank's median over profiled steps", ""]
+    rows = [("region", "rank", "A ms", "B ms", "change ms", "change", "")] if per_rank else [("region", "A ms", "B ms", "change ms", "change", "")]
+    for c in changes:
+        cells = [c.region] + ([str(c.rank)] if per_rank else []) + [
+            "-" if c.a_ms is None else f"{c.a_ms:.2f}", "-" if c.b_ms is None else f"{c.b_ms:.2f}",
+            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note]
+        rows.append(tuple(cells))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        first = row[0].ljust(widths[0])
+        rest = [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
+        lines.append(("  ".join([first] + rest) + ("  " + row[-1] if row[-1] else "")).rstrip())
+    return "\n".join(lines)
+
+
+def _load(path: str, run: str | None, side: str) -> RunReport:
+    """The run a side names. :raises LookupError: with a message for the user."""
+    if not Path(path).exists():
+        raise LookupError(f"{side}: not found: {path}")
+    reports = build_reports([path], run=run)
+    if not reports:
+        raise LookupError(f"{side}: no rlprof manifests under {path}")
+    if len(reports) > 1:
+        print(f"rlprof compare: {side}: {len(reports)} runs under {path}; using the newest, {reports[0].run_id} "
+              f"(--run-{side.lower()} ID for another)", file=sys.stderr)
+    report = reports[0]
+    if not report.anatomy.has_timings:
+        raise LookupError(f"{side}: run {report.run_id} has no step or region timings in its manifest (no profiled step completed)")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlprof compare", description="Per region (and rank): run A, run B, the change and % change, largest first.")
+    parser.add_argument("a", metavar="RUN_A", help="the baseline: a save path, run directory or manifest")
+    parser.add_argument("b", metavar="RUN_B", help="the run to compare with it")
+    parser.add_argument("--run-a", default=None, metavar="ID", help="the run id (or prefix) under RUN_A; default: the newest")
+    parser.add_argument("--run-b", default=None, metavar="ID", help="the run id (or prefix) under RUN_B; default: the newest")
+    parser.add_argument("--ranks", action="store_true", help="one row per region and rank")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--fail-above", type=float, default=None, metavar="PCT", help="exit 1 when the step or a region got more than PCT%% slower")
+    parser.add_argument("--min-ms", type=float, default=MIN_MS, help=f"--fail-above ignores rows shorter than this in both runs (default {MIN_MS:g})")
+    opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        a = _load(opts.a, opts.run_a, "A")
+        b = _load(opts.b, opts.run_b, "B")
+    except LookupError as exc:
+        print(f"rlprof compare: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    changes = compare(a, b, per_rank=opts.ranks)
+    slower = regressions(changes, opts.fail_above, opts.min_ms) if opts.fail_above is not None else []
+    if opts.json:
+        print(json.dumps({"a": a.run_id, "b": b.run_id, "per_rank": opts.ranks, "changes": [c.as_dict() for c in changes],
+                          "fail_above": opts.fail_above, "regressions": [c.as_dict() for c in slower]}, indent=1))
+    else:
+        print(render(a, b, changes, opts.ranks))
+    for c in slower:
+        where = f" on rank {c.rank}" if c.rank is not None else ""
+        print(f"rlprof compare: regression: {c.region}{where} {c.a_ms:.2f} -> {c.b_ms:.2f} ms ({c.change_pct:+.1f}% > {opts.fail_above:g}%)",
+              file=sys.stderr)
+    return EXIT_REGRESSION if slower else EXIT_OK

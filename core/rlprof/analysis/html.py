@@ -1,0 +1,260 @@
+"""``rlprof report RUN --html -o FILE``: the report as one self-contained web page.
+
+Use it to share a run's findings (attach it to an issue, a CI artifact): one file, no network
+requests (inline CSS and SVG, no script, no font or image fetched), readable offline in any browser.
+Per run, newest first:
+
+* the verdict (what was captured, what is missing, why nothing was captured);
+* **step anatomy**: a stacked bar per profiled step — the median time of each top-level region, and
+  what the regions leave of the step — with a whisker from the fastest to the slowest rank's step;
+* **rank x region heat map**: each rank's time per region (median over steps), coloured by how far
+  it is from that region's median across ranks; stragglers outlined and marked;
+* the stragglers, per-step tables, and the files to open next (with the timeline command).
+
+Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
+:class:`rlprof.analysis.report.RunReport`: no trace is read.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Sequence
+
+from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.runs import RunReport, size_text
+from rlprof.analysis.verdict import verdict_lines
+
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#86bcb6", "#d37295", "#a0cbe8")
+UNTRACKED = "#d9d9d9"
+MARKER = b'<meta name="generator" content="rlprof report">'
+"""In the head of every page: ``-o`` replaces only a file that holds it (:mod:`rlprof.analysis.outputs`)."""
+HEAT_ROWS = 256
+"""The heat map draws at most this many ranks (the slowest first beyond that)."""
+FILES_LISTED = 200
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;color:#1f2328;padding:0 16px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #d0d7de;padding-bottom:4px}h3{font-size:15px}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600;font-size:12px;vertical-align:middle}
+.ok{background:#1a7f37}.failed{background:#cf222e}
+ul.verdict li.problem{color:#cf222e}
+table{border-collapse:collapse;margin:8px 0}td,th{padding:2px 10px;border-bottom:1px solid #eaeef2;text-align:right}
+td:first-child,th:first-child{text-align:left}tr.straggler td{background:#ffebe9}
+code{background:#f6f8fa;padding:1px 4px;border-radius:4px}.muted{color:#656d76}
+svg text{font:12px system-ui,sans-serif}
+details{margin:6px 0}
+"""
+
+
+def render_page(reports: Sequence[RunReport]) -> str:
+    """The whole page for the given runs (newest first, as :func:`rlprof.analysis.report.build_reports` gives them)."""
+    title = f"rlprof report: run {reports[0].run_id}" if len(reports) == 1 else f"rlprof report: {len(reports)} runs"
+    body = "\n".join(_run_section(r) for r in reports)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{MARKER.decode()}"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n{body}\n</body></html>\n")
+
+
+def _run_section(report: RunReport) -> str:
+    status = '<span class="badge ok">ok</span>' if report.ok else '<span class="badge failed">FAILED</span>'
+    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
+    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    hosts = sorted({p.host for p in report.processes})
+    parts = [f'<section class="run" id="run-{_e(report.run_id)}">',
+             f"<h2>run {_e(report.run_id)} {status}</h2>",
+             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling process{"es" if len(report.processes) != 1 else ""} on '
+             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}; {', '.join(_e(d) for d in report.run_dirs)}</p>"]
+    lines = verdict_lines(report)
+    parts.append('<ul class="verdict">' + "".join(
+        f'<li class="{"problem" if _is_problem(line) else "fine"}">{_e(line)}</li>' for line in lines) + "</ul>")
+    anatomy = report.anatomy
+    if anatomy.has_timings:
+        parts.append("<h3>Step anatomy</h3>")
+        parts.append('<p class="muted">median time per top-level region across ranks; grey: time outside regions; '
+                     "the whisker spans the fastest to the slowest rank's step</p>")
+        parts.append(_step_bars(anatomy))
+        parts.append("<h3>Rank &times; region</h3>")
+        parts.append('<p class="muted">each rank\'s time (median over steps); colour: distance from the region\'s median '
+                     "across ranks (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
+        parts.append(_heat_map(anatomy))
+        parts.append(_stragglers(anatomy))
+        parts.append(_step_tables(anatomy))
+    else:
+        parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
+    parts.append(_files(report))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _is_problem(line: str) -> bool:
+    return line.startswith(("missing", "not finalized", "backend error", "worker failure", "FAILED", "nothing captured", "not captured"))
+
+
+def _colours(anatomy: Anatomy) -> dict[str, str]:
+    return {r.region: PALETTE[i % len(PALETTE)] for i, r in enumerate(anatomy.regions)}
+
+
+def _step_bars(anatomy: Anatomy) -> str:
+    colours = _colours(anatomy)
+    steps = anatomy.steps
+    label_w, width, bar_h, gap = 90, 760, 22, 10
+    longest = max([s.spread.max_ms for s in steps if s.spread] + [s.tracked_ms for s in steps] + [1e-9])
+    scale = width / longest
+    top_regions = [r for r in anatomy.regions if r.depth == 0]
+    legend_h = 22 * ((len(top_regions) + 1 + 3) // 4)
+    height = len(steps) * (bar_h + gap) + 30 + legend_h
+    out = [f'<svg class="step-anatomy" role="img" aria-label="step anatomy" width="{label_w + width + 110}" height="{height}" '
+           f'xmlns="http://www.w3.org/2000/svg">']
+    for i, step in enumerate(steps):
+        y = i * (bar_h + gap)
+        total = step.spread.median_ms if step.spread else step.tracked_ms
+        out.append(f'<text x="0" y="{y + bar_h * 0.7:.1f}">step {step.step}</text>')
+        x = float(label_w)
+        for r in (r for r in step.regions if r.depth == 0):
+            w = r.spread.median_ms * scale
+            share = f" ({100 * r.share_of_step:.0f}% of the step)" if r.share_of_step is not None else ""
+            tip = f"step {step.step} {r.region}: {r.spread.median_ms:.2f} ms median{share}; min {r.spread.min_ms:.2f}, max {r.spread.max_ms:.2f} on rank {r.spread.slowest_rank}"
+            stroke = ' stroke="#cf222e" stroke-width="2"' if r.stragglers else ""
+            out.append(f'<rect class="segment" data-region="{_e(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
+                       f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{_e(tip)}</title></rect>')
+            x += w
+        if step.untracked_ms:
+            w = step.untracked_ms * scale
+            out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
+                       f"<title>step {step.step}: {step.untracked_ms:.2f} ms outside regions</title></rect>")
+        if step.spread:
+            x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
+            out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
+                       f"<title>step {step.step}: {step.spread.min_ms:.2f} to {step.spread.max_ms:.2f} ms across ranks "
+                       f"(slowest: rank {step.spread.slowest_rank})</title></line>")
+            for xe in (x0, x1):
+                out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
+        out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
+    y = len(steps) * (bar_h + gap) + 12
+    items = [(r.region, colours[r.region]) for r in top_regions] + [("outside regions", UNTRACKED)]
+    for k, (name, colour) in enumerate(items):
+        lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
+        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _heat_map(anatomy: Anatomy) -> str:
+    regions = anatomy.regions
+    straggling = {(s.rank, s.region) for s in anatomy.stragglers}
+    ranks = sorted({t.rank for r in regions for t in r.spread.per_rank})
+    note = ""
+    if len(ranks) > HEAT_ROWS:
+        slowness: dict[int, float] = {}
+        for r in regions:
+            for t in r.spread.per_rank:
+                ratio = t.ms / r.spread.median_ms if r.spread.median_ms else 1.0
+                slowness[t.rank] = max(slowness.get(t.rank, 0.0), ratio)
+        note = f'<p class="muted">{HEAT_ROWS} of {len(ranks)} ranks shown: the slowest.</p>'
+        ranks = sorted(sorted(ranks, key=lambda k: -slowness.get(k, 0.0))[:HEAT_ROWS])
+    cell_w, cell_h, label_w, head_h = max(60, min(140, 900 // max(1, len(regions)))), 18, 70, 110
+    times = {(t.rank, r.region): t.ms for r in regions for t in r.spread.per_rank}
+    medians = {r.region: r.spread.median_ms for r in regions}
+    width, height = label_w + cell_w * len(regions) + 160, head_h + cell_h * len(ranks) + 10  # room for the slanted last label
+    out = [f'<svg class="heat-map" role="img" aria-label="rank by region heat map" width="{width}" height="{height}" '
+           f'xmlns="http://www.w3.org/2000/svg">']
+    for j, r in enumerate(regions):
+        x = label_w + j * cell_w + cell_w / 2
+        out.append(f'<text transform="translate({x:.1f},{head_h - 6}) rotate(-35)">{_e(r.region)}</text>')
+    for i, rank in enumerate(ranks):
+        y = head_h + i * cell_h
+        out.append(f'<text x="0" y="{y + cell_h * 0.75:.1f}">rank {rank}</text>')
+        for j, r in enumerate(regions):
+            x = label_w + j * cell_w
+            ms = times.get((rank, r.region))
+            if ms is None:
+                out.append(f'<rect class="cell empty" x="{x}" y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="#f6f8fa">'
+                           f"<title>rank {rank} {_e(r.region)}: not run</title></rect>")
+                continue
+            ratio = ms / medians[r.region] if medians[r.region] > 0 else 1.0
+            slow = (rank, r.region) in straggling
+            stroke = ' stroke="#1f2328" stroke-width="2"' if slow else ""
+            out.append(f'<rect class="cell{" straggler" if slow else ""}" data-rank="{rank}" data-region="{_e(r.region)}" x="{x}" '
+                       f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{_heat(ratio)}"{stroke}>'
+                       f"<title>rank {rank} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
+                       f"{'; straggler' if slow else ''}</title></rect>")
+            out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}</text>')
+    out.append("</svg>")
+    return note + "\n".join(out)
+
+
+def _heat(ratio: float) -> str:
+    """White at the median; towards red when slower (full at +50%), towards blue when faster (full at -50%)."""
+    t = max(-1.0, min(1.0, (ratio - 1.0) / 0.5))
+    if t >= 0:
+        r, g, b = 255, int(255 - 160 * t), int(255 - 170 * t)
+    else:
+        r, g, b = int(255 + 170 * t), int(255 + 110 * t), 255
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _stragglers(anatomy: Anatomy) -> str:
+    if not anatomy.stragglers:
+        return "<p>No stragglers flagged.</p>"
+    rows = "".join(f'<tr class="straggler"><td>step {s.step}</td><td>{_e(s.region)}</td><td>rank {s.rank} ({_e(s.host)})</td>'
+                   f"<td>{s.ms:.2f}</td><td>{s.median_ms:.2f}</td><td>+{s.over_pct:.0f}%</td></tr>"
+                   for s in sorted(anatomy.stragglers, key=lambda s: -(s.ms - s.median_ms)))
+    return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
+            f"<th>rank</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
+
+
+def _step_tables(anatomy: Anatomy) -> str:
+    out = []
+    for step in anatomy.steps:
+        s = step.spread
+        head = (f"step {step.step}: {s.median_ms:.1f} ms median (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})"
+                if s else f"step {step.step}: no step record")
+        rows = []
+        for r in step.regions:
+            flag = f"straggler: rank {', '.join(map(str, r.stragglers))}" if r.stragglers else ""
+            if r.errors:
+                flag += ("; " if flag else "") + f"raised on {len(r.errors)} ranks"
+            rows.append(f'<tr class="{"straggler" if r.stragglers else ""}"><td>{"&nbsp;&nbsp;" * r.depth}{_e(r.region)}</td>'
+                        f"<td>{len(r.spread.per_rank)}</td><td>{r.spread.min_ms:.2f}</td><td>{r.spread.median_ms:.2f}</td>"
+                        f"<td>{r.spread.max_ms:.2f}</td><td>rank {r.spread.slowest_rank}</td>"
+                        f"<td>{'-' if r.share_of_step is None else f'{100 * r.share_of_step:.0f}%'}</td><td>{_e(flag)}</td></tr>")
+        out.append(f"<details><summary>{_e(head)}</summary><table><tr><th>region</th><th>ranks</th><th>min_ms</th><th>median_ms</th>"
+                   f"<th>max_ms</th><th>slowest</th><th>share</th><th></th></tr>{''.join(rows)}</table></details>")
+    return "<h3>Per step</h3>" + "\n".join(out)
+
+
+def _files(report: RunReport) -> str:
+    files = report.files
+    run_arg = report.run_dirs[0] if report.run_dirs else "SAVE_PATH"
+    out = ["<h3>Files to open next</h3>",
+           f"<p>The whole run on one timeline (every rank, every role): <code>rlprof timeline {_e(run_arg)} -o timeline.json "
+           f"--with-traces</code>, then open <code>timeline.json</code> in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
+    if not files:
+        out.append("<p>No files were written.</p>")
+        return "\n".join(out)
+    out.append(f"<p>{len(files)} files, {size_text(report.total_size)} (each counted once):</p><table class=\"files\">"
+               "<tr><th>file</th><th>rank</th><th>backend</th><th>steps</th><th>size</th></tr>")
+    for f in files[:FILES_LISTED]:
+        gone = "" if f.exists else ' <span class="muted">(no longer on disk)</span>'
+        link = f'<a href="{_e(_file_uri(f.path))}">{_e(os.path.relpath(f.path, report.run_dirs[0]) if report.run_dirs else f.path)}</a>'
+        details = "".join(f"<br><span class=\"muted\">{_e(d)}</span>" for d in f.details)
+        out.append(f"<tr><td>{link}{gone}{details}</td><td>{f.rank}</td><td>{_e(f.backend)}</td>"
+                   f"<td>{','.join(map(str, f.steps)) or '-'}</td><td>{size_text(f.size)}</td></tr>")
+    out.append("</table>")
+    if len(files) > FILES_LISTED:
+        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more (rlprof report --json lists all).</p>")
+    return "\n".join(out)
+
+
+def _file_uri(path: str) -> str:
+    try:
+        return Path(path).absolute().as_uri()
+    except ValueError:
+        return path
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)

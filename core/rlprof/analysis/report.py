@@ -1,0 +1,227 @@
+"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html -o FILE]``: what a run captured and where its steps' time went.
+
+Use it after a run, on one machine or over every node's ``save_path`` at once (save paths are
+node-local; each process wrote its own manifest, so directories copied from several nodes merge).
+Everything comes from the manifests; no trace is opened, so a report takes the same time for 1 MB
+or 1 TB of traces and still works after the traces were uploaded and removed. For each run, newest
+first:
+
+* the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
+  region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
+* the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
+  file), and per-file details from the backend where it offers them (entry-point group
+  ``rlprof.report_details``, e.g. rlprof-nsys' NVTX summary);
+* the **verdict** (:func:`verdict`): what the plan expected but did not get — a step x role a
+  backend wrote nothing for, fewer capture windows than planned, processes that never finalized,
+  backend errors, workers the Ray controller lost — and, when nothing was captured at all, why.
+
+Exit status: 0 every run is ok, 1 a run captured nothing or misses something, 2 no manifests / usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy
+from rlprof.analysis.details import DETAILS_GROUP, add_details
+from rlprof.analysis.outputs import refusal, replacing
+from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
+from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
+
+__all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
+           "role_index", "size_text", "verdict", "verdict_lines"]
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+FILES_SHOWN = 24
+"""The text report lists this many files, then counts the rest (``--json`` lists all)."""
+
+
+# ----------------------------------------------------------------------------------- rendering
+
+
+def render(report: RunReport) -> str:
+    """The report as text: header, step anatomy, stragglers, files, verdict."""
+    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
+    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    hosts = sorted({p.host for p in report.processes})
+    status = "ok" if report.ok else "FAILED"
+    lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling process{'es' if len(report.processes) != 1 else ''} on "
+             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}"]
+    lines += [f"  {d}" for d in report.run_dirs]
+    lines += _anatomy_lines(report.anatomy)
+    lines += _file_lines(report.files)
+    if report.anatomy.has_timings and report.run_dirs:
+        run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
+        lines.append("")
+        lines.append(f"next: rlprof timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+        lines.append(f"      rlprof report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
+    lines.append("")
+    lines.append("verdict:")
+    lines += [f"  {line}" for line in verdict_lines(report)]
+    lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
+    return "\n".join(lines)
+
+
+STEP_TABLES = 3
+"""Up to this many profiled steps get a table each; more are summarised in one table (median per step)."""
+
+
+def _anatomy_lines(anatomy: Anatomy) -> list[str]:
+    if len(anatomy.steps) > STEP_TABLES:
+        return _summary_lines(anatomy) + _straggler_lines(anatomy)
+    lines: list[str] = []
+    for step in anatomy.steps:
+        lines.append("")
+        if step.spread is None:
+            lines.append(f"step {step.step}: no step record (a process stopped inside it)")
+        else:
+            s = step.spread
+            lines.append(f"step {step.step}: {s.median_ms:.1f} ms median over {len(s.per_rank)} rank"
+                         f"{'s' if len(s.per_rank) != 1 else ''} (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})")
+        rows = [("region", "ranks", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
+        for r in step.regions:
+            name = ("  " * r.depth) + r.region
+            flags = []
+            if r.stragglers:
+                flags.append("straggler: rank " + ",".join(map(str, r.stragglers)))
+            if r.errors:
+                flags.append(f"raised on {len(r.errors)} rank{'s' if len(r.errors) != 1 else ''}")
+            counts = {t.count for t in r.spread.per_rank}
+            if counts != {1}:
+                flags.append(f"x{max(counts)} per rank")
+            spans = sorted({tuple(span) for spans in r.iterations.values() for span in spans})
+            if spans:
+                flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
+            rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
+                         f"{r.spread.max_ms:.1f}", f"rank {r.spread.slowest_rank}", _pct(r.share_of_step), "; ".join(flags)))
+        if step.untracked_ms is not None and step.regions:
+            share = step.untracked_ms / step.spread.median_ms if step.spread.median_ms else None
+            rows.append(("(outside regions)", "", "", f"{step.untracked_ms:.1f}", "", "", _pct(share), ""))
+        lines += _table(rows, indent="  ")
+    return lines + _straggler_lines(anatomy)
+
+
+def _summary_lines(anatomy: Anatomy) -> list[str]:
+    lines = ["", f"{len(anatomy.steps)} profiled steps:"]
+    for step in anatomy.steps:
+        s = step.spread
+        lines.append(f"  step {step.step}: " + ("no step record" if s is None else
+                     f"{s.median_ms:.1f} ms median (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})"))
+    lines.append("")
+    lines.append("regions (per rank the median over steps, then across ranks):")
+    rows = [("region", "steps", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
+    for r in anatomy.regions:
+        rows.append((("  " * r.depth) + r.region, str(r.steps), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
+                     f"{r.spread.max_ms:.1f}", f"rank {r.spread.slowest_rank}", _pct(r.share_of_step), ""))
+    return lines + _table(rows, indent="  ")
+
+
+def _straggler_lines(anatomy: Anatomy) -> list[str]:
+    lines: list[str] = []
+    if anatomy.stragglers:
+        lines.append("")
+        lines.append(f"stragglers ({len(anatomy.stragglers)}):")
+        for s in sorted(anatomy.stragglers, key=lambda s: -(s.ms - s.median_ms))[:FILES_SHOWN]:
+            lines.append(f"  step {s.step} {s.region}: rank {s.rank} ({s.host}) {s.ms:.1f} ms vs median {s.median_ms:.1f} ms (+{s.over_pct:.0f}%)")
+        if len(anatomy.stragglers) > FILES_SHOWN:
+            lines.append(f"  ... and {len(anatomy.stragglers) - FILES_SHOWN} more (--json lists all)")
+    return lines
+
+
+def _file_lines(files: list[File]) -> list[str]:
+    if not files:
+        return ["", "files: none"]
+    gone = sum(1 for f in files if not f.exists)
+    lines = ["", f"files ({len(files)}, {size_text(sum(f.size for f in files))}"
+                 + (f"; {gone} no longer on disk" if gone else "") + "):"]
+    shown = files[:FILES_SHOWN]
+    rank_w = max(len(str(f.rank)) for f in shown)
+    backend_w = max(len(f.backend) for f in shown)
+    for f in shown:
+        lines.append(f"  rank {f.rank:<{rank_w}}  {f.backend:<{backend_w}}  {size_text(f.size):>10}  {_shown(f.path)}"
+                     + ("" if f.exists else "  (no longer on disk)"))
+        lines += [f"      {d}" for d in f.details]
+    if len(files) > FILES_SHOWN:
+        lines.append(f"  ... and {len(files) - FILES_SHOWN} more (--json lists all)")
+    return lines
+
+
+def _table(rows: list[tuple[str, ...]], indent: str) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    out = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
+        out.append((indent + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
+    return out
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _list(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else path
+
+
+# ----------------------------------------------------------------------------------- command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlprof report", description="Where each profiled step's time went, per region and rank, and what the run captured or missed.")
+    parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
+    parser.add_argument("--run", default=None, help="only the run with this id (or unique prefix); default: every run found, newest first")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page to -o FILE")
+    parser.add_argument("-o", "--output", default=None, metavar="FILE", help="where --html writes")
+    parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
+                        help=f"flag a rank more than this many percent over a region's median (default {STRAGGLER_PCT:g})")
+    parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details ({DETAILS_GROUP})")
+    opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if opts.html and not opts.output:
+        parser.error("--html needs -o FILE")
+    if opts.html:
+        from rlprof.analysis.html import MARKER
+
+        refused = refusal(Path(opts.output), MARKER)
+        if refused:
+            print(f"rlprof report: {refused}", file=sys.stderr)
+            return EXIT_USAGE
+    absent = [p for p in opts.paths if not Path(p).exists()]
+    if absent:
+        print(f"rlprof report: not found: {', '.join(absent)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        reports = build_reports(opts.paths, run=opts.run, straggler_pct=opts.straggler_pct)
+    except LookupError as exc:
+        print(f"rlprof report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not reports:
+        print(f"rlprof report: no rlprof manifests under {', '.join(opts.paths)}: nothing was profiled there", file=sys.stderr)
+        return EXIT_USAGE
+    if not opts.no_details:
+        add_details(reports, warn=lambda line: print(line, file=sys.stderr))
+    if opts.html:
+        from rlprof.analysis.html import render_page
+
+        try:
+            with replacing(Path(opts.output)) as handle:
+                handle.write(render_page(reports))
+        except OSError as exc:
+            print(f"rlprof report: cannot write {opts.output}: {exc}", file=sys.stderr)
+            return EXIT_PROBLEMS
+        print(f"rlprof report: wrote {opts.output} ({len(reports)} run{'s' if len(reports) != 1 else ''})", file=sys.stderr)
+    if opts.json:
+        print(json.dumps({"runs": [report_dict(r) for r in reports]}, indent=1))
+    elif not opts.html:
+        print("\n\n".join(render(r) for r in reports))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_PROBLEMS

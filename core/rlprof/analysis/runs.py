@@ -1,0 +1,336 @@
+"""A run as the manifests describe it: its processes, the files its backends wrote (each once), its
+step anatomy, and what its plan expected but did not get. :func:`build_reports` reads every record
+once and never opens a trace; ``rlprof report``, ``report --html``, ``compare`` and the verdict all
+start from the :class:`RunReport` it returns.
+
+Records missing a field the report needs, or holding the wrong type, are left out (:func:`usable`):
+a manifest edited by hand or cut short by a killed process never breaks a report.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, step_anatomy, timing_record
+from rlprof.roles import ROLES
+from rlprof.manifest import FAILURE_RECORD, read_records
+
+
+@dataclass
+class Process:
+    """One profiling process of the run, from its ``process`` record(s): a process hosting
+    colocated roles may write one per participant; the roles, steps and tools are their union."""
+
+    manifest: str
+    rank: int
+    host: str
+    pid: int
+    roles: list[str]
+    selected_roles: list[str]
+    steps: list[int]
+    mode: str
+    tools: list[str]
+    replica_rank: int | None
+    expected_captures: int | None
+    environment: dict[str, list[str]] = field(default_factory=dict)
+    """Backend -> what it said it lacks on that machine; such a backend is expected to write nothing."""
+    finalized: str | None = None
+    """The ``finalized`` record's reason, or None when the process never wrote one."""
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank} ({self.host} pid {self.pid})"
+
+    def join(self, record: dict[str, Any]) -> None:
+        """Add another participant's ``process`` record (colocated roles of the same process)."""
+        for name in ("roles", "selected_roles", "tools"):
+            current = getattr(self, name)
+            current.extend(x for x in record.get(name, []) if x not in current)
+        self.steps = sorted(set(self.steps) | set(record.get("steps", [])))
+        if record.get("expected_captures") is not None:
+            self.expected_captures = max(self.expected_captures or 0, record["expected_captures"])
+        for backend, problems in (record.get("environment") or {}).items():
+            self.environment.setdefault(backend, list(problems))
+
+
+@dataclass
+class File:
+    """One file or directory a backend wrote, however many roles or steps it holds."""
+
+    path: str
+    """Absolute (run directory + the manifest's relative path)."""
+    size: int
+    backend: str
+    rank: int
+    host: str
+    pid: int
+    capture: str | None
+    steps: list[int]
+    roles: list[str]
+    region: str | None
+    exists: bool
+    """False when the file is no longer there (moved away, e.g. uploaded by a finish hook)."""
+    details: list[str] = field(default_factory=list)
+    """Lines from the backend's ``rlprof.report_details`` function (filled by :func:`add_details`)."""
+
+
+@dataclass
+class Cell:
+    """What one backend produced for one step x role on one process, and the role's region times."""
+
+    step: int | None
+    role: str
+    rank: int
+    host: str
+    pid: int
+    backend: str
+    captures: list[str] = field(default_factory=list)
+    files: dict[str, int] = field(default_factory=dict)
+    """Absolute path -> size in bytes (a file holding several roles is listed in each role's cell)."""
+    iterations: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Region -> the sampled iteration spans ``[first, last]`` its captures hold (sampled roles only)."""
+    ranges: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Region -> ``{"ms": total, "count": n}`` from the manifest's ``region`` records."""
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    run_dirs: list[str]
+    processes: list[Process]
+    files: list[File]
+    cells: list[Cell]
+    anatomy: Anatomy
+    missing: list[dict[str, Any]]
+    short_captures: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    worker_failures: list[dict[str, Any]]
+
+    @property
+    def unavailable(self) -> list[dict[str, Any]]:
+        """Backends that said at start they cannot capture on that machine (and so wrote nothing)."""
+        return [{"rank": p.rank, "host": p.host, "pid": p.pid, "backend": b, "problems": problems}
+                for p in self.processes for b, problems in sorted(p.environment.items())]
+
+    @property
+    def unfinalized(self) -> list[Process]:
+        return [p for p in self.processes if p.finalized is None]
+
+    @property
+    def captured_nothing(self) -> bool:
+        return bool(self.processes) and not self.files
+
+    @property
+    def problem_count(self) -> int:
+        return (len(self.missing) + len(self.short_captures) + len(self.errors) + len(self.worker_failures)
+                + len(self.unfinalized) + (1 if self.captured_nothing else 0))
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "ok": self.ok,
+            "run_dirs": self.run_dirs,
+            "modes": sorted({p.mode for p in self.processes}),
+            "tools": sorted({t for p in self.processes for t in p.tools}),
+            "processes": [asdict(p) for p in self.processes],
+            **self.anatomy.as_dict(),
+            "files": [asdict(f) for f in self.files],
+            "total_size": self.total_size,
+            "rows": [{**asdict(c), "size": sum(c.files.values())} for c in self.cells],
+            "missing": self.missing,
+            "short_captures": self.short_captures,
+            "unfinalized": [asdict(p) for p in self.unfinalized],
+            "unavailable": self.unavailable,
+            "errors": self.errors,
+            "worker_failures": self.worker_failures,
+        }
+
+
+# ----------------------------------------------------------------------------------- building
+
+
+def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler_pct: float = STRAGGLER_PCT) -> list[RunReport]:
+    """Reports for every run found under ``paths``, newest first, or only the one named ``run``
+    (its id or a unique prefix of it).
+
+    :raises LookupError: ``run`` matches no run, or several.
+    """
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for record in read_records(paths):
+        by_run.setdefault(str(record.get("run")), []).append(record)
+    if run is not None:
+        chosen = [r for r in by_run if r == run] or [r for r in by_run if r.startswith(run)]
+        if len(chosen) != 1:
+            found = ", ".join(sorted(by_run, reverse=True)) or "none"
+            raise LookupError(f"--run {run!r} matches {len(chosen) or 'no'} runs; runs found: {found}")
+    else:
+        chosen = list(by_run)
+    return [build_report(run_id, by_run[run_id], straggler_pct) for run_id in sorted(chosen, reverse=True)]  # ids sort by start time
+
+
+REQUIRED = {
+    "process": {"rank": int, "host": str, "pid": int},
+    "artifact": {"rank": int, "host": str, "pid": int, "backend": str, "path": str},
+    "finalized": {},
+    "error": {},
+    FAILURE_RECORD: {},
+}
+"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
+
+
+def usable(record: dict[str, Any]) -> bool:
+    """A record the report can use: a known type with its required fields (a manifest edited by hand
+    or cut short must not break the report), or a timing record the anatomy accepts."""
+    kind = record.get("type")
+    if kind in ("step", "region"):
+        return timing_record(record)
+    needed = REQUIRED.get(kind)
+    return needed is not None and all(type(record.get(k)) is t for k, t in needed.items())
+
+
+def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT) -> RunReport:
+    """The report of one run from its manifest records (all nodes' together)."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    run_dirs: set[str] = set()
+    for r in records:  # one pass: a large run has tens of thousands of records
+        if usable(r):
+            by_type.setdefault(r["type"], []).append(r)
+            run_dirs.add(r["_run_dir"])
+    processes: dict[str, Process] = {}
+    for r in by_type.get("process", []):
+        if r["_manifest"] in processes:
+            processes[r["_manifest"]].join(r)
+            continue
+        processes[r["_manifest"]] = Process(
+            manifest=r["_manifest"], rank=r["rank"], host=r["host"], pid=r["pid"], roles=list(r.get("roles", [])),
+            selected_roles=list(r.get("selected_roles", [])), steps=list(r.get("steps", [])), mode=r.get("mode", "?"),
+            tools=list(r.get("tools", [])), replica_rank=r.get("replica_rank"), expected_captures=r.get("expected_captures"),
+            environment={k: list(v) for k, v in (r.get("environment") or {}).items()},
+        )
+    for r in by_type.get("finalized", []):
+        if r["_manifest"] in processes:
+            processes[r["_manifest"]].finalized = r.get("reason", "end")
+    artifacts, regions = by_type.get("artifact", []), by_type.get("region", [])
+    cells = _cells(artifacts, regions)
+    ordered = sorted(processes.values(), key=lambda p: (p.rank, p.host, p.pid))
+    return RunReport(
+        run_id=run_id,
+        run_dirs=sorted(run_dirs),
+        processes=ordered,
+        files=_files(artifacts),
+        cells=sorted(cells.values(), key=_row_order),
+        anatomy=step_anatomy(by_type.get("step", []) + regions, straggler_pct, checked=True),
+        missing=_missing(ordered, cells),
+        short_captures=_short_captures(ordered, artifacts),
+        errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
+        worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
+    )
+
+
+def _files(artifacts: list[dict[str, Any]]) -> list[File]:
+    """Each file once, whatever number of roles or steps its artifact records name. Only its
+    existence is checked (one ``lstat``); it is never read."""
+    files: dict[str, File] = {}
+    for a in artifacts:
+        path = os.path.join(a["_run_dir"], a["path"])
+        known = files.get(path)
+        if known is None:
+            files[path] = File(path=path, size=int(a.get("size") or 0), backend=a["backend"], rank=a["rank"], host=a["host"],
+                               pid=a["pid"], capture=a.get("capture"), steps=list(a.get("steps") or []),
+                               roles=list(a.get("roles") or []), region=a.get("region"), exists=os.path.lexists(path))
+            continue
+        known.size = max(known.size, int(a.get("size") or 0))
+        known.steps += [s for s in a.get("steps") or [] if s not in known.steps]
+        known.roles += [r for r in a.get("roles") or [] if r not in known.roles]
+    return sorted(files.values(), key=lambda f: (min(f.steps, default=-1), f.capture or "", f.rank, f.host, f.pid, f.backend, f.path))
+
+
+def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]]) -> dict[tuple, Cell]:
+    """Artifacts grouped by (step, role, process, backend), with the role's region times."""
+    times: dict[tuple, dict[str, dict[str, float]]] = {}
+    for r in regions:
+        entry = times.setdefault((r["step"], r.get("role"), r["_manifest"]), {}).setdefault(r["region"], {"ms": 0.0, "count": 0})
+        entry["ms"] = round(entry["ms"] + float(r["duration_ms"]), 6)
+        entry["count"] += 1
+    cells: dict[tuple, Cell] = {}
+    for a in artifacts:
+        path = os.path.join(a["_run_dir"], a["path"])
+        for step in a.get("steps") or [None]:
+            for role in a.get("roles") or []:
+                key = (step, role, a["_manifest"], a["backend"])
+                cell = cells.get(key)
+                if cell is None:
+                    cell = cells[key] = Cell(step=step, role=role, rank=a["rank"], host=a["host"], pid=a["pid"], backend=a["backend"])
+                    cell.ranges = times.get((step, role, a["_manifest"]), {})  # shared, read-only
+                if a.get("capture") and a["capture"] not in cell.captures:
+                    cell.captures.append(a["capture"])
+                cell.files[path] = a.get("size", 0)
+                if a.get("iterations"):
+                    cell.iterations.setdefault(a.get("region") or role, []).append(list(a["iterations"]))
+    return cells
+
+
+def _missing(processes: list[Process], cells: dict[tuple, Cell]) -> list[dict[str, Any]]:
+    """Selected step x role x backend combinations for which a process wrote nothing. An artifact
+    not tied to a step (written at finalize, e.g. relocated nsys reports) covers every step."""
+    missing = []
+    for p in processes:
+        for backend in p.tools:
+            if backend in p.environment:
+                continue  # it said up front it cannot capture here: reported as unavailable, not missing
+            for role in p.selected_roles:
+                for step in p.steps:
+                    if (step, role, p.manifest, backend) not in cells and (None, role, p.manifest, backend) not in cells:
+                        missing.append({"rank": p.rank, "host": p.host, "pid": p.pid, "backend": backend,
+                                        "step": step, "role": role, "manifest": p.manifest})
+    return missing
+
+
+def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Processes whose backend wrote fewer capture windows than the plan expected (checked only for
+    backends that tie their files to captures at all)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for a in artifacts:
+        if a.get("capture"):
+            seen.setdefault((a["_manifest"], a["backend"]), set()).add(a["capture"])
+    short = []
+    for p in processes:
+        for backend in p.tools:
+            got = seen.get((p.manifest, backend))
+            if got is not None and p.expected_captures is not None and len(got) < p.expected_captures:
+                short.append({"rank": p.rank, "host": p.host, "pid": p.pid, "backend": backend,
+                              "captures": len(got), "expected": p.expected_captures})
+    return short
+
+
+def _plain(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: record.get(k) for k in keys}
+
+
+def _row_order(cell: Cell) -> tuple:
+    return (cell.step if cell.step is not None else -1, role_index(cell.role), cell.rank, cell.host, cell.pid, cell.backend)
+
+
+def role_index(role: str) -> int:
+    """Canonical role order (actor, rollout, ref, critic, reward), unknown roles last."""
+    return ROLES.index(role) if role in ROLES else len(ROLES)
+
+
+def size_text(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+

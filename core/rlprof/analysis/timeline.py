@@ -1,0 +1,305 @@
+"""``rlprof timeline RUN -o FILE [--with-traces] [--steps 1,2] [--run ID]``: one trace for the whole run.
+
+Use it to see every rank of a run side by side in Perfetto (https://ui.perfetto.dev),
+chrome://tracing or Holistic Trace Analysis, instead of opening one file per rank per capture.
+From the manifests alone it writes a Chrome trace-event JSON file with
+
+* one process per profiling process, named ``rank 0 · actor+rollout+ref (node1)`` and sorted by rank;
+* a track (thread) per role, holding that role's regions of every profiled step as slices
+  (nested regions nest), with step, capture, sampled iterations and any error as arguments;
+* a ``steps`` track per process with one slice per profiled step, named ``ProfilerStep#<step>`` as
+  torch.profiler names steps (HTA numbers iterations by that name), and a marker where each step begins.
+
+``--with-traces`` also merges the events of the Chrome traces the backends wrote (rlprof-torch's
+``*.pt.trace.json.gz``) for the steps asked, each under its rank's process on tracks named
+``torch · <thread>``, placed on the manifest's clock (:mod:`rlprof.analysis.traces` explains the alignment).
+Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
+
+Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
+2 usage (no manifests, unknown run, ``-o`` names a file that is not an earlier timeline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from rlprof.analysis.anatomy import timing_record
+from rlprof.manifest import read_records
+from rlprof.analysis.outputs import refusal, replacing
+from rlprof.analysis.runs import role_index
+from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STEPS_TID = 0
+"""The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
+TRACE_TID = 1000
+ID_STRIDE = 1 << 40
+"""Flow/async ids of the n-th merged file are offset by ``n * ID_STRIDE`` (Kineto's ids are far smaller)."""
+MERGED_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "s", "t", "f", "b", "n", "e"})
+"""Trace-event phases copied by ``--with-traces`` (metadata ``M`` events are turned into track names instead)."""
+
+
+@dataclass
+class TimelineProcess:
+    """One profiling process of the run, as a process in the timeline."""
+
+    key: tuple[int, str, int]
+    """(rank, host, pid) from the manifest."""
+    pid: int
+    """Its process id in the timeline file (1, 2, ... in rank order)."""
+    roles: list[str] = field(default_factory=list)
+    tracks: dict[str, int] = field(default_factory=dict)
+    """Track name -> tid in the timeline file."""
+
+    @property
+    def name(self) -> str:
+        rank, host, _ = self.key
+        return f"rank {rank} · {'+'.join(self.roles) or '?'} ({host})"
+
+    def track(self, name: str, tid: int | None = None) -> int:
+        if name not in self.tracks:
+            self.tracks[name] = tid if tid is not None else TRACE_TID + sum(1 for t in self.tracks.values() if t >= TRACE_TID)
+        return self.tracks[name]
+
+
+def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | None = None, with_traces: bool = False,
+                   warn: Callable[[str], None] = lambda line: None) -> Iterator[dict[str, Any]]:
+    """The trace events of one run (its records from every node), metadata first.
+
+    :param steps: only these profiled steps (default: all).
+    :param with_traces: merge the events of the Chrome traces of those steps.
+    :param warn: told about each trace that could not be merged and why.
+    :raises ValueError: no ``step`` or ``region`` record for the steps asked (nothing to draw).
+    """
+    wanted = set(steps) if steps is not None else None
+    timed = [r for r in records if timing_record(r) and (wanted is None or r["step"] in wanted)]
+    if not timed:
+        raise ValueError("no step or region timings in the manifest" + (f" for steps {sorted(wanted)}" if wanted else ""))
+    origin = min(r["start_ns"] for r in timed)
+    processes = _processes(records, timed)
+
+    for proc in processes.values():
+        yield _meta("process_name", proc.pid, 0, name=proc.name)
+        yield _meta("process_sort_index", proc.pid, 0, sort_index=proc.pid)
+        proc.track("steps", STEPS_TID)
+        for role in proc.roles:
+            proc.track(role, 1 + role_index(role))
+
+    step_starts: dict[int, int] = {}
+    for r in sorted(timed, key=lambda r: (r["start_ns"], -r["end_ns"])):
+        proc = processes[_key(r)]
+        ts, dur = (r["start_ns"] - origin) / 1000.0, (r["end_ns"] - r["start_ns"]) / 1000.0
+        if r["type"] == "step":
+            step_starts[r["step"]] = min(step_starts.get(r["step"], r["start_ns"]), r["start_ns"])
+            yield {"ph": "X", "cat": "rlprof.step", "name": f"ProfilerStep#{r['step']}", "pid": proc.pid, "tid": STEPS_TID,
+                   "ts": ts, "dur": dur, "args": {"step": r["step"], "duration_ms": r.get("duration_ms")}}
+        else:
+            role = r.get("role") or "?"
+            tid = proc.track(role, 1 + role_index(role))
+            args = {k: r.get(k) for k in ("step", "role", "capture", "iterations", "marked_iterations", "duration_ms", "parent")}
+            if r.get("error"):
+                args["error"] = r["error"]
+            yield {"ph": "X", "cat": "rlprof.region", "name": r["region"], "pid": proc.pid, "tid": tid, "ts": ts, "dur": dur,
+                   "args": args}
+    for step, start in sorted(step_starts.items()):
+        yield {"ph": "i", "s": "g", "cat": "rlprof.step", "name": f"step {step} begins", "pid": 0, "tid": 0,
+               "ts": (start - origin) / 1000.0}
+
+    if with_traces:
+        yield from _merged_trace_events(records, processes, origin, wanted, warn)
+    for proc in processes.values():
+        for name, tid in proc.tracks.items():
+            yield _meta("thread_name", proc.pid, tid, name=name)
+            yield _meta("thread_sort_index", proc.pid, tid, sort_index=tid)
+
+
+def _processes(records: Sequence[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[tuple, TimelineProcess]:
+    roles: dict[tuple, list[str]] = {}
+    for r in records:
+        if r.get("type") == "process":
+            known = roles.setdefault(_key(r), [])
+            known += [x for x in r.get("roles", []) if x not in known]
+        elif r.get("type") == "region":
+            known = roles.setdefault(_key(r), [])
+            if r.get("role") and r["role"] not in known:
+                known.append(r["role"])
+    keys = sorted({_key(r) for r in timed})
+    return {key: TimelineProcess(key, index + 1, sorted(roles.get(key, []), key=role_index)) for index, key in enumerate(keys)}
+
+
+def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[dict[str, Any]]:
+    anchors: dict[tuple, dict[str, int]] = {}
+    for r in records:
+        if r.get("type") == "region" and timing_record(r):
+            per_capture = anchors.setdefault((_key(r), r.get("capture")), {})
+            per_capture[r["region"]] = min(per_capture.get(r["region"], r["start_ns"]), r["start_ns"])
+    seen: set[str] = set()
+    for file_index, a in enumerate(r for r in records if r.get("type") == "artifact"):
+        proc = processes.get(_key(a))
+        steps = set(a.get("steps") or [])
+        if proc is None or (wanted is not None and not steps & wanted):
+            continue
+        for path in chrome_traces(Path(a["_run_dir"]) / a["path"]):
+            if str(path) in seen:
+                continue
+            seen.add(str(path))
+            try:
+                trace = load_trace(path)
+            except (OSError, ValueError) as exc:
+                warn(f"{path}: not merged: {type(exc).__name__}: {exc}")
+                continue
+            clock = clock_offset_ns(trace, anchors.get((_key(a), a.get("capture")), {}))
+            if clock is None:
+                warn(f"{path}: not merged: no clock (no baseTimeNanoseconds, no epoch timestamps, no rlprof range to align on)")
+                continue
+            yield from _events_of(trace, proc, (clock[0] - origin) / 1000.0, len(seen), a.get("backend", "trace"), a.get("pid"))
+
+
+def _events_of(trace: dict[str, Any], proc: TimelineProcess, shift_us: float, file_number: int, backend: str,
+               os_pid: int | None) -> Iterator[dict]:
+    """A trace's events moved into ``proc`` on the timeline's clock; its threads become ``<backend> · <thread>``
+    tracks (``<backend> · <device> / <stream>`` for the trace's other processes, such as GPUs). The
+    trace's name for the host process (``ray::PolicyWorker.rlprof_step_boundary``) is dropped: the
+    timeline's process already says which rank it is."""
+    events = trace.get("traceEvents", [])
+    names: dict[tuple, str] = {}
+    process_names: dict[Any, str] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M":
+            label = (e.get("args") or {}).get("name")
+            if e.get("name") == "thread_name" and label:
+                names[e.get("pid"), e.get("tid")] = str(label)
+            elif e.get("name") == "process_name" and label:
+                process_names[e.get("pid")] = str(label)
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") not in MERGED_PHASES or not isinstance(e.get("ts"), (int, float)):
+            continue
+        where = (e.get("pid"), e.get("tid"))
+        label = names.get(where) or (f"thread {where[1]}" if isinstance(where[1], int) else str(where[1] or "?"))
+        owner = process_names.get(where[0]) or (str(where[0]) if not isinstance(where[0], int) else None)
+        if owner and where[0] != os_pid:  # a device, or Kineto's "Spans"
+            label = f"{owner} / {label}"
+        out = dict(e)
+        out["pid"], out["tid"] = proc.pid, proc.track(f"{backend} · {label}")
+        out["ts"] = e["ts"] + shift_us
+        if out.get("s") == "g":  # Kineto's window markers: keep them with their rank, not across the whole timeline
+            out["s"] = "p"
+        if "id" in out:  # flow and async ids are per file: keep files apart
+            out["id"] = _file_id(file_number, out["id"])
+        yield out
+
+
+def _file_id(file_number: int, event_id: Any) -> int | str:
+    """An event id made unique across merged files (an integer where the original is one, as Kineto's are)."""
+    try:
+        return file_number * ID_STRIDE + int(event_id)
+    except (TypeError, ValueError):
+        return f"{file_number}:{event_id}"
+
+
+def _key(record: dict[str, Any]) -> tuple[int, str, int]:
+    return (record["rank"], record.get("host", "?"), record.get("pid", 0))
+
+
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
+
+
+MARKER = b'"otherData": {"rlprof": '
+"""The first bytes of every timeline: ``-o`` replaces only a file that holds them (:mod:`rlprof.analysis.outputs`)."""
+
+
+def write_timeline(events: Iterable[dict[str, Any]], output: Path, other: dict[str, Any]) -> int:
+    """Stream the events into ``output`` (through a temporary file: an interrupted write leaves
+    nothing half-written); returns how many."""
+    count = 0
+    with replacing(output) as handle:
+        handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
+        for event in events:
+            handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
+            count += 1
+        handle.write("\n]}\n")
+    return count
+
+
+def parse_steps(text: str) -> list[int]:
+    """``1,3,5-7`` -> ``[1, 3, 5, 6, 7]``. :raises ValueError: anything else."""
+    steps: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        steps += list(range(int(first), int(last) + 1)) if dash else [int(first)]
+    if not steps:
+        raise ValueError(text)
+    return steps
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlprof timeline", description="One Chrome/Perfetto trace of a whole run: a process per rank, a track per role, every profiled step's regions.")
+    parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json); never replaces an existing file")
+    parser.add_argument("--run", default=None, help="the run id (or unique prefix); default: the newest run found")
+    parser.add_argument("--steps", default=None, metavar="1,2,5-7", help="only these profiled steps (default: all)")
+    parser.add_argument("--with-traces", action="store_true", help="also merge the backends' Chrome traces of those steps, aligned on the manifest's clock")
+    opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        steps = parse_steps(opts.steps) if opts.steps is not None else None
+    except ValueError:
+        print(f"rlprof timeline: --steps: got {opts.steps!r}; allowed: comma-separated step numbers or ranges, e.g. 1,3,5-7", file=sys.stderr)
+        return EXIT_USAGE
+    absent = [p for p in opts.paths if not Path(p).exists()]
+    if absent:
+        print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
+        return EXIT_USAGE
+    output = Path(opts.output)
+    refused = refusal(output, MARKER)
+    if refused:
+        print(f"rlprof timeline: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for record in read_records(opts.paths):
+        by_run.setdefault(str(record.get("run")), []).append(record)
+    if not by_run:
+        print(f"rlprof timeline: no rlprof manifests under {', '.join(opts.paths)}", file=sys.stderr)
+        return EXIT_USAGE
+    if opts.run is not None:
+        chosen = [r for r in by_run if r == opts.run] or [r for r in by_run if r.startswith(opts.run)]
+        if len(chosen) != 1:
+            print(f"rlprof timeline: --run {opts.run!r} matches {len(chosen) or 'no'} runs; runs found: {', '.join(sorted(by_run, reverse=True))}", file=sys.stderr)
+            return EXIT_USAGE
+        run_id = chosen[0]
+    else:
+        run_id = max(by_run)
+        if len(by_run) > 1:
+            print(f"rlprof timeline: {len(by_run)} runs found; drawing the newest, {run_id} (--run ID for another)", file=sys.stderr)
+    records = by_run[run_id]
+    warnings: list[str] = []
+    try:
+        events = build_timeline(records, steps=steps, with_traces=opts.with_traces, warn=warnings.append)
+        first = next(events)
+    except ValueError as exc:
+        print(f"rlprof timeline: run {run_id}: nothing to draw: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
+    other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
+    try:
+        count = write_timeline(_chain(first, events), output, other)
+    except OSError as exc:
+        print(f"rlprof timeline: cannot write {output}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for line in warnings:
+        print(f"rlprof timeline: warning: {line}", file=sys.stderr)
+    print(f"rlprof timeline: wrote {output} ({count} events, run {run_id}); open it in https://ui.perfetto.dev or chrome://tracing")
+    return EXIT_OK
+
+
+def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    yield first
+    yield from rest

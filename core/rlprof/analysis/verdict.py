@@ -1,0 +1,129 @@
+"""The verdict on a run: did it capture what its plan expected? Plain sentences, and ``ok``.
+
+``rlprof report`` ends with it, ``rlprof demo`` prints it last (and exits non-zero when it is not
+ok), a CI job can call :func:`verdict` directly. ``ok`` is False when nothing was captured (the
+lines say why: a backend that cannot capture on that machine, a backend error, no profiled step
+reached) or when the plan expected something that is missing: a step x role a backend wrote nothing
+for, fewer capture windows than planned, a process that never finalized, a backend error, a worker
+the Ray controller lost. A backend that cannot capture on a machine while another one did is said,
+but does not fail the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from rlprof.analysis.runs import File, RunReport, build_reports, role_index, size_text
+
+@dataclass
+class Verdict:
+    """Did the run capture what its plan expected? ``lines`` say so in plain sentences."""
+
+    ok: bool
+    lines: list[str]
+
+
+def verdict(paths: Iterable[str | Path], run: str | None = None) -> Verdict:
+    """The verdict over every run under ``paths`` (or the one named ``run``): ok only when each
+    captured something and misses nothing its plan expected. No manifest at all is not ok."""
+    paths = list(paths)
+    reports = build_reports(paths, run=run)
+    if not reports:
+        return Verdict(False, [f"nothing was profiled: no rlprof manifest under {', '.join(map(str, paths))}"])
+    lines = []
+    for report in reports:
+        own = verdict_lines(report)
+        lines += [f"run {report.run_id}: {line}" for line in own] if len(reports) > 1 else own
+    return Verdict(all(r.ok for r in reports), lines)
+
+
+def verdict_lines(report: RunReport) -> list[str]:
+    """What the run captured, then every way it falls short, as sentences."""
+    lines = []
+    if report.captured_nothing:
+        lines.append("nothing captured: " + _nothing_because(report))
+    else:
+        by_backend: dict[str, list[File]] = {}
+        for f in report.files:
+            by_backend.setdefault(f.backend, []).append(f)
+        for backend, files in sorted(by_backend.items()):
+            steps = sorted({s for f in files for s in f.steps})
+            ranks = sorted({f.rank for f in files})
+            gone = sum(1 for f in files if not f.exists)
+            lines.append(f"captured: {backend} wrote {len(files)} file{'s' if len(files) != 1 else ''} "
+                         f"({size_text(sum(f.size for f in files))}) for steps {_list(steps) or '(not tied to a step)'} "
+                         f"on ranks {_list(ranks)}" + (f"; {gone} of them no longer on disk" if gone else ""))
+        for u in report.unavailable:
+            lines.append(f"not captured on rank {u['rank']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
+    if report.anatomy.has_timings:
+        steps = report.anatomy.steps
+        regions, stragglers = len(report.anatomy.regions), len(report.anatomy.stragglers)
+        lines.append(f"timings: {len(steps)} profiled step{'s' if len(steps) != 1 else ''}, "
+                     f"{regions} region{'s' if regions != 1 else ''}, {stragglers} straggler flag{'s' if stragglers != 1 else ''}")
+    elif report.processes:
+        lines.append("timings: none in the manifest (no profiled step completed, or written by an rlprof without step timings)")
+    lines += problem_lines(report)
+    lines.append("ok: every profiled step x role x rank produced output" if report.ok else
+                 f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
+    return lines
+
+
+def _nothing_because(report: RunReport) -> str:
+    """Why a run wrote no file at all, from what its processes recorded."""
+    unavailable = report.unavailable
+    if unavailable:
+        reasons = sorted({f"{u['backend']} cannot capture on {u['host']}: {'; '.join(u['problems'])}" for u in unavailable})
+        return "; ".join(reasons)
+    if report.errors:
+        e = report.errors[0]
+        return f"the backend failed ({e['backend']} in {e['hook']} on rank {e['rank']}: {e['error']})"
+    if not report.anatomy.has_timings:
+        return "no profiled step ran (the training stopped before the first profiled step, or steps never reached)"
+    return "the backends wrote no file for the profiled steps"
+
+
+def problem_lines(report: RunReport) -> list[str]:
+    lines = []
+    grouped: dict[tuple, dict[str, set]] = {}
+    for m in report.missing:
+        entry = grouped.setdefault((m["rank"], m["host"], m["pid"], m["backend"]), {"steps": set(), "roles": set()})
+        entry["steps"].add(m["step"])
+        entry["roles"].add(m["role"])
+    for (rank, host, pid, backend), entry in sorted(grouped.items()):
+        steps = ",".join(str(s) for s in sorted(entry["steps"]))
+        roles = ",".join(sorted(entry["roles"], key=role_index))
+        lines.append(f"missing: rank {rank} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")
+    for s in report.short_captures:
+        lines.append(f"missing: rank {s['rank']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
+                     f"of {s['expected']} expected captures")
+    for p in report.unfinalized:
+        lines.append(f"not finalized: {p.label}: no 'finalized' record (the process died, was killed, or is still running)")
+    for e in report.errors:
+        kind = f" ({e['kind']})" if e.get("kind") else ""
+        lines.append(f"backend error{kind}: rank {e['rank']} ({e['host']} pid {e['pid']}): {e['backend']} in {e['hook']}: {e['error']}")
+    for f in report.worker_failures:
+        step = f" at step {f['step']}" if f.get("step") is not None else ""
+        lines.append(f"worker failure: {f['worker']} (rank {f['worker_rank']}) {f['kind']} in {f['call']}{step}: {f['error']}")
+    return lines
+
+
+def _list(values) -> str:
+    """``0,1,2,3,7`` -> ``0-3,7``: runs of three or more consecutive numbers as a range (64 ranks fit a line)."""
+    values = sorted(values)
+    parts: list[str] = []
+    start = 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[i - 1] + 1:
+            run = values[start:i]
+            parts += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(v) for v in run]
+            start = i
+    return ",".join(parts)
+
+
+def report_dict(report: RunReport) -> dict:
+    """``report --json``'s object for one run: the run's facts with its verdict lines (third, after
+    ``run`` and ``ok``). The verdict is read from the facts, so it is added here, above both."""
+    facts = report.as_dict()
+    return {"run": facts.pop("run"), "ok": facts.pop("ok"), "verdict": verdict_lines(report), **facts}

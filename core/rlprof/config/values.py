@@ -1,0 +1,111 @@
+"""Parsing single configuration values (steps, ranks, tool names, booleans, save_path) into their
+typed form, each failure a :class:`~rlprof.errors.ConfigError` naming the key path it was given.
+
+Shared by :mod:`rlprof.config` (today's keys) and :mod:`rlprof.config.legacy` (the older guides' keys,
+named as the user wrote them), so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Mapping
+
+from rlprof.errors import fail
+
+DEFAULT_SAVE_PATH = "outputs/profile"
+
+
+def parse_tools(value: Any, key: str) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        names = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
+    else:
+        raise fail(key, value, "a backend name, a list of names (e.g. [nsys, torch_memory]) or null")
+    for name in names:
+        if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum() or len(name) > 100:
+            raise fail(key, value, "backend names made of letters, digits, '_' and '-'")
+    if len(set(names)) != len(names):
+        raise fail(key, value, "each backend at most once")
+    return tuple(names)
+
+
+def parse_steps(value: Any, key: str) -> tuple[int, ...] | None:
+    """Profiled step numbers. verl counts training steps from 1 (its ``global_steps`` starts at 1),
+    so step 0 never happens and is refused rather than silently never profiled."""
+    if value is None:
+        return None
+    value = int_list(value)
+    allowed = "a list of step numbers counted from 1 as verl does, e.g. [1, 2, 5], or null for no profiling"
+    if not isinstance(value, (list, tuple)):
+        raise fail(key, value, allowed)
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise fail(key, value, allowed)
+    if len(set(value)) != len(value):
+        raise fail(key, value, "each step at most once")
+    return tuple(sorted(value))
+
+
+def parse_ranks(value: Any, key: str) -> tuple[int, ...]:
+    """Ranks as a list, one int, or the comma string the guides' command lines produce (``"0,1"``)."""
+    allowed = "a list of non-negative integer ranks, e.g. [0, 1] ([] collects nothing)"
+    if value is None:
+        return ()
+    value = int_list(value)
+    if not isinstance(value, (list, tuple)):
+        raise fail(key, value, allowed)
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise fail(key, value, allowed)
+    if len(set(value)) != len(value):
+        twice = sorted({r for r in value if value.count(r) > 1}) if len(value) < 1000 else []
+        raise fail(key, value, f"each rank at most once{f' (listed more than once: {twice})' if twice else ''}")
+    return tuple(sorted(value))
+
+
+_INT_LIST = re.compile(r"^\s*\d+(\s*,\s*\d+)*\s*,?\s*$")
+
+
+def int_list(value: Any) -> Any:
+    """One int as a one-item list; ``"0,1"`` / ``"[0, 1]"`` as [0, 1]; anything else unchanged (refused later)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, str) and len(value) < 100_000:
+        text = value.strip()
+        if text.startswith("[") and text.endswith("]"):
+            text = text[1:-1]
+        if _INT_LIST.match(text):
+            return [int(part) for part in text.split(",") if part.strip()]
+    return value
+
+
+def parse_save_path(value: Any) -> str:
+    """The text of ``save_path``; what the file system says about it is checked where files are
+    written (:func:`rlprof.layout.check_save_path`), a NUL byte or an over-long name already here."""
+    key = "global_profiler.save_path"
+    if value is None:
+        return DEFAULT_SAVE_PATH
+    if not isinstance(value, (str, os.PathLike)):
+        raise fail(key, value, "a directory path (string)")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text:
+        raise fail(key, value, "a non-empty directory path (string)")
+    if "\0" in text:
+        raise fail(key, value, "a directory path without NUL characters")
+    longest = max((part for part in text.split(os.sep)), key=lambda p: len(p.encode("utf-8", "surrogateescape")))
+    if len(longest.encode("utf-8", "surrogateescape")) > 255:
+        raise fail(key, value, f"a directory path whose names are at most 255 bytes each ({longest[:40]!r}... is longer)")
+    return text
+
+
+def parse_bool(section: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise fail(f"{path}.{key}", value, "true or false")
+    return value

@@ -1,0 +1,484 @@
+"""Ray glue: one controller, many worker actors, one run directory.
+
+verl runs a single controller process that drives worker actors (each hosting roles on one rank).
+rlprof follows that shape:
+
+* **Before a worker exists** the controller asks :func:`worker_options` for its ``.options(...)``:
+  the plan of that worker is resolved on the controller, so a backend that must start *with* the
+  process (nsys) can add to its ``runtime_env``, and the run id reaches the worker's environment.
+* **In the worker** the actor class inherits :class:`ProfiledWorker`; its training methods wrap
+  work in ``self.profiler.role(...)`` and ``self.profiler.iteration()``.
+* **Around every step** the controller's :class:`ProfilingController` fans ``start_step`` /
+  ``step_boundary`` out to the workers (only on profiled steps: other steps cost nothing), and
+  ``finalize`` at the end. Every fan-out waits at most ``timeout_s``: a dead or hung worker is
+  reported (which worker, which rank, what error), recorded in the run's manifest, and never
+  hangs the controller; the other ranks carry on and keep their artifacts. A worker that died or
+  timed out is **not waited for again**: later fan-outs skip it (and say so once), so a hung rank
+  costs the timeout once per run, not once per step. A hung worker that answers again (its stuck
+  call finished) rejoins at the next fan-out; ``finalize`` is still sent to it, without waiting, so
+  it can write its captures if it ever gets there.
+
+A run, end to end::
+
+    controller = ProfilingController(config)                  # makes the run id all ranks share
+    for spec in (WorkerSpec(rank=r, world_size=2, roles=("actor", "rollout", "ref")) for r in range(2)):
+        controller.add(spec, Worker.options(**controller.worker_options(spec)).remote())
+    controller.setup()                                          # each worker builds its Profiler
+    for step in range(1, steps + 1):
+        controller.start_step(step)
+        ray.get([w.train_step.remote() for w in controller.handles])
+        controller.step_boundary()
+    controller.finalize()                                       # artifact records per worker
+
+Workers should be ordinary (synchronous) actors: Ray runs the calls one caller submits to such an
+actor in order, so ``start_step`` lands before the step's training calls. Ray is imported only
+when the controller fans out (``import rlprof`` never imports it; :func:`worker_options`,
+:class:`ProfiledWorker` and ``rlprof report`` work without it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from rlprof.config.schema import ProfilerConfig, load_config
+from rlprof.context import RuntimeEnvContext
+from rlprof.errors import BackendError
+from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.manifest import FAILURE_RECORD
+from rlprof.runtime.plan import primary_role, resolve_plan
+
+log = logging.getLogger("rlprof")
+
+DEFAULT_TIMEOUT_S = 300.0
+"""How long a fan-out waits for a worker. Generous: closing a capture can mean writing a large trace."""
+
+
+
+# ------------------------------------------------------------------------------ what a worker is
+
+HYBRID_ENGINE_STAGES: Mapping[str, tuple[str, ...]] = {
+    "rollout": ("generate",),
+    "ref": ("compute_log_prob",),
+    "actor": ("compute_log_prob", "update"),
+}
+"""The regions a verl hybrid-engine worker (actor+rollout+ref in one process) runs every step, in
+order. Pass it as ``stages`` so the plan can count discrete captures exactly."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Who one worker actor is: the arguments its :class:`~rlprof.Profiler` is built with.
+
+    ``group`` names the worker group (``actor_rollout_ref``, ``critic``...) so that rank 0 of two
+    groups stay apart in reports.
+    """
+
+    rank: int
+    world_size: int
+    roles: tuple[str, ...]
+    stages: Mapping[str, Sequence[str]] | None = None
+    replica_rank: int | None = None
+    num_replicas: int | None = None
+    group: str = "workers"
+
+    @property
+    def label(self) -> str:
+        return f"{self.group}/rank{self.rank}"
+
+    def profiler_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments :class:`~rlprof.Profiler` and :func:`worker_options` take."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "roles": tuple(self.roles),
+            "stages": self.stages,
+            "replica_rank": self.replica_rank,
+            "num_replicas": self.num_replicas,
+        }
+
+
+# ------------------------------------------------------------------------------ controller: options
+
+
+def worker_options(
+    config: Any,
+    rank: int,
+    world_size: int,
+    roles: Sequence[str],
+    stages: Mapping[str, Sequence[str]] | None = None,
+    *,
+    replica_rank: int | None = None,
+    num_replicas: int | None = None,
+    run_id: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    backends: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``.options(**worker_options(...))`` for the actor that will be ``rank`` hosting ``roles``.
+
+    Called on the controller before the actor is created. Resolves that worker's plan, loads the
+    selected backends and merges their ``worker_runtime_env`` contributions into ``runtime_env``
+    (given ``stages``, the plan knows exactly how many captures the worker opens, which nsys needs).
+    ``run_id`` is handed to the worker as ``RLPROF_RUN_ID`` so a Profiler the worker builds itself
+    joins the controller's run. ``backends`` (``{name: instance}``) replaces entry points, as in
+    :class:`~rlprof.Profiler`, for tests.
+
+    :raises rlprof.ConfigError: the worker's plan is invalid, or two backends set the same
+        runtime_env key to different values.
+    """
+    cfg = load_config(config)
+    plan = resolve_plan(cfg, rank=rank, world_size=world_size, roles=tuple(roles),
+                        replica_rank=replica_rank, num_replicas=num_replicas)
+    env: dict[str, Any] = _merged({}, dict(runtime_env or {}), "runtime_env")
+    if run_id:
+        env = _merged(env, {"env_vars": {"RLPROF_RUN_ID": run_id}}, "run_id")
+    if plan.active:
+        from rlprof.runtime.registry import Backends
+
+        registry = Backends(plan.tools, rank=rank, instances=backends)
+        if registry.has("worker_runtime_env"):
+            expected = plan.expected_captures(stages)
+            role = primary_role(plan)
+            for name in plan.tools:
+                ctx = RuntimeEnvContext(
+                    backend=name, tool_config=registry.validated_tool_config(name, cfg.roles[role]),
+                    rank=rank, world_size=world_size, roles=tuple(roles),
+                    captures=expected != 0, expected_captures=expected,
+                )
+                env = _merged(env, registry.call_one(name, "worker_runtime_env", ctx=ctx) or {}, f"backend {name!r}")
+    return {"runtime_env": env} if env else {}
+
+
+def _merged(base: dict[str, Any], fragment: Mapping[str, Any], source: str, path: str = "runtime_env") -> dict[str, Any]:
+    """``base`` with ``fragment`` merged in (nested mappings merge); a conflicting value is an error."""
+    out = dict(base)
+    for key, value in fragment.items():
+        here = f"{path}.{key}"
+        if key in out and isinstance(out[key], Mapping) and isinstance(value, Mapping):
+            out[key] = _merged(dict(out[key]), value, source, here)
+        elif key in out and out[key] != value:
+            raise BackendError(f"{here}: {source} sets {value!r} but it is already {out[key]!r}; "
+                               "allowed: one value per key (select fewer backends or set it once)", key=here)
+        else:
+            out[key] = dict(value) if isinstance(value, Mapping) else value
+    return out
+
+
+# ------------------------------------------------------------------------------ worker side
+
+
+class ProfiledWorker:
+    """Mixin for a Ray actor class hosting roles on one rank: it owns that rank's Profiler.
+
+    The controller calls the ``rlprof_*`` methods (through :class:`ProfilingController`); the
+    worker's own methods use ``self.profiler.role(role, stage)`` and ``self.profiler.iteration()``.
+    Before :meth:`rlprof_setup` ``self.profiler`` is a Profiler that profiles nothing, so the
+    training code runs the same with profiling off.
+    """
+
+    _rlprof_profiler = None
+
+    @property
+    def profiler(self):
+        if self._rlprof_profiler is None:
+            from rlprof.runtime.profiler import Profiler
+
+            self._rlprof_profiler = Profiler(None)
+        return self._rlprof_profiler
+
+    def rlprof_setup(
+        self,
+        config: Any,
+        *,
+        rank: int,
+        world_size: int,
+        roles: Sequence[str],
+        stages: Mapping[str, Sequence[str]] | None = None,
+        replica_rank: int | None = None,
+        num_replicas: int | None = None,
+        run_id: str | None = None,
+        overrides: Iterable[str] = (),
+        backends: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Build this rank's Profiler; returns :meth:`rlprof_info`. ``backends`` maps names to
+        backend instances or classes (instantiated here), replacing entry points (tests)."""
+        from rlprof.runtime.profiler import Profiler
+
+        if self._rlprof_profiler is not None:
+            self._rlprof_profiler.finalize(reason="replaced")
+        instances = None if backends is None else {n: b() if isinstance(b, type) else b for n, b in backends.items()}
+        self._rlprof_profiler = Profiler(
+            config, rank=rank, world_size=world_size, roles=tuple(roles), stages=stages,
+            replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id, overrides=overrides,
+            backends=instances,
+        )
+        return self.rlprof_info()
+
+    def rlprof_info(self) -> dict[str, Any]:
+        """Where this worker runs and what it profiles (for the controller's reports)."""
+        prof = self.profiler
+        return {
+            "rank": prof.run.rank,
+            "host": prof.run.host,
+            "pid": prof.run.pid,
+            "active": prof.active,
+            "selected_roles": list(prof.plan.selected_roles),
+            "run_dir": str(prof.run.run_dir),
+        }
+
+    def rlprof_start_step(self, step: int) -> None:
+        self.profiler.start_step(step)
+
+    def rlprof_step_boundary(self) -> None:
+        self.profiler.step_boundary()
+
+    def rlprof_finalize(self, reason: str = "end") -> list[dict[str, Any]]:
+        """Finalize this rank's Profiler; returns its artifact records."""
+        return self.profiler.finalize(reason)
+
+
+# ------------------------------------------------------------------------------ controller side
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker that did not answer an rlprof call: ``kind`` is ``died`` (the actor is gone),
+    ``timeout`` (no answer within the timeout) or ``error`` (the call raised)."""
+
+    worker: str
+    rank: int
+    call: str
+    step: int | None
+    kind: str
+    error: str
+
+    def __str__(self) -> str:
+        when = f" at step {self.step}" if self.step is not None else ""
+        return f"{self.worker} (rank {self.rank}) {self.kind} in {self.call}{when}: {self.error}"
+
+
+@dataclass
+class FanOut:
+    """What one fan-out returned: results by worker label, the failures, the workers it did not
+    wait for (dead or unresponsive since an earlier fan-out), how long it took."""
+
+    call: str
+    step: int | None
+    results: dict[str, Any] = field(default_factory=dict)
+    failures: list[WorkerFailure] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+class ProfilingController:
+    """The controller's side of profiling: decides per step, fans out, survives dead workers.
+
+    :param config: the profiler configuration (YAML path, mapping, DictConfig, ProfilerConfig);
+        loaded and checked once here, then shipped to the workers already parsed.
+    :param workers: ``(WorkerSpec, actor handle)`` pairs; more can be added with :meth:`add`.
+    :param run_id: shared by every rank; default a new one (:func:`rlprof.layout.new_run_id`).
+    :param timeout_s: the longest any fan-out waits for a worker (``setup`` included, which also
+        waits for the actors to start); may be changed between calls.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        workers: Iterable[tuple[WorkerSpec, Any]] = (),
+        *,
+        run_id: str | None = None,
+        overrides: Iterable[str] = (),
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
+        self.config: ProfilerConfig = load_config(config, overrides)
+        self.run_id = safe_name(run_id or new_run_id())  # as the workers' Profilers will spell it
+        self.timeout_s = timeout_s
+        self.workers: dict[str, tuple[WorkerSpec, Any]] = {}
+        self.failures: list[WorkerFailure] = []
+        self.dead: set[str] = set()
+        """Workers whose actor is gone: never called again."""
+        self.unresponsive: dict[str, _Stuck] = {}
+        """Workers that did not answer within the timeout: not waited for until their stuck call ends."""
+        self._step: int | None = None
+        self._manifest = None
+        self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
+        for spec, handle in workers:
+            self.add(spec, handle)
+
+    # ---------------------------------------------------------------- workers
+
+    def add(self, spec: WorkerSpec, handle: Any) -> None:
+        if spec.label in self.workers:
+            raise ValueError(f"worker {spec.label} added twice")
+        self.workers[spec.label] = (spec, handle)
+
+    def worker_options(self, spec: WorkerSpec, *, runtime_env: Mapping[str, Any] | None = None,
+                       backends: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """:func:`worker_options` for ``spec`` with this controller's config and run id."""
+        return worker_options(self.config, **spec.profiler_kwargs(), run_id=self.run_id,
+                              runtime_env=runtime_env, backends=backends)
+
+    @property
+    def handles(self) -> list[Any]:
+        """Handles of the workers still alive, in the order they were added."""
+        return [handle for label, (_, handle) in self.workers.items() if label not in self.dead]
+
+    # ---------------------------------------------------------------- the fan-outs
+
+    def profiles(self, step: int) -> bool:
+        """Whether ``step`` is profiled anywhere (a set lookup: call it every step)."""
+        return step in self._profiled_steps
+
+    def setup(self, *, backends: Mapping[str, Any] | None = None) -> FanOut:
+        """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
+        return self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
+            self.config, run_id=self.run_id, backends=backends, **spec.profiler_kwargs()))
+
+    def start_step(self, step: int) -> FanOut:
+        """Step ``step`` begins; a no-op (no remote call) unless it is profiled."""
+        if self._step is not None:
+            self.step_boundary()
+        if not self.profiles(step):
+            return FanOut("start_step", step)
+        self._step = step
+        return self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
+
+    def step_boundary(self) -> FanOut:
+        """The step begun by :meth:`start_step` ends (captures close, traces are written)."""
+        step, self._step = self._step, None
+        if step is None:
+            return FanOut("step_boundary", None)
+        return self._fan_out("step_boundary", step, lambda spec, handle: handle.rlprof_step_boundary.remote())
+
+    def finalize(self, reason: str = "end") -> FanOut:
+        """End the run on every live worker; ``results`` holds each worker's artifact records."""
+        if self._step is not None:
+            self.step_boundary()
+        return self._fan_out("finalize", None, lambda spec, handle: handle.rlprof_finalize.remote(reason))
+
+    def _fan_out(self, call: str, step: int | None, submit) -> FanOut:
+        import ray
+
+        started = time.perf_counter()
+        result = FanOut(call, step)
+        if self.unresponsive:
+            self._readmit(ray)
+        pending: dict[Any, str] = {}
+        for label, (spec, handle) in self.workers.items():
+            if label in self.dead:
+                continue
+            stuck = self.unresponsive.get(label)
+            if stuck is not None:
+                self._skip(result, label, stuck)
+                if call == "finalize":
+                    _send_without_waiting(submit, spec, handle)  # queued behind the stuck call
+                continue
+            try:
+                pending[submit(spec, handle)] = label
+            except Exception as exc:  # e.g. the handle's actor is known dead
+                self._fail(result, label, "died", exc)
+        ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=self.timeout_s) if pending else ([], [])
+        for ref in ready:
+            label = pending[ref]
+            try:
+                result.results[label] = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                self._fail(result, label, "died", exc)
+            except Exception as exc:
+                self._fail(result, label, "error", exc)
+        for ref in not_ready:
+            label = pending[ref]
+            failure = self._fail(result, label, "timeout", TimeoutError(f"no answer within {self.timeout_s:g} s"))
+            self.unresponsive[label] = _Stuck(ref, failure, time.monotonic())
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _readmit(self, ray) -> None:
+        """Workers whose stuck call has ended answer again: take them back (one ``ray.wait`` that
+        does not wait, for all of them)."""
+        refs = {stuck.ref: label for label, stuck in self.unresponsive.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            label = refs[ref]
+            stuck = self.unresponsive.pop(label)
+            log.warning("rlprof: worker %s answered again %.1f s after it stopped answering (%s); the controller "
+                        "waits for it again", label, time.monotonic() - stuck.since, stuck.failure.call)
+
+    def _skip(self, result: FanOut, label: str, stuck: "_Stuck") -> None:
+        result.skipped.append(label)
+        if not stuck.said:
+            stuck.said = True
+            failure = stuck.failure
+            when = f" at step {failure.step}" if failure.step is not None else ""
+            log.warning("rlprof: not waiting for worker %s (rank %d) in %s or later calls: it has not answered "
+                        "%s%s for %.0f s", label, failure.rank, result.call, failure.call, when,
+                        time.monotonic() - stuck.since + self.timeout_s)
+
+    # ---------------------------------------------------------------- failures
+
+    def _fail(self, result: FanOut, label: str, kind: str, exc: BaseException) -> WorkerFailure:
+        spec = self.workers[label][0]
+        failure = WorkerFailure(worker=label, rank=spec.rank, call=result.call, step=result.step, kind=kind,
+                                error=describe_error(exc))
+        if kind == "died":
+            self.dead.add(label)
+            self.unresponsive.pop(label, None)
+        result.failures.append(failure)
+        self.failures.append(failure)
+        if kind == "error":
+            log.error("rlprof: worker %s", failure)
+        else:
+            log.error("rlprof: worker %s; the controller goes on without it and does not wait for it again", failure)
+        self._record(failure)
+        return failure
+
+    def _record(self, failure: WorkerFailure) -> None:
+        """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""
+        if not self.config.enabled:
+            return
+        if self._manifest is None:
+            from pathlib import Path
+
+            from rlprof.manifest import ManifestWriter
+
+            host, pid = hostname(), os.getpid()
+            run_dir = Path(self.config.global_.save_path).absolute() / self.run_id
+            self._manifest = ManifestWriter(run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
+                                            {"run": self.run_id, "rank": None, "host": host, "pid": pid},
+                                            root=run_dir)  # no link followed from the run directory down
+        self._manifest.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
+                             step=failure.step, kind=failure.kind, error=failure.error)
+
+
+@dataclass
+class _Stuck:
+    """A worker that did not answer ``failure.call`` in time: the call's ref (done = it answers again)."""
+
+    ref: Any
+    failure: WorkerFailure
+    since: float
+    said: bool = False
+
+
+def _send_without_waiting(submit, spec: WorkerSpec, handle: Any) -> None:
+    try:
+        submit(spec, handle)
+    except Exception:  # the actor may be gone by now: nothing to tell it
+        pass
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short, single-line description: the task's own exception when Ray wrapped one."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,44 @@
+"""``DistProfilerExtension``: the mixin verl's workers inherit for ``start_profile``/``stop_profile``/
+``step_profile``, the methods verl's trainer calls on a whole worker group (``wg.start_profile(...)``).
+
+verl's ``RayWorkerGroup`` only exposes worker methods marked by verl's ``@register``; each of these
+three is registered ``Dispatch.ONE_TO_ALL`` (the same arguments to every rank), as in verl. The
+decorator is verl's own, imported when this module is (the package imports it on first use of
+``DistProfilerExtension``); without verl the methods are plain methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlprof.integrations.verl.dist_profiler import DistProfiler
+
+
+def _one_to_all(method: Callable) -> Callable:
+    try:
+        from verl.single_controller.base.decorator import Dispatch, register
+    except ImportError:  # verl is not installed: nothing dispatches these methods
+        return method
+    return register(dispatch_mode=Dispatch.ONE_TO_ALL)(method)
+
+
+class DistProfilerExtension:
+    """Mixin of a verl worker whose profiler is ``self.profiler`` (a :class:`DistProfiler`)."""
+
+    def __init__(self, profiler: DistProfiler):
+        self.profiler = profiler
+
+    @_one_to_all
+    def start_profile(self, **kwargs: Any) -> None:
+        """Begin profiling this rank's current training step (``profile_step=N``)."""
+        self.profiler.start(**kwargs)
+
+    @_one_to_all
+    def stop_profile(self, run_command: bool = True) -> None:
+        """End the step; ``run_command`` on the last profiled step runs the finish hook."""
+        self.profiler.stop(run_command=run_command)
+
+    @_one_to_all
+    def step_profile(self) -> None:
+        """Advance the sampled region by one iteration (verl's ``DistProfiler.step``)."""
+        self.profiler.step()

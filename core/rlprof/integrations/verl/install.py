@@ -1,0 +1,98 @@
+"""The switch: verl runs with rlprof's profiler classes, without an edit of verl's source.
+
+:func:`install` replaces ``DistProfiler``, ``DistProfilerExtension`` and
+``build_rollout_dist_profiler`` in ``verl.utils.profiler`` (and in every verl module that already
+imported them) with rlprof's, in the calling process, and sets ``RLPROF_VERL=1`` (plus a shared
+``RLPROF_RUN_ID``) in its environment. Every Ray worker of a local cluster inherits that environment;
+when such a process imports ``verl``, verl loads its ``verl.plugins`` entry points, where rlprof's
+(:mod:`rlprof.verl.plugin`) calls :func:`install` before verl's worker modules are imported — so
+the worker classes are built on rlprof's ``DistProfilerExtension`` and construct rlprof's
+``DistProfiler``.
+
+Three ways to switch it on, all equivalent:
+
+* ``python -m rlprof.verl verl.trainer.main_ppo <hydra overrides>`` (the module runner);
+* ``import rlprof.verl; rlprof.verl.install()`` at the top of your own driver script;
+* on a Ray cluster you started yourself (its workers do not inherit the driver's environment): the
+  config line ``+ray_kwargs.ray_init.runtime_env.env_vars.RLPROF_VERL=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ENABLE_ENV = "RLPROF_VERL"
+NAMES = ("DistProfiler", "DistProfilerExtension", "build_rollout_dist_profiler")
+_originals: dict[str, object] = {}
+
+
+def install() -> None:
+    """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
+    from rlprof.layout import new_run_id
+    from rlprof.integrations.verl import dist_profiler, extension
+    from rlprof.integrations.verl.run_id import RUN_ID_ENV
+
+    os.environ[ENABLE_ENV] = "1"
+    if not os.environ.get(RUN_ID_ENV) and not _ray_connected():
+        os.environ[RUN_ID_ENV] = new_run_id()  # a driver about to start Ray: a local cluster's workers inherit it
+    import verl.utils.profiler as package
+    import verl.utils.profiler.profile as module
+
+    ours = {
+        "DistProfiler": dist_profiler.DistProfiler,
+        "DistProfilerExtension": extension.DistProfilerExtension,
+        "build_rollout_dist_profiler": dist_profiler.build_rollout_dist_profiler,
+    }
+    for name in NAMES:
+        current = getattr(module, name)
+        if current is not ours[name]:
+            _originals.setdefault(name, current)
+    originals = {id(obj): name for name, obj in _originals.items()}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not (mod_name == "verl" or mod_name.startswith("verl.")):
+            continue
+        namespace = getattr(mod, "__dict__", {})
+        for attr, value in list(namespace.items()):
+            name = originals.get(id(value))
+            if name is not None and attr == name:
+                setattr(mod, attr, ours[name])
+    for target in (module, package):
+        for name in NAMES:
+            setattr(target, name, ours[name])
+
+
+def installed() -> bool:
+    """verl's profiler names resolve to rlprof's in this process."""
+    mod = sys.modules.get("verl.utils.profiler.profile")
+    if mod is None:
+        return False
+    from rlprof.integrations.verl.dist_profiler import DistProfiler
+
+    return getattr(mod, "DistProfiler", None) is DistProfiler
+
+
+def uninstall() -> None:
+    """Put verl's own classes back (tests; a process that switches profilers twice)."""
+    if not _originals:
+        return
+    from rlprof.integrations.verl import dist_profiler, extension
+
+    ours = {id(dist_profiler.DistProfiler): "DistProfiler", id(extension.DistProfilerExtension): "DistProfilerExtension",
+            id(dist_profiler.build_rollout_dist_profiler): "build_rollout_dist_profiler"}
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not (mod_name == "verl" or mod_name.startswith("verl.")):
+            continue
+        for attr, value in list(getattr(mod, "__dict__", {}).items()):
+            name = ours.get(id(value))
+            if name is not None and attr == name:
+                setattr(mod, attr, _originals[name])
+    os.environ.pop(ENABLE_ENV, None)
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return False

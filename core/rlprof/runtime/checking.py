@@ -1,0 +1,267 @@
+"""``rlprof check``: validate a configuration against the installed backends and show the plan.
+
+The plan is resolved for every process of a verl-shaped job: on each rank one process hosting
+actor+rollout+ref (the hybrid engine), one hosting critic and one hosting reward (or one process
+per rank hosting ``--roles``); in agent-loop mode rollout replicas are separate processes. Backends validate their ``tool_config`` sections; a backend's
+``check_environment`` problems (e.g. torch_npu not importable) are printed as warnings: the
+configuration is still valid and training would run without that capture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Sequence
+
+from rlprof.config.schema import ROLES, ProfilerConfig, load_config
+from rlprof.errors import ConfigError
+from rlprof.runtime.plan import ProcessPlan, resolve_plan
+
+DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
+AGENT_LOOP_GROUPS = (("actor", "ref"), ("rollout",), ("critic",), ("reward",))
+"""In agent-loop mode rollout replicas are processes of their own, counted by replica rank."""
+
+
+@dataclass(frozen=True)
+class RankRanges:
+    """A set of ranks as sorted inclusive ``(first, last)`` ranges: a world of 123 456 789 ranks
+    costs two numbers, not a list. Iterating yields every rank (only for small sets, please)."""
+
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> "RankRanges":
+        out: list[list[int]] = []
+        for r in sorted(set(ranks)):
+            if out and r == out[-1][1] + 1:
+                out[-1][1] = r
+            else:
+                out.append([r, r])
+        return cls(tuple((a, b) for a, b in out))
+
+    @classmethod
+    def merge(cls, ranges: Iterable[tuple[int, int]]) -> "RankRanges":
+        """Inclusive ranges (any order, touching or overlapping) as one sorted, merged set."""
+        merged: list[list[int]] = []
+        for a, b in sorted(ranges):
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        return RankRanges(tuple((a, b) for a, b in merged))
+
+    def __len__(self) -> int:
+        return sum(b - a + 1 for a, b in self.ranges)
+
+    def __iter__(self) -> Iterator[int]:
+        for a, b in self.ranges:
+            yield from range(a, b + 1)
+
+    def __contains__(self, rank: object) -> bool:
+        return any(a <= rank <= b for a, b in self.ranges)  # type: ignore[operator]
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def __str__(self) -> str:
+        """``0,2-3``"""
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges)
+
+    def as_json(self) -> list[list[int]]:
+        return [[a, b] for a, b in self.ranges]
+
+
+@dataclass(frozen=True)
+class RankClass:
+    """Ranks ``first..last`` of one group of co-hosted roles that resolve to the same plan; ``plan``
+    is the one resolved for ``first`` (every other rank of the class decides the same)."""
+
+    first: int
+    last: int
+    plan: ProcessPlan
+
+
+@dataclass
+class CheckResult:
+    config: ProfilerConfig
+    world_size: int
+    classes: list[RankClass]
+    """Every process of the job, as classes of ranks that resolve alike (see :func:`rank_classes`)."""
+    environment: dict[str, list[str]] = field(default_factory=dict)
+    validated: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def plans(self) -> list[ProcessPlan]:
+        """One resolved plan per class of ranks (all processes of a class decide the same)."""
+        return [c.plan for c in self.classes]
+
+    @property
+    def warnings(self) -> list[str]:
+        out = list(self.config.warnings)
+        for backend, problems in self.environment.items():
+            out.extend(f"backend {backend!r}: {p}" for p in problems)
+        return list(dict.fromkeys(out))
+
+    def selection(self) -> dict[str, dict[str, Any]]:
+        """{role: {"ranks": RankRanges, "mode": "e2e"|"discrete", "schedule": {...}|None}} over all processes."""
+        out: dict[str, dict[str, Any]] = {}
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        for cls in self.classes:
+            plan = cls.plan
+            for name, role in plan.roles.items():
+                entry = out.setdefault(name, {"ranks": RankRanges(), "mode": None, "schedule": None})
+                if role.selected:
+                    ranges.setdefault(name, []).append((cls.first, cls.last))
+                    entry["mode"] = "discrete" if plan.discrete else "e2e"
+                    if role.schedule is not None:
+                        entry["schedule"] = vars(role.schedule)
+        for name, found in ranges.items():
+            out[name]["ranks"] = RankRanges.merge(found)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as JSON data; ``ranks`` are inclusive ``[first, last]`` ranges."""
+        g = self.config.global_
+        roles = {name: dict(entry, ranks=entry["ranks"].as_json()) for name, entry in self.selection().items()}
+        return {
+            "tools": list(g.tools),
+            "steps": list(g.steps) if g.steps else [],
+            "save_path": g.save_path,
+            "profile_continuous_steps": g.profile_continuous_steps,
+            "world_size": self.world_size,
+            "agent_loop": self.config.agent_loop,
+            "roles": roles,
+            "captures": [list(run) for run in (self.plans[0].runs if self.plans else ())],
+            "warnings": self.warnings,
+        }
+
+    def render(self) -> str:
+        """The plan for people (warnings are not part of it: :attr:`warnings`, printed to stderr)."""
+        g = self.config.global_
+        lines = []
+        if not self.config.enabled:
+            why = "no global_profiler.tool" if not g.tools else "global_profiler.steps is null" if not g.steps else "no role has profiler.enable=true"
+            lines.append(f"profiling is off ({why}); the configuration is valid")
+            return "\n".join(lines)
+        lines.append(f"tools: {', '.join(g.tools)}   steps: {list(g.steps)}   save_path: {g.save_path}   world size: {self.world_size}")
+        if g.profile_continuous_steps:
+            runs = self.plans[0].runs if self.plans else ()
+            lines.append("captures merged over consecutive steps: " + ", ".join(f"{list(r)}" for r in runs))
+        selection = self.selection()
+        for step in g.steps:
+            lines.append(f"step {step}:")
+            for name in ROLES:
+                entry = selection.get(name)
+                if entry is None:
+                    continue
+                if entry["ranks"]:
+                    extra = ""
+                    if entry["schedule"]:
+                        s = entry["schedule"]
+                        extra = f"  sampled: skip_first={s['skip_first']} wait={s['wait']} warmup={s['warmup']} active={s['active']} repeat={s['repeat']}"
+                    counts = "replica ranks" if name == "rollout" and self.config.agent_loop else "ranks"
+                    lines.append(f"  {name:<7} {entry['mode']:<9} {counts} {entry['ranks']}{extra}")
+                else:
+                    reason = next((p.roles[name].reason for p in self.plans if name in p.roles), "")
+                    lines.append(f"  {name:<7} off       ({reason})")
+        return "\n".join(lines)
+
+
+def rank_classes(named: Iterable[int], world: int, split: int | None = None) -> list[tuple[int, int]]:
+    """Cut ranks ``0..world-1`` into inclusive ranges that resolve alike: each rank some role names
+    is its own class, the ranks between them one class each (cut once more at ``split``, where
+    replica ranks end). Costs O(len(named)) whatever ``world`` is."""
+    def gap(a: int, b: int) -> list[tuple[int, int]]:
+        if split is not None and a < split <= b:
+            return [(a, split - 1), (split, b)]
+        return [(a, b)]
+
+    out: list[tuple[int, int]] = []
+    start = 0
+    for r in sorted({r for r in named if 0 <= r < world}):
+        if start < r:
+            out.extend(gap(start, r - 1))
+        out.append((r, r))
+        start = r + 1
+    if start < world:
+        out.extend(gap(start, world - 1))
+    return out
+
+
+def check_config(
+    source: Any = None,
+    overrides: Sequence[str] = (),
+    *,
+    world_size: int | None = None,
+    roles: Sequence[str] | None = None,
+    replicas: int | None = None,
+    validate_backends: bool = True,
+) -> CheckResult:
+    """Load, validate (backends and save_path included) and resolve; raises :class:`ConfigError` when invalid.
+
+    The cost does not depend on the world size or the largest rank: ranks that resolve alike are
+    resolved once (:func:`rank_classes`).
+    """
+    for name, value in (("world size", world_size), ("replicas", replicas)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{name}: got {value!r}; allowed: a positive number (at least 1)")
+    config = load_config(source, overrides)
+    if roles:
+        unknown = [r for r in roles if r not in ROLES]
+        if unknown:
+            raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)} (comma-separated)")
+    if world_size is None:
+        highest = max((role.ranks[-1] for role in config.roles.values() if role.ranks), default=0)
+        world_size = max(2, highest + 1)
+    if roles:
+        groups = (tuple(roles),)
+    elif config.agent_loop:
+        groups = AGENT_LOOP_GROUPS
+    else:
+        groups = DEFAULT_GROUPS
+    classes = []
+    for group in groups:
+        named = [r for name in group for r in config.roles[name].ranks]
+        for first, last in rank_classes(named, world_size, replicas):
+            plan = resolve_plan(config, rank=first, world_size=world_size, roles=group,
+                                replica_rank=first if replicas is None or first < replicas else None,
+                                num_replicas=replicas)
+            classes.append(RankClass(first, last, plan))
+    result = CheckResult(config=config, world_size=world_size, classes=classes)
+    if validate_backends:
+        require_usable_save_path(config)
+        if config.global_.tools:
+            _validate_backends(config, result)
+    return result
+
+
+def require_usable_save_path(config: ProfilerConfig) -> None:
+    """Raise :class:`ConfigError` naming ``global_profiler.save_path`` when profiling is on and the
+    directory cannot be created or written there (a file, read-only, a symlink loop...). Cheap; no
+    files are left behind. ``rlprof check`` calls it; ``Profiler()`` should too, on profiling ranks."""
+    if not config.enabled:
+        return
+    from rlprof.layout import check_save_path
+
+    save_path = config.global_.save_path
+    problem = check_save_path(save_path)
+    if problem:
+        raise ConfigError(f"global_profiler.save_path: got {save_path!r}: {problem}; allowed: a directory that can be "
+                          "created and written by this user", key="global_profiler.save_path")
+
+
+
+
+def _validate_backends(config: ProfilerConfig, result: CheckResult) -> None:
+    from rlprof.runtime.registry import Backends
+
+    backends = Backends(config.global_.tools)
+    for name in config.global_.tools:
+        if name in backends.failed:
+            continue
+        problems = backends.call_one(name, "check_environment") or []
+        if problems:
+            result.environment[name] = list(problems)
+        backends.validated_global_section(name, config)  # on its own key path, also when no role is enabled
+        for role in config.roles.values():
+            if role.enable:
+                result.validated.setdefault(role.name, {})[name] = backends.validated_tool_config(name, role)

@@ -1,0 +1,228 @@
+"""The resolver: for one process, decide once what is profiled. Pure functions, no I/O.
+
+Rules (one place, one rule each):
+
+* **Steps.** ``global_profiler.steps`` lists the profiled steps; null (or no tool, or no enabled
+  role) profiles nothing.
+* **Ranks.** A role is selected on this process when it is hosted here, ``enable`` is true and
+  ``all_ranks`` is true or the process's rank is in ``ranks``. ``ranks: []`` selects nothing (the
+  guides' rule; the config warns). Training roles count the global rank; rollout in agent-loop mode
+  counts the replica rank. A rank outside the world (or outside the replicas) is a ConfigError.
+* **Mode.** End-to-end: one capture per profiled step (or merged run of consecutive steps with
+  ``profile_continuous_steps``) holding every selected role of the process as named ranges.
+  Discrete: one capture per region of a selected role. The selected roles of one process must agree.
+* **Sampling.** A role's ``schedule`` cuts each of its regions into active windows of iterations
+  (see :mod:`rlprof.config.schedule`); in discrete mode each window is a capture.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from rlprof.config.schema import ROLES, ProfilerConfig, RoleConfig
+from rlprof.errors import ConfigError
+from rlprof.config.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    role: str
+    selected: bool
+    reason: str
+    """Why the role is (not) selected here, for ``rlprof check``."""
+    schedule: Schedule | None = None
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """Everything the Profiler of one process needs to know; nothing else decides."""
+
+    rank: int
+    world_size: int
+    tools: tuple[str, ...]
+    roles: Mapping[str, RolePlan]
+    """Hosted roles, in canonical order."""
+    discrete: bool
+    runs: tuple[tuple[int, ...], ...]
+    """Capture runs of steps: ``((1, 2), (5,))`` with continuous merging, else one step per run."""
+    warnings: tuple[str, ...] = ()
+    every_step: bool = False
+    """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
+    _first: dict = field(default_factory=dict, repr=False, compare=False)
+    _last: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for run in self.runs:
+            self._first[run[0]] = run
+            self._last[run[-1]] = run
+
+    @property
+    def active(self) -> bool:
+        """This process makes hook calls at all."""
+        return bool(self.runs or self.every_step) and any(r.selected for r in self.roles.values())
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        return tuple(s for run in self.runs for s in run) if self.active else ()
+
+    @property
+    def selected_roles(self) -> tuple[str, ...]:
+        return tuple(name for name, r in self.roles.items() if r.selected)
+
+    def is_profiled(self, step: int) -> bool:
+        return self.active and (self.every_step or any(step in run for run in self.runs))
+
+    def opens_step_capture(self, step: int) -> bool:
+        """start_step(step) opens a capture (end-to-end, first step of its run)."""
+        return not self.discrete and (self.every_step or step in self._first)
+
+    def closes_step_capture(self, step: int) -> bool:
+        """step_boundary after ``step`` closes the capture (end-to-end, last step of its run)."""
+        return not self.discrete and (self.every_step or step in self._last)
+
+    def run_of(self, step: int) -> tuple[int, ...]:
+        for run in self.runs:
+            if step in run:
+                return run
+        return (step,)
+
+    def expected_captures(self, stages: Mapping[str, Sequence[str]] | None = None) -> int | None:
+        """How many capture windows this process opens over the whole run.
+
+        End-to-end: one per run of steps. Discrete: per profiled step, one per region of each selected
+        role (``stages`` maps a role to the stages it runs each step, e.g. ``{"actor": ["compute_log_prob",
+        "update"]}``), times the windows of its schedule. None when that cannot be known (discrete without
+        ``stages`` for a selected role, an unbounded schedule).
+        """
+        if not self.active:
+            return 0
+        if self.every_step:
+            return None
+        if not self.discrete:
+            return len(self.runs)
+        per_step = 0
+        for name in self.selected_roles:
+            if stages is None or name not in stages:
+                return None
+            windows = 1
+            schedule = self.roles[name].schedule
+            if schedule is not None:
+                if schedule.windows() is None:
+                    return None
+                windows = schedule.windows()
+            per_step += len(stages[name]) * windows
+        return per_step * len(self.steps)
+
+
+def step_runs(steps: Sequence[int] | None, continuous: bool) -> tuple[tuple[int, ...], ...]:
+    """Group profiled steps into capture runs: consecutive steps merge when ``continuous``."""
+    if not steps:
+        return ()
+    ordered = sorted(steps)
+    if not continuous:
+        return tuple((s,) for s in ordered)
+    runs: list[list[int]] = [[ordered[0]]]
+    for step in ordered[1:]:
+        if step == runs[-1][-1] + 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return tuple(tuple(r) for r in runs)
+
+
+def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank") -> tuple[bool, str]:
+    """Whether ``cfg`` selects ``rank`` (out of ``world``); raises for ranks outside the world."""
+    if not cfg.enable:
+        return False, "enable=false"
+    if cfg.ranks and cfg.ranks[-1] >= world:  # ranks are sorted (rlprof.config.values.parse_ranks)
+        bad = cfg.ranks[bisect.bisect_left(cfg.ranks, world)]
+        shown = _shown_ranks(cfg.ranks)
+        raise ConfigError(
+            f"{cfg.key_path}.ranks: got {shown}; allowed: {counts}s 0..{world - 1} "
+            f"({counts} {bad} is outside a world of {world})",
+            key=f"{cfg.key_path}.ranks",
+        )
+    if cfg.all_ranks:
+        return True, "all_ranks=true"
+    if not cfg.ranks:
+        return False, "ranks=[] (collects nothing)"
+    i = bisect.bisect_left(cfg.ranks, rank)
+    if i < len(cfg.ranks) and cfg.ranks[i] == rank:
+        return True, f"{counts} {rank} in ranks={_shown_ranks(cfg.ranks)}"
+    return False, f"{counts} {rank} not in ranks={_shown_ranks(cfg.ranks)}"
+
+
+def _shown_ranks(ranks: tuple[int, ...]) -> str:
+    """A ranks list for a message; long ones shortened (a 100 000-rank list would cost per call)."""
+    if len(ranks) <= 20:
+        return str(list(ranks))
+    return f"[{', '.join(map(str, ranks[:10]))}, ...] ({len(ranks)} ranks)"
+
+
+def resolve_plan(
+    config: ProfilerConfig,
+    *,
+    rank: int,
+    world_size: int,
+    roles: Sequence[str],
+    replica_rank: int | None = None,
+    num_replicas: int | None = None,
+) -> ProcessPlan:
+    """Resolve the plan of the process with global ``rank`` hosting ``roles``.
+
+    ``replica_rank``/``num_replicas`` are what rollout's ranks count in agent-loop mode (defaults:
+    the global rank and world size).
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ConfigError(f"rank: got {rank!r} with world_size={world_size!r}; allowed: 0 <= rank < world_size")
+    unknown = [r for r in roles if r not in ROLES]
+    if unknown:
+        raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)}")
+    g = config.global_
+    profiling = bool(g.tools and (g.steps or g.caller_steps))
+    planned: dict[str, RolePlan] = {}
+    for name in ROLES:
+        if name not in roles:
+            continue
+        cfg = config.roles[name]
+        if name == "rollout" and config.agent_loop:
+            r, w, counts = (
+                rank if replica_rank is None else replica_rank,
+                world_size if num_replicas is None else num_replicas,
+                "replica rank",
+            )
+        else:
+            r, w, counts = rank, world_size, "rank"
+        selected, reason = role_selected(cfg, r, w, counts=counts)
+        if not profiling:
+            selected, reason = False, "no global_profiler.tool" if not g.tools else "global_profiler.steps is null"
+        planned[name] = RolePlan(name, selected, reason, cfg.schedule if selected else None)
+    chosen = [config.roles[n] for n, p in planned.items() if p.selected]
+    modes = {c.discrete for c in chosen}
+    if len(modes) > 1:
+        discrete = [c for c in chosen if c.discrete]
+        e2e = [c for c in chosen if not c.discrete]
+        raise ConfigError(
+            f"roles {discrete[0].name} and {e2e[0].name} share this process (rank {rank}) but disagree on discrete: "
+            f"{discrete[0].key_path} is discrete, {e2e[0].key_path} is end-to-end; allowed: one mode per process: "
+            f"set tool_config.<tool>.discrete the same for both",
+            key=e2e[0].key_path,
+        )
+    return ProcessPlan(
+        rank=rank,
+        world_size=world_size,
+        tools=g.tools,
+        roles=planned,
+        discrete=bool(modes and modes.pop()),
+        runs=step_runs(g.steps, g.profile_continuous_steps) if profiling else (),
+        warnings=config.warnings,
+        every_step=profiling and g.caller_steps,
+    )
+
+
+def primary_role(plan: ProcessPlan) -> str | None:
+    """The role whose tool_config an end-to-end capture uses: the first selected, canonical order."""
+    selected = plan.selected_roles
+    return selected[0] if selected else None

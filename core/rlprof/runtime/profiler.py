@@ -1,0 +1,363 @@
+"""When the core calls the hooks: the worker-side :class:`Profiler`, the lifecycle facade.
+
+Use it the way a trainer's worker runs a step::
+
+    prof = rlprof.Profiler(config, rank=rank, world_size=world, roles=("actor", "ref"))
+    for step in range(1, n + 1):
+        prof.start_step(step)
+        with prof.role("ref", "compute_log_prob"):
+            ...
+        with prof.role("actor", "update"):
+            for micro_batch in batches:
+                with prof.iteration():          # only matters when the role has a schedule
+                    ...
+        prof.step_boundary()
+    prof.finalize()
+
+``role`` also decorates functions (``@prof.role("actor", "update")``). Everything about *what* is
+captured was decided by :func:`rlprof.runtime.plan.resolve_plan`; *when* a capture opens and closes is decided
+by the capture state machine (:mod:`rlprof.runtime.capture`); the process session (:mod:`rlprof.runtime.session`)
+turns those decisions into isolated hook calls, shares backends between colocated Profilers and keeps
+the manifest; :mod:`rlprof.runtime.exits` finalizes at process exit. This module is the public surface.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from rlprof.config.schema import ProfilerConfig, load_config
+from rlprof.context import RunInfo
+from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.runtime.plan import ProcessPlan, resolve_plan
+
+log = logging.getLogger("rlprof")
+_NOTHING: frozenset = frozenset()
+
+
+class _Region:
+    """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
+    and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
+
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "_wrappers", "__weakref__")
+
+    def __init__(self, prof: "Profiler", role: str, stage: str | None):
+        self._prof = prof
+        self.role = role
+        self.region = safe_name(f"{role}_{stage}" if stage else role)
+        self._open: list = []
+        planned = prof.plan.roles.get(role)
+        self._schedule = planned.schedule if planned is not None else None
+        self._configs = prof.tool_configs.get(role)
+        """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
+        self._wrappers: weakref.WeakSet = weakref.WeakSet()
+        """Functions decorated with this region (their code is swapped with the region's class)."""
+
+    def __enter__(self):
+        prof = self._prof
+        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs))
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._open:
+            self._prof._session.exit(self._open.pop(), exc)
+        return False
+
+    def __call__(self, fn: Callable) -> Callable:
+        wrapper = functools.wraps(fn)(_passthrough(fn, self))
+        self._wrappers.add(wrapper)
+        if self._prof._live and self.role in self._prof._live:
+            wrapper.__code__ = _LIVE_CODE
+        return wrapper
+
+
+def _profiled(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        with spec:
+            return fn(*args, **kwargs)
+
+    return profiled
+
+
+def _passthrough(fn: Callable, spec: _Region) -> Callable:
+    def profiled(*args, **kwargs):
+        return fn(*args, **kwargs)
+        spec  # noqa: B018 - never run: keeps the closure the same shape as the live code's, so __code__ swaps
+
+    return profiled
+
+
+_LIVE_CODE = _profiled(None, None).__code__
+_IDLE_CODE = _passthrough(None, None).__code__
+"""A decorated function runs one of these two codes, swapped in place at step start and end with its
+region's class (:meth:`Profiler._set_live`): while its role is not profiled, calling it costs what the
+cheapest pass-through decorator costs, with no test on the hot path."""
+
+
+class _IdleRegion(_Region):
+    """The same region object while its role is not profiled (unselected rank, step or role).
+
+    The Profiler switches a region's class between :class:`_Region` and this one at step
+    start and end, so the hot path of an idle ``with prof.role(...)`` runs no Python code:
+    ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement
+    calls them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns
+    ``""`` (falsy: exceptions propagate). The ``as`` target of an idle region is None.
+    """
+
+    __slots__ = ()
+    __enter__ = type(None)
+    __exit__ = "".format
+
+
+class _Iteration:
+    """The result of ``prof.iteration()``: marks one iteration of the innermost open sampled region."""
+
+    __slots__ = ("_prof",)
+
+    def __init__(self, prof: "Profiler"):
+        self._prof = prof
+
+    def __enter__(self):
+        session = self._prof._session
+        if session is not None and self._prof._live:
+            with session.lock:
+                session.iteration_begins()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        session = self._prof._session
+        if session is not None and self._prof._live:
+            with session.lock:
+                session.iteration_ends(exc)  # an iteration that raised ends its window with the error
+        return False
+
+
+class Profiler:
+    """The profiler of one process (one rank, the roles it hosts).
+
+    :param config: a YAML path, mapping, OmegaConf ``DictConfig`` or :class:`ProfilerConfig`.
+    :param rank: global rank of this process; ``world_size`` the number of ranks.
+    :param roles: the roles this process hosts, e.g. ``("actor", "rollout", "ref")``.
+    :param stages: optional ``{role: [stage, ...]}`` run every step; lets the plan count capture
+        windows exactly (nsys ``repeat-shutdown:N``).
+    :param replica_rank: rollout replica index (agent-loop mode), with ``num_replicas``.
+    :param run_id: shared by every rank of a run (the Ray controller passes one); default: env
+        ``RLPROF_RUN_ID`` or a new id.
+    :param overrides: dotted ``key=value`` overrides applied on top of ``config``.
+    :param backends: ``{name: instance}`` to use instead of entry points (tests of the core only).
+
+    Colocated roles: Profilers created in one process with the same ``run_id`` and ``rank`` share one
+    process session (one instance per backend, one capture per step, one manifest file); each keeps
+    its own roles. See docs/captures.md.
+    """
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        roles: Sequence[str] = ("actor",),
+        stages: Mapping[str, Sequence[str]] | None = None,
+        replica_rank: int | None = None,
+        num_replicas: int | None = None,
+        run_id: str | None = None,
+        overrides: Iterable[str] = (),
+        backends: Mapping[str, Any] | None = None,
+    ):
+        self.config: ProfilerConfig = load_config(config, overrides)
+        self.plan: ProcessPlan = resolve_plan(
+            self.config, rank=rank, world_size=world_size, roles=tuple(roles),
+            replica_rank=replica_rank, num_replicas=num_replicas,
+        )
+        self.stages = stages
+        self._live: frozenset = _NOTHING
+        self._regions: dict[str, dict[str | None, _Region]] = {}
+        """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
+        self._iteration_cm = _Iteration(self)
+        self._step: int | None = None
+        self._finalized = False
+        self._lock = threading.RLock()
+        self.tool_configs: dict[str, dict[str, Mapping[str, Any]]] = {}
+        """Selected role -> backend -> its validated tool_config."""
+        self.environment: dict[str, list[str]] = {}
+        """Backend -> what it reported missing on this machine (``check_environment``)."""
+        g = self.config.global_
+        run_id = safe_name(run_id or os.environ.get("RLPROF_RUN_ID") or new_run_id())
+        self.run = RunInfo(
+            run_id=run_id,
+            rank=rank,
+            world_size=world_size,
+            host=hostname(),
+            pid=os.getpid(),
+            run_dir=Path(g.save_path).absolute() / run_id,
+            roles=tuple(roles),
+            replica_rank=replica_rank,
+        )
+        from rlprof.runtime.finish_hook import FinishHook
+
+        self._finish = FinishHook.for_process(self.config, self.plan, self.run)
+        self._session = None
+        if self.plan.active:
+            from rlprof.runtime.checking import require_usable_save_path
+
+            require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, before any write
+            from rlprof.runtime.session import join
+
+            self._session = join(self, backends)
+        if self._session is not None or self._finish is not None:
+            from rlprof.runtime import exits
+
+            exits.register(self)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def active(self) -> bool:
+        """This process profiles at all (some hosted role selected, a tool and steps set)."""
+        return self.plan.active
+
+    @property
+    def backends(self):
+        """The process session's :class:`~rlprof.runtime.registry.Backends` (shared by colocated Profilers),
+        or None when this process does not profile (backends are not even imported then)."""
+        return self._session.backends if self._session is not None else None
+
+    @property
+    def artifacts(self) -> list[dict[str, Any]]:
+        """Artifact records of the process session so far (colocated Profilers share them)."""
+        return self._session.artifacts if self._session is not None else []
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        """Contained failures of the process session so far (the manifest's ``error`` records)."""
+        return self._session.errors if self._session is not None else []
+
+    def role(self, role: str, stage: str | None = None) -> _Region:
+        """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
+        ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
+        stage), whose class switches between live and idle with the step; when the role is not
+        profiled, ``with prof.role(...)`` costs two dict lookups (bench/bench_core.py)."""
+        try:
+            return self._regions[role][stage]
+        except KeyError:
+            return self._new_region(role, stage, stage, sampled=True)
+
+    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
+        """The cached region object of ``role`` under ``key``, idle or live as the role is now."""
+        spec = _IdleRegion(self, role, stage)
+        if not sampled:
+            spec._schedule = None
+        if role in self._live:
+            spec.__class__ = _Region
+        self._regions.setdefault(role, {})[key] = spec
+        return spec
+
+    def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
+        """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
+        whole. For callers that schedule one stage of a role only (verl samples the update loop,
+        ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
+        key = (stage, "unsampled")
+        try:
+            return self._regions[role][key]
+        except KeyError:
+            return self._new_region(role, stage, key, sampled=False)
+
+    def iteration(self) -> _Iteration:
+        """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
+        ``with prof.iteration(): ...``. Drives the role's ``schedule``; free when there is none."""
+        return self._iteration_cm
+
+    def next_iteration(self) -> None:
+        """torch.profiler ``step()`` style marking, for callers that cannot wrap iterations in
+        ``with prof.iteration()`` (verl's ``DistProfiler.step()``): ends the current iteration of the
+        innermost sampled region and begins the next. The first iteration begins at region entry
+        (from the second time the region runs; the first time, it is learnt at the first call)."""
+        session = self._session
+        if session is not None and self._live:
+            with session.lock:
+                session.next_iteration()
+
+    def start_step(self, step: int) -> None:
+        """A training step begins. Call on every step; only profiled ones make hook calls."""
+        with self._lock:
+            if self._step is not None and self._session is None:
+                log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
+                            step, self._step, self._step)
+                self.step_boundary()
+            self._step = step
+            session = self._session
+            if session is None or self._finalized:
+                return
+            with session.lock:
+                if session.join_step(self, step):
+                    self._set_live(frozenset(self.plan.selected_roles))
+
+    def step_boundary(self) -> None:
+        """The current training step ends."""
+        with self._lock:
+            step, self._step = self._step, None
+            if step is None or self._finalized:
+                return
+            session = self._session
+            if session is None:
+                self._step_written(step)
+                return
+            with session.lock:
+                session.leave_step(self)
+
+    def run_finish_hook(self) -> None:
+        """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
+        trainer passing ``run_command=True`` on its last profiled step). Runs at most once."""
+        if self._finish is not None:
+            self._finish.start()
+
+    def finalize(self, reason: str = "end") -> list[dict[str, Any]]:
+        """End the run for this Profiler: close what is open, let backends write (when it is the last
+        Profiler of its process session), finish the manifest. Idempotent; also runs at interpreter
+        exit and on SIGTERM. Returns the artifact records."""
+        with self._lock:
+            if self._finalized:
+                return self.artifacts
+            self._finalized = True
+            from rlprof.runtime import exits
+
+            exits.unregister(self)
+            session = self._session
+            if session is not None:
+                with session.lock:
+                    session.finalize(self, reason)
+            self._step = None
+            self._set_live(_NOTHING)
+            if self._finish is not None:
+                self._finish.wait()
+            return self.artifacts
+
+    # ------------------------------------------------------------------ called by the session
+
+    def _go_idle(self) -> None:
+        self._set_live(_NOTHING)
+
+    def _step_written(self, step: int) -> None:
+        """The step's captures are written: the finish hook may start after the last profiled step."""
+        if self._finish is not None and not self._finalized:
+            self._finish.step_done(step)
+
+    # ------------------------------------------------------------------ regions
+
+    def _set_live(self, roles: frozenset) -> None:
+        """Switch every region object (and the functions decorated with it) to the live or idle code
+        for the roles profiled now."""
+        self._live = roles
+        for spec in [spec for stages in self._regions.values() for spec in stages.values()]:
+            live = spec.role in roles
+            spec.__class__ = _Region if live else _IdleRegion
+            for wrapper in spec._wrappers:
+                wrapper.__code__ = _LIVE_CODE if live else _IDLE_CODE
+            if not roles:
+                spec._open.clear()

@@ -1,0 +1,394 @@
+"""Backend discovery through the ``rlprof.backends`` entry-point group, and the typed facade over pluggy.
+
+Only the backends the config selects are imported (a broken unrelated plugin cannot break a run);
+a failing import names the entry point, its distribution and version. Every hook implementation is
+called on its own (:class:`Backends`), so one raising backend loses nobody else's data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable, Iterable, Mapping
+
+import pluggy
+
+from rlprof import hookspecs
+from rlprof.context import FinalizeContext, RoleContext, iteration_context, step_context
+from rlprof.errors import BackendError, ConfigError
+from rlprof.installed import discover, distribution_of, not_installed_error
+
+HOOKS = ("validate_tool_config", "check_environment", "start_step", "start_role", "iteration_boundary", "stop_role",
+         "step_boundary", "finalize", "worker_runtime_env")
+LIFECYCLE = ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary", "finalize")
+
+log = logging.getLogger("rlprof")
+
+
+def load_backend(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
+    """Import the entry point ``name`` and instantiate its backend class."""
+    eps = discover() if eps is None else eps
+    if name not in eps:
+        raise not_installed_error(name, eps)
+    ep = eps[name]
+    dist, version = distribution_of(ep)
+    try:
+        obj = ep.load()
+        return obj() if isinstance(obj, type) else obj
+    except Exception as exc:
+        raise BackendError(
+            f'Error importing backend "{name}" (entry point {ep.value!r} in {dist} {version}): '
+            f"{type(exc).__name__}: {exc}",
+            key="global_profiler.tool",
+        ) from exc
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """A fresh manager with the spec loaded; one per Profiler (no global state)."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def implemented_hooks(plugin: Any) -> list[str]:
+    """The hooks of the spec that ``plugin`` implements, in spec order."""
+    pm = plugin_manager()
+    pm.register(plugin)
+    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
+
+
+@dataclass
+class _Impl:
+    backend: str
+    function: Callable[..., Any]
+    argnames: tuple[str, ...]
+
+
+def _watchdog(report: Callable[[str, str, int, float, str], None]) -> Any:
+    """The session's :class:`rlprof.runtime.watchdog.HookWatchdog` (limit ``RLPROF_HOOK_TIMEOUT_S``), or None when off."""
+    from rlprof.runtime.watchdog import HookWatchdog, limit_from_env
+
+    limit = limit_from_env()
+    return HookWatchdog(limit, report) if limit is not None else None
+
+
+class Backends:
+    """The selected backends of one process session: a typed facade over pluggy with one method per
+    lifecycle hook (tox's plugin manager style), each call isolated and watched.
+
+    Every lifecycle method builds each backend's own context (its name, its validated tool_config
+    from ``configs``) and calls the backends in ``names`` order, each on its own:
+
+    * a backend that raises is logged once (backend, hook, rank, traceback), reported through
+      ``on_error`` (the manifest), put in :attr:`failed` and skipped for new work; ``on_failed`` then
+      lets the session release it (closing calls through ``only=``, and ``finalize`` once).
+      ``strict=True`` (env ``RLPROF_STRICT=1``) re-raises instead;
+    * a call running longer than ``RLPROF_HOOK_TIMEOUT_S`` is reported by the watchdog, while
+      training waits for it (``on_timeout``);
+    * what a call returned or added is handed to ``on_result``.
+
+    ``RLPROF_TRACE_HOOKS=1`` prints every call to stderr.
+    """
+
+    def __init__(self, names: Iterable[str], *, rank: int = 0, on_error: Callable[..., None] | None = None,
+                 instances: Mapping[str, Any] | None = None):
+        self.rank = rank
+        self.names = tuple(names)
+        self.strict = os.environ.get("RLPROF_STRICT", "") not in ("", "0")
+        self.trace = os.environ.get("RLPROF_TRACE_HOOKS", "") not in ("", "0")
+        self.failed: dict[str, str] = {}
+        """Backend -> the hook it first raised in; skipped for new work from then on."""
+        self.on_failed: Callable[[str], None] | None = None
+        """Called with a backend's name right after its first failure (the session releases it then)."""
+        self.primary: Mapping[str, Mapping[str, Any]] = _EMPTY
+        """Tool configs for step-level calls (the first selected role's; set by the session)."""
+        self.run: Any = None
+        """The :class:`~rlprof.context.RunInfo` every context carries (set by the session)."""
+        self._on_error = on_error
+        self.on_result: Callable[[str, str, Any, Any], None] | None = None
+        """``(backend, hook, ctx, result)`` for a call that returned something or added artifacts."""
+        self.on_timeout: Callable[[str, str, int, float, str], None] | None = None
+        self.pm = plugin_manager()
+        eps = discover() if instances is None else {}
+        self.plugins: dict[str, Any] = {}
+        for name in self.names:
+            plugin = instances[name] if instances is not None else load_backend(name, eps)
+            self.plugins[name] = plugin
+            self.pm.register(plugin, name=name)
+        self.pm.check_pending()
+        self.impls: dict[str, list[_Impl]] = {}
+        """Hook name -> implementations in ``names`` order."""
+        order = {n: i for i, n in enumerate(self.names)}
+        for hook in HOOKS:
+            caller = getattr(self.pm.hook, hook)
+            impls = [_Impl(impl.plugin_name, impl.function, tuple(impl.argnames)) for impl in caller.get_hookimpls()]
+            impls.sort(key=lambda i: order.get(i.backend, 0))
+            self.impls[hook] = impls
+        self._calls: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {
+            hook: [(impl.backend, self._ctx_caller(impl, hook)) for impl in self.impls[hook]] for hook in LIFECYCLE}
+        """Lifecycle hook -> ``(backend, call(ctx))`` in ``names`` order: what the typed methods loop over."""
+        self.watchdog: Any = None
+        """The hook watchdog once :meth:`start_watchdog` ran (the process session starts it; one-off
+        users such as ``rlprof check`` call hooks unwatched)."""
+
+    def start_watchdog(self) -> None:
+        """Watch every later hook call (``RLPROF_HOOK_TIMEOUT_S``); :meth:`close` stops it."""
+        if self.watchdog is None:
+            self.watchdog = _watchdog(self._timed_out)
+
+    def has(self, hook: str) -> bool:
+        return bool(self.impls[hook])
+
+    # ------------------------------------------------------------------ the typed lifecycle facade
+    #
+    # One method per lifecycle hook, written out (no **kwargs packing): these are the calls the capture
+    # state machine makes (rlprof.runtime.capture: it is the machine's hooks object), and the hot path of every
+    # profiled region. ``region`` is the machine's OpenRegion (its role, name and the role's configs);
+    # step-level calls use :attr:`primary` configs. ``only``: call that backend alone, failed or not
+    # (the session releasing it).
+
+    def start_step(self, step: int, capture: Any, opens: bool, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["start_step"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "start_step", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, opens, False, True))
+
+    def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
+                   only: str | None = None) -> None:
+        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
+        role, name = region.role, region.name
+        for backend, call in self._calls["start_role"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, opens, False
+            ctx.iterations, ctx.error = iterations, None
+            try:  # _call, inlined: this is the hot path of every profiled region
+                result = call(ctx) if watchdog is None else watchdog.call(backend, "start_role", self.rank, call, ctx)
+            except Exception as exc:
+                self._failed(backend, "start_role", exc)
+                result = None
+            if (result is not None or ctx._artifacts) and self.on_result is not None:
+                self.on_result(backend, "start_role", ctx, result)
+
+    def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, region.configs
+        for backend, call in self._calls["iteration_boundary"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "iteration_boundary", call, iteration_context(
+                run, backend, configs.get(backend, _EMPTY), capture, step, region.role, region.name, iteration))
+
+    def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
+                  error: BaseException | None, only: str | None = None) -> None:
+        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
+        role, name = region.role, region.name
+        for backend, call in self._calls["stop_role"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
+            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
+                run, backend, configs.get(backend, _EMPTY), capture, None)
+            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, False, closes
+            ctx.iterations, ctx.error = iterations, error
+            try:  # _call, inlined: this is the hot path of every profiled region
+                result = call(ctx) if watchdog is None else watchdog.call(backend, "stop_role", self.rank, call, ctx)
+            except Exception as exc:
+                self._failed(backend, "stop_role", exc)
+                result = None
+            if (result is not None or ctx._artifacts) and self.on_result is not None:
+                self.on_result(backend, "stop_role", ctx, result)
+
+    def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["step_boundary"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "step_boundary", call,
+                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, False, closes, ends_step))
+
+    def finalize(self, reason: str, profiled_steps: tuple[int, ...], relocate_results: bool,
+                 only: str | None = None) -> None:
+        run, failed, configs = self.run, self.failed, self.primary
+        for backend, call in self._calls["finalize"]:
+            if (backend in failed if only is None else backend != only):
+                continue
+            self._call(backend, "finalize", call, FinalizeContext(
+                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=None, reason=reason,
+                profiled_steps=profiled_steps, relocate_results=relocate_results))
+
+    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> None:
+        """One isolated, watched call; what it produced goes to ``on_result``."""
+        try:
+            watchdog = self.watchdog
+            result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
+        except Exception as exc:
+            self._failed(backend, hook, exc)
+            result = None
+        if (result is not None or ctx._artifacts) and self.on_result is not None:
+            self.on_result(backend, hook, ctx, result)
+
+    def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
+        """``call(ctx)`` for a lifecycle hookimpl, whatever arguments it names (pluggy passes only those)."""
+        function, argnames = impl.function, impl.argnames
+        if argnames == ("ctx",) and not self.trace:
+            return function
+        prefix = f"rlprof[{os.getpid()} rank{self.rank}] {impl.backend}.{hook}"
+
+        def call(ctx):
+            if self.trace:
+                shown = getattr(ctx, "region", None) or getattr(ctx, "step", None) or ctx
+                print(f"{prefix}({{'ctx': {shown!r}}})", file=sys.stderr)
+            return function(**({"ctx": ctx} if "ctx" in argnames else {}))
+
+        return call
+
+    # ------------------------------------------------------------------ single calls
+
+    def call_one(self, backend: str, hook: str, **kwargs: Any) -> Any:
+        """Call ``hook`` on one backend only, isolated. Returns its result, or None if it failed."""
+        for impl in self.impls[hook]:
+            if impl.backend == backend:
+                return self._invoke(impl, hook, kwargs)
+        return None
+
+    def check_environment(self, backend: str) -> list[str]:
+        """What ``backend`` lacks on this machine. A check that raises or returns something else is
+        reported through ``on_error`` (kind ``environment``) and counts as one problem; it never
+        disables the backend (a problem here is a warning, never a failure of the run)."""
+        for impl in self.impls["check_environment"]:
+            if impl.backend != backend:
+                continue
+            try:
+                problems = self._watched(impl, "check_environment", {})
+            except Exception as exc:
+                if self.strict:
+                    raise
+                message = f"check_environment raised {type(exc).__name__}: {exc}"
+                log.error("rlprof: backend %r: %s", backend, message)
+                if self._on_error is not None:
+                    self._on_error(backend, "check_environment", exc, "environment")
+                return [message]
+            if problems is None:
+                return []
+            if isinstance(problems, str) or not isinstance(problems, (list, tuple)):
+                problems = [f"check_environment returned {problems!r} instead of a list of strings"]
+            return [str(p) for p in problems]
+        return []
+
+    def validated_tool_config(self, backend: str, role) -> dict[str, Any]:
+        """``role``'s ``tool_config.<backend>`` section (a :class:`~rlprof.config.RoleConfig`), checked
+        and normalised by the backend's ``validate_tool_config``; the section as written when the
+        backend does not validate. The one place the core asks a backend about a role's config.
+
+        :raises ConfigError: the backend rejected it, or its check itself failed (named as such)."""
+        raw = dict(role.tool_config.get(backend, {}))
+        return self.validated_section(backend, raw, f"{role.key_path}.tool_config.{backend}")
+
+    def validated_global_section(self, backend: str, config) -> dict[str, Any] | None:
+        """``global_profiler.global_tool_config.<backend>`` of ``config`` checked on its own key path
+        (the core's keys such as ``_target_`` removed, as for a role's section); None when absent.
+
+        :raises ConfigError: the backend rejected it (named by that key path)."""
+        section = config.global_.global_tool_config.get(backend)
+        if section is None:
+            return None
+        return self.validated_section(backend, dict(section), f"global_profiler.global_tool_config.{backend}")
+
+    def validated_section(self, backend: str, raw: Mapping[str, Any], key: str) -> dict[str, Any]:
+        """One ``tool_config`` section checked by ``backend`` under its own key path (a role's section,
+        or ``global_profiler.global_tool_config.<backend>``).
+
+        :raises ConfigError: the backend rejected it, or its check itself failed (named as such)."""
+        from rlprof.config.schema import CORE_TOOL_KEYS
+
+        raw = {k: v for k, v in raw.items() if k not in CORE_TOOL_KEYS}  # verl's _target_/discrete: the core's keys
+        try:
+            result = self.call_one(backend, "validate_tool_config", tool_config=dict(raw), key_path=key)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise ConfigError(f"{key}: backend {backend!r} failed to validate it: {type(exc).__name__}: {exc}", key=key) from exc
+        return dict(result) if result is not None else dict(raw)
+
+    def _invoke(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
+        try:
+            return self._watched(impl, hook, kwargs)
+        except Exception as exc:
+            return self._failed(impl.backend, hook, exc)
+
+    def _watched(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
+        if self.trace:
+            shown = {k: getattr(v, "region", None) or getattr(v, "step", None) or v for k, v in kwargs.items()}
+            print(f"rlprof[{os.getpid()} rank{self.rank}] {impl.backend}.{hook}({shown})", file=sys.stderr)
+        arguments = {name: kwargs[name] for name in impl.argnames}
+        if self.watchdog is None:
+            return impl.function(**arguments)
+        with self.watchdog.watch(impl.backend, hook, self.rank):
+            return impl.function(**arguments)
+
+    def _failed(self, backend: str, hook: str, exc: Exception) -> None:
+        if self.strict or hook == "validate_tool_config":
+            raise exc
+        first = backend not in self.failed
+        if first:
+            self.failed[backend] = hook
+            log.error(
+                "rlprof: backend %r failed in %s on rank %d; it is skipped for the rest of the run (the core closes what "
+                "it had open and finalizes it), training goes on:\n%s",
+                backend, hook, self.rank, "".join(traceback.format_exception(exc)),
+            )
+        else:  # while being released: said once above already
+            log.warning("rlprof: backend %r also failed in %s on rank %d while being released: %s: %s",
+                        backend, hook, self.rank, type(exc).__name__, exc)
+        if self._on_error is not None:
+            self._on_error(backend, hook, exc, "hook")
+        if first and self.on_failed is not None:
+            self.on_failed(backend)
+        return None
+
+    def _timed_out(self, backend: str, hook: str, rank: int, elapsed_s: float, stack: str) -> None:
+        if self.on_timeout is not None:
+            self.on_timeout(backend, hook, rank, elapsed_s, stack)
+
+    def close(self) -> None:
+        """Stop the watchdog's thread (after the last hook call of the session)."""
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is not None:
+            watchdog.close()
+
+
+_EMPTY: Mapping[str, Any] = {}
+_new_context = object.__new__
+
+
+def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
+    """What ``rlprof backends`` shows for one backend: imports it, never raises."""
+    dist, version = distribution_of(ep)
+    info: dict[str, Any] = {"name": name, "entry_point": ep.value, "distribution": dist, "version": version}
+    started = time.perf_counter()
+    try:
+        plugin = load_backend(name, {name: ep})
+    except Exception as exc:
+        info.update(imports=False, error=str(exc), hooks=[], problems=[])
+        return info
+    info["imports"] = True
+    info["import_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    info["hooks"] = implemented_hooks(plugin)
+    pm = plugin_manager()
+    pm.register(plugin, name=name)
+    try:
+        problems = [p for found in pm.hook.check_environment() for p in (found or [])]
+    except Exception as exc:  # a backend's own check must not break the listing
+        problems = [f"check_environment raised {type(exc).__name__}: {exc}"]
+    info["problems"] = problems
+    return info

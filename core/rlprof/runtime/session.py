@@ -1,0 +1,402 @@
+"""The process session: what every Profiler of one process shares, and how decisions become hook calls.
+
+verl's colocated workers put several roles in one process (the critic in the actor's process), and
+may build one Profiler per worker class. Profilers created in one process with the same run id and
+rank are *participants* of one :class:`ProcessSession`:
+
+* one instance per backend (so one torch.profiler session at a time: two at once crash torch's
+  trace export), one capture state machine (:mod:`rlprof.runtime.capture`), one manifest file;
+* a step's capture opens at the first participant's ``start_step(N)`` and closes after the last
+  participant that started N called ``step_boundary()``; every participant's regions are ranges in it;
+* backends' ``finalize`` runs once, when the last participant finalizes (or at exit);
+* each participant keeps its own roles, tool configs and ``process`` record; their configs must
+  agree on tools, steps, mode and save_path (a ConfigError naming both otherwise).
+
+The session also turns the machine's :class:`~rlprof.runtime.capture.Action` objects into calls of the typed
+backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
+for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
+the timing records (``step``, ``region``), buffered per step and written at its end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
+from rlprof.context import Capture
+from rlprof.errors import ConfigError
+from rlprof.layout import capture_directory, process_tag
+from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, describe_error, error_record, process_record,
+                       region_record, step_record)
+
+log = logging.getLogger("rlprof")
+
+_sessions: dict[tuple[str, int, int], "ProcessSession"] = {}
+_sessions_lock = threading.Lock()
+_time_ns = time.time_ns
+_new_region = object.__new__
+
+
+def join(prof: Any, instances: Mapping[str, Any] | None = None) -> "ProcessSession":
+    """The session ``prof`` takes part in: the open one of its process with the same run id and rank,
+    else a new one (with ``instances`` as backends instead of entry points, for tests of the core).
+
+    :raises ConfigError: a tool config is invalid, or ``prof``'s config disagrees with the session's."""
+    key = (prof.run.run_id, prof.run.rank, os.getpid())
+    with _sessions_lock:
+        session = _sessions.get(key)
+        created = session is None
+        if created:
+            session = ProcessSession(prof, instances)
+        try:
+            session.add(prof)
+        except BaseException:
+            if created:
+                session.backends.close()
+            raise
+        _sessions[key] = session
+    return session
+
+
+class ProcessSession:
+    """Backends, capture machine, manifest and timings of one process (see the module docstring)."""
+
+    def __init__(self, first: Any, instances: Mapping[str, Any] | None):
+        from rlprof.runtime.registry import Backends
+
+        self.key = (first.run.run_id, first.run.rank, os.getpid())
+        self.plan = first.plan
+        """The first participant's plan: tools, mode and runs of steps (every participant agrees)."""
+        self.run = first.run
+        """What every context carries; ``roles`` is the union of the participants' roles."""
+        self.config = first.config
+        self.lock = threading.RLock()
+        self.participants: list[Any] = []
+        self.in_step: list[Any] = []
+        """Participants that started the step in progress and have not ended it."""
+        self.artifacts: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        self.environment: dict[str, list[str]] = {}
+        self.profiled_steps: list[int] = []
+        self.finished = False
+        self._primary: Mapping[str, Mapping[str, Any]] = {}
+        """Tool configs of step-level calls: the first participant's first selected role's."""
+        self._step_start_ns = 0
+        self._closed: list[OpenRegion] = []
+        self._implicit: set[str] = set()
+        """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
+        self._unmarked: set[str] = set()
+        run = self.run
+        self.manifest = ManifestWriter(
+            run.run_dir / "manifest" / f"{process_tag(run.rank, run.host, run.pid)}.jsonl",
+            {"run": run.run_id, "rank": run.rank, "host": run.host, "pid": run.pid}, root=run.run_dir,
+        )
+        self.backends = Backends(self.plan.tools, rank=run.rank, on_error=self._hook_failed, instances=instances)
+        self.backends.run = run
+        self.backends.on_result = self._collect
+        self.backends.on_timeout = self._timed_out
+        self.backends.on_failed = self._release
+        self.backends.start_watchdog()
+        self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
+                                      make_capture=self._make_capture, hooks=self.backends)
+
+    # ------------------------------------------------------------------ participants
+
+    def add(self, prof: Any) -> None:
+        """Join ``prof``: check it agrees with the session, validate its tool configs, write its ``process`` record."""
+        if self.participants:
+            self._check_agrees(prof)
+        self._validate_tool_configs(prof)
+        if not self.participants:
+            self._primary = self.backends.primary = prof.tool_configs.get(prof.plan.selected_roles[0], {})
+            self._check_environment()
+        self.participants.append(prof)
+        roles = tuple(dict.fromkeys(r for p in self.participants for r in p.run.roles))
+        if roles != self.run.roles:
+            self.run = self.backends.run = replace(self.run, roles=roles)
+        prof.environment = self.environment
+        self.manifest.write("process", **process_record(prof, self.environment))
+
+    def _check_agrees(self, prof: Any) -> None:
+        first = self.participants[0]
+        mine, theirs = first.plan, prof.plan
+        checks = (
+            ("global_profiler.tool", "tools", mine.tools, theirs.tools),
+            ("global_profiler.steps", "profiled steps (steps, profile_continuous_steps)", (mine.runs, mine.every_step),
+             (theirs.runs, theirs.every_step)),
+            ("global_profiler.save_path", "save_path", first.run.run_dir, prof.run.run_dir),
+            (None, "mode (tool_config.<tool>.discrete)", "discrete" if mine.discrete else "end-to-end",
+             "discrete" if theirs.discrete else "end-to-end"),
+        )
+        for key, what, a, b in checks:
+            if a != b:
+                if key is None:
+                    role = theirs.selected_roles[0]
+                    key = f"{prof.config.roles[role].key_path}.tool_config.{theirs.tools[0]}.discrete"
+                raise ConfigError(
+                    f"{key}: colocated Profilers of run {self.run.run_id} rank {self.run.rank} disagree on the {what}: "
+                    f"the one hosting {'+'.join(first.run.roles)} has {_shown(a)}, the one hosting "
+                    f"{'+'.join(prof.run.roles)} has {_shown(b)}; allowed: the same value for every Profiler of one "
+                    f"process (they share one capture per backend)", key=key)
+
+    def _validate_tool_configs(self, prof: Any) -> None:
+        """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
+        backends = self.backends
+        for tool in self.plan.tools:
+            backends.validated_global_section(tool, prof.config)
+        for name in prof.plan.selected_roles:
+            role_cfg = prof.config.roles[name]
+            prof.tool_configs[name] = {b: backends.validated_tool_config(b, role_cfg) for b in self.plan.tools}
+
+    def _check_environment(self) -> None:
+        """Ask each backend what it lacks here (no CUDA, no CANN...): warn once, keep it for the
+        ``process`` records. A check that raised is also an ``error`` record (kind ``environment``)."""
+        for backend in self.plan.tools:
+            problems = self.backends.check_environment(backend)
+            if problems:
+                self.environment[backend] = problems
+            for problem in problems:
+                log.warning("rlprof: backend %r on rank %d: %s", backend, self.run.rank, problem)
+
+    # ------------------------------------------------------------------ steps
+
+    def join_step(self, prof: Any, step: int) -> bool:
+        """``prof`` begins ``step``; True when the step is profiled (its roles go live)."""
+        if prof in self.in_step:
+            log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
+                        step, self.machine.step, self.machine.step)
+            self.leave_step(prof)
+        if self.in_step and self.machine.step != step:
+            log.warning("rlprof: colocated Profilers of rank %d disagree on the step (%s began while %s is open); "
+                        "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
+            for other in list(self.in_step):
+                self.leave_step(other)
+        profiled = prof.plan.is_profiled(step)
+        if not self.in_step:
+            self._guarded(self.machine.start_step, step, profiled)
+            if profiled:
+                self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
+        if profiled:
+            self.in_step.append(prof)
+        return profiled
+
+    def leave_step(self, prof: Any) -> None:
+        """``prof`` ends its step: its regions still open are exited; the last one out ends the step."""
+        if prof not in self.in_step:
+            return
+        for region in list(reversed(self.machine.stack)):
+            if region.owner is prof and region in self.machine.stack:
+                log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
+                self.exit(region, None)  # (the lock is re-entrant)
+        prof._go_idle()
+        self.in_step.remove(prof)
+        if not self.in_step:
+            self._end_step()
+
+    def _end_step(self) -> None:
+        step = self.machine.step
+        end_ns = _time_ns()  # before the capture closes: exporting a trace is not the step's time
+        self._guarded(self.machine.end_step)
+        if step is None:
+            return
+        self.profiled_steps.append(step)
+        self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns)))
+        for participant in self.participants:
+            participant._step_written(step)  # after the backends wrote the step's captures
+
+    # ------------------------------------------------------------------ regions and iterations
+
+    def enter(self, prof: Any, role: str, name: str, schedule: Any, configs: Any) -> OpenRegion:
+        """``prof``'s region ``name`` of ``role`` begins (``schedule``/``configs``: the role's, cached by the caller)."""
+        with self.lock:
+            region = _new_region(OpenRegion)  # OpenRegion(role, name, schedule, prof), without a Python-level call
+            region.role, region.name, region.schedule, region.owner = role, name, schedule, prof
+            region.configs = configs if configs is not None else self._primary
+            try:
+                self.machine.enter(region)
+                if schedule is not None and name in self._implicit:
+                    self.machine.iteration_begins()
+            except CaptureStateError as exc:
+                self._machine_failed(exc)
+            region.start_ns = _time_ns()  # after its capture opened (discrete): the region's own time only
+            return region
+
+    def exit(self, region: OpenRegion, error: BaseException | None) -> None:
+        with self.lock:
+            stack = self.machine.stack
+            if stack and stack[-1] is region:
+                inner = ()
+            elif region in stack:
+                inner = stack[stack.index(region) + 1:]
+            else:
+                return
+            region.end_ns = end_ns = _time_ns()  # before its capture closes and its trace is written
+            try:
+                self.machine.exit(region, error)
+            except CaptureStateError as exc:
+                self._machine_failed(exc)
+            self._closed.append(region)
+            if inner or region.schedule is not None:
+                self._closed_also(inner, region, end_ns)
+
+    def _closed_also(self, inner: Any, region: OpenRegion, end_ns: int) -> None:
+        """The rarer bookkeeping of an exit: regions closed with it (they were still open inside it),
+        and the warning for a sampled region that marked no iterations."""
+        self._closed[-1:-1] = inner  # innermost first, before the region itself
+        for each in (*inner, region):
+            each.end_ns = end_ns
+            if each.schedule is not None and each.marked == 0 and not each.in_iteration and each.name not in self._unmarked:
+                self._unmarked.add(each.name)
+                log.warning(
+                    "rlprof: region %s has a sampling schedule but marked no iterations, so nothing of it was "
+                    "captured; wrap each micro-batch/decode step in `with prof.iteration():`", each.name)
+
+    def iteration_begins(self) -> None:
+        self._guarded(self.machine.iteration_begins)
+
+    def iteration_ends(self, error: BaseException | None = None) -> None:
+        self._guarded(self.machine.iteration_ends, error)
+
+    def next_iteration(self) -> None:
+        """End the iteration in progress of the innermost sampled region and begin the next one."""
+        region = self.machine.innermost_sampled()
+        if region is None:
+            return
+        if region.name not in self._implicit:
+            self._implicit.add(region.name)
+            if not region.in_iteration and region.iteration == 0:
+                # First use of this style in this region: its iteration 0 began at entry, learnt only now.
+                self._guarded(self.machine.iteration_begins)
+        self._guarded(self.machine.iteration_ends)
+        self._guarded(self.machine.iteration_begins)
+
+    # ------------------------------------------------------------------ the end
+
+    def finalize(self, prof: Any, reason: str) -> None:
+        """``prof`` leaves; the last participant out closes everything and finalizes the backends."""
+        if prof in self.in_step:
+            self.leave_step(prof)
+        if prof in self.participants:
+            self.participants.remove(prof)
+        last = not self.participants and not self.finished
+        if last:
+            self._guarded(self.machine.leave)
+            self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
+            self._flush_regions()
+            self.backends.close()
+            self.finished = True
+            with _sessions_lock:
+                if _sessions.get(self.key) is self:
+                    del _sessions[self.key]
+        self.manifest.write("finalized", reason=reason, roles=list(prof.run.roles), artifacts=len(self.artifacts),
+                            errors=len(self.errors))
+        if last:
+            self.manifest.close()
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _release(self, backend: str) -> None:
+        """Release a backend right after its first failure (the machine's state is the one of the call
+        that failed): close what it had open, innermost first, then call its ``finalize`` once; record a
+        ``cleanup``. A backend that failed in ``finalize`` itself was already finalized once."""
+        backends = self.backends
+        if backends.failed.get(backend) == "finalize":
+            return
+        errors_before = len(self.errors)
+        closed = []
+        for action in self.machine.release_actions():
+            if action.hook == "stop_role":
+                backends.stop_role(action.region, action.step, action.capture, action.closes, action.iterations,
+                                   action.error, backend)
+            else:
+                backends.step_boundary(action.step, action.capture, action.closes, action.ends_step, backend)
+            if action.closes and action.capture is not None:
+                closed.append(action.capture.capture_id)
+        finalize_errors = len(self.errors)
+        backends.finalize("released", tuple(self.profiled_steps), self.config.global_.relocate_results, backend)
+        finalized = len(self.errors) == finalize_errors
+        problems = [e["error"] for e in self.errors[errors_before:]]
+        log.warning("rlprof: backend %r released after it failed: closed %s, finalize %s", backend,
+                    ", ".join(closed) or "nothing", "ran" if finalized else "raised")
+        self.manifest.write("cleanup", **cleanup_fields(backend, closed, finalized, problems))
+
+    def _collect(self, backend: str, hook: str, ctx: Any, result: Any) -> None:
+        """List what a call produced; a result that is not a path (or list of paths) is an ``error``
+        record of kind ``return``, never an exception in training."""
+        produced = list(ctx._artifacts or ())
+        if result is not None:
+            paths = _paths(result)
+            if paths is None:
+                message = (f"{hook} returned {result!r} ({type(result).__name__}); a hook returns None, a path "
+                           "(str or os.PathLike) or a list of paths")
+                log.error("rlprof: backend %r on rank %d: %s", backend, self.run.rank, message)
+                self._record_error(error_record(backend, hook, "return", message))
+            else:
+                produced.extend((Path(p), "file", {}) for p in paths)
+        selected = tuple(dict.fromkeys(r for p in self.participants for r in p.plan.selected_roles)) or self.plan.selected_roles
+        for path, kind, extra in produced:
+            entry = artifact_record(backend, ctx, Path(path), kind, extra, run_dir=self.run.run_dir,
+                                    world_size=self.run.world_size, mode="discrete" if self.plan.discrete else "e2e",
+                                    selected_roles=selected)
+            self.artifacts.append(entry)
+            self.manifest.write("artifact", **entry)
+
+    def _hook_failed(self, backend: str, hook: str, exc: BaseException, kind: str) -> None:
+        self._record_error(error_record(backend, hook, kind, describe_error(exc)))
+
+    def _timed_out(self, backend: str, hook: str, rank: int, elapsed_s: float, stack: str) -> None:
+        """The watchdog's report (from its own thread, while training waits for the hook): never takes the lock."""
+        log.error("rlprof: backend %r has been running %s for %.1f s on rank %d (RLPROF_HOOK_TIMEOUT_S); training "
+                  "waits for it. Its stack:\n%s", backend, hook, elapsed_s, rank, stack)
+        self._record_error(error_record(backend, hook, "timeout", f"{hook} still running after {elapsed_s:.1f} s",
+                                        elapsed_s=round(elapsed_s, 3), stack=stack))
+
+    def _record_error(self, entry: dict[str, Any]) -> None:
+        self.errors.append(entry)
+        self.manifest.write("error", **entry)
+
+    def _flush_regions(self, *first: tuple[str, dict[str, Any]]) -> None:
+        """Write the buffered timing records (after ``first``) in one go."""
+        closed, self._closed = self._closed, []
+        self.manifest.write_many([*first, *(("region", region_record(region)) for region in closed)])
+
+    def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
+        run = self.run
+        return Capture(capture_id=capture_id, steps=steps, regions=regions,
+                       directory=capture_directory(run.run_dir, capture_id, run.rank, run.host, run.pid))
+
+    def _guarded(self, operation, *args: Any) -> None:
+        """Run a machine operation; a bug in the machine is logged and recorded, never raised into training."""
+        try:
+            operation(*args)
+        except CaptureStateError as exc:
+            self._machine_failed(exc)
+
+    def _machine_failed(self, exc: CaptureStateError) -> None:
+        log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)
+        self._record_error(error_record(None, None, "core", str(exc)))
+
+
+def _paths(result: Any) -> list[Any] | None:
+    """The paths a hook returned, or None when it returned something else."""
+    if isinstance(result, (str, os.PathLike)):
+        return [result]
+    if isinstance(result, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in result):
+        return list(result)
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bool):
+        runs, every = value
+        return "the steps the caller profiles" if every else (
+            "steps " + ", ".join("-".join(map(str, (r[0], r[-1]))) if len(r) > 1 else str(r[0]) for r in runs) if runs else "no steps")
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return str(value)

@@ -1,0 +1,179 @@
+"""``rlprof demo``: the flags' meaning, the GRPO pieces, and a real (small) run whose report shows
+every profiled step x role x rank."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlprof.config import load_config
+from rlprof.demo.command import config_from_flags, parser
+
+
+def flags(*argv):
+    opts = parser().parse_args(list(argv))
+    return load_config(config_from_flags(opts), opts.overrides)
+
+
+def test_flags_become_the_hybrid_roles_profiler_config():
+    config = flags("--tool", "torch,torch_memory", "--steps", "2,3", "--ranks", "1", "--discrete",
+                   "--schedule", "active=1,wait=2", "--save-path", "out")
+    assert config.global_.tools == ("torch", "torch_memory") and config.global_.steps == (2, 3)
+    assert config.global_.save_path == "out"
+    for role in ("actor", "rollout", "ref"):
+        r = config.roles[role]
+        assert (r.enable, r.ranks, r.all_ranks, r.discrete) == (True, (1,), False, True)
+        assert (r.schedule.active, r.schedule.wait) == (1, 2)
+    assert not config.roles["critic"].enable
+    default = flags()
+    assert default.global_.tools == ("torch",) and default.global_.steps == (1, 2)
+    assert all(default.roles[r].all_ranks for r in ("actor", "rollout", "ref"))
+
+
+def test_dotted_overrides_win_over_the_flags():
+    config = flags("--steps", "1", "global_profiler.steps=[3]", "actor_rollout_ref.ref.profiler.enable=false")
+    assert config.global_.steps == (3,)
+    assert not config.roles["ref"].enable and config.roles["actor"].enable
+
+
+def test_grpo_pieces():
+    torch = pytest.importorskip("torch")
+    from rlprof.demo.grpo import Sizes, TinyPolicy, generate, group_advantages, response_log_probs
+
+    sizes = Sizes()
+    policy = TinyPolicy(sizes)
+    prompts = torch.randint(sizes.vocab, (3, sizes.prompt_len))
+    marks = []
+
+    class Mark:
+        def __enter__(self):
+            marks.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    responses = generate(policy, prompts, sizes.response_len, torch.Generator().manual_seed(0), Mark)
+    assert responses.shape == (3, sizes.response_len) and len(marks) == sizes.response_len  # one iteration per decode step
+    assert response_log_probs(policy, prompts, responses).shape == (3, sizes.response_len)
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 4.0]), group_size=2)
+    assert torch.allclose(advantages.view(3, 2).sum(dim=1), torch.zeros(3), atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def default_demo(tmp_path_factory):
+    """One default ``rlprof demo`` (2 workers, steps 1,2) in a fresh interpreter: (process, save path)."""
+    pytest.importorskip("ray")
+    pytest.importorskip("rlprof_torch")
+    cwd = tmp_path_factory.mktemp("demo")
+    save = cwd / "demo"
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--steps", "1,2",
+                           "--save-path", str(save)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return proc, save
+
+
+@pytest.mark.slow
+def test_demo_run_reports_every_profiled_step_role_rank(default_demo):
+    proc, save = default_demo
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "rlprof demo: ok" in out
+    assert "https://ui.perfetto.dev" in out
+    for step in (1, 2):
+        assert f"step {step} (profiled)  actor update" in out
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    [run] = json.loads(report.stdout)["runs"]
+    rows = {(r["step"], r["role"], r["rank"]): r for r in run["rows"]}
+    assert set(rows) == {(s, role, rank) for s in (1, 2) for role in ("actor", "rollout", "ref") for rank in (0, 1)}
+    for (step, role, rank), row in rows.items():
+        assert row["ranges"] and all(name.startswith(role + "_") and v["ms"] > 0 for name, v in row["ranges"].items())
+    assert set(rows[1, "actor", 0]["ranges"]) == {"actor_compute_log_prob", "actor_update"}
+
+
+DEMO_LINES = [re.compile(p) for p in (
+    r"rlprof demo: \d+ workers? \(actor\+rollout\+ref each\), \d+ GRPO steps; profiling steps [\d,]+ with [\w,]+ "
+    r"\((end-to-end|discrete)\) into .+",
+    r"ray started in [\d.]+ s",
+    r"\d+ workers ready in [\d.]+ s",
+    r"step \d+( \(profiled\))? +(start step|rollout generate|ref log-prob|actor log-prob|actor update|step boundary) +"
+    r"[\d.]+ s( .*)?",
+    r"(traces|memory snapshots|nsys reports) \(\S+\): open in .+",
+    r"verdict: .+",
+    r"rlprof demo: (ok|FAILED) in [\d.]+ s",
+)]
+"""Every line the demo itself writes (rlprof/demo/command.py and trainer.py); the report's lines are
+taken from rlprof's own renderer on the same save path."""
+
+
+@pytest.mark.slow
+def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
+    """No Kineto USDT lines, no Ray token notice or log-deduplication hint, no colour codes when
+    redirected: each line is rlprof's (the demo's own, or the report's)."""
+    from rlprof.analysis.report import build_reports, render
+
+    proc, save = default_demo
+    monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [report] = build_reports([save])
+    reported = set(render(report).splitlines())
+    foreign = [line for line in (proc.stdout + proc.stderr).splitlines()
+               if line.strip() and line not in reported and not any(p.fullmatch(line) for p in DEMO_LINES)]
+    assert foreign == []
+    assert "\x1b[" not in proc.stdout + proc.stderr
+    assert proc.stderr == ""  # nothing to warn about in a default run
+
+
+@pytest.mark.slow
+def test_ctrl_c_finalizes_and_prints_the_partial_report(tmp_path):
+    """SIGINT to the whole foreground process group, as a terminal's Ctrl-C sends it."""
+    pytest.importorskip("ray")
+    pytest.importorskip("rlprof_torch")
+    save = tmp_path / "demo"
+    proc = subprocess.Popen([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--steps", "1,2,3,4,5",
+                             "--train-steps", "500", "--save-path", str(save)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True)
+    seen = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if line.startswith("step 2 (profiled)  step boundary"):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(seen) + out
+    assert proc.returncode == 130, out[-3000:] + err[-3000:]
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    assert [line for line in out.splitlines() if line.startswith("interrupted at step")]  # the one notice
+    assert "rlprof demo: interrupted at step" in out.splitlines()[-1]
+    from rlprof.analysis.report import build_reports
+
+    [report] = build_reports([save])
+    assert all(p.finalized == "interrupted" for p in report.processes) and len(report.processes) == 2
+    captured = {(c.step, c.rank) for c in report.cells if c.files}
+    assert {(1, 0), (1, 1), (2, 0), (2, 1)} <= captured  # the steps done before Ctrl-C are all there
+    assert out.count(".pt.trace.json.gz") >= 4  # and the report printed them
+
+
+def test_a_warning_about_every_hybrid_role_is_said_once():
+    """The demo writes one profiler section per role from the same flags: a warning the flags cause
+    in each section is printed once, naming the three sections."""
+    pytest.importorskip("rlprof_torch")
+    from rlprof.demo.preflight import check_plan, once_per_role
+
+    found = check_plan(flags("--schedule", "active=1"), workers=2)
+    schedule = [w for w in found.warnings if "schedule" in w]
+    assert len(schedule) == 1 and schedule[0].startswith("actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ")
+    assert once_per_role(["critic.profiler.ranks: y", "global_profiler.steps: z"]) == ["critic.profiler.ranks: y",
+                                                                                      "global_profiler.steps: z"]

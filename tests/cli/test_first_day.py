@@ -1,0 +1,171 @@
+"""A new user's first day: every way ``rlprof demo`` can be asked for the impossible ends in one plain
+sentence, fast, before Ray starts, with exit status 2 and no traceback; settings the machine cannot
+honour are said in ``rlprof check``.
+
+Each case runs the real command line in a fresh interpreter (as a user types it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REFUSAL_S = 15.0
+"""The longest a refusal may take (the issue's acceptance: under 15 s; Ray alone takes longer to start)."""
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
+
+
+def rlprof(*args: str, cwd, env_code: str = "") -> tuple[subprocess.CompletedProcess, float]:
+    """``rlprof ARGS`` in a fresh interpreter; ``env_code`` runs first (e.g. hiding a package)."""
+    code = f"{env_code}\nimport sys\nfrom rlprof.cli import main\nsys.exit(main({list(args)!r}))"
+    began = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return proc, time.perf_counter() - began
+
+
+def assert_refused(proc, seconds: float, *phrases: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert seconds < REFUSAL_S, f"refusal took {seconds:.1f} s"
+    assert "ray started" not in proc.stdout  # refused before Ray
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rlprof demo: "), proc.stderr  # one plain message
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "phrases"),
+    [
+        (["--workers", "0"], ["--workers: got 0; allowed: 1 or more"]),
+        (["--workers", "-3"], ["--workers: got -3"]),
+        (["--steps", "0"], ["global_profiler.steps: got [0]", "counted from 1"]),
+        (["--steps", "5", "--train-steps", "3"], ["step 5 is after the last training step (3)", "--train-steps 5"]),
+        (["--steps", "2,4", "--train-steps", "3"], ["step 4 is after the last training step (3)"]),
+        (["--train-steps", "0"], ["--train-steps: got 0"]),
+        (["--timeout", "0"], ["--timeout: got 0"]),
+        (["--steps", "one"], ["--steps: got 'one'", "comma-separated integers"]),
+        (["--tool", "nope"], ["global_profiler.tool: got 'nope'", "Installed backends:"]),
+        (["--ranks", "5"], ["ranks: got [5]", "outside a world of 2"]),
+        (["--workers", "1", "--ranks", "1"], ["outside a world of 1"]),
+        (["--ranks", ""], ["nothing would be captured: no role is selected on any of the 2 worker ranks"]),
+    ],
+)
+def test_impossible_runs_are_refused_before_ray_starts(tmp_path, args, phrases):
+    assert_refused(*rlprof("demo", *args, "--save-path", str(tmp_path / "p"), cwd=tmp_path), *phrases)
+
+
+def test_a_save_path_that_cannot_be_used_is_refused(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc, seconds = rlprof("demo", "--save-path", str(blocker / "profile"), cwd=tmp_path)
+    assert_refused(proc, seconds, "--save-path", "cannot be used", "not a directory")
+    assert blocker.read_text() == "not a directory"
+
+
+@no_cuda
+def test_torch_memory_on_a_machine_without_cuda_says_why_nothing_would_be_captured(tmp_path):
+    proc, seconds = rlprof("demo", "--tool", "torch_memory", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
+    assert_refused(proc, seconds, "nothing would be captured on this machine because torch_memory cannot capture here",
+                   "no CUDA device")
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
+def test_npu_without_torch_npu_says_why_nothing_would_be_captured(tmp_path):
+    proc, seconds = rlprof("demo", "--tool", "npu", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
+    assert_refused(proc, seconds, "nothing would be captured on this machine because npu cannot capture here",
+                   "torch_npu cannot be imported")
+
+
+def test_nsys_without_nsys_on_path_is_refused_instead_of_timing_out(tmp_path):
+    # without a GPU the nsys demo runs (capture windows as NVTX ranges: plugins/nsys/tests/test_nsys_real.py);
+    # without the nsys CLI nothing can be captured, and the demo says so before starting Ray
+    pytest.importorskip("rlprof_nsys")
+    hide_nsys = "import os, sys\nos.environ['PATH'] = os.path.dirname(sys.executable)"
+    proc, seconds = rlprof("demo", "--tool", "nsys", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=hide_nsys)
+    assert_refused(proc, seconds, "nothing would be captured on this machine because nsys cannot capture here",
+                   "nsys (Nsight Systems CLI) is not on PATH")
+
+
+HIDE_RAY = """
+import sys
+class HideRay:
+    '''Behaves as if ray were not installed (an import of it fails as an absent package's does).'''
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, HideRay())
+"""
+
+
+def test_without_ray_the_demo_names_the_package_to_install(tmp_path):
+    proc, seconds = rlprof("demo", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=HIDE_RAY)
+    assert_refused(proc, seconds, "the demo needs ray, which is not installed", "pip install")
+
+
+@no_cuda
+def test_check_warns_when_contents_asks_for_cuda_on_a_machine_without_it(tmp_path):
+    pytest.importorskip("rlprof_torch")
+    proc, _ = rlprof("check", "global_profiler.tool=torch", "global_profiler.steps=[1]",
+                     "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
+                     "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cuda,cpu]", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "asks for 'cuda'" in line]
+    # rollout and ref follow the actor's section: three role sections, one warning
+    assert len(said) == 1 and "no CUDA device" in said[0] and "CPU activity only" in said[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_torch_backend_keeps_kinetos_console_lines_out_of_the_training_output(tmp_path):
+    """torch 2.13's Kineto prints ``USDT:... profiler_start`` / ``profiler_stop`` to stderr at every
+    capture; the torch backend sets ``KINETO_LOG_LEVEL`` before its first capture unless the user did."""
+    pytest.importorskip("rlprof_torch")
+    import json
+    import os
+    from pathlib import Path
+
+    workload = Path(__file__).resolve().parents[2] / "plugins" / "torch" / "tests" / "torch_workload.py"
+    config = {"global_profiler": {"tool": "torch", "steps": [1, 2], "save_path": str(tmp_path / "p")},
+              "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
+    spec = json.dumps({"config": config, "rank": 0, "world_size": 1, "run_id": "quiet", "steps": [1, 2]})
+
+    def stderr_of(**env: str) -> str:
+        environment = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"} | env
+        proc = subprocess.run([sys.executable, str(workload), spec], capture_output=True, text=True, timeout=180,
+                              env=environment, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    quiet = stderr_of()
+    assert "profiler_start" not in quiet and "USDT" not in quiet
+    assert "profiler_start" in stderr_of(KINETO_LOG_LEVEL="4")  # the user's own choice wins
+    assert len(list((tmp_path / "p").rglob("*.pt.trace.json.gz"))) == 4  # 2 runs x 2 steps: the traces still come
+
+
+def test_demo_help_is_plain_text(tmp_path):
+    proc, _ = rlprof("demo", "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and "``" not in proc.stdout and "exit status: 0" in proc.stdout
+
+
+def test_verl_torch_keys_rlprof_ignores_are_said_when_set(tmp_path):
+    """Older verl's tool_config.torch.step_start/step_end/manual_save do nothing in rlprof: set to
+    anything but verl's defaults, `rlprof check` says so (once) and what to use instead."""
+    pytest.importorskip("rlprof_torch")
+    base = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
+            "actor_rollout_ref.actor.profiler.all_ranks=true"]
+    proc, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=2",
+                     "actor_rollout_ref.actor.profiler.tool_config.torch.step_end=4", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "is ignored" in line]
+    assert len(said) == 2 and all("profiler.schedule" in line for line in said), proc.stderr
+    quiet, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=-1", cwd=tmp_path)
+    assert "is ignored" not in quiet.stderr  # verl's default means "not set"

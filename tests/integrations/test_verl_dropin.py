@@ -1,0 +1,330 @@
+"""The drop-in's behaviour as verl's own profiler tests state it (tests/utils/test_torch_profile.py,
+test_nvtx_profile.py, test_special_mstx_profile.py, test_server_profiler.py of verl), re-expressed
+against the verl 0.9.1 wheel: verl's config dataclasses in, rlprof's ``DistProfiler`` under test.
+Where rlprof deliberately differs (``ranks: []``), the test says so.
+"""
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("verl", reason="verl 0.9.1 is not installed (scripts/setup.sh installs it)")
+
+from verl.utils.profiler.config import NPUToolConfig, ProfilerConfig, TorchProfilerScheduleConfig, TorchProfilerToolConfig  # noqa: E402
+
+from rlprof.manifest import read_records  # noqa: E402
+from rlprof.verl import DistProfiler, build_rollout_dist_profiler  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_run(monkeypatch, tmp_path):
+    """Each test is its own training run (the Profilers of one run and rank share a process session)."""
+    monkeypatch.setenv("RLPROF_RUN_ID", f"dropin-{tmp_path.name}")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+def torch_config(save_path, discrete=False, **kwargs):
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=discrete)
+    return ProfilerConfig(tool="torch", enable=True, save_path=str(save_path), tool_config=tool_config, **kwargs), tool_config
+
+
+class Worker:
+    def __init__(self, profiler):
+        self.profiler = profiler
+        self.calls = 0
+
+    @DistProfiler.annotate(role="actor_update", scheduled=True)
+    def update_actor(self, mini_batches):
+        for _ in range(mini_batches):
+            self.profiler.step()
+        return "updated"
+
+    @DistProfiler.annotate(message="custom_label", role="actor_compute_log_prob")
+    def compute_log_prob(self):
+        return "log_prob"
+
+    @DistProfiler.annotate(role="train_batch")
+    def train_batch(self):
+        return "trained"
+
+    @DistProfiler.annotate()
+    def generate_sequences(self):
+        return "generated"
+
+    @DistProfiler.annotate(role="boom")
+    def boom(self):
+        self.calls += 1
+        raise RuntimeError("stage failed on purpose")
+
+
+def regions(save_path):
+    return sorted({r["region"] for r in read_records([save_path]) if r["type"] == "region"})
+
+
+# ------------------------------------------------------------------------ rank, enable, step queries
+
+
+def test_rank_selection_and_enable(tmp_path):
+    config = ProfilerConfig(enable=True, ranks=[1, 2], tool="npu", save_path=str(tmp_path))
+    assert DistProfiler(rank=1, config=config, tool_config=NPUToolConfig()).check_this_rank()
+    assert not DistProfiler(rank=3, config=config, tool_config=NPUToolConfig()).check_this_rank()
+    disabled = DistProfiler(rank=0, config=ProfilerConfig(tool="npu"), tool_config=NPUToolConfig())
+    assert not disabled.check_enable()  # verl's defaults: enable=False, save_path/tool_config left "???"
+    every = DistProfiler(rank=0, config=ProfilerConfig(enable=True, all_ranks=True, tool="npu", save_path=str(tmp_path)))
+    assert every.check_enable() and every.check_this_rank() and not every.check_this_step()
+    nothing = DistProfiler(rank=0, config=None)
+    assert not nothing.check_enable() and nothing.step() is None
+
+
+def test_start_and_stop_set_this_step_only_on_selected_ranks(tmp_path):
+    config, tool_config = torch_config(tmp_path, ranks=[0])
+    selected, other = (DistProfiler(rank=r, config=config, tool_config=tool_config) for r in (0, 1))
+    for profiler in (selected, other):
+        profiler.start(role="train", profile_step="1")  # verl's tests pass the step as a string too
+    assert selected.check_this_step() and not other.check_this_step()
+    for profiler in (selected, other):
+        profiler.stop(run_command=False)
+        profiler.finalize()
+    assert not selected.check_this_step()
+    assert {(r["rank"], r["step"]) for r in read_records([tmp_path]) if r["type"] == "artifact"} == {(0, 1)}
+
+
+def test_tool_config_left_at_verl_default_and_schedule_name_are_accepted(tmp_path):
+    """``ProfilerConfig(tool=..., enable=True)`` leaves tool_config at "???"; verl's schedule dataclass
+    carries ``name``: neither is configuration, neither is rejected."""
+    profiler = DistProfiler(rank=0, config=ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path)))
+    assert profiler.check_this_rank()
+    profiler.finalize()
+    schedule = TorchProfilerScheduleConfig(wait=1, active=2, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    scheduled = DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor")
+    assert scheduled.tool_config is tool_config  # rollout servers read it
+    assert scheduled.profiler.config.roles["actor"].schedule.active == 2
+    scheduled.finalize()
+
+
+# ------------------------------------------------------------------------ annotate
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_annotate_names_ranges_message_or_role_or_function(tmp_path, discrete):
+    config, tool_config = torch_config(tmp_path, discrete=discrete, all_ranks=True)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor_rollout_ref"))
+    worker.profiler.start(role="train", profile_step=1)
+    assert worker.compute_log_prob() == "log_prob" and worker.train_batch() == "trained"
+    assert worker.generate_sequences() == "generated"
+    worker.profiler.stop(run_command=False)
+    worker.profiler.finalize()
+    # message wins over role; no role in the name: a stage of the worker's own role; no label: the function
+    assert regions(tmp_path) == ["actor_custom_label", "actor_generate_sequences", "actor_train_batch"]
+
+
+def test_critic_training_worker_train_batch_is_labelled_critic(tmp_path):
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="value_model"))
+    worker.profiler.start(role="train", profile_step=1)
+    worker.train_batch()
+    worker.profiler.stop(run_command=False)
+    worker.profiler.finalize()
+    assert regions(tmp_path) == ["critic_train_batch"]
+    process = [r for r in read_records([tmp_path]) if r["type"] == "process"]
+    assert [p["roles"] for p in process] == [["critic"]]  # the manifest names only the role it hosts
+
+
+def test_annotate_outside_a_profiled_step_runs_the_function_unprofiled(tmp_path):
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config))
+    assert worker.update_actor(2) == "updated"  # before start(): nothing recorded
+    worker.profiler.finalize()
+    assert regions(tmp_path) == []
+    assert Worker(None).train_batch() == "trained"  # a worker without a profiler
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_annotate_propagates_errors_and_runs_the_function_once(tmp_path, profiled):
+    config, tool_config = torch_config(tmp_path, discrete=True, all_ranks=True)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config))
+    if profiled:
+        worker.profiler.start(profile_step=1)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        worker.boom()
+    assert worker.calls == 1
+    if profiled:
+        worker.profiler.stop(run_command=False)
+        assert [r["error"] for r in read_records([tmp_path]) if r["type"] == "region"] == ["RuntimeError: stage failed on purpose"]
+    worker.profiler.finalize()
+
+
+def test_step_advances_the_scheduled_update_loop(tmp_path):
+    """``tool_config.torch.schedule`` samples the update's mini-batches, advanced by ``step()``."""
+    schedule = TorchProfilerScheduleConfig(skip_first=1, active=2, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config))
+    worker.profiler.start(profile_step=1)
+    worker.update_actor(5)
+    worker.profiler.stop(run_command=False)
+    worker.profiler.finalize()
+    windows = [r["iterations"] for r in read_records([tmp_path]) if r["type"] == "artifact"]
+    assert windows == [[1, 2]]
+
+
+def test_only_the_scheduled_stage_is_sampled(tmp_path):
+    """verl: the schedule narrows the update loop (``scheduled=True``); log-prob stays whole."""
+    schedule = TorchProfilerScheduleConfig(skip_first=1, active=1, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    worker = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor_rollout_ref"))
+    worker.profiler.start(profile_step=1)
+    worker.compute_log_prob()
+    worker.update_actor(3)
+    worker.profiler.stop(run_command=False)
+    worker.profiler.finalize()
+    artifacts = [r for r in read_records([tmp_path]) if r["type"] == "artifact"]
+    assert [(a["region"], a["iterations"]) for a in artifacts] == [("actor_custom_label", None), ("actor_update", [1, 1])]
+
+
+def test_inner_training_worker_step_advances_the_outer_workers_update(tmp_path):
+    """verl's ActorRolloutRefWorker is started by the trainer; its inner actor TrainingWorker (own
+    DistProfiler, ``save_file_prefix="language_model"``, never started) calls ``step()`` per mini-batch."""
+    schedule = TorchProfilerScheduleConfig(skip_first=1, active=2, repeat=1)
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True, schedule=schedule)
+    config = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=str(tmp_path), tool_config=tool_config)
+    outer = DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor_rollout_ref")
+    inner = Worker(DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="language_model"))
+
+    class Outer:
+        profiler = outer
+
+        @DistProfiler.annotate(role="actor_update", scheduled=True)
+        def update_actor(self):
+            for _ in range(5):
+                inner.train_batch()  # not started: runs unprofiled, as in verl
+                inner.profiler.step()
+
+    outer.start(profile_step=1)
+    Outer().update_actor()
+    outer.stop(run_command=False)
+    inner.profiler.finalize()
+    outer.finalize()
+    artifacts = [r for r in read_records([tmp_path]) if r["type"] == "artifact"]
+    assert [(a["region"], a["iterations"]) for a in artifacts] == [("actor_update", [1, 2])]
+
+
+# ------------------------------------------------------------------------ rollout replicas
+
+
+@pytest.mark.parametrize("replica, world, ranks, selected", [
+    (0, 8, [0, 8], True), (1, 8, [0, 8], True), (2, 8, [0, 8], False),  # global ranks → the replica owning them
+    (0, 8, [3], True), (1, 8, [9], True), (0, 8, [9], False),
+    (0, 1, [0, 8], True), (8, 1, [0, 8], True), (1, 1, [0, 8], False),  # one GPU per replica
+])
+def test_rollout_ranks_are_global_gpu_ranks(replica, world, ranks, selected):
+    config = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, ranks=ranks)
+    profiler = build_rollout_dist_profiler(replica, world, config=config)
+    assert (profiler.check_enable() and profiler.check_this_rank()) is selected
+    assert list(config.ranks) == ranks  # the caller's config is left alone
+
+
+def test_all_ranks_profiles_every_replica_and_empty_ranks_none(caplog):
+    every = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, all_ranks=True, ranks=[0])
+    assert all(build_rollout_dist_profiler(r, 8, config=every).check_this_rank() for r in range(4))
+    # rlprof's one rule, from verl's guides: ranks [] collects nothing (verl 0.9 picks replica 0); said once
+    empty = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, ranks=[])
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        chosen = [build_rollout_dist_profiler(r, 8, config=empty).check_this_rank() for r in range(3)]
+    assert chosen == [False, False, False]
+    warnings = [r.getMessage() for r in caplog.records if "ranks is []" in r.getMessage()]
+    assert len(warnings) <= 1 and all("actor_rollout_ref.rollout.profiler.ranks" in w for w in warnings)
+
+
+# ------------------------------------------------------------------------ finish hook
+
+
+def hook_config(save_path, cmd, **kwargs):
+    tool_config = TorchProfilerToolConfig(contents=["cpu"], discrete=True)
+    return ProfilerConfig(tool="torch", enable=True, ranks=[0], save_path=str(save_path), tool_config=tool_config,
+                          finish_hook_cmd=cmd, **kwargs)
+
+
+def test_finish_hook_runs_once_synchronously_on_the_last_step_with_verl_variables(tmp_path):
+    out = tmp_path / "env"
+    cmd = f'echo "$VERL_PROFILE_SAVE_PATH $VERL_PROFILE_TOOL $VERL_PROFILE_RANK $VERL_PROFILE_ROLE $RLPROF_RUN_ID" >> {out}'
+    profiler = DistProfiler(rank=0, config=hook_config(tmp_path, cmd), save_file_prefix="actor")
+    profiler.start(profile_step=1)
+    profiler.stop(run_command=False)
+    assert not out.exists()  # not the last profiled step yet
+    profiler.start(profile_step=2)
+    profiler.stop(run_command=True)
+    assert out.read_text().split() == [str(tmp_path), "torch", "0", "actor", f"dropin-{tmp_path.name}"]  # done when stop() returns
+    profiler.finalize()
+    assert len(out.read_text().splitlines()) == 1
+
+
+def test_run_finish_hook_without_stop_and_only_on_selected_ranks(tmp_path):
+    marker = tmp_path / "hook_ran"
+    DistProfiler(rank=0, config=hook_config(tmp_path, f"touch {marker}", finish_hook_ranks=[3])).run_finish_hook()
+    assert not marker.exists()
+    DistProfiler(rank=0, config=hook_config(tmp_path, f"touch {marker}")).run_finish_hook(run_command=False)
+    assert not marker.exists()
+    DistProfiler(rank=0, config=hook_config(tmp_path, f"touch {marker}")).run_finish_hook()
+    assert marker.exists()
+
+
+def test_finish_hook_may_run_on_a_rank_that_did_not_profile(tmp_path, capfd):
+    profiler = DistProfiler(rank=1, config=hook_config(tmp_path, "echo marker", finish_hook_ranks=[1]))
+    assert not profiler.check_this_rank()
+    profiler.stop(run_command=True)
+    out = capfd.readouterr().out
+    assert "[rlprof finish_hook] rank 1: marker" in out and "[rlprof finish_hook] rank 1: command exited with 0" in out
+
+
+def test_finish_hook_failure_is_reported_never_raised(tmp_path, capfd):
+    profiler = DistProfiler(rank=0, config=hook_config(tmp_path, "echo boom >&2; exit 3"))
+    profiler.start(profile_step=1)
+    profiler.stop(run_command=True)
+    assert "[rlprof finish_hook] rank 0: command exited with 3" in capfd.readouterr().out
+    profiler.finalize()
+
+
+# ------------------------------------------------------------------------ the switch
+
+
+def test_extension_methods_are_registered_one_to_all():
+    from verl.single_controller.base.decorator import MAGIC_ATTR, Dispatch
+
+    from rlprof.verl import DistProfilerExtension
+
+    for name in ("start_profile", "stop_profile", "step_profile"):
+        attrs = getattr(getattr(DistProfilerExtension, name), MAGIC_ATTR)
+        assert attrs["dispatch_mode"] == Dispatch.ONE_TO_ALL
+
+
+def test_module_runner_swaps_verl_classes_before_the_module_runs(tmp_path):
+    (tmp_path / "fake_trainer.py").write_text(textwrap.dedent("""
+        import os, sys
+        from verl.utils.profiler import DistProfiler, DistProfilerExtension
+        from verl.utils.profiler.profile import build_rollout_dist_profiler
+        print(DistProfiler.__module__, DistProfilerExtension.__module__, build_rollout_dist_profiler.__module__)
+        print(sys.argv[1:], os.environ["RLPROF_VERL"], bool(os.environ["RLPROF_RUN_ID"]))
+    """))
+    proc = subprocess.run([sys.executable, "-m", "rlprof.verl", "fake_trainer", "global_profiler.tool=torch"],
+                          capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "rlprof.integrations.verl.dist_profiler rlprof.integrations.verl.extension rlprof.integrations.verl.dist_profiler",
+        "['global_profiler.tool=torch'] 1 True",
+    ]
+
+
+def test_verl_plugin_entry_point_swaps_only_when_switched_on(tmp_path):
+    code = "import verl.utils.profiler as p; print(p.DistProfiler.__module__)"
+    for env, expected in (({}, "verl.utils.profiler.profile"), ({"RLPROF_VERL": "1"}, "rlprof.integrations.verl.dist_profiler")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", **env})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == expected
