@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rlprof.runtime import capture as machine_module
-from rlprof.runtime.capture import TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, OpenRegion
+from rlprof.runtime.capture import TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, Event, Holder, OpenRegion
 from rlprof.runtime.plan import step_runs
 from rlprof.config.schedule import Schedule
 
@@ -69,10 +68,7 @@ def labels(actions):
 
 
 def test_every_pair_is_a_transition_or_unreachable_with_a_reason():
-    holders = (machine_module.NONE, machine_module.STEP, machine_module.REGION)
-    events = [v for k, v in vars(machine_module).items()
-              if k.isupper() and isinstance(v, str) and k not in ("NONE", "STEP", "REGION")]
-    pairs = set(itertools.product(holders, events))
+    pairs = set(itertools.product(Holder, Event))
     assert set(TRANSITIONS) | UNREACHABLE == pairs
     assert not set(TRANSITIONS) & UNREACHABLE
 
