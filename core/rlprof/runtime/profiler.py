@@ -91,11 +91,11 @@ class _IdleRegion(_Region):
     (falsy: exceptions propagate). The ``as`` target of an idle region is None.
 
     Why a class switch and not a plainer ``if self.live:`` inside ``__enter__``/``__exit__``: measured
-    with bench/bench_core.py on the same host and run, the plain region cost 1.52x the cheapest Python
-    context manager (the ``prof.role(...)`` lookup is a Python call the floor does not make, and two
-    Python-level methods then come on top), over the 1.3x the idle path may cost; the class switch
-    costs 0.99x. The decorator needs no such trick: its flag test costs 1.08x the cheapest pass-through
-    decorator, so decorated functions simply test ``live``.
+    with bench/bench_core.py (same host, interleaved repeats), the plain region cost 1.52x and 1.60x the
+    cheapest Python context manager in two runs, over the 1.3x the idle path may cost: ``prof.role(...)``
+    is a Python call the floor does not make, and two Python-level methods come on top of it. The class
+    switch costs 0.96-0.99x. The decorator needs no such trick: testing ``live`` costs 1.08-1.20x the
+    cheapest pass-through decorator, so decorated functions simply test it.
     """
 
     __slots__ = ()
