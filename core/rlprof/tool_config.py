@@ -1,5 +1,8 @@
 """Helpers for a backend's ``validate_tool_config``: the checks every ``tool_config.<tool>`` section needs.
 
+Also the one reader of a true/false value (:func:`parse_bool`), used by the core's schema, its legacy
+migration and the backends alike, so a boolean is refused in the same words wherever it is written.
+
 Backends own the meaning of their section; these helpers only keep the wording of the errors the
 same everywhere (key path, bad value, what is allowed) and the verl-compatibility rule in one place:
 keys verl defines for a tool but rlprof does not use are accepted and ignored, anything else is an
@@ -43,3 +46,16 @@ def parse_contents(value: Any, key: str, allowed: Iterable[str]) -> tuple[str, .
         if item not in allowed:
             raise fail(key, item, wording)
     return tuple(dict.fromkeys(value))
+
+
+def parse_bool(value: Any, key: str, default: bool = False) -> bool:
+    """A ``true``/``false`` value; ``None`` (absent, or ``null`` in YAML) is ``default``.
+
+    Only real booleans pass: YAML already reads ``true``/``True``/``false``, and a string or a number
+    here is far more often a mistake than a choice. Raises :class:`rlprof.ConfigError` naming ``key``.
+    """
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise fail(key, value, "true or false")
+    return value

@@ -221,6 +221,13 @@ class Bases(list):
 
 
 def bases(verl_config: dict | None) -> Bases:
+    import sys
+
+    # the seed cases live with the plan's tests (tests/runtime): importable there whoever runs this
+    # (pytest on tests/config alone, scripts/fuzz_config.py), not only when pytest collected them first
+    runtime_tests = str(Path(__file__).resolve().parents[1] / "runtime")
+    if runtime_tests not in sys.path:
+        sys.path.append(runtime_tests)
     from test_plan_seeds import CASES
 
     out = []

@@ -23,7 +23,10 @@ import copy
 from typing import Any
 
 from rlprof.errors import ConfigError, fail, unknown_key
+from rlprof.config.fields import shape
+from rlprof.config.sections import GlobalConfig
 from rlprof.roles import ROLE_PATHS, nest_profiler, profiler_path
+from rlprof.tool_config import parse_bool
 from rlprof.config.values import parse_ranks, parse_steps
 
 LEGACY_ROLE_ALIASES = {"actor_rollout_ref.critic": "critic", "actor_rollout_ref.rm": "reward"}
@@ -47,7 +50,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if g is None:
         g = {}
     if not isinstance(g, dict):
-        raise fail("global_profiler", g, "a mapping of tool, steps, save_path, ...")
+        raise fail("global_profiler", g, shape(GlobalConfig))
     raw["global_profiler"] = g
     roles = raw.setdefault("roles", {})
     implied_tool: str | None = None
@@ -90,7 +93,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         profiler = _section(entry, "profiler", new_base)
         if "profile_ranks_all" in old_keys:
             base, value = old_keys["profile_ranks_all"]
-            value = _legacy_bool(value, f"{base}.profile_ranks_all")
+            value = parse_bool(value, f"{base}.profile_ranks_all")
             profiler.setdefault("all_ranks", value)
             warn(f"{base}.profile_ranks_all", f"{new_base}.all_ranks", value)
         if "profile_ranks" in old_keys:
@@ -105,7 +108,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 )
         if "profile_discrete" in old_keys:
             base, value = old_keys["profile_discrete"]
-            value = _legacy_bool(value, f"{base}.profile_discrete")
+            value = parse_bool(value, f"{base}.profile_discrete")
             tool_section = _section(_section(profiler, "tool_config", f"{new_base}.tool_config"), tool, f"{new_base}.tool_config.{tool}")
             tool_section.setdefault("discrete", value)
             warn(f"{base}.profile_discrete", f"{new_base}.tool_config.{tool}.discrete", value)
@@ -185,14 +188,6 @@ def _section(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:
     if not isinstance(section, dict):
         raise fail(path, section, "a mapping")
     return section
-
-
-def _legacy_bool(value: Any, key: str) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise fail(key, value, "true or false")
-    return value
 
 
 def _first_tool(tool: Any) -> str | None:

@@ -16,13 +16,10 @@ Semantics follow ``torch.profiler.schedule`` so verl's ``tool_config.torch.sched
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from rlprof.errors import ConfigError, fail, unknown_key
-
-FIELDS = ("skip_first", "wait", "warmup", "active", "repeat")
-
 
 @dataclass(frozen=True)
 class Schedule:
@@ -57,6 +54,10 @@ class Schedule:
     def captured(self, iterations: int) -> list[int]:
         """The captured iteration indices of a region with ``iterations`` iterations."""
         return [i for i in range(iterations) if self.is_active(i)]
+
+
+FIELDS = tuple(f.name for f in fields(Schedule))
+"""The keys of a ``schedule`` mapping: :class:`Schedule`'s fields."""
 
 
 def parse_schedule(raw: Any, key: str, *, default_repeat: int = 1) -> Schedule | None:

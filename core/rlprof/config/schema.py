@@ -6,8 +6,16 @@ winning. Only the profiler sections are read (``global_profiler``, each role's `
 legacy keys of older guides, see :mod:`rlprof.config.legacy`); the rest of a trainer config is left alone,
 so a full ``_generated_ppo_trainer.yaml`` with unresolved ``???`` values elsewhere still loads.
 
-Inside the profiler sections every key verl defines is understood or knowingly ignored; any other
-key is a :class:`ConfigError` with a did-you-mean.
+Every key is declared once, documented, in :mod:`rlprof.config.sections` (why stdlib dataclasses:
+see there); this module reads the sections through those declarations and adds the checks that span
+keys. Inside the profiler sections every key verl defines is understood or knowingly ignored; any
+other key is a :class:`ConfigError` with a did-you-mean.
+
+What a loaded :class:`ProfilerConfig` guarantees to the code that reads it: every tool section it
+holds (``roles[name].tool_config.<tool>`` and ``global_.global_tool_config.<tool>``) is a plain dict
+without the core's keys (:data:`CORE_TOOL_KEYS`: ``discrete``, ``schedule``, ``profile_token_start/end``,
+``_target_``), which are resolved into ``RoleConfig.discrete`` / ``.schedule``; a backend's
+``validate_tool_config`` can be handed any of them as it is.
 """
 
 from __future__ import annotations
@@ -16,75 +24,17 @@ import difflib
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key
+from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
+from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import migrate, to_verl_layout
 from rlprof.config.limits import check_tree
+from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
+                                    GlobalConfig, RoleConfig)
+from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
 from rlprof.roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from rlprof.config.schedule import Schedule, parse_schedule, token_window
-from rlprof.config.values import DEFAULT_SAVE_PATH, parse_bool, parse_ranks, parse_save_path, parse_steps, parse_tools
-
-VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
-"""Tool names verl's config defines sections for; their sections are never "unknown"."""
-
-GLOBAL_KEYS = {
-    "tool", "steps", "save_path", "profile_continuous_steps", "global_tool_config",
-    "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_",
-}
-ROLE_KEYS = {
-    "enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
-    # verl mirrors these global keys into every role (by interpolation); the global value rules.
-    "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks",
-}
-CORE_TOOL_KEYS = ("_target_", "discrete", "schedule", "profile_token_start", "profile_token_end")
-"""Keys inside ``tool_config.<tool>`` that the core owns; backends never see them."""
-
-VERL_TOOL_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "nsys": {"discrete": False},
-    "npu": {"contents": [], "level": "level0", "analysis": True, "discrete": False},
-    "torch": {"contents": [], "discrete": False, "schedule": {"skip_first": 0, "wait": 0, "warmup": 0, "active": 0, "repeat": 0}},
-    "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32, "memory_snapshot_num_steps": 1,
-                     "context": "all", "stacks": "all", "kw_args": {}},
-    "precision_debugger": {"config_path": None, "steps": None, "stages": None, "strict": False},
-}
-"""The values verl 0.9.1's generated trainer config writes into every tool section. A section of a
-tool that is not selected warns only about values that differ from these (verl writes a section for
-every tool into every role; that is not the user asking for anything)."""
-_VERL_BOOKKEEPING = ("_target_", "name", "controller_nsight_options", "worker_nsight_options")
-
-
-@dataclass(frozen=True)
-class RoleConfig:
-    """One role's ``profiler`` section, typed. ``discrete`` and ``schedule`` are already resolved
-    from wherever verl lets users write them."""
-
-    name: str
-    key_path: str
-    enable: bool = False
-    all_ranks: bool = False
-    ranks: tuple[int, ...] = ()
-    discrete: bool = False
-    schedule: Schedule | None = None
-    tool_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Per tool: ``global_tool_config.<tool>`` merged under the role's ``tool_config.<tool>``, core keys removed."""
-    follows: str | None = None
-    """Set to ``actor`` when this role had no section of its own."""
-
-
-@dataclass(frozen=True)
-class GlobalConfig:
-    tools: tuple[str, ...] = ()
-    steps: tuple[int, ...] | None = None
-    save_path: str = DEFAULT_SAVE_PATH
-    profile_continuous_steps: bool = False
-    global_tool_config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    relocate_results: bool = False
-    finish_hook_cmd: str | None = None
-    finish_hook_all_ranks: bool = False
-    finish_hook_ranks: tuple[int, ...] | None = None
-    """None: the default (the profiled ranks); a tuple: exactly those ranks."""
-    caller_steps: bool = False
-    """The caller decides which steps are profiled (verl's trainer calls start_profile only on
-    profiled steps): every ``start_step`` is a profiled step. Set by :mod:`rlprof.verl`, never by YAML."""
+from rlprof.config.values import DEFAULT_SAVE_PATH, parse_ranks, parse_save_path, parse_steps, parse_tools  # noqa: F401
+from rlprof.tool_config import parse_bool
 
 
 @dataclass(frozen=True)
@@ -114,8 +64,8 @@ class ProfilerConfig:
         source = dict(self.source)
         section = dict(source.get("global_profiler") or {})
         for key, value in global_changes.items():
-            name = "tool" if key == "tools" else key
-            if name in GLOBAL_KEYS:
+            name = yaml_name(GlobalConfig, key)
+            if name is not None:  # a key YAML can say (caller_steps is not one)
                 section[name] = list(value) if isinstance(value, tuple) else value
         source["global_profiler"] = section
         return replace(self, global_=replace(self.global_, **global_changes), source=source)
@@ -236,53 +186,34 @@ _ABSENT = _Absent()
 
 
 def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerConfig:
-    """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends."""
+    """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends.
+
+    Each section's keys are read through their declarations (:func:`~rlprof.config.fields.read_section`);
+    what spans keys is checked here: tool names in ``tool_config`` mappings, discrete and sampling
+    written in several places, agent-loop rollout, continuous steps with discrete mode."""
     warnings = list(warnings)
     g_raw = raw.get("global_profiler") or {}
     if not isinstance(g_raw, Mapping):
-        raise fail("global_profiler", g_raw, "a mapping of tool, steps, save_path, ...")
-    for key in g_raw:
-        if key not in GLOBAL_KEYS:
-            raise unknown_key("global_profiler", key, GLOBAL_KEYS)
-    tools = parse_tools(g_raw.get("tool"), "global_profiler.tool")
-    steps = parse_steps(g_raw.get("steps"), "global_profiler.steps")
-    save_path = parse_save_path(g_raw.get("save_path"))
-    continuous = parse_bool(g_raw, "profile_continuous_steps", "global_profiler")
-    gtc = g_raw.get("global_tool_config") or {}
-    if not isinstance(gtc, Mapping):
-        raise fail("global_profiler.global_tool_config", gtc, "a mapping from tool name to its settings")
+        raise fail("global_profiler", g_raw, shape(GlobalConfig))
+    values = read_section(GlobalConfig, g_raw, "global_profiler", GLOBAL_KEYS)
+    tools, steps, continuous = values["tools"], values["steps"], values["profile_continuous_steps"]
+    global_sections = values["global_tool_config"]  # as written: the roles merge it, core keys and all
+    global_generated = written_by_verl(g_raw)
     known_tools = set(VERL_TOOLS) | set(tools) | installed_backend_names()
-    for name, section in gtc.items():
-        if name not in known_tools:
-            raise unknown_key("global_profiler.global_tool_config", name, known_tools)
-        if section is not None and not isinstance(section, Mapping):
-            raise fail(f"global_profiler.global_tool_config.{name}", section, "a mapping")
-        _warn_unselected_tool(f"global_profiler.global_tool_config.{name}", name, section, tools, warnings)
-    hook_cmd = g_raw.get("finish_hook_cmd")
-    if hook_cmd is not None and not isinstance(hook_cmd, str):
-        raise fail("global_profiler.finish_hook_cmd", hook_cmd, "a shell command string or null")
-    hook_ranks_raw = g_raw.get("finish_hook_ranks")
-    hook_ranks = None if hook_ranks_raw in (None, []) else parse_ranks(hook_ranks_raw, "global_profiler.finish_hook_ranks")
-    global_ = GlobalConfig(
-        tools=tools,
-        steps=steps,
-        save_path=save_path,
-        profile_continuous_steps=continuous,
-        global_tool_config={k: dict(v or {}) for k, v in gtc.items()},
-        relocate_results=parse_bool(g_raw, "relocate_results", "global_profiler"),
-        finish_hook_cmd=hook_cmd or None,
-        finish_hook_all_ranks=parse_bool(g_raw, "finish_hook_all_ranks", "global_profiler"),
-        finish_hook_ranks=hook_ranks,
-    )
+    _check_tool_sections("global_profiler.global_tool_config", global_sections, tools, known_tools, warnings,
+                         generated=global_generated)
+    global_ = GlobalConfig(**{**values, "global_tool_config": {t: _backend_keys(s) for t, s in global_sections.items()}})
 
     roles_raw = raw.get("roles") or {}
     roles: dict[str, RoleConfig] = {}
+    written: dict[str, tuple[Mapping[str, Any], bool]] = {}
     for role in ROLES:
         entry = roles_raw.get(role) or {}
         section = entry.get("profiler", _ABSENT)
         if section is _ABSENT or section is None:
             continue
-        roles[role] = _parse_role(role, profiler_path(role), section, global_, known_tools, warnings)
+        roles[role], written[role] = _parse_role(role, profiler_path(role), section, global_, global_sections,
+                                                 known_tools, warnings)
     followers = [role for role in FOLLOWS_ACTOR if role not in roles and "actor" in roles]
     for role in followers:
         roles[role] = replace(roles["actor"], name=role, follows="actor")
@@ -325,120 +256,69 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
                 f"iterations but the step capture still holds the whole step; use discrete mode to shrink the capture{suffix}"
             )
     if not tools:
-        _hint_how_to_switch_on(roles_raw, roles, global_, warnings)
+        sections = [written[role] for role in roles_raw if role in written] + [(global_sections, global_generated)]
+        hint_how_to_switch_on(sections, enabled=any(r.enable for r in roles.values()), steps=global_.steps,
+                              warnings=warnings)
     return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
                           source=to_verl_layout(dict(raw)))
 
 
-def _hint_how_to_switch_on(roles_raw: Mapping[str, Any], roles: Mapping[str, RoleConfig], global_: GlobalConfig,
-                           warnings: list[str]) -> None:
-    """Profiling is off for want of a tool, but the config says which tool it was written for
-    (a guide's example with ``tool_config.npu`` and no ``tool``): say how to switch it on."""
-    wanted: dict[str, None] = {}
-    for entry in roles_raw.values():
-        section = entry.get("profiler") if isinstance(entry, Mapping) else None
-        tool_config = section.get("tool_config") if isinstance(section, Mapping) else None
-        for tool, tool_section in (tool_config or {}).items():
-            if _set_keys(tool, tool_section):
-                wanted.setdefault(tool)
-    for tool, section in global_.global_tool_config.items():
-        if _set_keys(tool, section):
-            wanted.setdefault(tool)
-    enabled = any(r.enable for r in roles.values())
-    if wanted and (enabled or global_.steps):
-        names = list(wanted)
-        switch = f"global_profiler.tool={names[0]}" if len(names) == 1 else f"global_profiler.tool=[{','.join(names)}]"
-        warnings.append(f"profiling is off because global_profiler.tool is not set, but tool_config.{names[0]} is: "
-                        f"set {switch} to profile with it" + ("" if global_.steps else " (and global_profiler.steps)"))
+def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],
+                         known_tools: set[str], warnings: list[str], *, generated: bool) -> None:
+    """Each tool named in a ``tool_config`` mapping is one verl defines, a selected or an installed one;
+    settings for a tool that is not selected are ignored, with a warning."""
+    for name, section in sections.items():
+        if name not in known_tools:
+            raise unknown_key(path, name, known_tools)
+        warn_unselected_tool(f"{path}.{name}", name, section, tools, warnings, generated=generated)
 
 
-def _set_keys(tool: str, section: Mapping[str, Any] | None) -> list[str]:
-    """The keys of a tool section whose values differ from what verl writes by default."""
-    defaults = VERL_TOOL_DEFAULTS.get(tool, {})
-    out = []
-    for key, value in (section or {}).items():
-        if key in _VERL_BOOKKEEPING or value is None:
-            continue
-        if key in defaults and _same(value, defaults[key]):
-            continue
-        out.append(key)
-    return out
+def _backend_keys(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool section without the core's keys (:data:`CORE_TOOL_KEYS`): what its backend is handed."""
+    return {k: v for k, v in section.items() if k not in CORE_TOOL_KEYS}
 
 
-def _same(value: Any, default: Any) -> bool:
-    if isinstance(default, Mapping) and isinstance(value, Mapping):
-        return all(_same(value.get(k), default.get(k)) for k in set(value) | set(default) if k not in _VERL_BOOKKEEPING)
-    if isinstance(default, bool) or isinstance(value, bool):
-        return type(value) is type(default) and value == default
-    return value == default
+def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, global_sections: Mapping[str, Mapping[str, Any]],
+                known_tools: set[str], warnings: list[str]) -> tuple[RoleConfig, tuple[Mapping[str, Any], bool]]:
+    """The role's :class:`RoleConfig`, and its ``tool_config`` as written with whether verl generated it.
 
-
-def _warn_unselected_tool(path: str, tool: str, section: Any, tools: tuple[str, ...], warnings: list[str]) -> None:
-    """A ``tool_config.<tool>`` section with settings for a tool that is not selected is ignored: say so."""
-    if not tools or tool in tools or not isinstance(section, Mapping):
-        return
-    keys = _set_keys(tool, section)
-    if keys:
-        shown = ", ".join(f"{k}={_show(section[k])}" for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
-        warnings.append(f"{path}: sets {shown} but {tool} is not a selected tool (global_profiler.tool={_show(list(tools))}): "
-                        f"ignored; add {tool} to global_profiler.tool to use it")
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_show(v) for v in value) + "]"
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known_tools: set[str], warnings: list[str]) -> RoleConfig:
+    ``discrete`` and the sampling schedule may be written in the section itself and in the selected
+    tools' sections (verl's ``tool_config.<tool>.discrete``, ``tool_config.torch.schedule``, rollout's
+    ``profile_token_start/end``, each also under ``global_tool_config``): every place that says
+    something must agree."""
     if not isinstance(section, Mapping):
-        raise fail(path, section, "a mapping with enable, all_ranks, ranks, tool_config")
-    for key in section:
-        if key not in ROLE_KEYS:
-            raise unknown_key(path, key, ROLE_KEYS)
-    enable = parse_bool(section, "enable", path)
-    all_ranks = parse_bool(section, "all_ranks", path)
-    ranks = parse_ranks(section.get("ranks"), f"{path}.ranks")
+        raise fail(path, section, shape(RoleConfig))
+    values = read_section(RoleConfig, section, path, ROLE_KEYS)
     if isinstance(section.get("ranks"), str):
-        warnings.append(f"{path}.ranks: got the string {section['ranks']!r}; read as the list {list(ranks)} (write a YAML list, e.g. [0, 1])")
+        warnings.append(f"{path}.ranks: got the string {section['ranks']!r}; read as the list {list(values['ranks'])} "
+                        "(write a YAML list, e.g. [0, 1])")
     role_tool = section.get("tool")
     if role_tool not in (None, "") and parse_tools(role_tool, f"{path}.tool") != global_.tools and global_.tools:
         warnings.append(f"{path}.tool={role_tool!r} differs from global_profiler.tool={list(global_.tools)}: rlprof uses global_profiler.tool for every role")
-    tc_raw = section.get("tool_config") or {}
-    if not isinstance(tc_raw, Mapping):
-        raise fail(f"{path}.tool_config", tc_raw, "a mapping from tool name to its settings")
-    for name, sub in tc_raw.items():
-        if name not in known_tools:
-            raise unknown_key(f"{path}.tool_config", name, known_tools)
-        if sub is not None and not isinstance(sub, Mapping):
-            raise fail(f"{path}.tool_config.{name}", sub, "a mapping")
-        _warn_unselected_tool(f"{path}.tool_config.{name}", name, sub, global_.tools, warnings)
+    own_sections = values["tool_config"]
+    generated = written_by_verl(section)
+    _check_tool_sections(f"{path}.tool_config", own_sections, global_.tools, known_tools, warnings, generated=generated)
 
     discrete_votes: dict[str, bool] = {}
     if section.get("discrete") is not None:
-        discrete_votes[f"{path}.discrete"] = parse_bool(section, "discrete", path)
+        discrete_votes[f"{path}.discrete"] = values["discrete"]
     schedules: dict[str, Schedule | None] = {}
     if section.get("schedule") is not None:
-        schedules[f"{path}.schedule"] = parse_schedule(section["schedule"], f"{path}.schedule")
+        schedules[f"{path}.schedule"] = values["schedule"]
     merged: dict[str, dict[str, Any]] = {}
-    for tool in sorted(set(tc_raw) | set(global_.global_tool_config)):
-        combined = dict(global_.global_tool_config.get(tool) or {})
-        combined.update(tc_raw.get(tool) or {})
+    for tool in sorted(set(own_sections) | set(global_sections)):
+        combined = dict(global_sections.get(tool) or {})
+        combined.update(own_sections.get(tool) or {})
         key = f"{path}.tool_config.{tool}"
         if tool in global_.tools:
             if combined.get("discrete") is not None:
-                discrete_votes[f"{key}.discrete"] = parse_bool(combined, "discrete", key)
+                discrete_votes[f"{key}.discrete"] = parse_bool(combined["discrete"], f"{key}.discrete")
             if combined.get("schedule") is not None:
                 schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], f"{key}.schedule", default_repeat=0)
             window = token_window(combined.get("profile_token_start"), combined.get("profile_token_end"), key)
             if window is not None:
                 schedules[f"{key}.profile_token_start/end"] = window
-        merged[tool] = {k: v for k, v in combined.items() if k not in CORE_TOOL_KEYS}
+        merged[tool] = _backend_keys(combined)
     if len(set(discrete_votes.values())) > 1:
         raise ConfigError(
             f"{path}: discrete disagrees between {', '.join(f'{k}={v}' for k, v in discrete_votes.items())}; "
@@ -451,16 +331,9 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, known
             f"{path}: sampling schedules disagree: {', '.join(f'{k}={v}' for k, v in active_schedules.items())}; allowed: set it in one place",
             key=path,
         )
-    return RoleConfig(
-        name=role,
-        key_path=path,
-        enable=enable,
-        all_ranks=all_ranks,
-        ranks=ranks,
-        discrete=next(iter(discrete_votes.values()), False),
-        schedule=next(iter(active_schedules.values()), None),
-        tool_config=merged,
-    )
+    resolved = dict(values, discrete=next(iter(discrete_votes.values()), False),
+                    schedule=next(iter(active_schedules.values()), None), tool_config=merged)
+    return RoleConfig(name=role, key_path=path, **resolved), (own_sections, generated)
 
 
 def installed_backend_names() -> set[str]:

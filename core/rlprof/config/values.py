@@ -1,8 +1,10 @@
 """Parsing single configuration values (steps, ranks, tool names, booleans, save_path) into their
 typed form, each failure a :class:`~rlprof.errors.ConfigError` naming the key path it was given.
 
-Shared by :mod:`rlprof.config` (today's keys) and :mod:`rlprof.config.legacy` (the older guides' keys,
-named as the user wrote them), so neither imports the other for it.
+Each reader takes ``(value, key_path)`` and returns the typed value, ``None`` (the key absent or
+``null``) giving the key's default: the schema (:mod:`rlprof.config.sections`) names one reader per key.
+Shared with :mod:`rlprof.config.legacy` (the older guides' keys, named as the user wrote them). The
+boolean reader lives in the leaf :mod:`rlprof.tool_config`, where backends use it too.
 """
 
 from __future__ import annotations
@@ -83,10 +85,9 @@ def int_list(value: Any) -> Any:
     return value
 
 
-def parse_save_path(value: Any) -> str:
+def parse_save_path(value: Any, key: str = "global_profiler.save_path") -> str:
     """The text of ``save_path``; what the file system says about it is checked where files are
     written (:func:`rlprof.layout.check_save_path`), a NUL byte or an over-long name already here."""
-    key = "global_profiler.save_path"
     if value is None:
         return DEFAULT_SAVE_PATH
     if not isinstance(value, (str, os.PathLike)):
@@ -102,10 +103,29 @@ def parse_save_path(value: Any) -> str:
     return text
 
 
-def parse_bool(section: Mapping[str, Any], key: str, path: str, default: bool = False) -> bool:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise fail(f"{path}.{key}", value, "true or false")
-    return value
+def parse_tool_sections(value: Any, key: str) -> dict[str, dict[str, Any]]:
+    """A ``tool_config`` mapping: tool name -> its section (a mapping; ``null`` is an empty one).
+    Which tool names are known is checked by the schema, which knows the selected and installed tools.
+    Any empty value (``null``, ``[]``, ``''``) is no sections, as verl's own loader reads it."""
+    if not value:
+        return {}
+    if not isinstance(value, Mapping):
+        raise fail(key, value, "a mapping from tool name to its settings")
+    for name, section in value.items():
+        if section is not None and not isinstance(section, Mapping):
+            raise fail(f"{key}.{name}", section, "a mapping")
+    return {name: dict(section or {}) for name, section in value.items()}
+
+
+def parse_command(value: Any, key: str) -> str | None:
+    """A shell command line; ``null`` or an empty string is none."""
+    if value is not None and not isinstance(value, str):
+        raise fail(key, value, "a shell command string or null")
+    return value or None
+
+
+def parse_optional_ranks(value: Any, key: str) -> tuple[int, ...] | None:
+    """Ranks where ``null`` and ``[]`` both mean "the default" (None), as verl writes ``finish_hook_ranks: []``."""
+    if value is None or value == []:
+        return None
+    return parse_ranks(value, key)

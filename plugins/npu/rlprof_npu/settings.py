@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlprof.errors import fail
-from rlprof.tool_config import check_keys, parse_contents
+from rlprof.tool_config import check_keys, parse_bool, parse_contents
 
 LEVELS = ("level_none", "level0", "level1", "level2")
 CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")
@@ -67,7 +67,7 @@ def npu_settings(tool_config: Mapping[str, Any], key_path: str = "tool_config.np
     return NpuSettings(
         level=_level(tool_config.get("level"), f"{key_path}.level"),
         contents=parse_contents(tool_config.get("contents"), f"{key_path}.contents", CONTENTS) or DEFAULT_CONTENTS,
-        analysis=_analysis(tool_config.get("analysis"), f"{key_path}.analysis"),
+        analysis=parse_bool(tool_config.get("analysis"), f"{key_path}.analysis", DEFAULT_ANALYSIS),
         export_types=_export_types(tool_config.get("export_type"), f"{key_path}.export_type"),
     )
 
@@ -77,14 +77,6 @@ def _level(value: Any, key: str) -> str:
         return DEFAULT_LEVEL
     if value not in LEVELS:
         raise fail(key, value, ", ".join(LEVELS))
-    return value
-
-
-def _analysis(value: Any, key: str) -> bool:
-    if value is None:
-        return DEFAULT_ANALYSIS
-    if not isinstance(value, bool):
-        raise fail(key, value, "true or false")
     return value
 
 

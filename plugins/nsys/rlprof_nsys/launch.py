@@ -141,12 +141,12 @@ def controller_nsight_options(config: Any = None, overrides: Iterable[str] = ())
     """``global_tool_config.nsys.controller_nsight_options`` of a run's config, validated and normalised.
 
     ``config`` is anything :func:`rlprof.load_config` reads (YAML path, dict, DictConfig); ``overrides``
-    dotted ``key=value`` strings."""
-    from rlprof.config import CORE_TOOL_KEYS, load_config
+    dotted ``key=value`` strings. The loaded section holds no core keys (``discrete``, ``_target_``...):
+    :func:`rlprof.load_config` removes them from every tool section."""
+    from rlprof.config import load_config
 
     loaded = load_config(config, overrides)
-    section = {k: v for k, v in (loaded.global_.global_tool_config.get("nsys") or {}).items() if k not in CORE_TOOL_KEYS}
-    return validate(section, "global_profiler.global_tool_config.nsys")[CONTROLLER]
+    return validate(loaded.global_.global_tool_config.get("nsys") or {}, "global_profiler.global_tool_config.nsys")[CONTROLLER]
 
 
 RAY_DEFAULT_NSIGHT = {"t": "cuda,cudnn,cublas,nvtx", "o": "'worker_process_%p'", "stop-on-exit": "true"}

@@ -1,0 +1,108 @@
+"""How a configuration key is declared: once, as a field of its section's dataclass.
+
+A section of the profiler configuration (``global_profiler``, a role's ``profiler``) is a frozen
+dataclass (:mod:`rlprof.config.sections`). Each field a user writes is declared with :func:`key`,
+which keeps in the field's metadata the name it has in YAML, the reader that types and checks its
+value (``reader(value, key_path)``, ``None`` giving the default) and its documentation. Everything
+else is derived from that one declaration:
+
+* the section's key set (:func:`keys_of`), for unknown keys and their did-you-mean;
+* reading a section (:func:`read_section`): unknown keys refused, every key read on its own key path;
+* the key reference in ``docs/configuration.md`` (:func:`reference`, kept honest by a test).
+
+Fields declared without :func:`key` are the loader's (a role's ``name``, ``GlobalConfig.caller_steps``):
+no YAML sets them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, Field, field, fields
+from typing import Any, Callable, Iterator, Mapping
+
+from rlprof.errors import unknown_key
+
+Reader = Callable[[Any, str], Any]
+
+VERL_MARKER = "_target_"
+"""verl's instantiation marker (the dataclass a section becomes); accepted in every section, never read."""
+
+
+def key(reader: Reader, doc: str, *, default: Any = None, default_factory: Callable[[], Any] | None = None,
+        name: str | None = None, mirrored: bool = False) -> Any:
+    """Declare a configuration key as a dataclass field.
+
+    :param reader: ``reader(value, key_path) -> typed value``; raises :class:`~rlprof.errors.ConfigError`
+        naming ``key_path``, the value and what is allowed. ``reader(None, path)`` is the default.
+    :param doc: what the key means, its allowed values and what the default does (the reference's text).
+    :param name: the key's name in YAML when it differs from the field's (``tool`` for ``tools``).
+    :param mirrored: verl copies this ``global_profiler`` key into every role's ``profiler`` section
+        (by interpolation); a role may carry it, the global value rules.
+    """
+    metadata = {"reader": reader, "doc": doc, "name": name, "mirrored": mirrored}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def declared(section: type) -> Iterator[tuple[Field, str]]:
+    """The key fields of a section dataclass with their YAML names, in declaration order."""
+    for f in fields(section):
+        if "reader" in f.metadata:
+            yield f, f.metadata["name"] or f.name
+
+
+def keys_of(section: type) -> frozenset[str]:
+    """Every key a section accepts: its declared keys and verl's marker."""
+    return frozenset(name for _, name in declared(section)) | {VERL_MARKER}
+
+
+def mirrored_keys(section: type) -> frozenset[str]:
+    """The keys of ``section`` that verl mirrors into every role's ``profiler`` section."""
+    return frozenset(name for f, name in declared(section) if f.metadata["mirrored"])
+
+
+def yaml_name(section: type, field_name: str) -> str | None:
+    """The YAML name of a field, or None for a field no YAML sets."""
+    return next((name for f, name in declared(section) if f.name == field_name), None)
+
+
+def read_section(section: type, raw: Mapping[str, Any], path: str, accepted: frozenset[str]) -> dict[str, Any]:
+    """The typed values of ``raw`` by field name, every declared key read on ``<path>.<key>``.
+
+    :raises ConfigError: for a key not in ``accepted`` (with a did-you-mean), or the first bad value.
+    """
+    for name in raw:
+        if name not in accepted:
+            raise unknown_key(path, name, accepted)
+    return {f.name: f.metadata["reader"](raw.get(name), f"{path}.{name}") for f, name in declared(section)}
+
+
+def shape(section: type, count: int = 3) -> str:
+    """What a section must be, for the error when it is not a mapping: ``a mapping of tool, steps, save_path, ...``."""
+    names = [name for _, name in declared(section)]
+    return f"a mapping of {', '.join(names[:count])}, ..."
+
+
+def default_of(f: Field) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def reference(section: type, path: str) -> list[str]:
+    """Markdown table rows (``| key | default | meaning |``) for a section's keys, in declaration order."""
+    rows = []
+    for f, name in declared(section):
+        default = _yaml(default_of(f))
+        rows.append(f"| `{path}.{name}` | `{default}` | {' '.join(f.metadata['doc'].split())} |")
+    return rows
+
+
+def _yaml(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{}" if not value else str(dict(value))
+    return str(value)

@@ -1,0 +1,122 @@
+"""The profiler configuration's keys, each declared once: a frozen dataclass per section, a
+documented field per key.
+
+``global_profiler`` is :class:`GlobalConfig`, each role's ``profiler`` section :class:`RoleConfig`.
+A field made with :func:`~rlprof.config.fields.key` is a key users write: its reader (from
+:mod:`rlprof.config.values`, :mod:`rlprof.config.schedule` or :mod:`rlprof.tool_config`) types and
+checks it, its ``doc`` is what ``docs/configuration.md`` shows, its default is what an absent or
+``null`` key means. The key sets (:data:`GLOBAL_KEYS`, :data:`ROLE_KEYS`), the reading and the error
+messages (key path, bad value, allowed values, did-you-mean) are derived from these declarations;
+the checks that span keys live in :func:`rlprof.config.schema.parse`, one per section.
+
+Why stdlib dataclasses rather than pydantic v2 or msgspec: every profiled process imports
+:mod:`rlprof.config`, and ``dataclasses`` costs nothing there (pydantic adds tens of milliseconds
+of import and a dependency to every worker, msgspec a compiled dependency); the readers already
+word every error the way ``rlprof check`` and the tests expect, which a validation library's own
+messages would have to be translated back into; and the values to check are a handful of scalars
+and lists, not a type system's worth. Field metadata carries what pydantic's ``Field`` would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
+from rlprof.config.schedule import Schedule, parse_schedule
+from rlprof.config.values import (DEFAULT_SAVE_PATH, parse_command, parse_optional_ranks, parse_ranks,
+                                  parse_save_path, parse_steps, parse_tool_sections, parse_tools)
+from rlprof.tool_config import parse_bool
+
+VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
+"""Tool names verl's config defines sections for; their sections are never "unknown"."""
+
+CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
+"""Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).
+:func:`rlprof.config.load_config` removes them from every tool section it hands on
+(``RoleConfig.tool_config`` and ``GlobalConfig.global_tool_config``): backends never see them."""
+
+
+@dataclass(frozen=True)
+class GlobalConfig:
+    """``global_profiler``: which tools, which steps, where the files go."""
+
+    tools: tuple[str, ...] = key(
+        parse_tools, name="tool", mirrored=True, default=(),
+        doc="The backend to profile with, a list of backends to run together (`[nsys, torch_memory]`) or "
+            "`'a,b'`; `null`: profiling is off.")
+    steps: tuple[int, ...] | None = key(
+        parse_steps,
+        doc="The profiled training steps, counted from 1 as verl counts them, each at most once; `null`: profiling is off.")
+    save_path: str = key(
+        parse_save_path, mirrored=True, default=DEFAULT_SAVE_PATH,
+        doc="The directory every run writes under (one subdirectory per run).")
+    profile_continuous_steps: bool = key(
+        parse_bool, default=False,
+        doc="Merge runs of consecutive profiled steps into one capture; end-to-end mode only "
+            "(an error together with discrete mode).")
+    global_tool_config: Mapping[str, Mapping[str, Any]] = key(
+        parse_tool_sections, default_factory=dict,
+        doc="Per tool, settings merged under every role's `tool_config.<tool>`. Loaded without the core's keys "
+            "(`discrete`, `schedule`, `profile_token_start/end`, `_target_`).")
+    relocate_results: bool = key(
+        parse_bool, mirrored=True, default=False,
+        doc="Backends move what tools write to fixed places (Ray's nsight directory) into the run's layout.")
+    finish_hook_cmd: str | None = key(
+        parse_command, mirrored=True,
+        doc="A shell command run once after the last profiled step; `null`: none.")
+    finish_hook_all_ranks: bool = key(
+        parse_bool, mirrored=True, default=False,
+        doc="Run the finish hook on every rank, not only on the profiled ones.")
+    finish_hook_ranks: tuple[int, ...] | None = key(
+        parse_optional_ranks, mirrored=True,
+        doc="The ranks that run the finish hook; `null` or `[]`: the ranks that profile.")
+    caller_steps: bool = False
+    """The caller decides which steps are profiled (verl's trainer calls start_profile only on
+    profiled steps): every ``start_step`` is a profiled step. Set by :mod:`rlprof.verl`, never by YAML."""
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """One role's ``profiler`` section, typed. ``discrete`` and ``schedule`` are already resolved
+    from wherever verl lets users write them."""
+
+    name: str
+    key_path: str
+    enable: bool = key(parse_bool, default=False, doc="Profile this role at all.")
+    all_ranks: bool = key(parse_bool, default=False, doc="Profile the role on every rank (`ranks` is then not read).")
+    ranks: tuple[int, ...] = key(
+        parse_ranks, default=(),
+        doc="The ranks that profile, each at most once; `[]` collects nothing. Rollout in agent-loop mode "
+            "counts replica ranks. The string `'0,1'` is read as `[0, 1]` with a warning.")
+    discrete: bool = key(
+        parse_bool, default=False,
+        doc="One capture per role region instead of one per step; also read from `tool_config.<tool>.discrete` "
+            "of the selected tools, and every place must agree.")
+    schedule: Schedule | None = key(
+        parse_schedule,
+        doc="Sampling inside a region: `{skip_first, wait, warmup, active, repeat}`, as `torch.profiler.schedule` "
+            "(see docs/sampling.md); also read from `tool_config.torch.schedule` and rollout's "
+            "`profile_token_start/end`, set in one place only.")
+    tool_config: Mapping[str, Mapping[str, Any]] = key(
+        parse_tool_sections, default_factory=dict,
+        doc="Per tool, the backend's settings; loaded as `global_tool_config.<tool>` merged under it, "
+            "without the core's keys.")
+    follows: str | None = None
+    """Set to ``actor`` when this role had no section of its own."""
+
+
+GLOBAL_KEYS = keys_of(GlobalConfig)
+ROLE_KEYS = keys_of(RoleConfig) | mirrored_keys(GlobalConfig)
+
+
+def key_reference() -> str:
+    """The key table of ``docs/configuration.md``, generated from the declarations above (a test
+    keeps the page equal to it): key, default, meaning."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows += reference(GlobalConfig, "global_profiler")
+    rows += reference(RoleConfig, "<role>.profiler")
+    mirrored = ", ".join(f"`{k}`" for k in sorted(mirrored_keys(GlobalConfig)))
+    return "\n".join(rows) + (f"\n\nA role's `profiler` section may also carry {mirrored} (verl mirrors them from "
+                              "`global_profiler` by interpolation): the global value rules. `_target_` (verl's marker) "
+                              "is accepted in every section.\n")

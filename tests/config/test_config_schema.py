@@ -1,0 +1,86 @@
+"""The schema declares each key once (:mod:`rlprof.config.sections`): the key sets, the reading, the
+defaults and the key reference in docs/configuration.md all come from those declarations."""
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from rlprof import ConfigError, load_config
+from rlprof.config import CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, GlobalConfig, RoleConfig
+from rlprof.config.fields import declared, default_of
+from rlprof.config.sections import key_reference
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+ON = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
+      "actor_rollout_ref.actor.profiler.all_ranks=true"]
+
+
+def test_the_key_sets_are_verls():
+    assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "global_tool_config",
+                           "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_"}
+    assert ROLE_KEYS == {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
+                         "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
+
+
+@pytest.mark.parametrize("section", [GlobalConfig, RoleConfig])
+def test_an_absent_key_reads_as_its_declared_default(section):
+    """The dataclass default and what the key's reader makes of ``null`` are one value, documented."""
+    for f, name in declared(section):
+        assert f.metadata["reader"](None, f"section.{name}") == default_of(f), name
+        assert f.metadata["doc"].strip(), f"{name} has no documentation"
+    assert {f.name for f in fields(section)} - {f.name for f, _ in declared(section)} <= {
+        "name", "key_path", "follows", "caller_steps"}
+
+
+def test_docs_list_every_key_as_declared():
+    text = DOCS.read_text()
+    generated = text.split("<!-- keys: begin -->\n", 1)[1].split("<!-- keys: end -->", 1)[0]
+    assert generated == key_reference(), "regenerate the table with rlprof.config.sections.key_reference()"
+
+
+def test_a_role_section_that_is_not_a_mapping_names_the_keys_it_takes():
+    with pytest.raises(ConfigError) as info:
+        load_config({"critic": {"profiler": [1]}})
+    assert str(info.value) == "critic.profiler: got [1] (list); allowed: a mapping of enable, all_ranks, ranks, ..."
+
+
+def test_loaded_tool_sections_hold_no_core_keys():
+    """The guarantee backends (and nsys' controller_nsight_options) rely on: no tool section of a
+    loaded config carries the core's keys; they are resolved into the role instead."""
+    cfg = load_config(None, ON + ["+global_profiler.global_tool_config.torch._target_=verl.x.TorchProfilerToolConfig",
+                                  "+global_profiler.global_tool_config.torch.discrete=true",
+                                  "+global_profiler.global_tool_config.torch.contents=[cpu]",
+                                  "+global_profiler.global_tool_config.torch.schedule={active: 1}"])
+    assert cfg.global_.global_tool_config == {"torch": {"contents": ["cpu"]}}
+    actor = cfg.roles["actor"]
+    assert actor.tool_config == {"torch": {"contents": ["cpu"]}}
+    assert actor.discrete and actor.schedule is not None and actor.schedule.active == 1
+    for section in [*cfg.global_.global_tool_config.values(), *(s for r in cfg.roles.values() for s in r.tool_config.values())]:
+        assert not set(section) & set(CORE_TOOL_KEYS)
+
+
+def test_a_section_verl_generated_does_not_count_as_settings():
+    """verl's marker, not a copy of verl's defaults, tells its generated sections from the user's."""
+    npu = {"contents": [], "level": "level0", "analysis": True, "discrete": False}
+    marked = load_config({"global_profiler": {"tool": "torch", "steps": [1]},
+                          "critic": {"profiler": {"enable": True, "all_ranks": True, "tool_config": {
+                              "npu": {"_target_": "verl.utils.profiler.config.NPUToolConfig", **npu}}}}})
+    assert marked.warnings == ()
+    unmarked = load_config({"global_profiler": {"tool": "torch", "steps": [1]},
+                            "critic": {"profiler": {"enable": True, "all_ranks": True, "tool_config": {"npu": npu}}}})
+    assert unmarked.warnings == (
+        "critic.profiler.tool_config.npu: sets level=level0, analysis=true but npu is not a selected tool "
+        "(global_profiler.tool=[torch]): ignored; add npu to global_profiler.tool to use it",)
+
+
+def test_one_boolean_reader_for_core_legacy_and_backends():
+    import rlprof.config.legacy as legacy
+    import rlprof.config.schema as schema
+    npu_settings = pytest.importorskip("rlprof_npu.settings")
+    from rlprof.tool_config import parse_bool
+
+    assert schema.parse_bool is legacy.parse_bool is npu_settings.parse_bool is parse_bool
+    with pytest.raises(ConfigError, match=r"^x\.y: got 1 \(int\); allowed: true or false$"):
+        parse_bool(1, "x.y")
+    assert parse_bool(None, "x.y", default=True) is True
