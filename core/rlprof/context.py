@@ -65,6 +65,13 @@ class HookContext:
     core-owned keys such as ``discrete`` and ``schedule`` removed)."""
     capture: Capture | None
     """The capture window this call belongs to, or None (e.g. finalize, a range outside any capture)."""
+    ends_group: tuple[int, ...] = ()
+    """Set on the calls that close a capture (``closes_capture``) and on ``finalize``: the step numbers
+    of the group of captures this call completes, meaning "write what covers these steps now". Empty:
+    no group ends here (keep what you collect). Without ``memory_snapshot_num_steps`` in a backend's
+    validated tool_config every close completes its own group (the capture's steps) and finalize gets
+    ``()``; with ``memory_snapshot_num_steps: N`` the core groups closed captures until they cover N
+    step numbers, and finalize ends the group left over. The grouping is the core's, never the backend's."""
     _artifacts: list | None = field(default=None, repr=False)
     """What add_artifact recorded during this call (created on first use: most calls record nothing)."""
 
@@ -182,37 +189,57 @@ class RuntimeEnvContext:
     (discrete mode without declared stages, an unbounded sampling schedule)."""
 
 
-# --------------------------------------------------------------------------- the core's fast constructors
+# --------------------------------------------------------------------------- the core's constructors
 #
-# The core builds a context for every backend on every hook call, two per profiled region. Calling a
-# class with a dozen keyword arguments goes through CPython's slow keyword-matching path (about 6x the
-# cost of the same call with positional arguments, bench/bench_core.py); these build the same objects
-# positionally. Backends never need them.
+# The one place each context class is built by the core (the registry's hook calls, the testing kit):
+# a new field is one edit here. The core builds a context for every backend on every hook call, two
+# per profiled region; calling a class with a dozen keyword arguments goes through CPython's slow
+# keyword-matching path (about 6x the cost of the same call with positional arguments,
+# bench/bench_core.py), so these set the fields positionally. Backends never need them. Every one
+# ends with the base fields' ``ends_group``, the last argument.
 
 _new = object.__new__
 
 
+def _base(cls: type, run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+          ends_group: tuple[int, ...]) -> Any:
+    """A ``cls`` with :class:`HookContext`'s fields set (a new base field is one edit, here)."""
+    ctx = _new(cls)
+    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx.ends_group, ctx._artifacts = (
+        run, backend, tool_config, capture, ends_group, None)
+    return ctx
+
+
+def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
+                 opens_capture: bool, closes_capture: bool, ends_step: bool, ends_group: tuple[int, ...]) -> StepContext:
+    ctx = _base(StepContext, run, backend, tool_config, capture, ends_group)
+    ctx.step, ctx.opens_capture, ctx.closes_capture, ctx.ends_step = step, opens_capture, closes_capture, ends_step
+    return ctx
+
+
 def role_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
                  role: str, region: str, opens_capture: bool, closes_capture: bool,
-                 iterations: tuple[int, int] | None, error: BaseException | None) -> RoleContext:
-    ctx = _new(RoleContext)
-    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
+                 iterations: tuple[int, int] | None, error: BaseException | None, ends_group: tuple[int, ...]) -> RoleContext:
+    ctx = _base(RoleContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, region, opens_capture, closes_capture
     ctx.iterations, ctx.error = iterations, error
     return ctx
 
 
-def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
-                 opens_capture: bool, closes_capture: bool, ends_step: bool) -> StepContext:
-    ctx = _new(StepContext)
-    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
-    ctx.step, ctx.opens_capture, ctx.closes_capture, ctx.ends_step = step, opens_capture, closes_capture, ends_step
-    return ctx
-
-
 def iteration_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
-                      role: str, region: str, iteration: int) -> IterationContext:
-    ctx = _new(IterationContext)
-    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = run, backend, tool_config, capture, None
+                      role: str, region: str, iteration: int, ends_group: tuple[int, ...]) -> IterationContext:
+    ctx = _base(IterationContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.role, ctx.region, ctx.iteration = step, role, region, iteration
     return ctx
+
+
+def finalize_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, reason: str,
+                     profiled_steps: tuple[int, ...], relocate_results: bool, ends_group: tuple[int, ...]) -> FinalizeContext:
+    ctx = _base(FinalizeContext, run, backend, tool_config, capture, ends_group)
+    ctx.reason, ctx.profiled_steps, ctx.relocate_results = reason, profiled_steps, relocate_results
+    return ctx
+
+
+CONSTRUCTORS = {StepContext: step_context, RoleContext: role_context, IterationContext: iteration_context,
+                FinalizeContext: finalize_context}
+"""Each lifecycle context class -> its one constructor (the registry picks by the class the spec names)."""

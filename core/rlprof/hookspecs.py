@@ -4,6 +4,8 @@ A backend is a class found through the ``rlprof.backends`` entry-point group; th
 instantiates it once per process session (no arguments; colocated Profilers of one process share
 it) and calls the methods it marks with :data:`rlprof.hookimpl`. A backend implements only the
 hooks it needs, and each hookimpl names only the arguments it uses (pluggy passes no defaults).
+A plain ``@rlprof.hookimpl`` only: the core calls each backend on its own, in ``global_profiler.tool``
+order, so ``tryfirst``/``trylast``/``hookwrapper``/``wrapper`` are refused when the backend loads.
 
 Lifecycle
 ---------
@@ -24,6 +26,15 @@ least one hosted role is selected, the calls are::
         step_boundary             closes_capture=True: end-to-end, last step of a run (ends_step=False: a
                                   run left early, closed after its last step seen already ended)
     finalize                      once: end of run, interpreter exit or SIGTERM
+
+``stop_role`` calls are last-in-first-out: the region that ends is the innermost one still open (the
+core closes inner regions first, also when a step or the run ends inside them), so a backend may keep
+a plain stack of its ranges.
+
+Groups of steps: on the calls that close a capture, and on ``finalize``, ``ctx.ends_group`` names the
+step numbers of the group of captures that call completes ("write what covers these steps now"). The
+core groups a backend's captures when its validated tool_config carries ``memory_snapshot_num_steps:
+N`` (:mod:`rlprof.runtime.groups`); otherwise every close ends its own group.
 
 Unselected ranks, steps and roles make no calls at all. With a ``profiler.schedule`` a region is
 cut into active windows of iterations: ``start_role``/``stop_role`` bracket each window instead
@@ -73,7 +84,9 @@ def validate_tool_config(tool_config: Mapping[str, Any], key_path: str) -> Mappi
         ``_target_``) removed.
     :param key_path: where the section lives, e.g. ``actor_rollout_ref.actor.profiler.tool_config.torch``;
         use it in error messages.
-    :returns: the normalised config; the backend receives it later as ``ctx.tool_config``.
+    :returns: the normalised config; the backend receives it later as ``ctx.tool_config``. The core
+        reads one key of it: ``memory_snapshot_num_steps`` (a positive int), which asks the core to
+        group this backend's captures by that many step numbers (``ctx.ends_group``).
     :raises rlprof.ConfigError: for unknown keys or bad values; name the key path, the bad value
         and what is allowed (:func:`rlprof.config.fail` builds that message). Keys that verl
         defines for this tool but the backend does not use must be accepted (ignored), not rejected.
@@ -125,11 +138,31 @@ def start_role(ctx: RoleContext) -> Any:
 
 
 @_hookspec
+def iteration_boundary(ctx: IterationContext) -> Any:
+    """An iteration ends inside an open window of a sampled region, and the window goes on.
+
+    Called between the iterations (``with prof.iteration()`` blocks, or ``Profiler.next_iteration()``
+    calls) of a region whose role has a ``profiler.schedule``, only while a window of it is open; the
+    last iteration of a window is ended by ``stop_role`` instead. Mark it (a ``ProfilerStep#n``-style
+    range or an instant event) or ignore it.
+
+    :param ctx: an :class:`~rlprof.context.IterationContext`: ``ctx.iteration`` (the index that
+        ended), ``ctx.region``, ``ctx.role``, ``ctx.step``, ``ctx.capture``.
+    :returns: optionally, paths of artifacts written.
+    """
+
+
+@_hookspec
 def stop_role(ctx: RoleContext) -> Any:
     """The region started by the matching :func:`start_role` ends: also when its code raised.
 
     Close the range; close the capture window if ``ctx.closes_capture``. ``ctx.error`` holds the
     exception the region raised (the core re-raises it after every backend ran).
+
+    Calls are last-in-first-out: the region that ends is always the innermost one still open (inner
+    regions are closed first, also when a step or the run ends inside them), so a backend may keep a
+    plain stack of its ranges and pop it. ``ctx.ends_group`` is set when ``ctx.closes_capture``
+    completes a group of captures (see the module docstring).
 
     :param ctx: a :class:`~rlprof.context.RoleContext` with the same ``region`` and ``capture`` as at start.
     :returns: optionally, paths of artifacts written (e.g. the trace of a discrete capture).
@@ -151,21 +184,6 @@ def step_boundary(ctx: StepContext) -> Any:
 
 
 @_hookspec
-def iteration_boundary(ctx: IterationContext) -> Any:
-    """An iteration ends inside an open window of a sampled region, and the window goes on.
-
-    Called between the iterations (``with prof.iteration()`` blocks, or ``Profiler.next_iteration()``
-    calls) of a region whose role has a ``profiler.schedule``, only while a window of it is open; the
-    last iteration of a window is ended by ``stop_role`` instead. Mark it (a ``ProfilerStep#n``-style
-    range or an instant event) or ignore it.
-
-    :param ctx: an :class:`~rlprof.context.IterationContext`: ``ctx.iteration`` (the index that
-        ended), ``ctx.region``, ``ctx.role``, ``ctx.step``, ``ctx.capture``.
-    :returns: optionally, paths of artifacts written.
-    """
-
-
-@_hookspec
 def finalize(ctx: FinalizeContext) -> Any:
     """The run ends for this process: write out anything pending and release resources.
 
@@ -177,7 +195,8 @@ def finalize(ctx: FinalizeContext) -> Any:
     so the window is closed the ordinary way.
 
     :param ctx: a :class:`~rlprof.context.FinalizeContext`. ``ctx.tool_config`` is the config of
-        the process's first selected role. ``ctx.relocate_results`` asks to move files the tool wrote
+        the process's first selected role. ``ctx.ends_group`` names the steps of the group of captures
+        left over (closed since the last group ended), to write now; ``()`` when there is none. ``ctx.relocate_results`` asks to move files the tool wrote
         to fixed places (e.g. Ray's nsight directory) into ``ctx.output_dir()``.
     :returns: optionally, paths of artifacts written or relocated.
     """
@@ -195,3 +214,8 @@ def worker_runtime_env(ctx: RuntimeEnvContext) -> Mapping[str, Any] | None:
         under the plan, None when the plan cannot know).
     :returns: a runtime_env fragment such as ``{"nsight": {...}}``, or None.
     """
+
+
+HOOKS: tuple[str, ...] = tuple(name for name, spec in list(globals().items()) if hasattr(spec, f"{PROJECT}_spec"))
+"""Every hook of this spec, in the order written above (the lifecycle's order): the one list the
+registry, the testing kit and the docs test read."""

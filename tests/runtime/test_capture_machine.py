@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass
 
 import pytest
 
-from rlprof.runtime import capture as machine_module
-from rlprof.runtime.capture import TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, OpenRegion
+from rlprof.runtime.capture import (TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, CaptureStateError, Event,
+                                    Holder, OpenCapture, OpenRegion)
 from rlprof.runtime.plan import step_runs
 from rlprof.config.schedule import Schedule
 
@@ -69,12 +70,24 @@ def labels(actions):
 
 
 def test_every_pair_is_a_transition_or_unreachable_with_a_reason():
-    holders = (machine_module.NONE, machine_module.STEP, machine_module.REGION)
-    events = [v for k, v in vars(machine_module).items()
-              if k.isupper() and isinstance(v, str) and k not in ("NONE", "STEP", "REGION")]
-    pairs = set(itertools.product(holders, events))
+    pairs = set(itertools.product(Holder, Event))
     assert set(TRANSITIONS) | UNREACHABLE == pairs
     assert not set(TRANSITIONS) & UNREACHABLE
+
+
+@pytest.mark.parametrize("holder, event", sorted(UNREACHABLE), ids=lambda v: v.name)
+def test_reaching_an_unreachable_pair_raises_capture_state_error_and_sends_nothing(holder, event):
+    m, actions = machine((1,))
+    region = OpenRegion("actor", "actor_update")
+    m.open_capture = {
+        Holder.NONE: None,
+        Holder.STEP: OpenCapture(FakeCapture("step1", (1,), ()), run=(1,), last_step=1),
+        Holder.REGION: OpenCapture(FakeCapture("step1.actor_update", (1,), ("actor_update",)), region=region),
+    }[holder]
+    assert m.holder is holder
+    with pytest.raises(CaptureStateError, match=f"held by '{holder.value}' when {re.escape(event.value)}"):
+        m._transition(event, region, None)
+    assert actions == []
 
 
 CASES = {
@@ -207,7 +220,7 @@ def test_transitions(name):
     m, actions = machine(**kwargs)
     play(m, script)
     assert labels(actions) == expected
-    assert m.open_capture_ids == [] or ("leave",) not in script
+    assert m.open_capture_ids == []  # every script ends its last step or leaves: all it opened is closed
 
 
 def test_an_iteration_raising_at_the_end_of_a_window_reaches_stop_role_with_the_error():

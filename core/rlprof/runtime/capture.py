@@ -3,9 +3,10 @@
 Every open and close of a capture window — for steps, for role regions and for the sampled windows
 inside a region — is decided here and nowhere else; backends only obey ``ctx.opens_capture`` and
 ``ctx.closes_capture``. Modelled on ``torch.profiler.profile``'s ``action_map``: the machine
-classifies what the trainer did into an *event*, looks up ``(who holds the open capture, event)``
-in :data:`TRANSITIONS`, and runs the listed operations, each of which updates the state and emits
-one :class:`Action` (one hook call for every backend). The rules the table encodes:
+classifies what the trainer did into an :class:`Event`, looks up ``(who holds the open capture,
+event)`` in :data:`TRANSITIONS`, and runs the listed operations, each of which updates the state and
+emits one :class:`Action` (one hook call for every backend). That lookup (``_transition``) is the only
+way the state changes. The rules the table encodes:
 
 * **Never a capture inside a capture**, in either mode: a region entered while a capture is open
   is a named range inside it (``(REGION, ENTER_DISCRETE) -> start_range``).
@@ -19,71 +20,62 @@ one :class:`Action` (one hook call for every backend). The rules the table encod
 * A step that begins while another is open first ends that one; a step that ends with regions still
   open first exits them (innermost first), as does a region exiting with regions open inside it.
 
+The state has one owner per piece: the open capture and who opened it live in one
+:class:`OpenCapture` record (``CaptureMachine.open_capture``, None when nothing is open; the holder is
+derived from it), the profiled step in progress in ``CaptureMachine.step``, the open regions in
+``stack`` and the windows backends hold in ``ranges``.
+
 The machine is pure: no backends, no files, no clocks. It is driven by the process session
 (:mod:`rlprof.runtime.session`) and tested as a table (tests/runtime/test_capture_machine.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum, unique
 from typing import Any, Callable
 
 from rlprof.layout import steps_label
 
-# Who holds the open capture.
-NONE = "none"
-"""No capture is open."""
-STEP = "step"
-"""An end-to-end capture opened by a step (or a merged run of steps) is open."""
-REGION = "region"
-"""A discrete capture opened by a region (or one sampled window of it) is open."""
+# Both enumerations mix in str: a (holder, event) key then hashes at C speed, where Enum's own
+# __hash__ is Python code, and the lookup runs for every region a trainer enters and leaves. For the
+# same reason the hot path reads the members it needs from the names bound below the classes: on
+# Python 3.11 every ``Event.X`` read goes through EnumType's Python-level __getattr__ hook (~50 ns).
 
-# Events: what the trainer did, classified.
-BEGIN_E2E = "a profiled step begins outside any open run (end-to-end)"
-BEGIN_IN_RUN = "a profiled step continues the open run of steps (end-to-end)"
-BEGIN_DISCRETE = "a profiled step begins (discrete)"
-BEGIN_UNPROFILED = "a step that is not profiled begins"
-END_RUN = "a profiled step ends, the last of its run (end-to-end)"
-END_MORE = "a profiled step ends, its run goes on (end-to-end)"
-END_DISCRETE = "a profiled step ends (discrete)"
-ENTER_E2E = "a region or sampled window begins (end-to-end)"
-ENTER_DISCRETE = "a region or sampled window begins (discrete)"
-EXIT_HOLDER = "the region or window that opened the open capture ends"
-EXIT = "a region or window ends inside a capture it did not open"
-ITERATION = "an iteration ends inside a window that goes on"
-LEAVE = "the process stops profiling between steps (finalize)"
 
-TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    (NONE, BEGIN_E2E): ("open_step",),
-    (STEP, BEGIN_E2E): ("close_late", "open_step"),       # the open run was left: close it, open this one
-    (STEP, BEGIN_IN_RUN): ("start_step",),
-    (NONE, BEGIN_DISCRETE): ("start_step",),
-    (NONE, BEGIN_UNPROFILED): (),
-    (STEP, BEGIN_UNPROFILED): ("close_late",),            # training left the run for a step it does not profile
-    (STEP, END_RUN): ("close_step",),
-    (STEP, END_MORE): ("end_step",),
-    (NONE, END_DISCRETE): ("end_step",),
-    (STEP, ENTER_E2E): ("start_range",),
-    (NONE, ENTER_DISCRETE): ("open_region",),
-    (REGION, ENTER_DISCRETE): ("start_range",),           # nested: a named range inside, never a capture in a capture
-    (REGION, EXIT_HOLDER): ("close_region",),
-    (REGION, EXIT): ("stop_range",),
-    (STEP, EXIT): ("stop_range",),
-    (STEP, ITERATION): ("mark_iteration",),
-    (REGION, ITERATION): ("mark_iteration",),
-    (NONE, LEAVE): (),
-    (STEP, LEAVE): ("close_late",),
-}
-"""``(holder, event) -> operations``: every transition the machine makes, in one place."""
+@unique
+class Holder(str, Enum):
+    """Who holds the open capture."""
 
-UNREACHABLE: frozenset[tuple[str, str]] = frozenset({
-    (NONE, BEGIN_IN_RUN),        # "in the open run" needs an open run
-    (REGION, BEGIN_E2E), (REGION, BEGIN_IN_RUN), (REGION, BEGIN_DISCRETE), (REGION, BEGIN_UNPROFILED),
-    (REGION, END_RUN), (REGION, END_MORE), (REGION, END_DISCRETE), (REGION, LEAVE),  # regions exit before a step ends
-    (STEP, BEGIN_DISCRETE), (STEP, END_DISCRETE), (REGION, ENTER_E2E), (STEP, ENTER_DISCRETE),  # one mode per process
-    (NONE, END_RUN), (NONE, END_MORE), (NONE, ENTER_E2E),  # a profiled end-to-end step always holds a capture
-    (NONE, EXIT_HOLDER), (STEP, EXIT_HOLDER), (NONE, EXIT), (NONE, ITERATION),  # no capture: no region inside one
-})
-"""Pairs the machine never reaches (each for the reason noted); :class:`CaptureStateError` if it did."""
+    NONE = "none"
+    """No capture is open."""
+    STEP = "step"
+    """An end-to-end capture opened by a step (or a merged run of steps) is open."""
+    REGION = "region"
+    """A discrete capture opened by a region (or one sampled window of it) is open."""
+
+
+@unique
+class Event(str, Enum):
+    """What the trainer did, classified; the value is the sentence error messages show."""
+
+    BEGIN_E2E = "a profiled step begins outside any open run (end-to-end)"
+    BEGIN_IN_RUN = "a profiled step continues the open run of steps (end-to-end)"
+    BEGIN_DISCRETE = "a profiled step begins (discrete)"
+    BEGIN_UNPROFILED = "a step that is not profiled begins"
+    END_RUN = "a profiled step ends, the last of its run (end-to-end)"
+    END_MORE = "a profiled step ends, its run goes on (end-to-end)"
+    END_DISCRETE = "a profiled step ends (discrete)"
+    ENTER_E2E = "a region or sampled window begins (end-to-end)"
+    ENTER_DISCRETE = "a region or sampled window begins (discrete)"
+    EXIT_HOLDER = "the region or window that opened the open capture ends"
+    EXIT = "a region or window ends inside a capture it did not open"
+    ITERATION = "an iteration ends inside a window that goes on"
+    LEAVE = "the process stops profiling between steps (finalize)"
+
+
+_NONE, _STEP, _REGION = Holder.NONE, Holder.STEP, Holder.REGION
+_EXIT, _EXIT_HOLDER = Event.EXIT, Event.EXIT_HOLDER
 
 
 class CaptureStateError(RuntimeError):
@@ -106,8 +98,6 @@ class OpenRegion:
     in_iteration = False
     window = False
     """A window of this region is open now (its start_role was sent, its stop_role not yet)."""
-    holds = False
-    """The open window also opened the open capture (discrete, no capture open when it began)."""
     first = 0
     """First iteration of the open window."""
     capture: str | None = None
@@ -126,6 +116,30 @@ class OpenRegion:
         self.name = name
         self.schedule = schedule
         self.owner = owner
+
+    def last_iteration(self) -> int:
+        """The last iteration of the open window: the one in progress, else the last one marked."""
+        return self.iteration if self.in_iteration else self.iteration - 1
+
+
+@dataclass(slots=True)
+class OpenCapture:
+    """The capture open now and who opened it: the machine's one record of what is open.
+
+    Only :attr:`last_step` changes while the capture is open. Not frozen: a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``, and in discrete mode every region
+    entered opens a capture.
+    """
+
+    capture: Any
+    """The capture object (``make_capture``'s result)."""
+    region: OpenRegion | None = None
+    """The region (or sampled window of it) that opened the capture and alone closes it; None when a
+    step opened it, for :attr:`run`."""
+    run: tuple[int, ...] = ()
+    """The run of steps a step capture was opened for (``()`` for a region's capture)."""
+    last_step: int | None = None
+    """The last step that began inside a step capture: the step a late close names."""
 
 
 class Action:
@@ -159,19 +173,6 @@ class Action:
 
     def __repr__(self) -> str:
         return f"Action({self.label()})"
-
-    def send(self, hooks: Any) -> None:
-        """Deliver this decision to a hooks object (see :class:`CaptureMachine`)."""
-        if self.hook == "start_step":
-            hooks.start_step(self.step, self.capture, self.opens)
-        elif self.hook == "step_boundary":
-            hooks.step_boundary(self.step, self.capture, self.closes, self.ends_step)
-        elif self.hook == "start_role":
-            hooks.start_role(self.region, self.step, self.capture, self.opens, self.iterations)
-        elif self.hook == "iteration_boundary":
-            hooks.iteration_boundary(self.region, self.step, self.capture, self.iteration)
-        else:
-            hooks.stop_role(self.region, self.step, self.capture, self.closes, self.iterations, self.error)
 
 
 class ActionLog:
@@ -216,28 +217,24 @@ class CaptureMachine:
         self._run_of = run_of
         self._make_capture = make_capture
         self._hooks = hooks
-        self.holder = NONE
-        self.capture: Any = None
-        """The open capture, or None."""
-        self.run: tuple[int, ...] = ()
-        """The run of steps the open step capture was opened for."""
+        self.open_capture: OpenCapture | None = None
+        """The open capture and who opened it, or None."""
         self.step: int | None = None
         """The profiled step in progress, or None."""
-        self.last_step: int | None = None
-        """The last profiled step that began (the step a late close names)."""
         self.stack: list[OpenRegion] = []
         """Open regions, outermost first."""
         self.ranges: list[OpenRegion] = []
         """Regions whose window is open (start_role sent, stop_role not yet), in the order they were
         started: the ranges backends hold, which must close innermost first."""
-        self._holder_region: OpenRegion | None = None
-        self._capture_last: int | None = None
-        """The last step that began inside the open step capture (what a late close names)."""
         self._ids: dict[str, int] = {}
-        self._table = {key: tuple(getattr(self, "_op_" + name) for name in operations)
-                       for key, operations in TRANSITIONS.items()}
-        """:data:`TRANSITIONS` with the operations bound (looked up once, not per event)."""
-        self._enter_event = ENTER_DISCRETE if discrete else ENTER_E2E
+        self._enter_event = Event.ENTER_DISCRETE if discrete else Event.ENTER_E2E
+        """The event a region or window beginning is, fixed by the mode (looked up once: it is hot)."""
+
+    @property
+    def holder(self) -> Holder:
+        """Who holds the open capture (derived from :attr:`open_capture`)."""
+        opened = self.open_capture
+        return _NONE if opened is None else _STEP if opened.region is None else _REGION
 
     # ------------------------------------------------------------------ steps
 
@@ -246,15 +243,15 @@ class CaptureMachine:
         if self.step is not None:
             self.end_step()
         if not profiled:
-            self._transition(BEGIN_UNPROFILED, step)
+            self._transition(Event.BEGIN_UNPROFILED, step)
             return
         if self.discrete:
-            event = BEGIN_DISCRETE
-        elif self.holder == STEP and step in self.run:
-            event = BEGIN_IN_RUN
+            event = Event.BEGIN_DISCRETE
+        elif self.holder is Holder.STEP and step in self.open_capture.run:
+            event = Event.BEGIN_IN_RUN
         else:
-            event = BEGIN_E2E
-        self.step = self.last_step = step
+            event = Event.BEGIN_E2E
+        self.step = step
         self._transition(event, step)
 
     def end_step(self) -> None:
@@ -265,16 +262,17 @@ class CaptureMachine:
             self.exit(self.stack[0])
         step, self.step = self.step, None  # from here on the step has ended (a release sees a late close)
         if self.discrete:
-            event = END_DISCRETE
+            event = Event.END_DISCRETE
         else:
-            event = END_RUN if self.run and step == self.run[-1] else END_MORE
+            run = self.open_capture.run if self.open_capture is not None else ()
+            event = Event.END_RUN if run and step == run[-1] else Event.END_MORE
         self._transition(event, step)
 
     def leave(self) -> None:
         """Stop profiling (finalize): end the step in progress, close whatever is still open."""
         if self.step is not None:
             self.end_step()
-        self._transition(LEAVE, self.last_step)
+        self._transition(Event.LEAVE)
 
     # ------------------------------------------------------------------ regions and iterations
 
@@ -287,12 +285,7 @@ class CaptureMachine:
         region.step = self.step
         stack.append(region)
         if region.schedule is None:
-            try:  # _transition, inlined for the hot path
-                operations = self._table[self.holder, self._enter_event]
-            except KeyError:
-                self._transition(self._enter_event, region, None)  # raises CaptureStateError
-            for operation in operations:
-                operation(region, None)
+            self._transition(self._enter_event, region, None)
 
     def exit(self, region: OpenRegion, error: BaseException | None = None) -> None:
         """The trainer leaves ``region`` (``error``: what it raised). Regions still open inside it
@@ -306,17 +299,7 @@ class CaptureMachine:
         if error is not None:
             region.error = error
         if region.window:
-            last = region.iteration if region.in_iteration else region.iteration - 1
-            if self.ranges[-1] is region:  # the common case: no range started inside it is still open
-                event = EXIT_HOLDER if region is self._holder_region else EXIT
-                try:  # _transition, inlined for the hot path
-                    operations = self._table[self.holder, event]
-                except KeyError:
-                    self._transition(event, region, last, error)  # raises CaptureStateError
-                for operation in operations:
-                    operation(region, last, error)
-            else:
-                self._close_window(region, last, error)
+            self._close_window(region, error)
         stack.pop()
 
     def iteration_begins(self) -> None:
@@ -342,9 +325,9 @@ class CaptureMachine:
         if not region.window:
             return
         if region.schedule.is_active(index + 1):
-            self._transition(ITERATION, region, index)
+            self._transition(Event.ITERATION, region, index)
         else:
-            self._close_window(region, index, error)
+            self._close_window(region, error)
 
     def innermost_sampled(self) -> OpenRegion | None:
         for region in reversed(self.stack):
@@ -357,123 +340,176 @@ class CaptureMachine:
     def release_actions(self) -> list[Action]:
         """The calls that would close everything open now, innermost first, without changing the
         state: what the core sends to a backend that raised, so it can release what it holds."""
+        opened = self.open_capture
+        capture = opened.capture if opened is not None else None
         actions = []
         for region in reversed(self.ranges):
             if region.window:
-                holds = region is self._holder_region
-                last = region.iteration if region.in_iteration else region.iteration - 1
-                actions.append(Action("stop_role", self.step, self.capture if self.holder != NONE else None,
-                                      False, holds, region, self._iterations(region, last)))
-        if self.holder == STEP:
+                actions.append(Action("stop_role", self.step, capture, False, self._opened_by(region), region,
+                                      self._iterations(region)))
+        if self.holder is Holder.STEP:
             in_step = self.step is not None
-            actions.append(Action("step_boundary", self.step if in_step else self._capture_last, self.capture,
+            actions.append(Action("step_boundary", self.step if in_step else opened.last_step, capture,
                                   False, True, ends_step=in_step))
         return actions
 
     @property
     def open_capture_ids(self) -> list[str]:
-        return [self.capture.capture_id] if self.capture is not None else []
+        return [self.open_capture.capture.capture_id] if self.open_capture is not None else []
 
     # ------------------------------------------------------------------ the table and its operations
 
-    def _transition(self, event: str, *args: Any) -> None:
-        try:
-            operations = self._table[self.holder, event]
-        except KeyError:
-            raise CaptureStateError(f"capture machine: no transition for capture held by {self.holder!r} when {event}") from None
-        for operation in operations:
-            operation(*args)
+    def _transition(self, event: Event, subject: Any = None, detail: Any = None) -> None:
+        """Run the operations :data:`TRANSITIONS` lists for ``(holder, event)``: the only way the state changes.
 
-    def _close_window(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
+        Every operation takes the event's ``subject`` (the step, or the region) and one ``detail`` (a
+        window's first iteration, the iteration marked, or what a region raised): one fixed signature,
+        since a call with ``*args`` costs twice as much and this runs for every region.
+        """
+        try:
+            operations = TRANSITIONS[self.holder, event]
+        except KeyError:
+            raise CaptureStateError(f"capture machine: no transition for capture held by "
+                                    f"{self.holder.value!r} when {event.value}") from None
+        for operation in operations:
+            operation(self, subject, detail)
+
+    def _opened_by(self, region: OpenRegion) -> bool:
+        """``region`` (or its window) opened the open capture, so its exit closes it."""
+        opened = self.open_capture
+        return opened is not None and opened.region is region
+
+    def _close_window(self, region: OpenRegion, error: BaseException | None) -> None:
         # Ranges started after this one close first (a window ending while a region entered inside
         # it still runs, e.g. next_iteration() called in a nested region): ranges stay nested.
         ranges = self.ranges
         while ranges and ranges[-1] is not region:
-            inner = ranges[-1]
-            self._close_window(inner, inner.iteration if inner.in_iteration else inner.iteration - 1, None)
-        self._transition(EXIT_HOLDER if region is self._holder_region else EXIT, region, last, error)
+            self._close_window(ranges[-1], None)
+        self._transition(_EXIT_HOLDER if self._opened_by(region) else _EXIT, region, error)
 
     def _new_capture(self, base: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Any:
         count = self._ids.get(base, 0)
         self._ids[base] = count + 1
         return self._make_capture(base if count == 0 else f"{base}.{count}", steps, regions)
 
-    def _iterations(self, region: OpenRegion, last: int) -> tuple[int, int] | None:
-        return (region.first, max(region.first, last)) if region.schedule is not None else None
+    @staticmethod
+    def _iterations(region: OpenRegion) -> tuple[int, int] | None:
+        """``(first, last)`` iteration of ``region``'s open window (a sampled region), else None."""
+        if region.schedule is None:
+            return None
+        return region.first, max(region.first, region.last_iteration())
 
-    def _op_open_step(self, step: int) -> None:
+    # Operations: called only through TRANSITIONS (by _transition), each with the event's arguments.
+
+    def _op_open_step(self, step: int, _: None) -> None:
         run = self._run_of(step)
         seen = tuple(s for s in run if s >= step) or (step,)
-        self.capture = self._new_capture(steps_label(seen), seen, ())
-        self.run, self.holder, self._capture_last = run, STEP, step
-        self._hooks.start_step(step, self.capture, True)
+        capture = self._new_capture(steps_label(seen), seen, ())
+        self.open_capture = OpenCapture(capture, run=run, last_step=step)
+        self._hooks.start_step(step, capture, True)
 
-    def _op_start_step(self, step: int) -> None:
-        if self.holder == STEP:
-            self._capture_last = step
-        self._hooks.start_step(step, self.capture, False)
+    def _op_start_step(self, step: int, _: None) -> None:
+        opened = self.open_capture
+        if opened is not None:  # a step of the open run (discrete: no capture is open between regions)
+            opened.last_step = step
+        self._hooks.start_step(step, opened.capture if opened is not None else None, False)
 
-    def _op_end_step(self, step: int) -> None:
-        self._hooks.step_boundary(step, self.capture, False, True)
+    def _op_end_step(self, step: int, _: None) -> None:
+        opened = self.open_capture
+        self._hooks.step_boundary(step, opened.capture if opened is not None else None, False, True)
 
-    def _op_close_step(self, step: int) -> None:
-        capture, self.capture, self.holder, self.run = self.capture, None, NONE, ()
-        self._hooks.step_boundary(step, capture, True, True)
+    def _op_close_step(self, step: int, _: None) -> None:
+        opened, self.open_capture = self.open_capture, None
+        self._hooks.step_boundary(step, opened.capture, True, True)
 
-    def _op_close_late(self, step: int | None) -> None:
-        capture, self.capture, self.holder, self.run = self.capture, None, NONE, ()
-        self._hooks.step_boundary(self._capture_last, capture, True, False)
+    def _op_close_late(self, step: int | None, _: None) -> None:
+        # ``step`` is the step that begins (if any), not the one the close names: the run already
+        # ended with the last step seen inside it.
+        opened, self.open_capture = self.open_capture, None
+        self._hooks.step_boundary(opened.last_step, opened.capture, True, False)
 
     def _op_open_region(self, region: OpenRegion, first: int | None) -> None:
         step = self.step
-        self.capture = capture = self._new_capture(f"{steps_label((step,))}.{region.name}", (step,), (region.name,))
-        self.holder, self._holder_region = REGION, region
-        region.holds = region.window = True
+        capture = self._new_capture(f"{steps_label((step,))}.{region.name}", (step,), (region.name,))
+        self.open_capture = OpenCapture(capture, region=region)
+        region.window = True
         self.ranges.append(region)
         if region.capture is None:
             region.capture = capture.capture_id
         self._hooks.start_role(region, step, capture, True, None if first is None else (first, first))
 
     def _op_start_range(self, region: OpenRegion, first: int | None) -> None:
-        capture = self.capture
+        capture = self.open_capture.capture
         region.window = True
         self.ranges.append(region)
-        if region.capture is None and capture is not None:
+        if region.capture is None:
             region.capture = capture.capture_id
         self._hooks.start_role(region, self.step, capture, False, None if first is None else (first, first))
 
-    def _op_close_region(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
-        capture, self.capture, self.holder, self._holder_region = self.capture, None, NONE, None
-        if region.schedule is not None or self.ranges[-1] is not region:
-            self._window_closed(region, last)
-        else:  # the common case, inline: the innermost range of a region without sampling
-            region.window = region.holds = False
-            self.ranges.pop()
-        self._hooks.stop_role(region, self.step, capture, True,
-                              (region.first, max(region.first, last)) if region.schedule is not None else None, error)
+    def _op_close_region(self, region: OpenRegion, error: BaseException | None) -> None:
+        opened, self.open_capture = self.open_capture, None
+        self._hooks.stop_role(region, self.step, opened.capture, True, self._window_closed(region), error)
 
-    def _op_stop_range(self, region: OpenRegion, last: int, error: BaseException | None) -> None:
-        if region.schedule is not None or self.ranges[-1] is not region:
-            self._window_closed(region, last)
-        else:  # the common case, inline: the innermost range of a region without sampling
-            region.window = False
-            self.ranges.pop()
-        self._hooks.stop_role(region, self.step, self.capture, False,
-                              (region.first, max(region.first, last)) if region.schedule is not None else None, error)
+    def _op_stop_range(self, region: OpenRegion, error: BaseException | None) -> None:
+        self._hooks.stop_role(region, self.step, self.open_capture.capture, False, self._window_closed(region), error)
 
     def _op_mark_iteration(self, region: OpenRegion, iteration: int) -> None:
-        self._hooks.iteration_boundary(region, self.step, self.capture, iteration)
+        self._hooks.iteration_boundary(region, self.step, self.open_capture.capture, iteration)
 
-    def _window_closed(self, region: OpenRegion, last: int) -> None:
-        region.window = region.holds = False
+    def _window_closed(self, region: OpenRegion) -> tuple[int, int] | None:
+        """Take ``region``'s window off :attr:`ranges` and add it to the region's sampled iterations;
+        the window's ``(first, last)`` iteration (a sampled region), else None."""
+        region.window = False
         ranges = self.ranges
         if ranges[-1] is region:
             ranges.pop()
         else:
             ranges.remove(region)
-        if region.schedule is not None:
-            last = max(region.first, last)
-            if region.sampled is None:
-                region.sampled = [region.first, last]
-            else:
-                region.sampled[1] = last
+        if region.schedule is None:  # most regions: no iterations to note (and one call less for them)
+            return None
+        iterations = self._iterations(region)
+        if region.sampled is None:
+            region.sampled = list(iterations)
+        else:
+            region.sampled[1] = iterations[1]
+        return iterations
+
+
+_M = CaptureMachine  # the table holds the operations themselves; _transition calls each with the machine
+TRANSITIONS: dict[tuple[Holder, Event], tuple[Callable[..., None], ...]] = {
+    (Holder.NONE, Event.BEGIN_E2E): (_M._op_open_step,),
+    (Holder.STEP, Event.BEGIN_E2E): (_M._op_close_late, _M._op_open_step),  # the open run was left: close it, open this one
+    (Holder.STEP, Event.BEGIN_IN_RUN): (_M._op_start_step,),
+    (Holder.NONE, Event.BEGIN_DISCRETE): (_M._op_start_step,),
+    (Holder.NONE, Event.BEGIN_UNPROFILED): (),
+    (Holder.STEP, Event.BEGIN_UNPROFILED): (_M._op_close_late,),  # training left the run for a step it does not profile
+    (Holder.STEP, Event.END_RUN): (_M._op_close_step,),
+    (Holder.STEP, Event.END_MORE): (_M._op_end_step,),
+    (Holder.NONE, Event.END_DISCRETE): (_M._op_end_step,),
+    (Holder.STEP, Event.ENTER_E2E): (_M._op_start_range,),
+    (Holder.NONE, Event.ENTER_DISCRETE): (_M._op_open_region,),
+    (Holder.REGION, Event.ENTER_DISCRETE): (_M._op_start_range,),  # nested: a named range inside, never a capture in a capture
+    (Holder.REGION, Event.EXIT_HOLDER): (_M._op_close_region,),
+    (Holder.REGION, Event.EXIT): (_M._op_stop_range,),
+    (Holder.STEP, Event.EXIT): (_M._op_stop_range,),
+    (Holder.STEP, Event.ITERATION): (_M._op_mark_iteration,),
+    (Holder.REGION, Event.ITERATION): (_M._op_mark_iteration,),
+    (Holder.NONE, Event.LEAVE): (),
+    (Holder.STEP, Event.LEAVE): (_M._op_close_late,),
+}
+"""``(holder, event) -> operations``: every transition the machine makes, in one place, and the only
+path to them (:meth:`CaptureMachine._transition` calls each operation with the machine and the event's
+arguments)."""
+del _M
+
+UNREACHABLE: frozenset[tuple[Holder, Event]] = frozenset({
+    (Holder.NONE, Event.BEGIN_IN_RUN),  # "in the open run" needs an open run
+    *((Holder.REGION, e) for e in (Event.BEGIN_E2E, Event.BEGIN_IN_RUN, Event.BEGIN_DISCRETE, Event.BEGIN_UNPROFILED,
+                                   Event.END_RUN, Event.END_MORE, Event.END_DISCRETE, Event.LEAVE)),  # regions exit before a step ends
+    (Holder.STEP, Event.BEGIN_DISCRETE), (Holder.STEP, Event.END_DISCRETE),  # one mode per process
+    (Holder.REGION, Event.ENTER_E2E), (Holder.STEP, Event.ENTER_DISCRETE),  # one mode per process
+    (Holder.NONE, Event.END_RUN), (Holder.NONE, Event.END_MORE), (Holder.NONE, Event.ENTER_E2E),  # a profiled end-to-end step always holds a capture
+    (Holder.NONE, Event.EXIT_HOLDER), (Holder.NONE, Event.EXIT), (Holder.NONE, Event.ITERATION),  # no capture: no region inside one
+    (Holder.STEP, Event.EXIT_HOLDER),  # a step's capture was opened by no region
+})
+"""Pairs the machine never reaches (each for the reason noted); :class:`CaptureStateError` if it did."""

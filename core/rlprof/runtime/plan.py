@@ -18,7 +18,7 @@ Rules (one place, one rule each):
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from rlprof.config.schema import ROLES, ProfilerConfig, RoleConfig
@@ -50,13 +50,6 @@ class ProcessPlan:
     warnings: tuple[str, ...] = ()
     every_step: bool = False
     """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
-    _first: dict = field(default_factory=dict, repr=False, compare=False)
-    _last: dict = field(default_factory=dict, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        for run in self.runs:
-            self._first[run[0]] = run
-            self._last[run[-1]] = run
 
     @property
     def active(self) -> bool:
@@ -73,14 +66,6 @@ class ProcessPlan:
 
     def is_profiled(self, step: int) -> bool:
         return self.active and (self.every_step or any(step in run for run in self.runs))
-
-    def opens_step_capture(self, step: int) -> bool:
-        """start_step(step) opens a capture (end-to-end, first step of its run)."""
-        return not self.discrete and (self.every_step or step in self._first)
-
-    def closes_step_capture(self, step: int) -> bool:
-        """step_boundary after ``step`` closes the capture (end-to-end, last step of its run)."""
-        return not self.discrete and (self.every_step or step in self._last)
 
     def run_of(self, step: int) -> tuple[int, ...]:
         for run in self.runs:

@@ -27,7 +27,6 @@ import functools
 import logging
 import os
 import threading
-import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -42,21 +41,22 @@ _NOTHING: frozenset = frozenset()
 
 class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
-    and a decorator. Cached per (role, stage); see :class:`_IdleRegion` for the other state."""
+    and a decorator, one object per (role, stage) of a Profiler. See :class:`_IdleRegion` for the
+    other state; ``live`` tells them apart."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "_wrappers", "__weakref__")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs")
+    live = True
 
-    def __init__(self, prof: "Profiler", role: str, stage: str | None):
+    def __init__(self, prof: "Profiler", role: str, stage: str | None, *, sampled: bool):
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
         self._open: list = []
-        planned = prof.plan.roles.get(role)
+        """The session's records of this region's entries still open (nested or re-entered: a stack)."""
+        planned = prof.plan.roles.get(role) if sampled else None
         self._schedule = planned.schedule if planned is not None else None
         self._configs = prof.tool_configs.get(role)
         """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
-        self._wrappers: weakref.WeakSet = weakref.WeakSet()
-        """Functions decorated with this region (their code is swapped with the region's class)."""
 
     def __enter__(self):
         prof = self._prof
@@ -69,47 +69,37 @@ class _Region:
         return False
 
     def __call__(self, fn: Callable) -> Callable:
-        wrapper = functools.wraps(fn)(_passthrough(fn, self))
-        self._wrappers.add(wrapper)
-        if self._prof._live and self.role in self._prof._live:
-            wrapper.__code__ = _LIVE_CODE
-        return wrapper
+        region = self
 
-
-def _profiled(fn: Callable, spec: _Region) -> Callable:
-    def profiled(*args, **kwargs):
-        with spec:
+        @functools.wraps(fn)
+        def profiled(*args, **kwargs):
+            if region.live:  # a class attribute: follows the region's class, set by Profiler._set_live
+                with region:
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
 
-    return profiled
-
-
-def _passthrough(fn: Callable, spec: _Region) -> Callable:
-    def profiled(*args, **kwargs):
-        return fn(*args, **kwargs)
-        spec  # noqa: B018 - never run: keeps the closure the same shape as the live code's, so __code__ swaps
-
-    return profiled
-
-
-_LIVE_CODE = _profiled(None, None).__code__
-_IDLE_CODE = _passthrough(None, None).__code__
-"""A decorated function runs one of these two codes, swapped in place at step start and end with its
-region's class (:meth:`Profiler._set_live`): while its role is not profiled, calling it costs what the
-cheapest pass-through decorator costs, with no test on the hot path."""
+        return profiled
 
 
 class _IdleRegion(_Region):
     """The same region object while its role is not profiled (unselected rank, step or role).
 
-    The Profiler switches a region's class between :class:`_Region` and this one at step
-    start and end, so the hot path of an idle ``with prof.role(...)`` runs no Python code:
-    ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement
-    calls them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns
-    ``""`` (falsy: exceptions propagate). The ``as`` target of an idle region is None.
+    The Profiler switches a region's class between :class:`_Region` and this one at step start and
+    end (:meth:`Profiler._set_live`), so an idle ``with prof.role(...)`` runs no Python code of ours:
+    ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement calls
+    them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns ``""``
+    (falsy: exceptions propagate). The ``as`` target of an idle region is None.
+
+    Why a class switch and not a plainer ``if self.live:`` inside ``__enter__``/``__exit__``: measured
+    with bench/bench_core.py (same host, interleaved repeats), the plain region cost 1.52x and 1.60x the
+    cheapest Python context manager in two runs, over the 1.3x the idle path may cost: ``prof.role(...)``
+    is a Python call the floor does not make, and two Python-level methods come on top of it. The class
+    switch costs 0.96-0.99x. The decorator needs no such trick: testing ``live`` costs 1.08-1.20x the
+    cheapest pass-through decorator, so decorated functions simply test it.
     """
 
     __slots__ = ()
+    live = False
     __enter__ = type(None)
     __exit__ = "".format
 
@@ -125,15 +115,13 @@ class _Iteration:
     def __enter__(self):
         session = self._prof._session
         if session is not None and self._prof._live:
-            with session.lock:
-                session.iteration_begins()
+            session.iteration_begins()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         session = self._prof._session
         if session is not None and self._prof._live:
-            with session.lock:
-                session.iteration_ends(exc)  # an iteration that raised ends its window with the error
+            session.iteration_ends(exc)  # an iteration that raised ends its window with the error
         return False
 
 
@@ -181,12 +169,14 @@ class Profiler:
         """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
         self._iteration_cm = _Iteration(self)
         self._step: int | None = None
+        """The step this Profiler began and has not ended (profiled or not): its own, since colocated
+        Profilers each call start_step/step_boundary; the process session owns the shared step."""
         self._finalized = False
         self._lock = threading.RLock()
-        self.tool_configs: dict[str, dict[str, Mapping[str, Any]]] = {}
-        """Selected role -> backend -> its validated tool_config."""
-        self.environment: dict[str, list[str]] = {}
-        """Backend -> what it reported missing on this machine (``check_environment``)."""
+        """Guards this Profiler's own state (``_step``, ``_finalized``, live roles) against a finalize
+        from the exit handler's thread; taken before the session's lock, never inside it."""
+        self.tool_configs: Mapping[str, Mapping[str, Mapping[str, Any]]] = {}
+        """Selected role -> backend -> its validated tool_config (checked by the session's backends)."""
         g = self.config.global_
         run_id = safe_name(run_id or os.environ.get("RLPROF_RUN_ID") or new_run_id())
         self.run = RunInfo(
@@ -207,9 +197,10 @@ class Profiler:
             from rlprof.runtime.checking import require_usable_save_path
 
             require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, before any write
-            from rlprof.runtime.session import join
+            from rlprof.runtime.session import Participant, join
 
-            self._session = join(self, backends)
+            self._session, self.tool_configs = join(
+                Participant(self, went_idle=self._went_idle, step_written=self._step_written), backends)
         if self._session is not None or self._finish is not None:
             from rlprof.runtime import exits
 
@@ -227,6 +218,12 @@ class Profiler:
         """The process session's :class:`~rlprof.runtime.registry.Backends` (shared by colocated Profilers),
         or None when this process does not profile (backends are not even imported then)."""
         return self._session.backends if self._session is not None else None
+
+    @property
+    def environment(self) -> dict[str, list[str]]:
+        """Backend -> what it reported missing on this machine (``check_environment``), shared by
+        colocated Profilers; empty when this process does not profile."""
+        return self._session.environment if self._session is not None else {}
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
@@ -250,13 +247,9 @@ class Profiler:
 
     def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
         """The cached region object of ``role`` under ``key``, idle or live as the role is now."""
-        spec = _IdleRegion(self, role, stage)
-        if not sampled:
-            spec._schedule = None
-        if role in self._live:
-            spec.__class__ = _Region
-        self._regions.setdefault(role, {})[key] = spec
-        return spec
+        region = (_Region if role in self._live else _IdleRegion)(self, role, stage, sampled=sampled)
+        self._regions.setdefault(role, {})[key] = region
+        return region
 
     def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
         """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
@@ -280,23 +273,20 @@ class Profiler:
         (from the second time the region runs; the first time, it is learnt at the first call)."""
         session = self._session
         if session is not None and self._live:
-            with session.lock:
-                session.next_iteration()
+            session.next_iteration()
 
     def start_step(self, step: int) -> None:
         """A training step begins. Call on every step; only profiled ones make hook calls."""
         with self._lock:
-            if self._step is not None and self._session is None:
+            if self._step is not None:
                 log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
                             step, self._step, self._step)
                 self.step_boundary()
-            self._step = step
-            session = self._session
-            if session is None or self._finalized:
+            if self._finalized:
                 return
-            with session.lock:
-                if session.join_step(self, step):
-                    self._set_live(frozenset(self.plan.selected_roles))
+            self._step = step
+            if self._session is not None and self._session.join_step(self, step):
+                self._set_live(frozenset(self.plan.selected_roles))
 
     def step_boundary(self) -> None:
         """The current training step ends."""
@@ -304,12 +294,10 @@ class Profiler:
             step, self._step = self._step, None
             if step is None or self._finalized:
                 return
-            session = self._session
-            if session is None:
+            if self._session is None:
                 self._step_written(step)
-                return
-            with session.lock:
-                session.leave_step(self)
+            else:
+                self._session.leave_step(self)  # a profiled step: the session calls _went_idle, _step_written
 
     def run_finish_hook(self) -> None:
         """Start ``finish_hook_cmd`` now (callers that decide the steps themselves, such as verl's
@@ -328,19 +316,22 @@ class Profiler:
             from rlprof.runtime import exits
 
             exits.unregister(self)
-            session = self._session
-            if session is not None:
-                with session.lock:
-                    session.finalize(self, reason)
+            if self._session is not None:
+                self._session.finalize(self, reason)
             self._step = None
             self._set_live(_NOTHING)
             if self._finish is not None:
                 self._finish.wait()
             return self.artifacts
 
-    # ------------------------------------------------------------------ called by the session
+    # ------------------------------------------------------------------ what the process session calls back
+    #
+    # Handed to the session as this Profiler's Participant (rlprof.runtime.session): it calls them, under
+    # its lock, when this Profiler's part in a profiled step ends and when that step's captures are written.
 
-    def _go_idle(self) -> None:
+    def _went_idle(self) -> None:
+        """This Profiler is out of the session's step (its step ended, or colocated Profilers disagreed
+        on the step): its regions go idle."""
         self._set_live(_NOTHING)
 
     def _step_written(self, step: int) -> None:
@@ -351,13 +342,11 @@ class Profiler:
     # ------------------------------------------------------------------ regions
 
     def _set_live(self, roles: frozenset) -> None:
-        """Switch every region object (and the functions decorated with it) to the live or idle code
-        for the roles profiled now."""
+        """Make every region of ``roles`` live and the others idle; going idle forgets what was open
+        (the session has closed it)."""
         self._live = roles
-        for spec in [spec for stages in self._regions.values() for spec in stages.values()]:
-            live = spec.role in roles
-            spec.__class__ = _Region if live else _IdleRegion
-            for wrapper in spec._wrappers:
-                wrapper.__code__ = _LIVE_CODE if live else _IDLE_CODE
-            if not roles:
-                spec._open.clear()
+        for stages in self._regions.values():
+            for region in stages.values():
+                region.__class__ = _Region if region.role in roles else _IdleRegion
+                if not roles:
+                    region._open.clear()

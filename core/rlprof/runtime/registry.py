@@ -18,14 +18,19 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
-from rlprof import hookspecs
-from rlprof.context import FinalizeContext, RoleContext, iteration_context, step_context
+from rlprof import context, hookspecs
 from rlprof.errors import BackendError, ConfigError
 from rlprof.installed import discover, distribution_of, not_installed_error
+from rlprof.runtime.groups import StepGroups
 
-HOOKS = ("validate_tool_config", "check_environment", "start_step", "start_role", "iteration_boundary", "stop_role",
-         "step_boundary", "finalize", "worker_runtime_env")
-LIFECYCLE = ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary", "finalize")
+HOOKS = hookspecs.HOOKS
+"""Every hook of the spec, in spec order."""
+CONTEXT_CLASSES: dict[str, type] = {
+    hook: getattr(context, getattr(hookspecs, hook).__annotations__["ctx"])
+    for hook in HOOKS if "ctx" in getattr(hookspecs, hook).__annotations__}
+"""Hook -> the context class its spec types ``ctx`` with (the annotations are names: postponed evaluation)."""
+LIFECYCLE = tuple(hook for hook in CONTEXT_CLASSES if issubclass(CONTEXT_CLASSES[hook], context.HookContext))
+"""The hooks of a capture's life (their ``ctx`` is a :class:`~rlprof.context.HookContext`), in spec order."""
 
 log = logging.getLogger("rlprof")
 
@@ -53,6 +58,29 @@ def plugin_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     return pm
+
+
+_ORDERING_OPTIONS = ("tryfirst", "trylast", "hookwrapper", "wrapper")
+
+
+def refuse_ordering_options(pm: pluggy.PluginManager, name: str) -> None:
+    """Refuse a hookimpl of backend ``name`` marked ``tryfirst``/``trylast``/``hookwrapper``/``wrapper``.
+
+    The core calls every backend's implementation on its own, in ``global_profiler.tool`` order (one
+    raising backend must not stop the others), not through pluggy's call loop, so those markers would
+    be silently ignored (ordering) or misread (a wrapper's generator taken for a bad return value).
+
+    :raises BackendError: naming the backend, the hook and the marker (like a failing import)."""
+    for impl in pm.get_hookcallers(pm.get_plugin(name)) or ():
+        for hookimpl in impl.get_hookimpls():
+            if hookimpl.plugin_name != name:
+                continue
+            used = [option for option in _ORDERING_OPTIONS if getattr(hookimpl, option, False)]
+            if used:
+                raise BackendError(
+                    f'backend "{name}": its {impl.name} hookimpl is marked {", ".join(f"{o}=True" for o in used)}; '
+                    f"rlprof calls each backend's hooks on its own, in global_profiler.tool order, so it cannot honour "
+                    f"that; allowed: a plain @rlprof.hookimpl", key="global_profiler.tool")
 
 
 def implemented_hooks(plugin: Any) -> list[str]:
@@ -120,6 +148,7 @@ class Backends:
             plugin = instances[name] if instances is not None else load_backend(name, eps)
             self.plugins[name] = plugin
             self.pm.register(plugin, name=name)
+            refuse_ordering_options(self.pm, name)
         self.pm.check_pending()
         self.impls: dict[str, list[_Impl]] = {}
         """Hook name -> implementations in ``names`` order."""
@@ -132,6 +161,10 @@ class Backends:
         self._calls: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {
             hook: [(impl.backend, self._ctx_caller(impl, hook)) for impl in self.impls[hook]] for hook in LIFECYCLE}
         """Lifecycle hook -> ``(backend, call(ctx))`` in ``names`` order: what the typed methods loop over."""
+        self._constructors = {hook: context.CONSTRUCTORS[CONTEXT_CLASSES[hook]] for hook in LIFECYCLE}
+        """Lifecycle hook -> the one constructor of the context class its spec names."""
+        self.groups = StepGroups()
+        """Which closes end a group of captures (``ctx.ends_group``): the core's step grouping."""
         self.watchdog: Any = None
         """The hook watchdog once :meth:`start_watchdog` ran (the process session starts it; one-off
         users such as ``rlprof check`` call hooks unwatched)."""
@@ -146,96 +179,58 @@ class Backends:
 
     # ------------------------------------------------------------------ the typed lifecycle facade
     #
-    # One method per lifecycle hook, written out (no **kwargs packing): these are the calls the capture
-    # state machine makes (rlprof.runtime.capture: it is the machine's hooks object), and the hot path of every
-    # profiled region. ``region`` is the machine's OpenRegion (its role, name and the role's configs);
-    # step-level calls use :attr:`primary` configs. ``only``: call that backend alone, failed or not
-    # (the session releasing it).
+    # One method per lifecycle hook of the spec (tests/runtime/test_registry.py keeps the two in step):
+    # these are the calls the capture state machine makes (rlprof.runtime.capture: it is the machine's
+    # hooks object), each a line that maps the machine's arguments onto the fields of the context class
+    # the spec names; :meth:`_each` does the rest. ``region`` is the machine's OpenRegion (its role, name
+    # and the role's configs); step-level calls use :attr:`primary` configs. ``only``: call that backend
+    # alone, failed or not (the session releasing it).
 
     def start_step(self, step: int, capture: Any, opens: bool, only: str | None = None) -> None:
-        run, failed, configs = self.run, self.failed, self.primary
-        for backend, call in self._calls["start_step"]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            self._call(backend, "start_step", call,
-                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, opens, False, True))
+        self._each("start_step", self.primary, only, None, capture, step, opens, False, True)
 
     def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
                    only: str | None = None) -> None:
-        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
-        role, name = region.role, region.name
-        for backend, call in self._calls["start_role"]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
-            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
-                run, backend, configs.get(backend, _EMPTY), capture, None)
-            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, opens, False
-            ctx.iterations, ctx.error = iterations, None
-            try:  # _call, inlined: this is the hot path of every profiled region
-                result = call(ctx) if watchdog is None else watchdog.call(backend, "start_role", self.rank, call, ctx)
-            except Exception as exc:
-                self._failed(backend, "start_role", exc)
-                result = None
-            if (result is not None or ctx._artifacts) and self.on_result is not None:
-                self.on_result(backend, "start_role", ctx, result)
+        self._each("start_role", region.configs, only, None, capture, step, region.role, region.name, opens, False,
+                   iterations, None)
 
     def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
-        run, failed, configs = self.run, self.failed, region.configs
-        for backend, call in self._calls["iteration_boundary"]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            self._call(backend, "iteration_boundary", call, iteration_context(
-                run, backend, configs.get(backend, _EMPTY), capture, step, region.role, region.name, iteration))
+        self._each("iteration_boundary", region.configs, only, None, capture, step, region.role, region.name, iteration)
 
     def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
                   error: BaseException | None, only: str | None = None) -> None:
-        run, failed, watchdog, configs = self.run, self.failed, self.watchdog, region.configs
-        role, name = region.role, region.name
-        for backend, call in self._calls["stop_role"]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            ctx = _new_context(RoleContext)  # role_context(...), inlined: the hot path
-            ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx._artifacts = (
-                run, backend, configs.get(backend, _EMPTY), capture, None)
-            ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, name, False, closes
-            ctx.iterations, ctx.error = iterations, error
-            try:  # _call, inlined: this is the hot path of every profiled region
-                result = call(ctx) if watchdog is None else watchdog.call(backend, "stop_role", self.rank, call, ctx)
-            except Exception as exc:
-                self._failed(backend, "stop_role", exc)
-                result = None
-            if (result is not None or ctx._artifacts) and self.on_result is not None:
-                self.on_result(backend, "stop_role", ctx, result)
+        self._each("stop_role", region.configs, only, self.groups.close if closes else None, capture, step,
+                   region.role, region.name, False, closes, iterations, error)
 
     def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
-        run, failed, configs = self.run, self.failed, self.primary
-        for backend, call in self._calls["step_boundary"]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            self._call(backend, "step_boundary", call,
-                       step_context(run, backend, configs.get(backend, _EMPTY), capture, step, False, closes, ends_step))
+        self._each("step_boundary", self.primary, only, self.groups.close if closes else None, capture, step, False,
+                   closes, ends_step)
 
     def finalize(self, reason: str, profiled_steps: tuple[int, ...], relocate_results: bool,
                  only: str | None = None) -> None:
-        run, failed, configs = self.run, self.failed, self.primary
-        for backend, call in self._calls["finalize"]:
+        self._each("finalize", self.primary, only, self.groups.finish, None, reason, profiled_steps, relocate_results)
+
+    def _each(self, hook: str, configs: Mapping[str, Mapping[str, Any]], only: str | None,
+              grouping: Callable[[str, Mapping[str, Any], Any], tuple[int, ...]] | None, capture: Any,
+              *fields: Any) -> None:
+        """Call ``hook`` on each backend (or ``only`` that one) with its own context: the spec's context
+        class built from ``capture``, ``fields`` (that class's own fields, in order) and what
+        ``grouping`` says this call ends (``ctx.ends_group``); each call isolated and watched, what it
+        produced handed to ``on_result``. The hot path of every profiled region (two calls each)."""
+        run, failed, watchdog, build = self.run, self.failed, self.watchdog, self._constructors[hook]
+        for backend, call in self._calls[hook]:
             if (backend in failed if only is None else backend != only):
                 continue
-            self._call(backend, "finalize", call, FinalizeContext(
-                run=run, backend=backend, tool_config=configs.get(backend, _EMPTY), capture=None, reason=reason,
-                profiled_steps=profiled_steps, relocate_results=relocate_results))
-
-    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> None:
-        """One isolated, watched call; what it produced goes to ``on_result``."""
-        try:
-            watchdog = self.watchdog
-            result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
-        except Exception as exc:
-            self._failed(backend, hook, exc)
-            result = None
-        if (result is not None or ctx._artifacts) and self.on_result is not None:
-            self.on_result(backend, hook, ctx, result)
+            tool_config = configs.get(backend, _EMPTY)
+            ctx = build(run, backend, tool_config, capture, *fields,
+                        () if grouping is None else grouping(backend, tool_config, capture))
+            try:
+                result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
+            except Exception as exc:
+                self._failed(backend, hook, exc)
+                result = None
+            if (result is not None or ctx._artifacts) and self.on_result is not None:
+                self.on_result(backend, hook, ctx, result)
 
     def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
         """``call(ctx)`` for a lifecycle hookimpl, whatever arguments it names (pluggy passes only those)."""
@@ -368,7 +363,6 @@ class Backends:
 
 
 _EMPTY: Mapping[str, Any] = {}
-_new_context = object.__new__
 
 
 def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:

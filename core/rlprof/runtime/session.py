@@ -12,6 +12,16 @@ rank are *participants* of one :class:`ProcessSession`:
 * each participant keeps its own roles, tool configs and ``process`` record; their configs must
   agree on tools, steps, mode and save_path (a ConfigError naming both otherwise).
 
+Locking: the session owns its lock and takes it in every public method (``enter``, ``exit``,
+``join_step``, ``leave_step``, the iteration methods, ``finalize``): it guards the session's own state
+(machine, manifest, backends, participants), which several Profilers share, so no caller can forget
+it. The lock is re-entrant (leaving a step exits the regions still open). A Profiler's own lock
+guards only its own fields and is always taken before this one.
+
+A participant is a Profiler seen through :class:`Participant`: its public ``plan``, ``run``,
+``config`` and ``stages``, and the two callbacks it hands over at :func:`join` (its regions go idle;
+a step's captures are written). The session never touches a Profiler's private state.
+
 The session also turns the machine's :class:`~rlprof.runtime.capture.Action` objects into calls of the typed
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
 for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
@@ -24,9 +34,9 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
 from rlprof.context import Capture
@@ -43,25 +53,42 @@ _time_ns = time.time_ns
 _new_region = object.__new__
 
 
-def join(prof: Any, instances: Mapping[str, Any] | None = None) -> "ProcessSession":
-    """The session ``prof`` takes part in: the open one of its process with the same run id and rank,
-    else a new one (with ``instances`` as backends instead of entry points, for tests of the core).
+@dataclass(frozen=True, eq=False)
+class Participant:
+    """How the session sees one Profiler: the Profiler itself (read through its public ``plan``,
+    ``run``, ``config``, ``stages``) and what the session calls back, under its lock."""
 
-    :raises ConfigError: a tool config is invalid, or ``prof``'s config disagrees with the session's."""
+    profiler: Any
+    went_idle: Callable[[], None]
+    """The profiler's part in the profiled step ended (its own step_boundary, or colocated Profilers
+    disagreed on the step): its regions go idle."""
+    step_written: Callable[[int], None]
+    """A profiled step ended and the backends wrote its captures (the finish hook may start)."""
+
+
+def join(participant: Participant, instances: Mapping[str, Any] | None = None
+         ) -> tuple["ProcessSession", dict[str, dict[str, Mapping[str, Any]]]]:
+    """The session ``participant`` takes part in: the open one of its process with the same run id and
+    rank, else a new one (with ``instances`` as backends instead of entry points, for tests of the
+    core); and the participant's validated tool configs (selected role -> backend -> tool_config).
+
+    :raises ConfigError: a tool config is invalid, or the participant's config disagrees with the session's.
+    :raises BackendError: a selected backend cannot be loaded or registered (a new session only)."""
+    prof = participant.profiler
     key = (prof.run.run_id, prof.run.rank, os.getpid())
     with _sessions_lock:
         session = _sessions.get(key)
-        created = session is None
+        created = session is None or session.finished  # (a finished one may not be delisted yet)
         if created:
             session = ProcessSession(prof, instances)
         try:
-            session.add(prof)
+            tool_configs = session.add(participant)
         except BaseException:
             if created:
                 session.backends.close()
             raise
         _sessions[key] = session
-    return session
+    return session, tool_configs
 
 
 class ProcessSession:
@@ -78,12 +105,17 @@ class ProcessSession:
         self.config = first.config
         self.lock = threading.RLock()
         self.participants: list[Any] = []
+        """The Profilers taking part, in joining order."""
+        self._callbacks: dict[Any, Participant] = {}
+        """Profiler -> its :class:`Participant` (what to call back)."""
         self.in_step: list[Any] = []
-        """Participants that started the step in progress and have not ended it."""
+        """Profilers that started the profiled step in progress and have not ended it: the owner of
+        "who holds the shared step open" (the last one out ends it); the step itself is the machine's."""
         self.artifacts: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.environment: dict[str, list[str]] = {}
         self.profiled_steps: list[int] = []
+        """The profiled steps ended so far (history for ``finalize``, not the step in progress)."""
         self.finished = False
         self._primary: Mapping[str, Mapping[str, Any]] = {}
         """Tool configs of step-level calls: the first participant's first selected role's."""
@@ -108,20 +140,24 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ participants
 
-    def add(self, prof: Any) -> None:
-        """Join ``prof``: check it agrees with the session, validate its tool configs, write its ``process`` record."""
-        if self.participants:
-            self._check_agrees(prof)
-        self._validate_tool_configs(prof)
-        if not self.participants:
-            self._primary = self.backends.primary = prof.tool_configs.get(prof.plan.selected_roles[0], {})
-            self._check_environment()
-        self.participants.append(prof)
-        roles = tuple(dict.fromkeys(r for p in self.participants for r in p.run.roles))
-        if roles != self.run.roles:
-            self.run = self.backends.run = replace(self.run, roles=roles)
-        prof.environment = self.environment
-        self.manifest.write("process", **process_record(prof, self.environment))
+    def add(self, participant: Participant) -> dict[str, dict[str, Mapping[str, Any]]]:
+        """Join a Profiler: check it agrees with the session, validate its tool configs (returned),
+        write its ``process`` record."""
+        prof = participant.profiler
+        with self.lock:
+            if self.participants:
+                self._check_agrees(prof)
+            tool_configs = self._validated_tool_configs(prof)
+            if not self.participants:
+                self._primary = self.backends.primary = tool_configs.get(prof.plan.selected_roles[0], {})
+                self._check_environment()
+            self.participants.append(prof)
+            self._callbacks[prof] = participant
+            roles = tuple(dict.fromkeys(r for p in self.participants for r in p.run.roles))
+            if roles != self.run.roles:
+                self.run = self.backends.run = replace(self.run, roles=roles)
+            self.manifest.write("process", **process_record(prof, self.environment))
+            return tool_configs
 
     def _check_agrees(self, prof: Any) -> None:
         first = self.participants[0]
@@ -145,14 +181,13 @@ class ProcessSession:
                     f"{'+'.join(prof.run.roles)} has {_shown(b)}; allowed: the same value for every Profiler of one "
                     f"process (they share one capture per backend)", key=key)
 
-    def _validate_tool_configs(self, prof: Any) -> None:
+    def _validated_tool_configs(self, prof: Any) -> dict[str, dict[str, Mapping[str, Any]]]:
         """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
         backends = self.backends
         for tool in self.plan.tools:
             backends.validated_global_section(tool, prof.config)
-        for name in prof.plan.selected_roles:
-            role_cfg = prof.config.roles[name]
-            prof.tool_configs[name] = {b: backends.validated_tool_config(b, role_cfg) for b in self.plan.tools}
+        return {name: {b: backends.validated_tool_config(b, prof.config.roles[name]) for b in self.plan.tools}
+                for name in prof.plan.selected_roles}
 
     def _check_environment(self) -> None:
         """Ask each backend what it lacks here (no CUDA, no CANN...): warn once, keep it for the
@@ -167,37 +202,37 @@ class ProcessSession:
     # ------------------------------------------------------------------ steps
 
     def join_step(self, prof: Any, step: int) -> bool:
-        """``prof`` begins ``step``; True when the step is profiled (its roles go live)."""
-        if prof in self.in_step:
-            log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
-                        step, self.machine.step, self.machine.step)
-            self.leave_step(prof)
-        if self.in_step and self.machine.step != step:
-            log.warning("rlprof: colocated Profilers of rank %d disagree on the step (%s began while %s is open); "
-                        "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
-            for other in list(self.in_step):
-                self.leave_step(other)
-        profiled = prof.plan.is_profiled(step)
-        if not self.in_step:
-            self._guarded(self.machine.start_step, step, profiled)
+        """``prof`` begins ``step`` (it ended its previous one itself); True when the step is profiled
+        (its roles go live)."""
+        with self.lock:
+            if self.in_step and self.machine.step != step:
+                log.warning("rlprof: colocated Profilers of rank %d disagree on the step (%s began while %s is open); "
+                            "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
+                for other in list(self.in_step):
+                    self.leave_step(other)
+            profiled = prof.plan.is_profiled(step)
+            if not self.in_step:
+                self._guarded(self.machine.start_step, step, profiled)
+                if profiled:
+                    self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
             if profiled:
-                self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
-        if profiled:
-            self.in_step.append(prof)
-        return profiled
+                self.in_step.append(prof)
+            return profiled
 
     def leave_step(self, prof: Any) -> None:
-        """``prof`` ends its step: its regions still open are exited; the last one out ends the step."""
-        if prof not in self.in_step:
-            return
-        for region in list(reversed(self.machine.stack)):
-            if region.owner is prof and region in self.machine.stack:
-                log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
-                self.exit(region, None)  # (the lock is re-entrant)
-        prof._go_idle()
-        self.in_step.remove(prof)
-        if not self.in_step:
-            self._end_step()
+        """``prof`` ends its step: its regions still open are exited and it goes idle; the last one
+        out ends the step."""
+        with self.lock:
+            if prof not in self.in_step:
+                return
+            for region in list(reversed(self.machine.stack)):
+                if region.owner is prof and region in self.machine.stack:
+                    log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
+                    self.exit(region, None)
+            self._callbacks[prof].went_idle()
+            self.in_step.remove(prof)
+            if not self.in_step:
+                self._end_step()
 
     def _end_step(self) -> None:
         step = self.machine.step
@@ -208,7 +243,7 @@ class ProcessSession:
         self.profiled_steps.append(step)
         self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns)))
         for participant in self.participants:
-            participant._step_written(step)  # after the backends wrote the step's captures
+            self._callbacks[participant].step_written(step)  # after the backends wrote the step's captures
 
     # ------------------------------------------------------------------ regions and iterations
 
@@ -258,46 +293,52 @@ class ProcessSession:
                     "captured; wrap each micro-batch/decode step in `with prof.iteration():`", each.name)
 
     def iteration_begins(self) -> None:
-        self._guarded(self.machine.iteration_begins)
+        with self.lock:
+            self._guarded(self.machine.iteration_begins)
 
     def iteration_ends(self, error: BaseException | None = None) -> None:
-        self._guarded(self.machine.iteration_ends, error)
+        with self.lock:
+            self._guarded(self.machine.iteration_ends, error)
 
     def next_iteration(self) -> None:
         """End the iteration in progress of the innermost sampled region and begin the next one."""
-        region = self.machine.innermost_sampled()
-        if region is None:
-            return
-        if region.name not in self._implicit:
-            self._implicit.add(region.name)
-            if not region.in_iteration and region.iteration == 0:
-                # First use of this style in this region: its iteration 0 began at entry, learnt only now.
-                self._guarded(self.machine.iteration_begins)
-        self._guarded(self.machine.iteration_ends)
-        self._guarded(self.machine.iteration_begins)
+        with self.lock:
+            region = self.machine.innermost_sampled()
+            if region is None:
+                return
+            if region.name not in self._implicit:
+                self._implicit.add(region.name)
+                if not region.in_iteration and region.iteration == 0:
+                    # First use of this style in this region: its iteration 0 began at entry, learnt only now.
+                    self._guarded(self.machine.iteration_begins)
+            self._guarded(self.machine.iteration_ends)
+            self._guarded(self.machine.iteration_begins)
 
     # ------------------------------------------------------------------ the end
 
     def finalize(self, prof: Any, reason: str) -> None:
         """``prof`` leaves; the last participant out closes everything and finalizes the backends."""
-        if prof in self.in_step:
-            self.leave_step(prof)
-        if prof in self.participants:
-            self.participants.remove(prof)
-        last = not self.participants and not self.finished
-        if last:
-            self._guarded(self.machine.leave)
-            self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
-            self._flush_regions()
-            self.backends.close()
-            self.finished = True
+        with self.lock:
+            if prof in self.in_step:
+                self.leave_step(prof)
+            if prof in self.participants:
+                self.participants.remove(prof)
+                del self._callbacks[prof]
+            last = not self.participants and not self.finished
+            if last:
+                self._guarded(self.machine.leave)
+                self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
+                self._flush_regions()
+                self.backends.close()
+                self.finished = True
+            self.manifest.write("finalized", reason=reason, roles=list(prof.run.roles), artifacts=len(self.artifacts),
+                                errors=len(self.errors))
+            if last:
+                self.manifest.close()
+        if last:  # outside the session's lock: join() takes the two locks in the other order
             with _sessions_lock:
                 if _sessions.get(self.key) is self:
                     del _sessions[self.key]
-        self.manifest.write("finalized", reason=reason, roles=list(prof.run.roles), artifacts=len(self.artifacts),
-                            errors=len(self.errors))
-        if last:
-            self.manifest.close()
 
     # ------------------------------------------------------------------ dispatch
 

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from rlprof.roles import nest_profiler
-from rlprof.context import FinalizeContext
+from rlprof.context import finalize_context
 from rlprof.layout import safe_name
 from rlprof.manifest import read_records
 from rlprof.runtime.plan import primary_role
+from rlprof.runtime.registry import HOOKS, LIFECYCLE
 from rlprof.testing.footprint import Footprint
 from rlprof.testing.recorder import RecordingBackend
 
@@ -160,7 +161,8 @@ class Scenario:
         return self.raise_in in (role, region) and step == min(s for s in self.steps if s >= self.first_step)
 
 
-LIFECYCLE_HOOKS = ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary", "finalize")
+LIFECYCLE_HOOKS = LIFECYCLE
+"""The lifecycle hooks of the spec (:data:`rlprof.runtime.registry.LIFECYCLE`), the kit's older name."""
 
 
 @dataclass
@@ -325,7 +327,7 @@ def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBa
     pm = plugin_manager()
     pm.register(plugin)
     members: dict[str, Any] = {}
-    for hook in ("validate_tool_config", "check_environment", *LIFECYCLE_HOOKS, "worker_runtime_env"):
+    for hook in HOOKS:
         impls = getattr(pm.hook, hook).get_hookimpls()
         if impls:
             members[hook] = hookimpl(_delegate(hook, impls[0].function, tuple(impls[0].argnames), injected, recorder))
@@ -468,9 +470,8 @@ def _finalize_again(run: BackendRun) -> SecondFinalize:
     if not pm.hook.finalize.get_hookimpls():
         return outcome
     role = primary_role(prof.plan)
-    ctx = FinalizeContext(run=prof.run, backend=run.name, tool_config=prof.tool_configs.get(role, {}).get(run.name, {}),
-                          capture=None, reason="end", profiled_steps=tuple(prof.plan.steps),
-                          relocate_results=prof.config.global_.relocate_results)
+    ctx = finalize_context(prof.run, run.name, prof.tool_configs.get(role, {}).get(run.name, {}), None, "end",
+                           tuple(prof.plan.steps), prof.config.global_.relocate_results, ())
     before = _snapshot(run.run_dir)
     try:
         results = pm.hook.finalize(ctx=ctx)

@@ -4,8 +4,9 @@ History recording (``torch.cuda.memory._record_memory_history``) starts when the
 opens and stays on until ``finalize``. With ``clear_history`` (the default) each later window
 clears the history as it opens, so every snapshot holds the alloc/free events of its own window
 plus the state of every live block. ``memory_snapshot_num_steps: N`` (verl's key) keeps the
-history across windows until they cover N training step numbers, then writes one snapshot for all of
-them. Each snapshot is ``rank<R>.memory_snapshot.pickle`` in the directory of the window that
+history across windows until the core says a group of them ends (``ctx.ends_group``: the core groups
+windows until they cover N training step numbers, :mod:`rlprof.runtime.groups`), then writes one
+snapshot for all of them. Each snapshot is ``rank<R>.memory_snapshot.pickle`` in the directory of the window that
 ends it (open it at https://pytorch.org/memory_viz or with
 ``python -m torch.cuda._memory_viz trace_plot``). While a role region runs, its name is attached
 to every allocation (``_set_memory_metadata``), so the viewer says which role allocated what.
@@ -53,12 +54,11 @@ class TorchMemoryBackend:
         self._recording = False
         self._window = None
         """The hook context that opened the current window; None between windows."""
-        self._group_steps: list[int] = []
-        """Training step numbers covered since the last snapshot (``memory_snapshot_num_steps``)."""
         self._regions: list[str] = []
         self._no_cuda_said = False
         self._oom: OomWatch | None = None
         self._last_closed = None
+        """The last window closed whose group the core has not ended yet (None: no group in progress)."""
 
     @hookimpl
     def validate_tool_config(self, tool_config, key_path):
@@ -91,13 +91,13 @@ class TorchMemoryBackend:
             _label_allocations(self._regions[-1] if self._regions else "")
         self._collect_oom(ctx)
         if ctx.closes_capture:
-            self._close(ctx, final=False)
+            self._close(ctx)
 
     @hookimpl
     def step_boundary(self, ctx):
         self._collect_oom(ctx)
         if ctx.closes_capture:
-            self._close(ctx, final=False)
+            self._close(ctx)
 
     @hookimpl
     def finalize(self, ctx):
@@ -108,10 +108,10 @@ class TorchMemoryBackend:
             return
         import torch
 
-        if self._window is not None:
-            self._close(self._window, final=True, sink=ctx)
-        elif self._group_steps:  # windows closed since the last snapshot, fewer than memory_snapshot_num_steps
-            self._write(self._last_closed, ctx)
+        if self._window is not None:  # a window left open (the core closes every one first): it ends its group
+            self._close(ctx, covered=(*ctx.ends_group, *self._window.capture.steps))
+        elif ctx.ends_group and self._last_closed is not None:  # the group left over, ended by the core now
+            self._write(self._last_closed, ctx, ctx.ends_group)
         _label_allocations("")
         torch.cuda.memory._record_memory_history(enabled=None)
         self._recording = False
@@ -127,7 +127,7 @@ class TorchMemoryBackend:
         import torch
 
         cfg = ctx.tool_config
-        if not self._recording or (cfg["clear_history"] and not self._group_steps):
+        if not self._recording or (cfg["clear_history"] and self._last_closed is None):
             # The first window starts recording; a later one, opening a new snapshot group, drops
             # what happened between windows (clear_history).
             torch.cuda.memory._record_memory_history(
@@ -137,23 +137,24 @@ class TorchMemoryBackend:
         self._recording = True
         self._window = ctx
 
-    def _close(self, ctx, *, final: bool, sink=None) -> None:
-        """End the open window; write the snapshot when its group is complete (or at the end)."""
+    def _close(self, ctx, covered=None) -> None:
+        """End the open window; write the snapshot when this call ends its group (``ctx.ends_group``,
+        the core's decision; ``covered`` overrides it for a window closed at finalize)."""
         opened, self._window = self._window, None
         if opened is None:
             return
-        covered = list(opened.capture.steps) if opened.capture else [opened.step]
-        self._group_steps.extend(s for s in covered if s not in self._group_steps)
         self._last_closed = opened
-        if final or len(self._group_steps) >= opened.tool_config["memory_snapshot_num_steps"]:
-            self._write(opened, sink or ctx)
+        covered = ctx.ends_group if covered is None else tuple(dict.fromkeys(covered))
+        if covered:
+            self._write(opened, ctx, covered)
 
-    def _write(self, opened, sink) -> None:
+    def _write(self, opened, sink, covered) -> None:
         """Dump the snapshot into ``opened``'s capture directory; list it through ``sink`` (the hook
-        call under way), naming the step numbers and capture it covers."""
+        call under way), naming the step numbers (``covered``) and capture it covers."""
         import torch
 
-        covered, self._group_steps = self._group_steps, []
+        self._last_closed = None
+        covered = list(covered)
         path = opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank)
         with open_file(path, opened.run.run_dir, "wb") as handle:  # a new file, never through a link
             pickle.dump(torch.cuda.memory._snapshot(), handle)

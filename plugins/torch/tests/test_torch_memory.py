@@ -242,3 +242,17 @@ def test_a_real_oom_writes_a_snapshot_holding_the_failed_allocation(make_config)
     [oom] = [a for a in prof.finalize() if a.get("trigger") == "oom"]
     snapshot = pickle.loads((prof.run.run_dir / oom["path"]).read_bytes())
     assert any(e["action"] == "oom" for trace in snapshot["device_traces"] for e in trace)
+
+
+def test_memory_snapshot_num_steps_is_the_core_s_grouping_key():
+    """torch_memory never counts steps: its validated ``memory_snapshot_num_steps`` is the key the core
+    groups by (rlprof.runtime.groups), and the backend writes when ``ctx.ends_group`` says so."""
+    from rlprof.context import Capture
+    from rlprof.runtime.groups import GROUP_KEY, StepGroups
+
+    groups, config = StepGroups(), validate({"memory_snapshot_num_steps": 2}, "t")
+    assert GROUP_KEY == "memory_snapshot_num_steps" and config[GROUP_KEY] == 2
+    windows = [Capture(capture_id=f"step{s}", steps=(s,), regions=(), directory=Path("/x")) for s in (1, 2, 3)]
+    assert [groups.close("torch_memory", config, w) for w in windows] == [(), (1, 2), ()]
+    assert groups.finish("torch_memory", config, None) == (3,)
+    assert groups.close("torch_memory", validate({}, "t"), windows[0]) == (1,)  # default: a snapshot per window

@@ -1,0 +1,94 @@
+"""The typed facade over pluggy (rlprof.runtime.registry): its lifecycle methods follow the spec, each
+builds the context class the spec names, and hookimpl options the core cannot honour are refused at load."""
+
+from __future__ import annotations
+
+import pytest
+
+import rlprof
+from rlprof import context, hookspecs
+from rlprof.context import Capture, RunInfo
+from rlprof.runtime.capture import OpenRegion
+from rlprof.runtime.registry import CONTEXT_CLASSES, HOOKS, LIFECYCLE, Backends
+
+
+class Spy:
+    """Records the context of every lifecycle call."""
+
+    def __init__(self):
+        self.seen: dict[str, object] = {}
+
+    @rlprof.hookimpl
+    def start_step(self, ctx):
+        self.seen["start_step"] = ctx
+
+    @rlprof.hookimpl
+    def start_role(self, ctx):
+        self.seen["start_role"] = ctx
+
+    @rlprof.hookimpl
+    def iteration_boundary(self, ctx):
+        self.seen["iteration_boundary"] = ctx
+
+    @rlprof.hookimpl
+    def stop_role(self, ctx):
+        self.seen["stop_role"] = ctx
+
+    @rlprof.hookimpl
+    def step_boundary(self, ctx):
+        self.seen["step_boundary"] = ctx
+
+    @rlprof.hookimpl
+    def finalize(self, ctx):
+        self.seen["finalize"] = ctx
+
+
+def test_the_hook_lists_come_from_the_spec():
+    assert HOOKS == hookspecs.HOOKS
+    assert LIFECYCLE == ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary", "finalize")
+    assert {hook: cls.__name__ for hook, cls in CONTEXT_CLASSES.items()} == {
+        hook: getattr(hookspecs, hook).__annotations__["ctx"] for hook in HOOKS
+        if "ctx" in getattr(hookspecs, hook).__annotations__}
+
+
+def test_every_lifecycle_hook_has_a_typed_method_building_the_context_the_spec_names(tmp_path):
+    """A hook added to the spec without its facade method, or a method building another context class, fails here."""
+    spy = Spy()
+    backends = Backends(["spy"], instances={"spy": spy})
+    backends.run = RunInfo(run_id="r", rank=0, world_size=1, host="h", pid=1, run_dir=tmp_path, roles=("actor",))
+    capture = Capture(capture_id="step1", steps=(1,), regions=(), directory=tmp_path / "step1")
+    region = OpenRegion("actor", "actor_update")
+    region.configs = {"spy": {"k": 1}}
+    calls = {
+        "start_step": lambda: backends.start_step(1, capture, True),
+        "start_role": lambda: backends.start_role(region, 1, capture, False, None),
+        "iteration_boundary": lambda: backends.iteration_boundary(region, 1, capture, 0),
+        "stop_role": lambda: backends.stop_role(region, 1, capture, False, None, None),
+        "step_boundary": lambda: backends.step_boundary(1, capture, True, True),
+        "finalize": lambda: backends.finalize("end", (1,), False),
+    }
+    assert set(calls) == set(LIFECYCLE) and all(callable(getattr(Backends, hook)) for hook in LIFECYCLE)
+    for hook in LIFECYCLE:
+        calls[hook]()
+        ctx = spy.seen[hook]
+        assert type(ctx) is CONTEXT_CLASSES[hook] and type(ctx).__name__ == getattr(hookspecs, hook).__annotations__["ctx"]
+        assert ctx.backend == "spy" and ctx.run is backends.run
+    assert spy.seen["start_role"].tool_config == {"k": 1} and spy.seen["start_role"].region == "actor_update"
+    assert spy.seen["step_boundary"].ends_group == (1,)  # a close ends its own group (no grouping key)
+    assert spy.seen["start_step"].ends_group == () and spy.seen["finalize"].ends_group == ()
+    assert {cls for cls in CONTEXT_CLASSES.values() if issubclass(cls, context.HookContext)} == set(context.CONSTRUCTORS)
+
+
+@pytest.mark.parametrize("option", ["tryfirst", "trylast", "hookwrapper", "wrapper"])
+def test_a_hookimpl_option_the_core_cannot_honour_is_refused_at_load(option, save_path):
+    def stop_role(self, ctx):
+        if option in ("hookwrapper", "wrapper"):
+            yield
+    ordered = type("Ordered", (), {"stop_role": rlprof.hookimpl(**{option: True})(stop_role)})()
+    with pytest.raises(rlprof.BackendError) as info:
+        rlprof.Profiler(None, run_id=f"refused-{option}", backends={"ordered": ordered}, overrides=[
+            "global_profiler.tool=ordered", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1]",
+            "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true"])
+    message = str(info.value)
+    assert 'backend "ordered"' in message and "stop_role" in message and f"{option}=True" in message
+    assert info.value.key == "global_profiler.tool"
