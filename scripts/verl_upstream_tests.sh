@@ -7,7 +7,8 @@
 # The tests are extracted from the repository's HEAD into a temporary directory (never into this
 # repository); a conftest.py there calls rlprof.verl.install() before the tests import verl's
 # classes, and maps rlprof-npu's stand-in torch_npu under the real name so the mstx tests import.
-# Each test is its own run (its own RLPROF_RUN_ID). --baseline runs the same tests with verl's own classes, to tell environment failures (no vllm,
+# The tests run as verl's CI runs them: many DistProfilers per process, with different tools and save paths,
+# most never finalized (rlprof ends a session once its Profilers are dropped). --baseline runs the same tests with verl's own classes, to tell environment failures (no vllm,
 # HEAD-only config files) from differences of the drop-in. See docs/verl.md for the expected result.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,14 +40,6 @@ except ImportError:  # the stand-in of rlprof-npu's tests, under the real module
 if os.environ.get("RLPROF_VERL_BASELINE") != "1":
     import rlprof.verl
     rlprof.verl.install()
-
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _one_run_per_test(request, monkeypatch):
-    # every test is its own training run: the Profilers of one run and rank share a process session
-    monkeypatch.setenv("RLPROF_RUN_ID", "verl-test-" + str(abs(hash(request.node.nodeid))))
 PY
 cd "$WORK"
 RLPROF_VERL_BASELINE=$BASELINE exec "$ROOT/.venv/bin/python" -m pytest -p no:cacheprovider -q -rfE "$@" tests

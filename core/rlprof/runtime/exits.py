@@ -1,7 +1,9 @@
 """Finalizing at process exit: interpreter exit, SIGTERM, and the order Python shuts down in.
 
 Every Profiler that has something to finish (a session to finalize, a finish hook to wait for)
-registers here; when the process ends, each is finalized once, with reason ``exit`` or ``signal``.
+registers here, and so does every process session (for a session whose Profilers were dropped
+without ``finalize()``); when the process ends, each is finalized once, newest first, with reason
+``exit`` or ``signal``. Registrations are weak: registering never keeps a Profiler alive.
 
 Why not plain :mod:`atexit`: at interpreter exit Python first *joins every non-daemon thread*
 (``threading._shutdown``) and only then runs atexit handlers. A backend whose own non-daemon thread
@@ -23,13 +25,14 @@ import logging
 import os
 import signal
 import threading
+import weakref
 from typing import Any
 
 log = logging.getLogger("rlprof")
 
 _lock = threading.Lock()
-_registered: dict[int, Any] = {}
-"""id(obj) -> obj with ``finalize(reason=...)``, in registration order."""
+_registered: dict[int, "weakref.ref[Any]"] = {}
+"""id(obj) -> a weak reference to obj with ``finalize(reason=...)``, in registration order."""
 _installed_pid: int | None = None
 _previous_sigterm: Any = None
 _our_sigterm = False
@@ -39,7 +42,7 @@ def register(obj: Any) -> None:
     """Finalize ``obj`` (``obj.finalize(reason="exit" | "signal")``) when the process ends, unless
     :func:`unregister` came first."""
     with _lock:
-        _registered[id(obj)] = obj
+        _registered[id(obj)] = weakref.ref(obj)
         _install()
 
 
@@ -47,6 +50,8 @@ def unregister(obj: Any) -> None:
     """``obj`` finalized itself; forget it (and give SIGTERM back when nothing is left)."""
     with _lock:
         _registered.pop(id(obj), None)
+        for key in [key for key, ref in _registered.items() if ref() is None]:
+            del _registered[key]  # collected: nothing left to finish for it
         if not _registered:
             _restore_sigterm()
 
@@ -55,7 +60,7 @@ def finalize_all(reason: str) -> None:
     """Finalize everything registered by this process, newest first (colocated Profilers finalize
     their shared session with the last one). Never raises."""
     with _lock:
-        pending = [obj for obj in _registered.values() if _owned_here(obj)]
+        pending = [obj for obj in (ref() for ref in _registered.values()) if obj is not None and _owned_here(obj)]
     for obj in reversed(pending):
         try:
             obj.finalize(reason=reason)

@@ -12,9 +12,16 @@ context reaches it **only** through environment variables, never pasted into the
 ``VERL_PROFILE_ROLE`` and, with nsys, ``VERL_PROFILE_RAY_NSIGHT_DIR`` (Ray's nsight report directory,
 ``$RLPROF_RAY_NSIGHT_DIR`` or Ray's default ``/tmp/ray/session_latest/logs/nsight``).
 
-The command's output and its exit status are printed to the process's stdout line by line (in a
-Ray worker that is the worker's log, where a logger may not be configured), each line prefixed
-``[rlprof finish_hook] rank N:``; the status is logged too. A failing or missing command never raises.
+The command's output goes to a file, ``<run_dir>/_process/rank<R>-<host>-<pid>/finish_hook.log``
+(created new, never through a link), and while the command's shell runs each new line is also printed
+to the process's stdout (in a Ray worker that is the worker's log, where a logger may not be
+configured), prefixed ``[rlprof finish_hook] rank N:``; the exit status is printed and logged too. A
+failing or missing command never raises.
+
+The command is done when its shell exits. A job it started in the background
+(``upload.sh "$RLPROF_SAVE_PATH" &``) keeps running, in its own session, so the end of training
+does not stop it; what it prints later is in the log file only. (Reading the command's output from a
+pipe would wait for every holder of the pipe, that background job included, to close it.)
 
 When it runs:
 
@@ -32,7 +39,11 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
+from typing import IO
+
+from rlprof.layout import open_file, process_tag
 
 log = logging.getLogger("rlprof")
 RAY_NSIGHT_DIR = "/tmp/ray/session_latest/logs/nsight"
@@ -40,10 +51,17 @@ RAY_NSIGHT_DIR = "/tmp/ray/session_latest/logs/nsight"
 
 
 class FinishHook:
-    def __init__(self, command: str, last_step: int | None, env: dict[str, str], *, synchronous: bool = False):
+    POLL_S = 0.05
+    """How often the command's log is read for new lines while its shell runs."""
+
+    def __init__(self, command: str, last_step: int | None, env: dict[str, str], *, synchronous: bool = False,
+                 log_path: Path | None = None, run_dir: Path | None = None):
         self.command = command
         self.last_step = last_step
         self.env = env
+        self.log_path = log_path
+        """Where the command's output goes (None: nowhere but stdout, e.g. in tests of the rules)."""
+        self.run_dir = run_dir
         self.synchronous = synchronous
         """Run in the calling thread (verl's semantics) instead of a background thread."""
         self.thread: threading.Thread | None = None
@@ -83,7 +101,9 @@ class FinishHook:
         }
         if "nsys" in g.tools:
             env["VERL_PROFILE_RAY_NSIGHT_DIR"] = os.environ.get("RLPROF_RAY_NSIGHT_DIR", RAY_NSIGHT_DIR)
-        return cls(g.finish_hook_cmd, max(g.steps) if g.steps else None, env, synchronous=g.caller_steps)
+        log_path = run.run_dir / "_process" / process_tag(run.rank, run.host, run.pid) / "finish_hook.log"
+        return cls(g.finish_hook_cmd, max(g.steps) if g.steps else None, env, synchronous=g.caller_steps,
+                   log_path=log_path, run_dir=run.run_dir)
 
     def step_done(self, step: int) -> None:
         """Called at every step boundary, after the backends wrote the step: starts the command
@@ -107,17 +127,21 @@ class FinishHook:
         log.info("rlprof: running finish_hook_cmd on rank %s: %s", rank, self.command)
         say(rank, f"running {self.command}")
         try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", self.command],
-                env={**os.environ, **self.env},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-            )
-            for line in proc.stdout:
-                say(rank, line.rstrip())
-            self.returncode = proc.wait()
+            output = self._open_log()
+        except Exception as exc:  # an unwritable run directory must not cost the user their upload
+            say(rank, f"cannot write the command's log ({exc}); its output is not kept")
+            output = None
+        try:
+            with open(os.devnull, "wb") if output is None else output as sink:
+                proc = subprocess.Popen(
+                    ["/bin/sh", "-c", self.command],
+                    env={**os.environ, **self.env},
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # a background job it starts outlives the trainer's process group
+                )
+            self.returncode = self._follow(proc, rank) if output is not None else proc.wait()
         except Exception as exc:  # the hook must never stop training
             say(rank, f"command failed to launch: {exc}")
             log.error("rlprof: finish_hook_cmd could not run: %s", exc)
@@ -128,6 +152,28 @@ class FinishHook:
             log.error("rlprof: finish_hook_cmd exited with status %s on rank %s", self.returncode, rank)
         else:
             log.info("rlprof: finish_hook_cmd exited with status 0 on rank %s", rank)
+
+    def _open_log(self) -> IO[bytes] | None:
+        if self.log_path is None or self.run_dir is None:
+            return None
+        return open_file(self.log_path, self.run_dir, "wb")
+
+    def _follow(self, proc: subprocess.Popen, rank: str) -> int:
+        """Print the log's new lines while the command's shell runs; its exit status once it exits
+        (not once its background jobs do)."""
+        with os.fdopen(os.open(self.log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as reader:
+            pending = b""
+            while True:
+                status = proc.poll()
+                pending += reader.read()
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    say(rank, line.decode("utf-8", "replace").rstrip())
+                if status is not None:
+                    if pending:
+                        say(rank, pending.decode("utf-8", "replace").rstrip())
+                    return status
+                time.sleep(self.POLL_S)
 
     def wait(self) -> None:
         if self.thread is not None:

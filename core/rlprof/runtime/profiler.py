@@ -317,7 +317,7 @@ class Profiler:
 
             exits.unregister(self)
             if self._session is not None:
-                self._session.finalize(self, reason)
+                self._session.leave(self, reason)
             self._step = None
             self._set_live(_NOTHING)
             if self._finish is not None:

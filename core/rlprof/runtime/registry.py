@@ -131,6 +131,9 @@ class Backends:
         self.trace = os.environ.get("RLPROF_TRACE_HOOKS", "") not in ("", "0")
         self.failed: dict[str, str] = {}
         """Backend -> the hook it first raised in; skipped for new work from then on."""
+        self.contain = False
+        """A ``validate_tool_config`` that crashes releases its backend instead of raising (set by the process
+        session: a profiling run goes on with the other backends; ``rlprof check`` leaves it off and reports it)."""
         self.on_failed: Callable[[str], None] | None = None
         """Called with a backend's name right after its first failure (the session releases it then)."""
         self.primary: Mapping[str, Mapping[str, Any]] = _EMPTY
@@ -303,16 +306,29 @@ class Backends:
         """One ``tool_config`` section checked by ``backend`` under its own key path (a role's section,
         or ``global_profiler.global_tool_config.<backend>``).
 
-        :raises ConfigError: the backend rejected it, or its check itself failed (named as such)."""
+        A backend that rejects the section raises a ConfigError: the run must not start with a config
+        its backend refuses. A backend whose check itself crashes (anything but a ConfigError) is a bug
+        of that backend: with ``contain`` (a profiling run) it is released like a backend that raised in
+        any other hook — logged once, recorded, skipped from then on — and the other backends go on;
+        without it (``rlprof check``) that is a ConfigError naming the crash.
+
+        :raises ConfigError: the backend rejected it, or (without :attr:`contain`) its check failed."""
         from rlprof.config.schema import CORE_TOOL_KEYS
 
         raw = {k: v for k, v in raw.items() if k not in CORE_TOOL_KEYS}  # verl's _target_/discrete: the core's keys
+        impl = next((i for i in self.impls["validate_tool_config"] if i.backend == backend), None)
+        if impl is None or backend in self.failed:
+            return dict(raw)
         try:
-            result = self.call_one(backend, "validate_tool_config", tool_config=dict(raw), key_path=key)
+            result = self._watched(impl, "validate_tool_config", {"tool_config": dict(raw), "key_path": key})
         except ConfigError:
             raise
         except Exception as exc:
-            raise ConfigError(f"{key}: backend {backend!r} failed to validate it: {type(exc).__name__}: {exc}", key=key) from exc
+            if not self.contain or self.strict:
+                raise ConfigError(f"{key}: backend {backend!r} failed to validate it: {type(exc).__name__}: {exc}",
+                                  key=key) from exc
+            self._failed(backend, "validate_tool_config", exc)
+            return dict(raw)
         return dict(result) if result is not None else dict(raw)
 
     def _invoke(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
@@ -332,7 +348,7 @@ class Backends:
             return impl.function(**arguments)
 
     def _failed(self, backend: str, hook: str, exc: Exception) -> None:
-        if self.strict or hook == "validate_tool_config":
+        if self.strict:
             raise exc
         first = backend not in self.failed
         if first:

@@ -10,7 +10,15 @@ rank are *participants* of one :class:`ProcessSession`:
   participant that started N called ``step_boundary()``; every participant's regions are ranges in it;
 * backends' ``finalize`` runs once, when the last participant finalizes (or at exit);
 * each participant keeps its own roles, tool configs and ``process`` record; their configs must
-  agree on tools, steps, mode and save_path (a ConfigError naming both otherwise).
+  agree on tools, steps, mode and save_path. A Profiler that disagrees with the live session of its
+  process (a verl worker rebuilt with another tool, a notebook, a role whose own ``profiler.tool``
+  differs) never raises: it warns once, naming both configs, is recorded as a ``warning`` record of
+  kind ``colocated`` in the session's manifest, and stays idle. It cannot profile beside the session:
+  two torch.profiler sessions in one process crash torch's trace export, and a second manifest for
+  the same rank and process would split one process's story in two.
+* a session ends when its last Profiler finalizes, or when every Profiler of it was garbage-collected
+  without finalizing (the session holds its Profilers weakly): the next Profiler of that run and rank
+  then finalizes what the old one left open and starts a new session, and at exit rlprof does the same.
 
 Locking: the session owns its lock and takes it in every public method (``enter``, ``exit``,
 ``join_step``, ``leave_step``, the iteration methods, ``finalize``): it guards the session's own state
@@ -20,7 +28,7 @@ guards only its own fields and is always taken before this one.
 
 A participant is a Profiler seen through :class:`Participant`: its public ``plan``, ``run``,
 ``config`` and ``stages``, and the two callbacks it hands over at :func:`join` (its regions go idle;
-a step's captures are written). The session never touches a Profiler's private state.
+a step's captures are written), all held weakly. The session never touches a Profiler's private state.
 
 The session also turns the machine's :class:`~rlprof.runtime.capture.Action` objects into calls of the typed
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
@@ -34,7 +42,8 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, replace
+import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -53,29 +62,59 @@ _time_ns = time.time_ns
 _new_region = object.__new__
 
 
-@dataclass(frozen=True, eq=False)
 class Participant:
     """How the session sees one Profiler: the Profiler itself (read through its public ``plan``,
-    ``run``, ``config``, ``stages``) and what the session calls back, under its lock."""
+    ``run``, ``config``, ``stages``) and what the session calls back, under its lock. Everything is
+    held weakly, so a Profiler nobody finalized can still be garbage-collected (its session then ends)."""
 
-    profiler: Any
-    went_idle: Callable[[], None]
-    """The profiler's part in the profiled step ended (its own step_boundary, or colocated Profilers
-    disagreed on the step): its regions go idle."""
-    step_written: Callable[[int], None]
-    """A profiled step ended and the backends wrote its captures (the finish hook may start)."""
+    __slots__ = ("_profiler", "_went_idle", "_step_written", "__weakref__")
+
+    def __init__(self, profiler: Any, went_idle: Callable[[], None], step_written: Callable[[int], None]):
+        self._profiler = weakref.ref(profiler)
+        self._went_idle = weakref.WeakMethod(went_idle)
+        """The profiler's part in the profiled step ended (its own step_boundary, or colocated Profilers
+        disagreed on the step): its regions go idle."""
+        self._step_written = weakref.WeakMethod(step_written)
+        """A profiled step ended and the backends wrote its captures (the finish hook may start)."""
+
+    @property
+    def profiler(self) -> Any:
+        return self._profiler()
+
+    def went_idle(self) -> None:
+        callback = self._went_idle()
+        if callback is not None:
+            callback()
+
+    def step_written(self, step: int) -> None:
+        callback = self._step_written()
+        if callback is not None:
+            callback(step)
+
+
+class Disagreement(ConfigError):
+    """A Profiler's config disagrees with the live session of its process (see the module docstring)."""
+
+
+_said: set[tuple[Any, ...]] = set()
+"""Disagreements already warned about in this process (each is said once)."""
 
 
 def join(participant: Participant, instances: Mapping[str, Any] | None = None
-         ) -> tuple["ProcessSession", dict[str, dict[str, Mapping[str, Any]]]]:
+         ) -> tuple["ProcessSession | None", dict[str, dict[str, Mapping[str, Any]]]]:
     """The session ``participant`` takes part in: the open one of its process with the same run id and
     rank, else a new one (with ``instances`` as backends instead of entry points, for tests of the
     core); and the participant's validated tool configs (selected role -> backend -> tool_config).
+    ``(None, {})`` when it disagrees with the open session: it stays idle (warned and recorded).
 
-    :raises ConfigError: a tool config is invalid, or the participant's config disagrees with the session's.
+    :raises ConfigError: a backend rejected a tool config.
     :raises BackendError: a selected backend cannot be loaded or registered (a new session only)."""
     prof = participant.profiler
     key = (prof.run.run_id, prof.run.rank, os.getpid())
+    with _sessions_lock:
+        previous = _sessions.get(key)
+    if previous is not None:
+        previous.finalize("collected")  # only does something when all its Profilers were collected unfinalized
     with _sessions_lock:
         session = _sessions.get(key)
         created = session is None or session.finished  # (a finished one may not be delisted yet)
@@ -83,11 +122,18 @@ def join(participant: Participant, instances: Mapping[str, Any] | None = None
             session = ProcessSession(prof, instances)
         try:
             tool_configs = session.add(participant)
+        except Disagreement as exc:
+            session.disagreed(prof, exc)
+            return None, {}
         except BaseException:
             if created:
                 session.backends.close()
             raise
-        _sessions[key] = session
+        if created:
+            _sessions[key] = session
+            from rlprof.runtime import exits
+
+            exits.register(session)  # finalizes it at exit if every Profiler of it was collected unfinalized
     return session, tool_configs
 
 
@@ -104,11 +150,10 @@ class ProcessSession:
         """What every context carries; ``roles`` is the union of the participants' roles."""
         self.config = first.config
         self.lock = threading.RLock()
-        self.participants: list[Any] = []
-        """The Profilers taking part, in joining order."""
-        self._callbacks: dict[Any, Participant] = {}
-        """Profiler -> its :class:`Participant` (what to call back)."""
-        self.in_step: list[Any] = []
+        self._members: "weakref.WeakKeyDictionary[Any, Participant]" = weakref.WeakKeyDictionary()
+        """Profiler -> its :class:`Participant` (what to call back), in joining order; weak, so a Profiler
+        dropped without ``finalize()`` leaves the session (see :meth:`finalize`)."""
+        self.in_step: "weakref.WeakSet[Any]" = weakref.WeakSet()
         """Profilers that started the profiled step in progress and have not ended it: the owner of
         "who holds the shared step open" (the last one out ends it); the step itself is the machine's."""
         self.artifacts: list[dict[str, Any]] = []
@@ -134,33 +179,38 @@ class ProcessSession:
         self.backends.on_result = self._collect
         self.backends.on_timeout = self._timed_out
         self.backends.on_failed = self._release
+        self.backends.contain = True
         self.backends.start_watchdog()
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
                                       make_capture=self._make_capture, hooks=self.backends)
 
     # ------------------------------------------------------------------ participants
 
+    @property
+    def participants(self) -> list[Any]:
+        """The Profilers taking part now, in joining order."""
+        return list(self._members)
+
     def add(self, participant: Participant) -> dict[str, dict[str, Mapping[str, Any]]]:
         """Join a Profiler: check it agrees with the session, validate its tool configs (returned),
         write its ``process`` record."""
         prof = participant.profiler
         with self.lock:
-            if self.participants:
+            if self._members:
                 self._check_agrees(prof)
             tool_configs = self._validated_tool_configs(prof)
-            if not self.participants:
+            if not self._members:
                 self._primary = self.backends.primary = tool_configs.get(prof.plan.selected_roles[0], {})
                 self._check_environment()
-            self.participants.append(prof)
-            self._callbacks[prof] = participant
-            roles = tuple(dict.fromkeys(r for p in self.participants for r in p.run.roles))
+            self._members[prof] = participant
+            roles = tuple(dict.fromkeys(r for p in self._members for r in p.run.roles))
             if roles != self.run.roles:
                 self.run = self.backends.run = replace(self.run, roles=roles)
             self.manifest.write("process", **process_record(prof, self.environment))
             return tool_configs
 
     def _check_agrees(self, prof: Any) -> None:
-        first = self.participants[0]
+        first = next(iter(self._members))
         mine, theirs = first.plan, prof.plan
         checks = (
             ("global_profiler.tool", "tools", mine.tools, theirs.tools),
@@ -175,11 +225,23 @@ class ProcessSession:
                 if key is None:
                     role = theirs.selected_roles[0]
                     key = f"{prof.config.roles[role].key_path}.tool_config.{theirs.tools[0]}.discrete"
-                raise ConfigError(
+                raise Disagreement(
                     f"{key}: colocated Profilers of run {self.run.run_id} rank {self.run.rank} disagree on the {what}: "
                     f"the one hosting {'+'.join(first.run.roles)} has {_shown(a)}, the one hosting "
                     f"{'+'.join(prof.run.roles)} has {_shown(b)}; allowed: the same value for every Profiler of one "
                     f"process (they share one capture per backend)", key=key)
+
+    def disagreed(self, prof: Any, exc: Disagreement) -> None:
+        """``prof`` disagrees with this session: say so once per process, record it, and let it stay idle."""
+        message = (f"{exc}. The later Profiler stays idle (profiling goes on with the first one's config); finalize "
+                   f"the first Profiler before building one with another config, or give them the same")
+        said = (self.key, str(exc))
+        if said not in _said:
+            _said.add(said)
+            log.warning("rlprof: %s", message)
+        with self.lock:
+            self.manifest.write("warning", kind="colocated", key=exc.key, message=message,
+                                roles=list(prof.run.roles))
 
     def _validated_tool_configs(self, prof: Any) -> dict[str, dict[str, Mapping[str, Any]]]:
         """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
@@ -216,7 +278,7 @@ class ProcessSession:
                 if profiled:
                     self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
             if profiled:
-                self.in_step.append(prof)
+                self.in_step.add(prof)
             return profiled
 
     def leave_step(self, prof: Any) -> None:
@@ -229,8 +291,8 @@ class ProcessSession:
                 if region.owner is prof and region in self.machine.stack:
                     log.warning("rlprof: step %s ended inside region %s; closing it", self.machine.step, region.name)
                     self.exit(region, None)
-            self._callbacks[prof].went_idle()
-            self.in_step.remove(prof)
+            self._members[prof].went_idle()
+            self.in_step.discard(prof)
             if not self.in_step:
                 self._end_step()
 
@@ -242,8 +304,8 @@ class ProcessSession:
             return
         self.profiled_steps.append(step)
         self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns)))
-        for participant in self.participants:
-            self._callbacks[participant].step_written(step)  # after the backends wrote the step's captures
+        for participant in list(self._members.values()):
+            participant.step_written(step)  # after the backends wrote the step's captures
 
     # ------------------------------------------------------------------ regions and iterations
 
@@ -277,6 +339,7 @@ class ProcessSession:
             except CaptureStateError as exc:
                 self._machine_failed(exc)
             self._closed.append(region)
+            region.owner = None  # closed: the buffered timing record must not keep its Profiler alive
             if inner or region.schedule is not None:
                 self._closed_also(inner, region, end_ns)
 
@@ -316,29 +379,54 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ the end
 
-    def finalize(self, prof: Any, reason: str) -> None:
-        """``prof`` leaves; the last participant out closes everything and finalizes the backends."""
+    def leave(self, prof: Any, reason: str) -> None:
+        """``prof`` leaves (its ``finalize()``); the last participant out ends the session."""
         with self.lock:
             if prof in self.in_step:
                 self.leave_step(prof)
-            if prof in self.participants:
-                self.participants.remove(prof)
-                del self._callbacks[prof]
-            last = not self.participants and not self.finished
+            self._members.pop(prof, None)
+            last = not self._members and not self.finished
             if last:
-                self._guarded(self.machine.leave)
-                self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
-                self._flush_regions()
-                self.backends.close()
-                self.finished = True
+                self._end(reason)
             self.manifest.write("finalized", reason=reason, roles=list(prof.run.roles), artifacts=len(self.artifacts),
                                 errors=len(self.errors))
             if last:
                 self.manifest.close()
-        if last:  # outside the session's lock: join() takes the two locks in the other order
-            with _sessions_lock:
-                if _sessions.get(self.key) is self:
-                    del _sessions[self.key]
+        if last:
+            self._delist()
+
+    def finalize(self, reason: str) -> None:
+        """End a session whose Profilers were all garbage-collected without ``finalize()`` (called by the
+        next Profiler of the same run and rank, and at process exit): close what they left open and let
+        the backends write it. Does nothing while a Profiler of it is alive, or once it has ended."""
+        with self.lock:
+            if self.finished or self._members:
+                return
+            log.warning("rlprof: every Profiler of run %s rank %d was dropped without finalize(); finalizing what "
+                        "they captured now (%s)", self.run.run_id, self.run.rank, reason)
+            self.in_step.clear()
+            self._end(reason)
+            self.manifest.write("finalized", reason=reason, roles=list(self.run.roles), artifacts=len(self.artifacts),
+                                errors=len(self.errors))
+            self.manifest.close()
+        self._delist()
+
+    def _end(self, reason: str) -> None:
+        """Close everything open and finalize the backends, once (under the lock)."""
+        self._guarded(self.machine.leave)
+        self.backends.finalize(reason, tuple(self.profiled_steps), self.config.global_.relocate_results)
+        self._flush_regions()
+        self.backends.close()
+        self.finished = True
+
+    def _delist(self) -> None:
+        # outside the session's lock: join() takes the two locks in the other order
+        with _sessions_lock:
+            if _sessions.get(self.key) is self:
+                del _sessions[self.key]
+        from rlprof.runtime import exits
+
+        exits.unregister(self)
 
     # ------------------------------------------------------------------ dispatch
 
@@ -380,7 +468,7 @@ class ProcessSession:
                 self._record_error(error_record(backend, hook, "return", message))
             else:
                 produced.extend((Path(p), "file", {}) for p in paths)
-        selected = tuple(dict.fromkeys(r for p in self.participants for r in p.plan.selected_roles)) or self.plan.selected_roles
+        selected = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
         for path, kind, extra in produced:
             entry = artifact_record(backend, ctx, Path(path), kind, extra, run_dir=self.run.run_dir,
                                     world_size=self.run.world_size, mode="discrete" if self.plan.discrete else "e2e",
