@@ -313,9 +313,7 @@ class Backends:
         without it (``rlprof check``) that is a ConfigError naming the crash.
 
         :raises ConfigError: the backend rejected it, or (without :attr:`contain`) its check failed."""
-        from rlprof.config.schema import CORE_TOOL_KEYS
-
-        raw = {k: v for k, v in raw.items() if k not in CORE_TOOL_KEYS}  # verl's _target_/discrete: the core's keys
+        # (the loaded config holds no core-owned keys such as discrete or _target_: rlprof.config guarantees it)
         impl = next((i for i in self.impls["validate_tool_config"] if i.backend == backend), None)
         if impl is None or backend in self.failed:
             return dict(raw)
