@@ -11,9 +11,14 @@ three gaps without editing verl:
 3. the process-group backend ``"cpu:gloo,cpu:gloo"`` that verl builds from the platform (torch
    rejects a device named twice) and ``get_device_id()`` results that must name the CPU.
 
-The rollout registration needs ``verl.workers.rollout``, which cannot be imported while
-``verl/__init__`` is still running; it is done by an import hook when verl first imports
-those modules.
+Plus two found with a critic and a reference policy: verl's ``load_valuehead_model`` (the critic's
+value model) asks transformers for ``flash_attention_2`` unconditionally (here: ``eager``), and the
+forward-only reference engine builds ``CPUOffloadPolicy(pin_memory=True)``, which needs an
+accelerator to pin memory for (here: ``pin_memory=False``).
+
+The rollout registration and the value-model loader live in verl modules that cannot be imported
+while ``verl/__init__`` is still running; they are patched by an import hook right after verl
+first imports those modules.
 """
 
 from __future__ import annotations
@@ -234,7 +239,7 @@ _verl_device.get_device_id = _get_device_id
 
 
 # --------------------------------------------------------------------------------------------
-# 2. the hf rollout, registered when verl imports its rollout registries
+# 2. the hf rollout (and the critic/ref fixes), applied when verl imports the modules
 # --------------------------------------------------------------------------------------------
 HF_SERVER_MODULE = "verl_cpu_hf_server"
 
@@ -245,18 +250,50 @@ def _load_hf_replica():
     return importlib.import_module(HF_SERVER_MODULE).HFReplica
 
 
-def _register_rollout(module: types.ModuleType) -> None:
+def _load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+    """verl's loader with ``attn_implementation="eager"`` instead of a hard-coded flash-attention."""
+    from transformers import AutoModelForTokenClassification
+
+    return AutoModelForTokenClassification.from_pretrained(
+        pretrained_model_name_or_path=local_path,
+        torch_dtype=torch_dtype,
+        config=model_config,
+        attn_implementation="eager",
+        trust_remote_code=trust_remote_code,
+    )
+
+
+def _unpinned_offload_policy(policy_cls):
+    """FSDP2's ``CPUOffloadPolicy`` that never pins (pinning needs an accelerator)."""
+
+    class UnpinnedCPUOffloadPolicy(policy_cls):
+        def __init__(self, pin_memory: bool = False):
+            super().__init__(pin_memory=False)
+
+    return UnpinnedCPUOffloadPolicy
+
+
+def _patch_module(module: types.ModuleType) -> None:
     if module.__name__ == "verl.workers.rollout.base":
         module._ROLLOUT_REGISTRY[("hf", "async")] = f"{HF_SERVER_MODULE}.HFServerAdapter"
     elif module.__name__ == "verl.workers.rollout.replica":
         module.RolloutReplicaRegistry.register("hf", _load_hf_replica)
+    elif module.__name__ == "verl.utils.model":
+        module.load_valuehead_model = _load_valuehead_model
+    elif module.__name__ == "verl.utils.fsdp_utils" and module.CPUOffloadPolicy is not None:
+        module.CPUOffloadPolicy = _unpinned_offload_policy(module.CPUOffloadPolicy)
 
 
-_TARGETS = ("verl.workers.rollout.base", "verl.workers.rollout.replica")
+_TARGETS = (
+    "verl.workers.rollout.base",
+    "verl.workers.rollout.replica",
+    "verl.utils.model",
+    "verl.utils.fsdp_utils",
+)
 
 
 class _RolloutRegistryHook(importlib.abc.MetaPathFinder):
-    """Runs ``_register_rollout`` right after verl executes one of ``_TARGETS``."""
+    """Runs ``_patch_module`` right after verl executes one of ``_TARGETS``."""
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in _TARGETS:
@@ -279,7 +316,7 @@ class _RolloutRegistryHook(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module):
                 exec_module(module)
-                _register_rollout(module)
+                _patch_module(module)
 
         spec.loader = _Loader()
         return spec
@@ -287,6 +324,6 @@ class _RolloutRegistryHook(importlib.abc.MetaPathFinder):
 
 for _name in _TARGETS:
     if _name in sys.modules:
-        _register_rollout(sys.modules[_name])
+        _patch_module(sys.modules[_name])
 if not all(name in sys.modules for name in _TARGETS):
     sys.meta_path.insert(0, _RolloutRegistryHook())
