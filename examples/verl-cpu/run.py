@@ -1,0 +1,156 @@
+"""Run verl 0.9.1's real trainer (``python -m verl.trainer.main_ppo``) on this CPU.
+
+    python examples/verl-cpu/run.py --out DIR [--steps 3] [--rlprof] [--critic] [hydra overrides...]
+
+Builds the tiny model, tokenizer and data into DIR/assets (once; see build_assets.py), then runs
+GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop rollout through the
+``hf`` replica server, and TransferQueue. ``verl_cpu_bridge`` (through verl's
+``VERL_USE_EXTERNAL_MODULES``) supplies the CPU platform, the ``hf`` rollout and the gloo fixes.
+
+--rlprof     run under ``python -m rlprof.verl`` (rlprof's drop-in for verl's profiler classes)
+--critic     GAE with a critic, plus a reference policy through the KL loss
+Extra arguments are hydra overrides appended last (they win). The exit status is verl's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def overrides(assets: dict, out: str, steps: int, critic: bool) -> list[str]:
+    ov = [
+        # data: 4 prompts a step, 4 samples each
+        f"data.train_files={assets['train']}",
+        f"data.val_files={assets['val']}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=96",
+        "data.max_response_length=32",
+        "data.filter_overlong_prompts=true",
+        "data.truncation=left",
+        "data.dataloader_num_workers=0",
+        # model and actor: FSDP2 on gloo, no flash-attention, no unpadding kernels
+        f"actor_rollout_ref.model.path={assets['model']}",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        # rollout: the hf replica server behind verl's agent loop
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.max_model_len=128",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.load_format=auto",
+        # reward: gsm8k rule score plus a shaping term (reward.py)
+        f"reward.custom_reward_function.path={os.path.join(HERE, 'reward.py')}",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.num_workers=1",
+        # trainer: one fake GPU (Ray bookkeeping), V1 sync mode
+        "trainer.use_v1=true",
+        "trainer.v1.trainer_mode=sync",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.device=cpu",
+        f"trainer.total_training_steps={steps}",
+        "trainer.total_epochs=100",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[console]",
+        "trainer.project_name=verl-cpu",
+        "trainer.experiment_name=grpo",
+        f"trainer.default_local_dir={os.path.join(out, 'checkpoints')}",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "+ray_kwargs.ray_init.num_cpus=16",
+        # TransferQueue: the default 8 storage units hang on 2 cores
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+    if critic:
+        ov += [
+            "algorithm.adv_estimator=gae",
+            f"critic.model.path={assets['model']}",
+            "critic.model.use_remove_padding=false",
+            "critic.model.enable_gradient_checkpointing=false",
+            "+critic.model.override_config.attn_implementation=eager",
+            "critic.strategy=fsdp2",
+            "critic.ppo_mini_batch_size=4",
+            "critic.ppo_micro_batch_size_per_gpu=8",
+            "critic.optim.lr=1e-3",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.kl_loss_coef=0.01",
+            "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        ]
+    else:
+        ov += ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=false"]
+    return ov
+
+
+def environment(out: str) -> dict:
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.update(
+        VERL_USE_EXTERNAL_MODULES="verl_cpu_bridge",
+        VERL_PLATFORM="cpu",
+        VERL_ENGINE_DEVICE="cuda",  # selects the FSDP engine class (registered for cuda)
+        PYTHONPATH=os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p),
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        RAY_DEDUP_LOGS="0",
+        HYDRA_FULL_ERROR="1",
+    )
+    env.setdefault("RAY_TMPDIR", os.path.join(out, "ray"))
+    return env
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="working directory (assets, logs, checkpoints)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rlprof", action="store_true", help="run under python -m rlprof.verl")
+    p.add_argument("--critic", action="store_true", help="GAE with a critic and a reference policy (KL loss)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the assets")
+    a, extra = p.parse_known_args(argv)
+
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    assets_dir = os.path.join(out, "assets")
+    info_path = os.path.join(assets_dir, "assets.json")
+    if a.rebuild or not os.path.exists(info_path):
+        sys.path.insert(0, HERE)
+        import build_assets
+
+        build_assets.build(assets_dir)
+    with open(info_path) as f:
+        assets = json.load(f)
+
+    cmd = [sys.executable, "-m"]
+    cmd += ["rlprof.verl", "verl.trainer.main_ppo"] if a.rlprof else ["verl.trainer.main_ppo"]
+    cmd += overrides(assets, out, a.steps, a.critic) + list(extra)
+    env = environment(out)
+    os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
+    print("+ " + shlex.join(cmd), flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd, env=env, cwd=out)
+    print(f"[verl-cpu] exit {rc} after {time.monotonic() - t0:.1f} s", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

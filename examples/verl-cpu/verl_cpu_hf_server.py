@@ -1,0 +1,314 @@
+"""The ``hf`` rollout for verl's agent loop: a transformers ``generate()`` behind verl's server API.
+
+Three pieces, as verl's vLLM rollout has them:
+
+- ``HFReplica`` (a ``RolloutReplica``): launches one ``HFServer`` Ray actor per replica node;
+- ``HFServer``: token-in/token-out ``generate`` with log-probs, ``update_weights``,
+  ``start_profile``/``stop_profile`` through a profiler controller built with
+  ``build_rollout_dist_profiler(replica_rank, replica_world_size, ...)``, and the
+  sleep/wake/kv-cache/abort calls as no-ops;
+- ``HFServerAdapter`` (a ``BaseRollout``, inside the hybrid training worker): hands the trainer's
+  weights to the server after each step.
+
+Imported lazily (the replica loader that ``verl_cpu_bridge`` registers), like verl imports its
+vLLM server, so the module-level import of ``build_rollout_dist_profiler`` below sees whatever
+``verl.utils.profiler`` holds at that time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any, Optional
+
+import ray
+import torch
+
+from verl.utils.config import omega_conf_to_dataclass
+from verl.utils.profiler import build_rollout_dist_profiler
+from verl.workers.config import HFModelConfig
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME_PREFIX = "hf_"
+
+
+def _server_name(replica_rank: int, node_rank: int) -> str:
+    return f"{SERVER_NAME_PREFIX}server_{replica_rank}_{node_rank}"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class HFServer:
+    """One rollout server: a transformers causal LM that generates one request at a time."""
+
+    def __init__(
+        self,
+        config,
+        model_config,
+        rollout_mode: RolloutMode,
+        workers: list,
+        replica_rank: int,
+        node_rank: int,
+        gpus_per_node: int,
+        nnodes: int,
+    ):
+        from transformers import AutoModelForCausalLM
+
+        os.environ["VERL_REPLICA_RANK"] = str(replica_rank)
+        self.config = omega_conf_to_dataclass(config)
+        self.model_config = omega_conf_to_dataclass(model_config, dataclass_type=HFModelConfig)
+        self.rollout_mode = rollout_mode
+        self.workers = workers
+        self.replica_rank = replica_rank
+        self.node_rank = node_rank
+        self.gpus_per_node = gpus_per_node
+        self.nnodes = nnodes
+        self.global_steps = None
+
+        torch.manual_seed(self.config.seed + replica_rank if self.config.seed is not None else replica_rank)
+        path = self.model_config.local_path or self.model_config.path
+        self.model = AutoModelForCausalLM.from_pretrained(
+            path, torch_dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        gen_cfg = self.model.generation_config
+        eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.model.config.eos_token_id
+        self.eos_token_id = eos
+        pad = gen_cfg.pad_token_id if gen_cfg.pad_token_id is not None else self.model.config.pad_token_id
+        self.pad_token_id = pad if pad is not None else (eos[0] if isinstance(eos, list) else eos)
+
+        self._address = ray.util.get_node_ip_address().strip("[]")
+        self._port = _free_port()
+        self._lock = asyncio.Lock()
+
+        # profiler controller: the same call verl's vLLM server makes
+        profiler_config = self.config.profiler
+        tool_config = None
+        if profiler_config is not None:
+            if profiler_config.tool in ["torch", "npu"]:
+                tool_config = omega_conf_to_dataclass((profiler_config.tool_config or {}).get(profiler_config.tool))
+            else:
+                logger.warning("agent loop only supports torch and npu profilers, got %s", profiler_config.tool)
+                profiler_config = None
+        self.replica_world_size = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
+        self.profiler_controller = build_rollout_dist_profiler(
+            self.replica_rank, self.replica_world_size, config=profiler_config, tool_config=tool_config
+        )
+
+    # ---- addresses ------------------------------------------------------------------------
+    def get_server_address(self):
+        return self._address, self._port
+
+    def get_rollout_config(self):
+        return self.config
+
+    # ---- generation -----------------------------------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        image_data: Optional[list[Any]] = None,
+        video_data: Optional[list[Any]] = None,
+        audio_data: Optional[list[Any]] = None,
+        mm_processor_kwargs: Optional[dict[str, Any]] = None,
+        priority: int = 0,
+        **kwargs,
+    ) -> TokenOutput:
+        prompt_ids = [int(t) for t in prompt_ids]
+        params = dict(sampling_params)
+        max_possible = self.config.max_model_len - len(prompt_ids) if self.config.max_model_len else None
+        if "max_tokens" in params:
+            max_tokens = params.pop("max_tokens")
+        elif "max_new_tokens" in params:
+            max_tokens = params.pop("max_new_tokens")
+        else:
+            max_tokens = self.config.response_length
+        max_tokens = min(max_tokens, self.config.response_length)
+        if max_possible is not None:
+            max_tokens = min(max_tokens, max_possible)
+        max_tokens = max(1, int(max_tokens))
+        want_logprobs = bool(params.pop("logprobs", False))
+
+        # one request at a time: the model is tiny and the host has few cores
+        async with self._lock:
+            token_ids, log_probs = self._generate(prompt_ids, params, max_tokens)
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=log_probs if want_logprobs else None,
+            stop_reason="completed",
+            extra_fields={"global_steps": self.global_steps},
+        )
+
+    @torch.no_grad()
+    def _generate(self, prompt_ids: list[int], params: dict[str, Any], max_tokens: int):
+        temperature = float(params.get("temperature", 1.0) or 0.0)
+        top_p = float(params.get("top_p", 1.0) or 1.0)
+        top_k = int(params.get("top_k", -1) or -1)
+        do_sample = temperature > 0
+        gen_kwargs = dict(max_new_tokens=max_tokens, do_sample=do_sample)
+        if do_sample:
+            gen_kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k if top_k > 0 else 0)
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+            **gen_kwargs,
+        )
+        response = out.sequences[0, input_ids.shape[1] :]
+        # log-probs of the sampled tokens under the model's raw (untempered) distribution
+        logits = torch.stack(out.logits, dim=1)[0].float()[: response.shape[0]]
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
+        return response.tolist(), log_probs.tolist()
+
+    # ---- weights --------------------------------------------------------------------------
+    async def update_weights(self, state_dict: dict[str, torch.Tensor]):
+        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        # tied embeddings arrive once; anything else missing means the names do not match
+        missing = [k for k in missing if k != "lm_head.weight"]
+        if missing or unexpected:
+            raise RuntimeError(f"update_weights: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        return len(state_dict)
+
+    async def set_global_steps(self, global_steps: int):
+        self.global_steps = global_steps
+
+    # ---- memory and request control: nothing to release on the CPU ------------------------
+    async def wake_up(self, tags: list[str] | None = None):
+        return None
+
+    async def sleep(self):
+        return None
+
+    async def clear_kv_cache(self):
+        return None
+
+    async def release_kv_cache(self):
+        return None
+
+    async def resume_kv_cache(self):
+        return None
+
+    async def wait_for_requests_to_drain(self):
+        async with self._lock:
+            return None
+
+    async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False):
+        return {"aborted_count": 0, "request_ids": []}
+
+    async def abort_request(self, request_id: str, reset_prefix_cache: bool = True):
+        return {"aborted": False, "request_id": request_id}
+
+    async def resume_generation(self):
+        return None
+
+    # ---- profiling ------------------------------------------------------------------------
+    def _should_profile(self) -> bool:
+        # generation runs in this process, so the controller profiles it itself (no engine
+        # profiler to drive, unlike vLLM's discrete-mode-only gate)
+        return self.profiler_controller.check_enable() and self.profiler_controller.check_this_rank()
+
+    async def start_profile(self, **kwargs):
+        if self.node_rank == 0 and self._should_profile():
+            self.profiler_controller.start(**kwargs)
+
+    async def stop_profile(self):
+        if self.node_rank == 0 and self._should_profile():
+            self.profiler_controller.stop()
+
+
+class HFReplica(RolloutReplica):
+    """A replica of ``HFServer`` actors, one per node of the replica (one on this machine)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.server_class = ray.remote(HFServer)
+
+    async def launch_servers(self):
+        assert len(self.workers) == self.world_size, (
+            f"worker number {len(self.workers)} not equal to world size {self.world_size}"
+        )
+        for node_rank in range(self.nnodes):
+            workers = self.workers[node_rank * self.gpus_per_replica_node : (node_rank + 1) * self.gpus_per_replica_node]
+            server = self.server_class.options(
+                name=_server_name(self.replica_rank, node_rank) + self.name_suffix,
+                num_cpus=0,
+                max_concurrency=self.max_concurrency,
+            ).remote(
+                config=self.config,
+                model_config=self.model_config,
+                rollout_mode=self.rollout_mode,
+                workers=workers,
+                replica_rank=self.replica_rank,
+                node_rank=node_rank,
+                gpus_per_node=self.gpus_per_replica_node,
+                nnodes=self.nnodes,
+            )
+            self.servers.append(server)
+        address, port = await self.servers[0].get_server_address.remote()
+        self._server_handle = self.servers[0]
+        self._server_address = f"{address}:{port}"
+
+
+class HFServerAdapter(BaseRollout):
+    """The rollout object inside the hybrid training worker: forwards weights to its server."""
+
+    def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", 0))
+        local_world_size = int(os.environ.get("RAY_LOCAL_WORLD_SIZE", 1))
+        rollout_world_size = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
+        self.replica_rank = rank // rollout_world_size if replica_rank == -1 else replica_rank
+        self.rollout_rank = rank % rollout_world_size
+        self.node_rank = self.rollout_rank // local_world_size
+        self._has_server = self.rollout_rank == 0
+        self.server_handle = None
+        self.sleep_level = 1
+
+    def _ensure_server_handle(self) -> bool:
+        if not self._has_server:
+            return False
+        if self.server_handle is None:
+            self.server_handle = ray.get_actor(_server_name(self.replica_rank, self.node_rank))
+        return True
+
+    async def resume(self, tags: list[str]):
+        if self.config.free_cache_engine and self._ensure_server_handle():
+            await self.server_handle.wake_up.remote(tags=tags)
+
+    async def release(self):
+        if self.config.free_cache_engine and self._ensure_server_handle():
+            await self.server_handle.sleep.remote()
+
+    @torch.no_grad()
+    async def update_weights(self, weights, global_steps: int = None, wire_format: str = "named_tensors", **kwargs):
+        assert wire_format == "named_tensors", f"hf rollout takes named_tensors, got {wire_format!r}"
+        state = {}
+        for name, tensor in weights:
+            if hasattr(tensor, "full_tensor"):  # DTensor: every rank takes part in the gather
+                tensor = tensor.full_tensor()
+            state[name] = tensor.detach().to("cpu", copy=True)
+        if self._ensure_server_handle():
+            await self.server_handle.update_weights.remote(state)
+            if global_steps is not None:
+                await self.server_handle.set_global_steps.remote(global_steps)
