@@ -11,7 +11,7 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
   ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
 * a hook with ``closes_capture`` stops the session and returns ``rank<R>.pt.trace.json.gz``
   (written in ``ctx.output_dir()``), which the core lists in the manifest;
-* ``finalize`` closes whatever is still open.
+* ``finalize`` closes whatever is still open and removes the private directory torch exported into.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 
 from rlprof import hookimpl
+from rlprof.layout import ScratchDir
 
 from . import options
 from .session import TraceSession
@@ -34,6 +35,9 @@ class TorchBackend:
         self._session: TraceSession | None = None
         self._ranges: list = []
         """Open ``record_function`` ranges, innermost last."""
+        self._scratch: ScratchDir | None = None
+        """Where torch exports each capture's plain JSON before it is compressed (made at the first
+        export, in that capture's directory, and reused: see :class:`rlprof.layout.ScratchDir`)."""
 
     # ------------------------------------------------------------------ hooks
 
@@ -91,7 +95,12 @@ class TorchBackend:
     def finalize(self, ctx):
         while self._ranges:
             self._ranges.pop().__exit__(None, None, None)
-        return self._close()
+        try:
+            return self._close()
+        finally:
+            scratch, self._scratch = self._scratch, None
+            if scratch is not None:
+                scratch.close()
 
     # ------------------------------------------------------------------ capture windows
 
@@ -111,4 +120,6 @@ class TorchBackend:
         session, self._session = self._session, None
         if session is None:
             return None
-        return session.stop_and_export()
+        if self._scratch is None:
+            self._scratch = ScratchDir(session.directory, session.run.run_dir)
+        return session.stop_and_export(self._scratch)
