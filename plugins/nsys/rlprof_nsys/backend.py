@@ -27,6 +27,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.notices import say_once
 
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
@@ -42,7 +43,6 @@ class NsysBackend:
     def __init__(self) -> None:
         self.ranges = RangeStack()
         self.windows = CaptureWindows()
-        self._nsys_checked = False
         self._relocated = False
 
     @property
@@ -121,11 +121,9 @@ class NsysBackend:
     def worker_runtime_env(self, ctx) -> Mapping[str, Any] | None:
         if not ctx.captures:
             return None
-        if not self._nsys_checked:
-            self._nsys_checked = True
-            problem = launch.nsys_problem()
-            if problem:
-                log.error("rlprof nsys: %s", problem)
+        problem = launch.nsys_problem()
+        if problem:  # said once per process, not once per worker actor
+            say_once("nsys: not on PATH", log, "rlprof nsys: %s", problem, level=logging.ERROR)
         return launch.worker_runtime_env(
             ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
             who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,
