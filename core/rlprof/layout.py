@@ -204,6 +204,85 @@ def tool_output(target: Path, root: Path) -> Iterator[Path]:
         shutil.rmtree(private, ignore_errors=True)
 
 
+class ScratchDir:
+    """A private directory, made once, for a tool that writes files *by path* again and again
+    (``export_chrome_trace(path)`` once per capture)::
+
+        scratch = ScratchDir(directory, run_dir)          # at the first capture
+        profile.export_chrome_trace(str(scratch.path_for("trace.json")))
+        ...                                               # read it, write the real file with open_file
+        scratch.remove("trace.json")
+        scratch.close()                                   # at finalize
+
+    Why not :func:`tool_output` per file: a directory made and removed per capture costs a mkdir, a
+    directory scan and an rmdir every time, most of rlprof's fixed cost per torch capture
+    (bench/bench_torch_overhead.py). Reusing one keeps the same guarantees:
+
+    * it is created relative to its parent's descriptor (the chain walked as :func:`ensure_dir` does),
+      with mode 0o700 and a random name, then opened once with ``O_NOFOLLOW``; the descriptor's owner
+      and mode are checked, so only this user can put anything inside;
+    * the paths it hands out lead through that descriptor (``/proc/self/fd/<fd>/<name>``), so if
+      the directory's name is swapped for a link later in the run, the tool still writes into the
+      directory opened here. Where there is no ``/proc`` each path is handed out only after
+      checking that the name still is that directory (the window a fresh ``mkdtemp`` had too);
+    * files are removed by name relative to the descriptor, and :meth:`close` removes the directory.
+    """
+
+    def __init__(self, parent: Path, root: Path):
+        parent = Path(parent)
+        name = f".rlprof-scratch-{secrets.token_hex(6)}"
+        self.path = parent / name
+        parent_fd = _open_dir_chain(parent, Path(root))
+        try:
+            _audited(self.path, os.mkdir, name, 0o700, dir_fd=parent_fd)
+            self._fd: int | None = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        finally:
+            os.close(parent_fd)
+        info = os.fstat(self._fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            self.close()
+            raise UnsafePathError(errno.EPERM, "refusing a scratch directory others can write in", str(self.path))
+        through_fd = Path(f"/proc/self/fd/{self._fd}")
+        self._through_fd = through_fd if os.path.isdir(through_fd) else None
+
+    def path_for(self, name: str) -> Path:
+        """The path to give the tool for a file ``name`` in this directory."""
+        if self._fd is None:
+            raise ValueError(f"scratch directory {self.path} is closed")
+        if self._through_fd is not None:
+            return self._through_fd / name
+        seen, held = os.lstat(self.path), os.fstat(self._fd)
+        if (seen.st_dev, seen.st_ino) != (held.st_dev, held.st_ino):
+            raise UnsafePathError(errno.EXDEV, "the scratch directory was replaced", str(self.path))
+        return self.path / name
+
+    def remove(self, name: str) -> None:
+        """Remove the file ``name`` from this directory, if it is there."""
+        if self._fd is not None:
+            try:
+                os.unlink(name, dir_fd=self._fd)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        """Remove what is left in the directory and the directory itself. Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            for name in os.listdir(fd):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass  # not a file the tool left (nothing else can be in here); rmdir below says so
+        finally:
+            os.close(fd)
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
 def place(source: Path, target: Path, root: Path) -> Path:
     """Put the regular file ``source`` at ``target`` (under ``root``) without following a link and
     without replacing anything: a hard link made relative to the target directory's descriptor
@@ -257,34 +336,49 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
+def _open_existing_dir(name: str, dir_fd: int) -> int | None:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+
+
 def _open_dir_chain(path: Path, root: Path) -> int:
     """A file descriptor of directory ``path``, every component from ``root`` down created if
-    missing and opened with ``O_NOFOLLOW`` relative to its parent's descriptor."""
-    path, root = Path(os.path.abspath(path)), Path(os.path.abspath(root))
-    if path != root and root not in path.parents:
-        raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", str(path))
-    if os.fspath(root) == os.sep:
-        raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", str(root))
-    if not os.path.isdir(root.parent):
-        os.makedirs(root.parent, exist_ok=True)  # the user's part of the path: links there are theirs
-    fd = os.open(root.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
-    current = root.parent
+    missing and opened with ``O_NOFOLLOW`` relative to its parent's descriptor.
+
+    Paths are handled as strings here, not :class:`~pathlib.Path` objects: every capture walks its
+    directory at least twice, and pathlib's parsing was two thirds of a walk's time."""
+    path, root = os.path.abspath(path), os.path.abspath(root)
+    if root == os.sep:
+        raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", root)
+    if path != root and not path.startswith(root + os.sep):
+        raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", path)
+    parent, root_name = os.path.split(root)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)  # the user's part of the path: links there are theirs
+    fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    current = parent
+    below = path[len(root) + 1:].split(os.sep) if path != root else []
+    # Once this call has made a directory, the components below it are made without first trying
+    # to open them (it was empty a moment ago): a new capture's chain costs one failed open, not three.
+    made = False
     try:
-        for name in (root.name, *path.relative_to(root).parts):
-            current = current / name
+        for name in (root_name, *below):
+            current = os.path.join(current, name)
             try:
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
+                child = None if made else _open_existing_dir(name, fd)
+                if child is None:
                     try:
                         _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
+                        made = True
                     except FileExistsError:
-                        pass  # created meanwhile (another rank), or a link: the open below tells
+                        made = False  # created meanwhile (another rank), or a link: the open below tells
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     what = "a symbolic link" if _is_link(name, fd) else "not a directory"
-                    raise UnsafePathError(exc.errno, f"refusing to create files under {what}", str(current)) from None
+                    raise UnsafePathError(exc.errno, f"refusing to create files under {what}", current) from None
                 raise
             os.close(fd)
             fd = child

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.layout import MAX_NAME, UnsafePathError, check_save_path, ensure_dir, open_file, place, safe_name, tool_output
+from rlprof.layout import (MAX_NAME, ScratchDir, UnsafePathError, check_save_path, ensure_dir, open_file, place, safe_name,
+                           tool_output)
 
 
 def digest(path: Path) -> str:
@@ -369,6 +370,48 @@ def test_tool_output_places_nothing_when_the_tool_fails(save_path):
             scratch.write_bytes(b"half")
             raise RuntimeError("CUDA error")
     assert os.listdir(target.parent) == []
+
+
+def test_scratch_dir_is_private_reused_and_removed(save_path):
+    run = save_path / "run"
+    directory = run / "step1" / "rank0-h-1" / "torch"
+    scratch = ScratchDir(directory, run)
+    assert scratch.path.parent == directory and stat.S_IMODE(scratch.path.stat().st_mode) == 0o700
+    for step in (1, 2):  # one directory for every file the tool writes
+        scratch.path_for("trace.json").write_text(f"step {step}")  # the tool, writing by path
+        assert (scratch.path / "trace.json").read_text() == f"step {step}"
+        scratch.remove("trace.json")
+        assert os.listdir(scratch.path) == []
+    scratch.path_for("left.json").write_text("a tool's leftover")
+    scratch.close()
+    scratch.close()  # idempotent
+    assert os.listdir(directory) == []
+    with pytest.raises(ValueError):
+        scratch.path_for("late.json")
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc: elsewhere a swapped directory is refused")
+def test_scratch_dir_swapped_for_a_link_is_not_followed(save_path, victim):
+    run = save_path / "run"
+    scratch = ScratchDir(ensure_dir(run / "step1" / "rank0-h-1" / "torch", run), run)
+    real = scratch.path.with_name("moved-away")
+    scratch.path.rename(real)
+    scratch.path.symlink_to(victim, target_is_directory=True)  # planted where the scratch directory was
+    scratch.path_for("precious.txt").write_text("overwritten?")
+    assert (victim / "precious.txt").read_text() == "the user's data\n"
+    assert sorted(os.listdir(victim)) == ["precious.txt"]
+    assert (real / "precious.txt").read_text() == "overwritten?"  # written where rlprof made its directory
+    scratch.close()
+    assert sorted(os.listdir(victim)) == ["precious.txt"]
+
+
+def test_scratch_dir_under_a_planted_link_is_refused(save_path, victim):
+    run = save_path / "run"
+    (run / "step1").mkdir(parents=True)
+    (run / "step1" / "rank0-h-1").symlink_to(victim, target_is_directory=True)
+    exc = attempt(lambda: ScratchDir(run / "step1" / "rank0-h-1" / "torch", run))
+    assert exc.filename == str(run / "step1" / "rank0-h-1")
+    assert sorted(os.listdir(victim)) == ["precious.txt"]
 
 
 def test_place_copies_across_file_systems(save_path):

@@ -10,6 +10,8 @@ It shows every part of the contract a backend has to keep, and nothing else:
 * it opens a window only when the core says so (``ctx.opens_capture``) and closes it only when the
   core says so (``ctx.closes_capture``): no rank, step, mode or nesting logic here (the core never
   opens a capture inside another, and closes only what it opened);
+* its open ranges are a plain stack: the core ends regions and steps last-in-first-out, so each
+  end closes the innermost range (no search by name);
 * it marks a range for every region, also when the region raised (``ctx.error``);
 * it writes only under ``ctx.output_dir()`` and returns every path it wrote;
 * it reports what it still holds open through ``open_captures()`` (the conformance suite asks);
@@ -48,15 +50,15 @@ class _Trace:
         """The context that opened the window; its ``output_dir()`` is where the file goes."""
         self.pid = pid
         self.events: list[dict[str, Any]] = []
-        self.running: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.running: list[tuple[str, float, dict[str, Any]]] = []
+        """Ranges begun and not ended, innermost last: (name, start, event fields)."""
 
     def begin(self, name: str, category: str, **args: Any) -> None:
-        self.running[name] = (_now_us(), {"cat": category, "args": args})
+        self.running.append((name, _now_us(), {"cat": category, "args": args}))
 
-    def end(self, name: str, **args: Any) -> None:
-        if name not in self.running:
-            return
-        start, event = self.running.pop(name)
+    def end(self, **args: Any) -> None:
+        """End the innermost running range (the one whose region or step is ending)."""
+        name, start, event = self.running.pop()
         event["args"].update({k: v for k, v in args.items() if v is not None})
         self.events.append({"name": name, "ph": "X", "ts": start, "dur": _now_us() - start,
                             "pid": self.pid, "tid": 0, **event})
@@ -65,8 +67,8 @@ class _Trace:
         self.events.append({"name": name, "ph": "i", "s": "t", "ts": _now_us(), "pid": self.pid, "tid": 0, "args": args})
 
     def write(self) -> str:
-        for name in list(self.running):  # only when the process ends inside a range
-            self.end(name, unfinished=True)
+        while self.running:  # only when the process ends inside a range
+            self.end(unfinished=True)
         ctx = self.opened_by
         run = ctx.run
         document = {
@@ -128,7 +130,7 @@ class WalltimeBackend:
         trace = self._trace_of(ctx)
         if trace is not None:
             error = f"{type(ctx.error).__name__}: {ctx.error}" if ctx.error is not None else None
-            trace.end(ctx.region, iterations=list(ctx.iterations) if ctx.iterations else None, error=error)
+            trace.end(iterations=list(ctx.iterations) if ctx.iterations else None, error=error)
         if ctx.closes_capture:
             return self._close(ctx)
         return None
@@ -143,7 +145,7 @@ class WalltimeBackend:
     def step_boundary(self, ctx):
         trace = self._trace_of(ctx)
         if trace is not None and ctx.ends_step:
-            trace.end(f"step {ctx.step}")
+            trace.end()
         if ctx.closes_capture:
             return self._close(ctx)
         return None

@@ -5,11 +5,11 @@ The core decides what is captured and tells this backend through the context fla
 ``ctx.output_dir()``; ``ctx.closes_capture`` stops it and lists its ``*_ascend_pt`` directories in
 the manifest (``kind: ascend_pt``, with ``analysis`` telling ``rlprof npu-analyse`` whether they
 still need parsing). Every region gets an mstx range named ``ctx.region``, in whichever capture
-is open.
+is open; the core sends ``stop_role`` last-in-first-out, so the open ranges are a plain stack.
 
 Without torch_npu (no CANN here) the hooks do nothing at all: no capture, no files; the problem
-is reported once, by ``check_environment`` (which the Profiler logs), or by the first capture
-when nobody asked.
+is reported once per process, by ``check_environment`` (which the Profiler logs), or by the first
+capture when nobody asked.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.notices import mark_said, say_once
 
 from .capture import NpuCapture, range_end, range_start
 from .settings import npu_settings
@@ -27,6 +28,8 @@ log = logging.getLogger("rlprof.npu")
 
 ARTIFACT_KIND = "ascend_pt"
 """Manifest ``kind`` of a torch_npu output directory (what ``rlprof npu-analyse`` looks for)."""
+NO_TORCH_NPU_SAID = "npu: torch_npu missing"
+"""The :mod:`rlprof.notices` key of the missing-torch_npu warning."""
 
 
 class NpuBackend:
@@ -34,11 +37,10 @@ class NpuBackend:
 
     def __init__(self) -> None:
         self._torch_npu = TorchNpuImport()
-        self._problem_reported = False
         self._capture: NpuCapture | None = None
         self._capture_id: str | None = None
-        self._ranges: list[tuple[str, int]] = []
-        """Open mstx ranges, innermost last: (region, range id)."""
+        self._ranges: list[int] = []
+        """Ids of the open mstx ranges, innermost last."""
 
     # ------------------------------------------------------------------ configuration and environment
 
@@ -51,7 +53,7 @@ class NpuBackend:
         problem = self._torch_npu.problem()
         if problem is None:
             return []
-        self._problem_reported = True
+        mark_said(NO_TORCH_NPU_SAID)  # the core logs what this returns: the one warning
         return [problem]
 
     # ------------------------------------------------------------------ the lifecycle
@@ -67,11 +69,12 @@ class NpuBackend:
             self._open(ctx)
         torch_npu = self._module()
         if torch_npu is not None:
-            self._ranges.append((ctx.region, range_start(torch_npu, ctx.region)))
+            self._ranges.append(range_start(torch_npu, ctx.region))
 
     @hookimpl
     def stop_role(self, ctx) -> None:
-        self._end_range(ctx.region)
+        if self._ranges:  # empty without torch_npu (no range began)
+            range_end(self._torch_npu.module(), self._ranges.pop())
         if ctx.closes_capture:
             self._close(ctx)
 
@@ -85,7 +88,7 @@ class NpuBackend:
         # The core closes every window before finalize, also for a backend that raised; what is
         # still open here is what a hook of ours left half-done: stop it so torch_npu writes its data.
         while self._ranges:
-            self._end_range(self._ranges[-1][0])
+            range_end(self._torch_npu.module(), self._ranges.pop())
         if self._capture is not None:
             self._stop(ctx)
 
@@ -94,9 +97,8 @@ class NpuBackend:
     def _module(self):
         """torch_npu, or None; says why once when check_environment did not already."""
         torch_npu = self._torch_npu.module()
-        if torch_npu is None and not self._problem_reported:
-            self._problem_reported = True
-            log.warning("rlprof: backend 'npu': %s", self._torch_npu.problem())
+        if torch_npu is None:
+            say_once(NO_TORCH_NPU_SAID, log, "rlprof: backend 'npu': %s", self._torch_npu.problem())
         return torch_npu
 
     def _open(self, ctx) -> None:
@@ -116,10 +118,3 @@ class NpuBackend:
         self._capture = self._capture_id = None
         for path in capture.stop():
             ctx.add_artifact(path, kind=ARTIFACT_KIND, analysis=capture.analysis)
-
-    def _end_range(self, region: str) -> None:
-        for index in range(len(self._ranges) - 1, -1, -1):
-            if self._ranges[index][0] == region:
-                _, range_id = self._ranges.pop(index)
-                range_end(self._torch_npu.module(), range_id)
-                return

@@ -2,6 +2,7 @@
 
 * ``torch_npu_standin`` — the stand-in torch_npu (``standin_torch_npu/``, see its docstring) under
   the real module names, for one test; returns its call log.
+* ``nothing_said_yet`` (every test) — forgets what :mod:`rlprof.notices` said once, as a fresh process would.
 * ``torch_npu_wheel`` — the real torch-npu wheel matching the installed torch, downloaded once into
   ``~/.cache/rlprof-tests`` (``RLPROF_TEST_CACHE``); the test skips only when it cannot be had.
 
@@ -16,6 +17,16 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from rlprof import notices
+
+
+@pytest.fixture(autouse=True)
+def nothing_said_yet():
+    """Each test starts as a fresh process would: :mod:`rlprof.notices` remembers per process what
+    was said once, and a test that checks a warning must not find it said by an earlier test."""
+    notices.forget()
+
 
 @pytest.fixture
 def torch_npu_standin(monkeypatch):

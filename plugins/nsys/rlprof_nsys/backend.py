@@ -6,7 +6,7 @@ Systems understands. For one process the translation is::
     start_step     [cudaProfilerStart if ctx.opens_capture]  NVTX range "step<N>" opens
     start_role     [cudaProfilerStart if ctx.opens_capture]  NVTX range ctx.region opens (nested)
     iteration_boundary  NVTX mark "<region> iteration" (payload: the iteration)
-    step_boundary  range "step<N>" closes (after anything left open in it; not again for a late close,
+    step_boundary  range "step<N>" closes (not again for a late close,
                    ctx.ends_step False)                                     [cudaProfilerStop if ctx.closes_capture]
     stop_role      range ctx.region closes                                  [cudaProfilerStop if ctx.closes_capture]
     finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
@@ -27,6 +27,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.notices import say_once
 
 from . import launch, options, relocation
 from .ranges import STEP_COLOR, RangeStack, role_color
@@ -42,7 +43,6 @@ class NsysBackend:
     def __init__(self) -> None:
         self.ranges = RangeStack()
         self.windows = CaptureWindows()
-        self._nsys_checked = False
         self._relocated = False
 
     @property
@@ -77,17 +77,17 @@ class NsysBackend:
     def start_step(self, ctx) -> None:
         if ctx.opens_capture:
             self._open_window(ctx, region=None)
-        self.ranges.open("step", f"step{ctx.step}", STEP_COLOR, "step")
+        self.ranges.open(f"step{ctx.step}", STEP_COLOR, "step")
 
     @hookimpl
     def start_role(self, ctx) -> None:
         if ctx.opens_capture:
             self._open_window(ctx, region=ctx.region)
-        self.ranges.open("region", ctx.region, role_color(ctx.role), ctx.role)
+        self.ranges.open(ctx.region, role_color(ctx.role), ctx.role)
 
     @hookimpl
     def stop_role(self, ctx) -> None:
-        self.ranges.close("region", ctx.region)
+        self.ranges.close()
         if ctx.closes_capture:
             self._close_window()
 
@@ -98,7 +98,7 @@ class NsysBackend:
     @hookimpl
     def step_boundary(self, ctx) -> None:
         if ctx.ends_step:
-            self.ranges.close("step", f"step{ctx.step}")
+            self.ranges.close()
         if ctx.closes_capture:
             self._close_window()
 
@@ -121,11 +121,9 @@ class NsysBackend:
     def worker_runtime_env(self, ctx) -> Mapping[str, Any] | None:
         if not ctx.captures:
             return None
-        if not self._nsys_checked:
-            self._nsys_checked = True
-            problem = launch.nsys_problem()
-            if problem:
-                log.error("rlprof nsys: %s", problem)
+        problem = launch.nsys_problem()
+        if problem:  # said once per process, not once per worker actor
+            say_once("nsys: not on PATH", log, "rlprof nsys: %s", problem, level=logging.ERROR)
         return launch.worker_runtime_env(
             ctx.tool_config, captures=ctx.captures, expected_captures=ctx.expected_captures,
             who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,

@@ -8,9 +8,10 @@ and ``actor_update``.
 Why process ranges (``nvtxDomainRangeStartEx``/``End``) rather than push/pop: push/pop ranges belong
 to the calling thread, and a Ray worker may run ``start_step`` and a role region on different
 threads (threaded or async actors); a pop on the wrong thread corrupts both threads' stacks.
-Process ranges are closed by id from any thread. The nesting is kept here instead: this class holds
-the open ranges as a stack and always ends them innermost first, so a region left open by an
-exception or a missed hook still closes before its step does.
+Process ranges are closed by id from any thread. The nesting is kept here instead, as a plain stack
+of open range ids: the core's capture machine sends the closing calls last-in-first-out (a region
+that raised, or a step ending with regions open, still has them exited innermost first), so each
+close ends the innermost open range.
 
 The calls go straight to the NVTX tool through :mod:`rlprof_nsys.nvtx_client` (plain NVTX v3
 domain ranges with ASCII messages, the form every Nsight Systems from 2022.4 on records; the ``nvtx``
@@ -20,14 +21,11 @@ library) every call below is one attribute check.
 
 from __future__ import annotations
 
-import logging
 import threading
 import zlib
 from typing import Any
 
 from . import nvtx_client
-
-log = logging.getLogger("rlprof")
 
 DOMAIN = "rlprof"
 """The NVTX domain of every range and mark this backend emits (a row of its own in Nsight Systems)."""
@@ -65,9 +63,10 @@ class RangeStack:
         self._categories: dict[str, int] = {}
         self._messages: dict[str, bytes] = {}
         self._window_name: int | None = None
-        self._open: list[tuple[str, str, int]] = []
-        """(kind, name, range id) per open range; kind is ``step`` or ``region``."""
+        self._open: list[int] = []
+        """Ids of the open step and region ranges, innermost last."""
         self._lock = threading.Lock()
+        """Hooks of one process may come from different threads (threaded or async Ray actors)."""
 
     def _nvtx(self) -> Any:
         """The process's NVTX tool, with the ``rlprof`` domain created on first use: NVTX loads its
@@ -92,35 +91,27 @@ class RangeStack:
             tool.name_category(self._domain, category, name)
         return category
 
-    def open(self, kind: str, name: str, color: int, category: str) -> None:
+    def open(self, name: str, color: int, category: str) -> None:
         """Start a range ``name`` nested in whatever is open."""
         tool = self._nvtx()
         range_id = tool.range_start(self._domain, self._message(name), color, self._category(tool, category)) if tool.attached else 0
         with self._lock:
-            self._open.append((kind, name, range_id))
+            self._open.append(range_id)
 
-    def close(self, kind: str, name: str) -> None:
-        """End the innermost open range ``name`` of ``kind``, first ending (with a warning) any range
-        still open inside it. A range that is not open is a warning, not an error."""
+    def close(self) -> None:
+        """End the innermost open range: the one whose region or step is ending. Nothing is open only
+        when our own hook raised before its range began (the core still sends the closing call)."""
         with self._lock:
-            for index in range(len(self._open) - 1, -1, -1):
-                if self._open[index][:2] == (kind, name):
-                    closing = self._open[index:]
-                    del self._open[index:]
-                    break
-            else:
-                log.warning("rlprof nsys: no open NVTX range %r to close", name)
+            if not self._open:
                 return
-        for _, inner, _ in closing[:0:-1]:
-            log.warning("rlprof nsys: NVTX range %r was still open when %r ended; closing it first", inner, name)
-        for _, _, range_id in reversed(closing):
-            self._end(range_id)
+            range_id = self._open.pop()
+        self._end(range_id)
 
     def close_all(self) -> None:
         """End every open range, innermost first (finalize: the process is ending)."""
         with self._lock:
             closing, self._open = self._open, []
-        for _, _, range_id in reversed(closing):
+        for range_id in reversed(closing):
             self._end(range_id)
 
     def mark(self, message: str, payload: int | None = None) -> None:
@@ -149,12 +140,6 @@ class RangeStack:
     def attached(self) -> bool:
         """Whether an NVTX tool records these ranges."""
         return self._nvtx().attached
-
-    @property
-    def names(self) -> list[str]:
-        """Names of the open ranges, outermost first (for tests and error messages)."""
-        with self._lock:
-            return [name for _, name, _ in self._open]
 
     def _end(self, range_id: int) -> None:
         self._nvtx().range_end(self._domain, range_id)

@@ -5,6 +5,14 @@ from __future__ import annotations
 import pytest
 
 import nsys_harness
+from rlprof import notices
+
+
+@pytest.fixture(autouse=True)
+def nothing_said_yet():
+    """Each test starts as a fresh process would: :mod:`rlprof.notices` remembers per process what
+    was said once, and a test that checks a warning must not find it said by an earlier test."""
+    notices.forget()
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,11 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
   inside it is marked ``ProfilerStep#<step>`` (from ``start_step``, or from the ``start_role`` that
   opened the capture, to the end of the step or of the capture);
 * every ``start_role``/``stop_role`` enters/exits ``record_function(ctx.region)``, so the trace
-  shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events;
+  shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events (the core sends
+  ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
 * a hook with ``closes_capture`` stops the session and returns ``rank<R>.pt.trace.json.gz``
   (written in ``ctx.output_dir()``), which the core lists in the manifest;
-* ``finalize`` closes whatever is still open.
+* ``finalize`` closes whatever is still open and removes the private directory torch exported into.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 from pathlib import Path
 
 from rlprof import hookimpl
+from rlprof.layout import ScratchDir
 
 from . import options
 from .session import TraceSession
@@ -31,8 +33,11 @@ class TorchBackend:
 
     def __init__(self) -> None:
         self._session: TraceSession | None = None
-        self._ranges: dict[str, list] = {}
-        """Open ``record_function`` ranges per region name, innermost last (a region may nest in itself)."""
+        self._ranges: list = []
+        """Open ``record_function`` ranges, innermost last."""
+        self._scratch: ScratchDir | None = None
+        """Where torch exports each capture's plain JSON before it is compressed (made at the first
+        export, in that capture's directory, and reused: see :class:`rlprof.layout.ScratchDir`)."""
 
     # ------------------------------------------------------------------ hooks
 
@@ -66,13 +71,14 @@ class TorchBackend:
 
         marker = record_function(ctx.region)
         marker.__enter__()
-        self._ranges.setdefault(ctx.region, []).append(marker)
+        self._ranges.append(marker)
 
     @hookimpl
     def stop_role(self, ctx):
-        markers = self._ranges.get(ctx.region)
-        if markers:
-            markers.pop().__exit__(None, None, None)
+        # Empty only when our own start_role raised before its range began: the core still sends
+        # this call when it releases the backend.
+        if self._ranges:
+            self._ranges.pop().__exit__(None, None, None)
         if ctx.closes_capture:
             return self._close()
         return None
@@ -87,10 +93,14 @@ class TorchBackend:
 
     @hookimpl
     def finalize(self, ctx):
-        for markers in self._ranges.values():
-            while markers:
-                markers.pop().__exit__(None, None, None)
-        return self._close()
+        while self._ranges:
+            self._ranges.pop().__exit__(None, None, None)
+        try:
+            return self._close()
+        finally:
+            scratch, self._scratch = self._scratch, None
+            if scratch is not None:
+                scratch.close()
 
     # ------------------------------------------------------------------ capture windows
 
@@ -110,4 +120,6 @@ class TorchBackend:
         session, self._session = self._session, None
         if session is None:
             return None
-        return session.stop_and_export()
+        if self._scratch is None:
+            self._scratch = ScratchDir(session.directory, session.run.run_dir)
+        return session.stop_and_export(self._scratch)

@@ -15,7 +15,7 @@ With ``dump_on_oom`` (default, as in verl) a CUDA out-of-memory error writes
 
 The section's keys are documented and checked in :mod:`rlprof_torch.memory_options`. Snapshots
 come from the CUDA allocator: without a CUDA device the backend writes nothing and says so
-exactly once (through ``check_environment``, or at the first capture when nobody asked).
+exactly once per process (through ``check_environment``, or at the first capture when nobody asked).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rlprof import hookimpl
 from rlprof.layout import open_file
+from rlprof.notices import mark_said, say_once
 
 from . import memory_options
 from .memory_options import DEFAULTS, validate  # noqa: F401  (validate: the section's checks, re-exported)
@@ -38,6 +39,8 @@ NO_CUDA = (
     "no CUDA device (torch.cuda.is_available() is False): memory snapshots are recorded by the CUDA "
     "caching allocator, so torch_memory writes nothing on this machine"
 )
+NO_CUDA_SAID = "torch_memory: no CUDA"
+"""The :mod:`rlprof.notices` key of the no-CUDA warning (said once per process)."""
 SNAPSHOT_NAME = "rank{rank}.memory_snapshot.pickle"
 
 
@@ -55,7 +58,8 @@ class TorchMemoryBackend:
         self._window = None
         """The hook context that opened the current window; None between windows."""
         self._regions: list[str] = []
-        self._no_cuda_said = False
+        """Role regions open inside the recording, innermost last (the core sends ``stop_role``
+        last-in-first-out): the innermost one labels the allocations."""
         self._oom: OomWatch | None = None
         self._last_closed = None
         """The last window closed whose group the core has not ended yet (None: no group in progress)."""
@@ -68,7 +72,7 @@ class TorchMemoryBackend:
     def check_environment(self):
         if cuda_available():
             return []
-        self._no_cuda_said = True  # the core logs what this returns: the one warning
+        mark_said(NO_CUDA_SAID)  # the core logs what this returns: the one warning
         return [NO_CUDA]
 
     @hookimpl
@@ -86,8 +90,8 @@ class TorchMemoryBackend:
 
     @hookimpl
     def stop_role(self, ctx):
-        if self._recording and ctx.region in self._regions:
-            del self._regions[len(self._regions) - 1 - self._regions[::-1].index(ctx.region)]
+        if self._recording:
+            self._regions.pop()
             _label_allocations(self._regions[-1] if self._regions else "")
         self._collect_oom(ctx)
         if ctx.closes_capture:
@@ -120,9 +124,7 @@ class TorchMemoryBackend:
 
     def _open(self, ctx) -> None:
         if not cuda_available():
-            if not self._no_cuda_said:
-                self._no_cuda_said = True
-                log.warning("rlprof: backend 'torch_memory' on rank %d: %s", ctx.run.rank, NO_CUDA)
+            say_once(NO_CUDA_SAID, log, "rlprof: backend 'torch_memory' on rank %d: %s", ctx.run.rank, NO_CUDA)
             return
         import torch
 

@@ -33,6 +33,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof.errors import ConfigError, fail
+from rlprof.notices import say_once
 from rlprof.tool_config import check_keys
 
 log = logging.getLogger("rlprof.torch_memory")
@@ -60,10 +61,6 @@ OWNED = {"enabled": None, "context": "context", "stacks": "stacks", "max_entries
 """``_record_memory_history`` arguments that ``kw_args`` may not set -> the key to use instead (None: none)."""
 SKIP_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot")
 
-_said: set[str] = set()
-"""Warnings already given in this process (a config is validated once per role and per Profiler)."""
-
-
 def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
     """Check ``tool_config.torch_memory``; return every key with its default filled in (aliases
     resolved to verl's names)."""
@@ -88,8 +85,11 @@ def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
             raise fail(f"{key_path}.{name}", config[name], ", ".join("null" if a is None else a for a in allowed))
     config["kw_args"] = _kw_args(config["kw_args"], f"{key_path}.kw_args")
     if config["stack_depth"] != DEFAULTS["stack_depth"]:
-        _warn_once(f"{key_path}.stack_depth={config['stack_depth']} has no effect: torch's memory recorder keeps "
-                   "whole stacks and has no depth limit; `stacks: python` gives short, cheap Python-only stacks")
+        # Said once per process and value (a config is validated once per role and per Profiler),
+        # whichever role's section says it first.
+        say_once(f"torch_memory: stack_depth={config['stack_depth']}", log,
+                 "rlprof: %s.stack_depth=%s has no effect: torch's memory recorder keeps whole stacks and has no "
+                 "depth limit; `stacks: python` gives short, cheap Python-only stacks", key_path, config["stack_depth"])
     return config
 
 
@@ -131,10 +131,3 @@ def _written(tool_config: Mapping[str, Any], name: str) -> str:
         if target == name and alias in tool_config and name not in tool_config:
             return alias
     return name
-
-
-def _warn_once(message: str) -> None:
-    head = message.split("=", 1)[-1]  # one warning per problem, whichever role's section said it first
-    if head not in _said:
-        _said.add(head)
-        log.warning("rlprof: %s", message)

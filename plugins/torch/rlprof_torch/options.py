@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+from rlprof.notices import say_once
 from rlprof.tool_config import check_keys, parse_contents
 
 log = logging.getLogger("rlprof.torch")
@@ -32,47 +33,31 @@ REPLACEMENT = {
 _FLAGS = {"memory": "profile_memory", "shapes": "record_shapes", "stack": "with_stack"}
 
 
-_warned_no_cuda = False
-"""Whether this process already said that ``contents: [cuda]`` cannot be honoured (once per process:
-the section is validated for every role and every Profiler)."""
-
-
 def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
     """Check the section and return what the backend keeps: ``{"contents": (...)}``.
 
     ``cuda`` asked for on a machine without a CUDA device is valid (the same config runs on the
-    GPU nodes) but is said once, here, so ``rlprof check`` shows it before a run."""
+    GPU nodes) but is said here, so ``rlprof check`` shows it before a run. Each warning is said
+    once per process (:func:`rlprof.notices.say_once`): the section is validated for every role
+    and every Profiler."""
     check_keys(tool_config, key_path, used=("contents",), ignored=VERL_UNUSED_KEYS)
     contents = parse_contents(tool_config.get("contents"), f"{key_path}.contents", CONTENTS)
     for key, defaults in VERL_UNUSED_DEFAULTS.items():
         if key in tool_config and tool_config[key] not in defaults:
-            _warn_once(f"{key}={tool_config[key]!r}", f"rlprof: {key_path}.{key}={tool_config[key]!r} is ignored: "
-                                                       f"{REPLACEMENT[key]}")
+            say_once(f"torch: {key}={tool_config[key]!r} ignored", log, "rlprof: %s.%s=%r is ignored: %s",
+                     key_path, key, tool_config[key], REPLACEMENT[key])
     if "cuda" in contents:
         _warn_if_no_cuda(f"{key_path}.contents")
     return {"contents": contents}
 
 
-_said: set[str] = set()
-"""Ignored settings already warned about in this process."""
-
-
-def _warn_once(what: str, message: str) -> None:
-    if what not in _said:
-        _said.add(what)
-        log.warning("%s", message)
-
-
 def _warn_if_no_cuda(key: str) -> None:
-    global _warned_no_cuda
-    if _warned_no_cuda:
-        return
     import torch
 
     if not torch.cuda.is_available():
-        _warned_no_cuda = True
-        log.warning("rlprof: %s asks for 'cuda' but this machine has no CUDA device (torch.cuda.is_available() "
-                    "is False): torch traces here hold CPU activity only", key)
+        say_once("torch: contents cuda without CUDA", log,
+                 "rlprof: %s asks for 'cuda' but this machine has no CUDA device (torch.cuda.is_available() "
+                 "is False): torch traces here hold CPU activity only", key)
 
 
 def profile_arguments(contents: tuple[str, ...], cuda_available: bool) -> dict[str, Any]:

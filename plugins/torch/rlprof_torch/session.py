@@ -18,11 +18,10 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlprof.layout import ensure_dir, new_file
+from rlprof.layout import ScratchDir, new_file
 
 from .metadata import torch_writes_distributed_info, trace_metadata
 
@@ -69,33 +68,32 @@ class TraceSession:
             if value is not None and value not in seen:
                 seen.append(value)
 
-    def stop_and_export(self) -> Path:
+    def stop_and_export(self, scratch: ScratchDir) -> Path:
         """Stop the profiler and write ``rank<R>.pt.trace.json.gz`` in the capture's directory.
 
         The rank is in the file name so that the traces of one capture from every rank can be put in
         one directory (what HTA loads) without renaming; ``<worker>.pt.trace.json.gz`` is the name
         TensorBoard's profiler plugin looks for.
 
-        torch writes the plain JSON by path (following links, replacing files), so it writes into a
-        fresh private directory (``mkdtemp``: mode 0o700, a random name) inside the capture's
-        directory; the ``.gz`` is then created with :func:`rlprof.layout.open_file` — never through a
-        link planted under the run directory, never over an existing file."""
+        torch writes the plain JSON by path (following links, replacing files), so it writes into
+        ``scratch``, the backend's private directory (:class:`rlprof.layout.ScratchDir`: mode 0o700,
+        reached through its open descriptor); the ``.gz`` is then created with
+        :func:`rlprof.layout.new_file`, which walks down from the run directory: never through a link
+        planted under it, never over an existing file."""
         self.end_step()
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
                                   distributed_info=not self._distributed_info_written)
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
         self._profile.stop()
-        root = self.run.run_dir
-        ensure_dir(self.directory, root)
         packed = self.directory / f"rank{self.run.rank}.pt.trace.json.gz"
-        private = Path(tempfile.mkdtemp(prefix=".export-", dir=self.directory))
+        name = packed.name[: -len(".gz")]
+        plain = scratch.path_for(name)
         try:
-            plain = private / packed.name[: -len(".gz")]
             self._profile.export_chrome_trace(str(plain))
-            return gzip_into(plain, packed, root)
+            return gzip_into(plain, packed, self.run.run_dir)
         finally:
-            shutil.rmtree(private, ignore_errors=True)
+            scratch.remove(name)
 
 
 GZIP_LEVEL = 6

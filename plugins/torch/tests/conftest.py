@@ -17,12 +17,20 @@ from typing import Any
 import pytest
 
 import rlprof
+from rlprof import notices
 
 WORKLOAD_SCRIPT = Path(__file__).with_name("torch_workload.py")
 """The training loop, shared with tests that run it in other processes (loaded by path: no import-mode games)."""
 _spec = importlib.util.spec_from_file_location("rlprof_torch_tests_workload", WORKLOAD_SCRIPT)
 workload = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(workload)
+
+
+@pytest.fixture(autouse=True)
+def nothing_said_yet():
+    """Each test starts as a fresh process would: :mod:`rlprof.notices` remembers per process what
+    was said once, and a test that checks a warning must not find it said by an earlier test."""
+    notices.forget()
 
 
 def profiler_config(save_path: Path, *, tool: Any = "torch", steps=(1, 2), torch_config: dict | None = None,

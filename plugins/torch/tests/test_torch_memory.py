@@ -90,8 +90,7 @@ def test_bad_values_are_config_errors_naming_the_key(make_config, section, messa
     assert f"actor_rollout_ref.actor.profiler.tool_config.torch_memory.{message}" in str(caught.value)
 
 
-def test_a_stack_depth_torch_cannot_honour_is_said_once(make_config, caplog, monkeypatch):
-    monkeypatch.setattr(memory_options, "_said", set())
+def test_a_stack_depth_torch_cannot_honour_is_said_once(make_config, caplog):
     config = memory_config(make_config, {"stack_depth": 8})
     for name in ("rollout", "ref"):  # three role sections, one warning
         config["actor_rollout_ref"][name] = {"profiler": config["actor_rollout_ref"]["actor"]["profiler"]}

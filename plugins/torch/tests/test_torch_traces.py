@@ -94,10 +94,8 @@ def test_contents_switch_on_what_they_name(run_training, content, present):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the notice given when CUDA is missing")
-def test_cuda_asked_without_cuda_traces_cpu_and_says_so_once(run_training, caplog, monkeypatch):
-    from rlprof_torch import options
-
-    monkeypatch.setattr(options, "_warned_no_cuda", False)  # once per process: an earlier test may have said it
+def test_cuda_asked_without_cuda_traces_cpu_and_says_so_once(run_training, caplog):
+    # Said once per process; the conftest's nothing_said_yet forgets what earlier tests said.
     with caplog.at_level(logging.WARNING, logger="rlprof.torch"):
         run = run_training(torch_config={"contents": ["cuda", "cpu"]})
     notices = [r for r in caplog.records if "cuda" in r.getMessage() and r.name == "rlprof.torch"]
