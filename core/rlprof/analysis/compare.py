@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.anatomy import Anatomy, RankTime, process_name, process_order
 from rlprof.analysis.runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -33,8 +33,10 @@ STEP_ROW = "(step)"
 MIN_MS = 1.0
 
 
-Process = tuple[int, int]
-"""A process of a run as :attr:`rlprof.analysis.anatomy.RankTime.key` gives it: ``(0, rank)`` or ``(1, replica)``."""
+Process = tuple[int | None, int | None]
+"""A process of a run: ``(rank, None)`` for a trainer rank, ``(None, replica_rank)`` for a rollout replica;
+:data:`ACROSS` for a row across processes."""
+ACROSS: Process = (None, None)
 
 
 @dataclass
@@ -72,43 +74,37 @@ class Change:
                 "change_pct": None if pct is None else round(pct, 2), "note": self.note}
 
 
-def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process | None], float]:
-    """``(region, process or None) -> ms`` for one run, with the step itself as :data:`STEP_ROW`
+def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], float]:
+    """``(region, process or ACROSS) -> ms`` for one run, with the step itself as :data:`STEP_ROW`
     (per process: its ``step`` records' median; across processes: the median step time)."""
-    times: dict[tuple[str, Process | None], float] = {}
+    times: dict[tuple[str, Process], float] = {}
     for summary in anatomy.regions:
         if per_rank:
-            times.update({(summary.region, t.key): t.ms for t in summary.spread.per_rank})
+            times.update({(summary.region, _process(t)): t.ms for t in summary.spread.per_rank})
         else:
-            times[summary.region, None] = summary.spread.median_ms
+            times[summary.region, ACROSS] = summary.spread.median_ms
     if per_rank:
         by_process: dict[Process, list[float]] = {}
         for step in anatomy.steps:
             for t in (step.spread.per_rank if step.spread else []):
-                by_process.setdefault(t.key, []).append(t.ms)
+                by_process.setdefault(_process(t), []).append(t.ms)
         times.update({(STEP_ROW, key): statistics.median(ms) for key, ms in by_process.items()})
     else:
         spans = [step.span_ms for step in anatomy.steps if step.span_ms is not None]
         if spans:
-            times[STEP_ROW, None] = statistics.median(spans)
+            times[STEP_ROW, ACROSS] = statistics.median(spans)
     return times
 
 
 def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
     """Every region (and rank) of either run, the largest absolute change first."""
     ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
-    changes = [Change(region, _rank(who), ta.get((region, who)), tb.get((region, who)), _replica(who))
-               for region, who in set(ta) | set(tb)]
-    return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, (-1, -1) if c.name is None else
-                                          (c.replica_rank is not None, c.rank if c.replica_rank is None else c.replica_rank)))
+    changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1]) for region, who in set(ta) | set(tb)]
+    return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.name is None else process_order(c.rank, c.replica_rank)))
 
 
-def _rank(who: Process | None) -> int | None:
-    return who[1] if who is not None and who[0] == 0 else None
-
-
-def _replica(who: Process | None) -> int | None:
-    return who[1] if who is not None and who[0] == 1 else None
+def _process(t: RankTime) -> Process:
+    return (t.rank, None) if t.replica_rank is None else (None, t.replica_rank)
 
 
 def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
