@@ -159,3 +159,14 @@ def test_chromium_renders_the_replica_rows(page, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     labels = re.findall(r'<svg class="heat-map".*?</svg>', dom.stdout, re.S)[0]
     assert [t for t in re.findall(r"<text x=\"0\"[^>]*>([^<]+)</text>", labels)] == ["rank 0", "rank 1", "replica 0", "replica 1"]
+
+
+def test_a_run_that_profiled_only_the_replicas_takes_their_step_window(tmp_path, capsys):
+    agent_loop_run(tmp_path, ranks=[], steps=(1,))
+    run = report_json(capsys, tmp_path)
+    [step] = run["steps"]
+    assert [r["region"] for r in step["regions"]] == ["rollout_generate"]
+    assert [p["name"] for p in step["per_rank"]] == ["replica 0", "replica 1"] and step["slowest_replica"] in (0, 1)
+    assert step["span_ms"] == pytest.approx(400.0) and step["untracked_ms"] == pytest.approx(0.0)
+    assert report([str(tmp_path)]) == 0
+    assert "first start to last end over 2 replicas (each: median 400.0" in capsys.readouterr().out

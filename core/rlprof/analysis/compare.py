@@ -97,7 +97,7 @@ def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], 
 
 
 def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
-    """Every region (and rank) of either run, the largest absolute change first."""
+    """Every region (and process) of either run, the largest absolute change first."""
     ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
     changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1]) for region, who in set(ta) | set(tb)]
     return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.name is None else process_order(c.rank, c.replica_rank)))
@@ -148,12 +148,12 @@ def _load(path: str, run: str | None, side: str) -> RunReport:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof compare", description="Per region (and rank): run A, run B, the change and % change, largest first.")
+    parser = argparse.ArgumentParser(prog="rlprof compare", description="Per region (and process): run A, run B, the change and % change, largest first.")
     parser.add_argument("a", metavar="RUN_A", help="the baseline: a save path, run directory or manifest")
     parser.add_argument("b", metavar="RUN_B", help="the run to compare with it")
     parser.add_argument("--run-a", default=None, metavar="ID", help="the run id (or prefix) under RUN_A; default: the newest")
     parser.add_argument("--run-b", default=None, metavar="ID", help="the run id (or prefix) under RUN_B; default: the newest")
-    parser.add_argument("--ranks", action="store_true", help="one row per region and rank")
+    parser.add_argument("--ranks", action="store_true", help="one row per region and process (trainer rank or rollout replica)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--fail-above", type=float, default=None, metavar="PCT", help="exit 1 when the step or a region got more than PCT%% slower")
     parser.add_argument("--min-ms", type=float, default=MIN_MS, help=f"--fail-above ignores rows shorter than this in both runs (default {MIN_MS:g})")

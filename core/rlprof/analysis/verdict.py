@@ -93,7 +93,7 @@ def problem_lines(report: RunReport) -> list[str]:
         entry = grouped.setdefault((m["name"], m["host"], m["pid"], m["backend"]), {"steps": set(), "roles": set()})
         entry["steps"].add(m["step"])
         entry["roles"].add(m["role"])
-    for (name, host, pid, backend), entry in sorted(grouped.items()):
+    for (name, host, pid, backend), entry in grouped.items():  # report.missing lists processes in order
         steps = ",".join(str(s) for s in sorted(entry["steps"]))
         roles = ",".join(sorted(entry["roles"], key=role_index))
         lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")

@@ -172,7 +172,7 @@ def _write_replicas(run_dir: Path, run_id: str, save_path, replicas: int, steps:
 
     Each rollout region starts where the trainer reaches it (the top-level regions before it at their
     nominal length); a replica writes a discrete capture per rollout region and a ``step`` record
-    spanning its regions."""
+    from the start of its first to the end of its last."""
     windows: dict[int, dict[str, list[tuple[int, int]]]] = {}
     for replica in range(replicas):
         host, pid = "node0", 2000 + replica
@@ -184,14 +184,14 @@ def _write_replicas(run_dir: Path, run_id: str, save_path, replicas: int, steps:
                      expected_captures=len(steps) * len(rollout), schedules={}, environment={})
         for index, step in enumerate(steps):
             cursor = start_ns + int(index * period_ms * 1e6) + int(0.5e6)
-            first = None
+            first = last = None
             for spec in (r for r in regions if r.parent is None):
                 if spec.role != "rollout":
                     cursor += int((spec.ms + GAP_MS) * 1e6)
                     continue
                 ms = spec.ms * slow.get(replica, 1.0) * (1 + rng.uniform(-jitter, jitter))
                 begin, end = cursor, cursor + int(ms * 1e6)
-                first = begin if first is None else first
+                first, last = (begin if first is None else first), end
                 windows.setdefault(step, {}).setdefault(spec.region, []).append((begin, end))
                 capture = f"step{step}.{spec.region}"
                 writer.write("region", step=step, role="rollout", region=spec.region, parent=None, depth=0, capture=capture,
@@ -206,7 +206,7 @@ def _write_replicas(run_dir: Path, run_id: str, save_path, replicas: int, steps:
                                  capture=capture, mode="discrete", iterations=None, world_size=replicas, path=str(rel), size=0,
                                  kind="file", outside_output_dir=False)
             if first is not None:
-                writer.write("step", step=step, start_ns=first, end_ns=cursor, duration_ms=round((cursor - first) / 1e6, 6))
+                writer.write("step", step=step, start_ns=first, end_ns=last, duration_ms=round((last - first) / 1e6, 6))
         writer.write("finalized", reason="end", artifacts=len(steps) * len(rollout) * len(tools), errors=0)
         writer.close()
     return windows
