@@ -50,7 +50,7 @@ def test_the_page_holds_the_anatomy_heat_map_stragglers_and_files(page):
     assert len(re.findall(r'<rect class="segment" data-region="actor_update"', text)) == 3  # one per step
     assert "actor_optimizer_step" not in re.findall(r'<rect class="segment" data-region="([^"]+)"', text)  # nested: inside its parent
     assert len(re.findall(r'<rect class="cell[ "]', text)) == 4 * 4  # 4 ranks x 4 regions
-    assert re.findall(r'<rect class="cell straggler" data-rank="(\d+)" data-region="([^"]+)"', text) == [("2", "actor_update")]
+    assert re.findall(r'<rect class="cell straggler" data-process="([^"]+)" data-region="([^"]+)"', text) == [("rank 2", "actor_update")]
     assert text.count('<tr class="straggler"><td>step') == 3
     assert text.count("rank2.pt.trace.json.gz</a>") == 3 and "rlprof timeline" in text
     assert '<span class="badge ok">ok</span>' in text

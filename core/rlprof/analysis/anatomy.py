@@ -1,4 +1,4 @@
-"""Step anatomy: where a profiled step's time went, per region and rank, from the manifest alone.
+"""Step anatomy: where a profiled step's time went, per region and process, from the manifest alone.
 
 The core writes a ``step`` record per profiled step per process and a ``region`` record per region
 of a selected role (wall-clock ``start_ns``/``end_ns`` on the host's shared clock, see
@@ -6,18 +6,24 @@ of a selected role (wall-clock ``start_ns``/``end_ns`` on the host's shared cloc
 trace, so it costs the same for 1 MB or 1 TB of traces, and works after traces were moved away or
 for backends whose files nobody can read here (nsys, npu).
 
-Definitions (one place, used by ``report``, ``report --html`` and ``compare``):
+A run's processes are trainer ranks ("rank N") and, in verl's agent-loop mode, rollout replicas
+("replica N": the process record's ``replica_rank``; a replica's ``rank`` may equal a trainer
+rank's, so the two are never merged or named alike). Definitions (one place, used by ``report``,
+``report --html`` and ``compare``):
 
-* A rank's time in a region in a step is the sum of that region's records on that rank in that
-  step (a region entered twice counts twice; ``count`` says how often).
-* ``min_ms``, ``median_ms``, ``max_ms`` are over the ranks that ran the region; ``slowest_rank`` has
-  ``max_ms`` (the lowest such rank on a tie).
-* A step's time on a rank is its ``step`` record's duration (the longest, when several processes
-  share a rank); the step's ``median_ms`` is over ranks.
-* ``share_of_step`` is the region's ``median_ms`` over the step's ``median_ms``. Only top-level
-  regions (``depth`` 0) add up towards the step: a nested region's time is inside its parent's.
-  ``untracked_ms`` is what top-level regions leave of the step (gaps, controller work).
-* A rank straggles in a region when its time exceeds the region's median by more than
+* A process's time in a region in a step is the sum of that region's records on it in that step (a
+  region entered twice counts twice; ``count`` says how often).
+* ``min_ms``, ``median_ms``, ``max_ms`` are over the processes that ran the region; ``slowest`` names
+  the one with ``max_ms`` (trainer ranks before replicas, lowest first, on a tie).
+* The **step time** (``span_ms``) is the step's window: from the first start to the last end of the
+  trainer ranks' ``step`` records (every process's when no trainer rank recorded the step). The
+  per-process step times (``min_ms``/``median_ms``/``max_ms`` of the step) are over the same records.
+* ``share_of_step`` is the region's ``median_ms`` over the step time. ``untracked_ms`` ("outside
+  regions") is the part of the step window that no top-level region (``depth`` 0) of *any* process
+  covers: the union of their intervals on the shared wall clock. Generation in a replica therefore
+  counts as inside, and time every process spent outside regions (gaps, controller work) as outside.
+  A nested region's time is inside its parent's.
+* A process straggles in a region when its time exceeds the region's median by more than
   ``straggler_pct`` percent *and* by more than :data:`STRAGGLER_FLOOR` of the step's median time (so
   microsecond noise in tiny regions is not flagged).
 """
@@ -31,43 +37,80 @@ from typing import Any, Iterable
 from rlprof.roles import ROLES
 
 STRAGGLER_PCT = 25.0
-"""Default: a rank more than 25% over the region's median across ranks straggles."""
+"""Default: a process more than 25% over the region's median across processes straggles."""
 
 STRAGGLER_FLOOR = 0.01
 """...and more than 1% of the step's median time over it."""
 
 
-@dataclass
+def process_name(rank: int, replica_rank: int | None) -> str:
+    """How a process is named everywhere: ``rank 3`` (a trainer rank) or ``replica 0`` (a rollout replica)."""
+    return f"rank {rank}" if replica_rank is None else f"replica {replica_rank}"
+
+
+REPLICAS_AFTER = 1 << 40
+"""Sort position of replica 0: after any trainer rank."""
+
+
+def process_order(rank: int, replica_rank: int | None) -> int:
+    """Trainer ranks first, then replicas, each by number: the order every listing uses (an int:
+    sorting tens of thousands of times per report, it must be cheap)."""
+    return rank if replica_rank is None else REPLICAS_AFTER + replica_rank
+
+
+@dataclass(slots=True)
 class RankTime:
-    """One rank's time in a region (or step)."""
+    """One process's time in a region (or step): a trainer rank, or a replica (``replica_rank`` set)."""
 
     rank: int
     host: str
     ms: float
     count: int = 1
+    replica_rank: int | None = None
+    key: int = field(init=False, repr=False, compare=False)
+    """:func:`process_order` of this process: what sorts and groups processes (read more often than built)."""
+
+    def __post_init__(self) -> None:
+        self.key = self.rank if self.replica_rank is None else REPLICAS_AFTER + self.replica_rank
+
+    @property
+    def name(self) -> str:
+        return process_name(self.rank, self.replica_rank)
+
+    def as_dict(self, count: bool = True) -> dict[str, Any]:
+        out = {"rank": self.rank, "replica_rank": self.replica_rank, "name": self.name, "host": self.host, "ms": _r(self.ms)}
+        return {**out, "count": self.count} if count else out
 
 
 @dataclass
 class Spread:
-    """Across ranks: ``min_ms``, ``median_ms``, ``max_ms`` and which rank is slowest."""
+    """Across processes: ``min_ms``, ``median_ms``, ``max_ms`` and which process is slowest."""
 
     per_rank: list[RankTime]
     min_ms: float
     median_ms: float
     max_ms: float
-    slowest_rank: int
+    slowest: RankTime
 
     @classmethod
     def of(cls, per_rank: list[RankTime]) -> "Spread":
-        per_rank = sorted(per_rank, key=lambda t: t.rank)
+        per_rank = sorted(per_rank, key=lambda t: t.key)
         times = [t.ms for t in per_rank]
-        slowest = max(per_rank, key=lambda t: (t.ms, -t.rank))
-        return cls(per_rank, min(times), statistics.median(times), max(times), slowest.rank)
+        slowest = max(per_rank, key=lambda t: (t.ms, -t.key))
+        return cls(per_rank, min(times), statistics.median(times), max(times), slowest)
+
+    def as_dict(self, count: bool = True) -> dict[str, Any]:
+        """``min_ms``... and the slowest process: ``slowest_rank`` (a trainer rank, else None),
+        ``slowest_replica`` (a replica, else None) and ``slowest`` (its name)."""
+        s = self.slowest
+        return {"min_ms": _r(self.min_ms), "median_ms": _r(self.median_ms), "max_ms": _r(self.max_ms),
+                "slowest_rank": s.rank if s.replica_rank is None else None, "slowest_replica": s.replica_rank,
+                "slowest": s.name, "per_rank": [t.as_dict(count) for t in self.per_rank]}
 
 
 @dataclass
 class RegionTime:
-    """One region in one step, across ranks."""
+    """One region in one step, across the processes that ran it."""
 
     step: int
     region: str
@@ -76,59 +119,62 @@ class RegionTime:
     parent: str | None
     spread: Spread
     share_of_step: float | None
-    stragglers: list[int] = field(default_factory=list)
+    stragglers: list[RankTime] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    """``rank N: ExceptionType: message`` for each record whose code raised."""
-    iterations: dict[int, list[list[int]]] = field(default_factory=dict)
-    """Rank -> the sampled iteration spans ``[first, last]`` it captured (sampled regions only)."""
+    """``rank N: ExceptionType: message`` (``replica N: ...``) for each record whose code raised."""
+    iterations: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Process name -> the sampled iteration spans ``[first, last]`` it captured (sampled regions only)."""
 
     def as_dict(self) -> dict[str, Any]:
-        s = self.spread
         return {
-            "region": self.region, "role": self.role, "depth": self.depth, "parent": self.parent,
-            "min_ms": _r(s.min_ms), "median_ms": _r(s.median_ms), "max_ms": _r(s.max_ms), "slowest_rank": s.slowest_rank,
+            "region": self.region, "role": self.role, "depth": self.depth, "parent": self.parent, **self.spread.as_dict(),
             "share_of_step": None if self.share_of_step is None else round(self.share_of_step, 4),
-            "stragglers": self.stragglers, "errors": self.errors,
-            "per_rank": [{"rank": t.rank, "host": t.host, "ms": _r(t.ms), "count": t.count} for t in s.per_rank],
-            "iterations": {str(k): v for k, v in self.iterations.items()},
+            "stragglers": [t.name for t in self.stragglers], "errors": self.errors, "iterations": self.iterations,
         }
 
 
 @dataclass
 class StepTime:
-    """One profiled step: its time across ranks and its regions."""
+    """One profiled step: its window, the per-process step times, its regions and what they leave."""
 
     step: int
     spread: Spread | None
-    """None when no process wrote the step's ``step`` record (it died inside the step)."""
+    """Per-process step times (trainer ranks'; None when no process wrote the step's ``step`` record: it died inside the step)."""
     regions: list[RegionTime]
     start_ns: int | None
     end_ns: int | None
+    """The step window (see the module's definitions)."""
+    covered_ms: float = 0.0
+    """How much of the window top-level regions of any process cover (their union)."""
+
+    @property
+    def span_ms(self) -> float | None:
+        """The step time: its window, first start to last end."""
+        return None if self.start_ns is None or self.end_ns is None else (self.end_ns - self.start_ns) / 1e6
 
     @property
     def tracked_ms(self) -> float:
+        """The top-level regions' medians added up (more than the step when processes overlap)."""
         return sum(r.spread.median_ms for r in self.regions if r.depth == 0)
 
     @property
     def untracked_ms(self) -> float | None:
-        return None if self.spread is None else max(0.0, self.spread.median_ms - self.tracked_ms)
+        span = self.span_ms
+        return None if span is None else max(0.0, span - self.covered_ms)
 
     def as_dict(self) -> dict[str, Any]:
         s = self.spread
-        return {
-            "step": self.step,
-            "min_ms": _r(s.min_ms) if s else None, "median_ms": _r(s.median_ms) if s else None,
-            "max_ms": _r(s.max_ms) if s else None, "slowest_rank": s.slowest_rank if s else None,
-            "per_rank": [{"rank": t.rank, "host": t.host, "ms": _r(t.ms)} for t in s.per_rank] if s else [],
-            "untracked_ms": None if self.untracked_ms is None else _r(self.untracked_ms),
-            "regions": [r.as_dict() for r in self.regions],
-        }
+        spread = s.as_dict(count=False) if s else {"min_ms": None, "median_ms": None, "max_ms": None, "slowest_rank": None,
+                                                   "slowest_replica": None, "slowest": None, "per_rank": []}
+        span, untracked = self.span_ms, self.untracked_ms
+        return {"step": self.step, "span_ms": None if span is None else _r(span), **spread,
+                "untracked_ms": None if untracked is None else _r(untracked), "regions": [r.as_dict() for r in self.regions]}
 
 
 @dataclass
 class RegionSummary:
-    """One region over every profiled step: per rank the median of its per-step times, then the
-    spread across ranks, and the median of its per-step ``share_of_step``."""
+    """One region over every profiled step: per process the median of its per-step times, then the
+    spread across processes, and the median of its per-step ``share_of_step``."""
 
     region: str
     role: str
@@ -138,31 +184,25 @@ class RegionSummary:
     share_of_step: float | None
 
     def as_dict(self) -> dict[str, Any]:
-        s = self.spread
-        return {
-            "region": self.region, "role": self.role, "depth": self.depth, "steps": self.steps,
-            "min_ms": _r(s.min_ms), "median_ms": _r(s.median_ms), "max_ms": _r(s.max_ms), "slowest_rank": s.slowest_rank,
-            "share_of_step": None if self.share_of_step is None else round(self.share_of_step, 4),
-            "per_rank": [{"rank": t.rank, "host": t.host, "ms": _r(t.ms)} for t in s.per_rank],
-        }
+        return {"region": self.region, "role": self.role, "depth": self.depth, "steps": self.steps, **self.spread.as_dict(),
+                "share_of_step": None if self.share_of_step is None else round(self.share_of_step, 4)}
 
 
 @dataclass
 class Straggler:
     step: int
     region: str
-    rank: int
-    host: str
-    ms: float
+    time: RankTime
     median_ms: float
 
     @property
     def over_pct(self) -> float:
-        return 100.0 * (self.ms / self.median_ms - 1.0) if self.median_ms > 0 else float("inf")
+        return 100.0 * (self.time.ms / self.median_ms - 1.0) if self.median_ms > 0 else float("inf")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "region": self.region, "rank": self.rank, "host": self.host, "ms": _r(self.ms),
-                "median_ms": _r(self.median_ms), "over_pct": round(self.over_pct, 1)}
+        t = self.time
+        return {"step": self.step, "region": self.region, "rank": t.rank, "replica_rank": t.replica_rank, "name": t.name,
+                "host": t.host, "ms": _r(t.ms), "median_ms": _r(self.median_ms), "over_pct": round(self.over_pct, 1)}
 
 
 @dataclass
@@ -198,53 +238,78 @@ def timing_record(record: dict[str, Any]) -> bool:
     return kind == "step" or type(record.get("region")) is str
 
 
+def replica_ranks(records: Iterable[dict[str, Any]]) -> dict[tuple[int, str, int], int]:
+    """``(rank, host, pid) -> replica_rank`` of every replica's process, from the ``process`` records
+    (timing records carry only the common ``rank``, ``host``, ``pid``)."""
+    return {(r["rank"], r.get("host", "?"), r.get("pid", 0)): r["replica_rank"] for r in records
+            if r.get("type") == "process" and type(r.get("replica_rank")) is int and type(r.get("rank")) is int}
+
+
+def replica_of(record: dict[str, Any], replicas: dict[tuple[int, str, int], int]) -> int | None:
+    """The replica a record comes from (its own ``replica_rank``, else its process's), or None for a trainer rank."""
+    own = record.get("replica_rank")
+    return own if type(own) is int else replicas.get((record["rank"], record.get("host", "?"), record.get("pid", 0)))
+
+
 def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAGGLER_PCT, *, checked: bool = False) -> Anatomy:
-    """The anatomy of one run from its ``step`` and ``region`` records (other records, and timing
-    records missing a field, are ignored: see :func:`timing_record`; ``checked``: the caller already
-    left those out)."""
-    step_times: dict[int, dict[int, RankTime]] = {}
-    spans: dict[int, list[int]] = {}
-    region_times: dict[tuple[int, str], dict[int, RankTime]] = {}
+    """The anatomy of one run from its ``process``, ``step`` and ``region`` records (other records,
+    and timing records missing a field, are ignored: see :func:`timing_record`; ``checked``: the
+    caller already left those out). ``process`` records tell replicas from trainer ranks."""
+    records = list(records)
+    replicas = replica_ranks(records)
+    step_times: dict[int, dict[tuple, RankTime]] = {}
+    windows: dict[int, dict[bool, list[int]]] = {}
+    """step -> {is a replica's: [first start, last end]}"""
+    region_times: dict[tuple[int, str], dict[tuple, RankTime]] = {}
+    intervals: dict[int, list[tuple[int, int]]] = {}
     shape: dict[str, tuple[str, int, str | None]] = {}
     first_seen: dict[str, int] = {}
     errors: dict[tuple[int, str], list[str]] = {}
-    iterations: dict[tuple[int, str], dict[int, list[list[int]]]] = {}
+    iterations: dict[tuple[int, str], dict[str, list[list[int]]]] = {}
     for r in records:
         kind = r.get("type")
         if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
             continue
+        step, rank = r["step"], r["rank"]
+        replica = replica_of(r, replicas) if replicas or "replica_rank" in r else None
+        who = rank if replica is None else REPLICAS_AFTER + replica  # process_order, inlined: once per record
         if kind == "step":
-            step, rank = r["step"], r["rank"]
             ms = float(r["duration_ms"])
-            known = step_times.setdefault(step, {}).get(rank)
+            known = step_times.setdefault(step, {}).get(who)
             if known is None or ms > known.ms:
-                step_times[step][rank] = RankTime(rank, r.get("host", "?"), ms)
-            span = spans.setdefault(step, [r["start_ns"], r["end_ns"]])
-            span[0], span[1] = min(span[0], r["start_ns"]), max(span[1], r["end_ns"])
-        elif kind == "region":
-            step, rank, name = r["step"], r["rank"], r["region"]
-            if name not in shape:
-                shape[name] = (r.get("role") or name.split("_")[0], int(r.get("depth") or 0), r.get("parent"))
-                first_seen[name] = r["start_ns"]
-            elif r["start_ns"] < first_seen[name]:
-                first_seen[name] = r["start_ns"]
-            cell = region_times.setdefault((step, name), {})
-            known = cell.get(rank)
-            if known is None:
-                cell[rank] = RankTime(rank, r.get("host", "?"), float(r["duration_ms"]))
-            else:
-                known.ms += float(r["duration_ms"])
-                known.count += 1
-            if r.get("error"):
-                errors.setdefault((step, name), []).append(f"rank {rank}: {r['error']}")
-            if r.get("iterations"):
-                iterations.setdefault((step, name), {}).setdefault(rank, []).append(list(r["iterations"]))
+                step_times[step][who] = RankTime(rank, r.get("host", "?"), ms, replica_rank=replica)
+            window = windows.setdefault(step, {}).setdefault(replica is not None, [r["start_ns"], r["end_ns"]])
+            window[0], window[1] = min(window[0], r["start_ns"]), max(window[1], r["end_ns"])
+            continue
+        name = r["region"]
+        if name not in shape:
+            shape[name] = (r.get("role") or name.split("_")[0], int(r.get("depth") or 0), r.get("parent"))
+            first_seen[name] = r["start_ns"]
+        elif r["start_ns"] < first_seen[name]:
+            first_seen[name] = r["start_ns"]
+        if not r.get("depth"):
+            intervals.setdefault(step, []).append((r["start_ns"], r["end_ns"]))
+        cell = region_times.setdefault((step, name), {})
+        known = cell.get(who)
+        if known is None:
+            cell[who] = RankTime(rank, r.get("host", "?"), float(r["duration_ms"]), replica_rank=replica)
+        else:
+            known.ms += float(r["duration_ms"])
+            known.count += 1
+        if r.get("error"):
+            errors.setdefault((step, name), []).append(f"{process_name(rank, replica)}: {r['error']}")
+        if r.get("iterations"):
+            iterations.setdefault((step, name), {}).setdefault(process_name(rank, replica), []).append(list(r["iterations"]))
 
     order = sorted(shape, key=lambda n: (first_seen[n], _role_index(shape[n][0]), n))
     steps: list[StepTime] = []
     stragglers: list[Straggler] = []
     for step in sorted(set(step_times) | {s for s, _ in region_times}):
-        spread = Spread.of(list(step_times[step].values())) if step in step_times else None
+        trainer_only = [t for t in step_times.get(step, {}).values() if t.replica_rank is None]
+        spread = Spread.of(trainer_only or list(step_times[step].values())) if step in step_times else None
+        window = windows.get(step, {})
+        start, end = window.get(False) or window.get(True) or (None, None)
+        span_ms = None if start is None else (end - start) / 1e6
         regions = []
         for name in order:
             per_rank = region_times.get((step, name))
@@ -252,14 +317,25 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
                 continue
             role, depth, parent = shape[name]
             rs = Spread.of(list(per_rank.values()))
-            share = rs.median_ms / spread.median_ms if spread and spread.median_ms > 0 else None
+            share = rs.median_ms / span_ms if span_ms else None
             slow = _stragglers(rs, spread, straggler_pct)
-            stragglers += [Straggler(step, name, t.rank, t.host, t.ms, rs.median_ms) for t in slow]
-            regions.append(RegionTime(step, name, role, depth, parent, rs, share, [t.rank for t in slow],
+            stragglers += [Straggler(step, name, t, rs.median_ms) for t in slow]
+            regions.append(RegionTime(step, name, role, depth, parent, rs, share, slow,
                                       errors.get((step, name), []), iterations.get((step, name), {})))
-        span = spans.get(step)
-        steps.append(StepTime(step, spread, regions, span[0] if span else None, span[1] if span else None))
+        covered = _covered_ns(intervals.get(step, []), start, end) / 1e6 if start is not None else 0.0
+        steps.append(StepTime(step, spread, regions, start, end, covered))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
+
+
+def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
+    """How much of ``[start, end]`` the union of ``intervals`` covers (overlaps counted once)."""
+    covered, reached = 0, start
+    for begin, finish in sorted(intervals):
+        begin, finish = max(begin, reached), min(finish, end)
+        if finish > begin:
+            covered += finish - begin
+            reached = finish
+    return covered
 
 
 def _stragglers(region: Spread, step: Spread | None, pct: float) -> list[RankTime]:
@@ -274,11 +350,12 @@ def _summaries(steps: list[StepTime], order: list[str], shape: dict) -> list[Reg
     summaries = []
     for name in order:
         found = [r for s in steps for r in s.regions if r.region == name]
-        by_rank: dict[int, list[RankTime]] = {}
+        by_process: dict[tuple, list[RankTime]] = {}
         for r in found:
             for t in r.spread.per_rank:
-                by_rank.setdefault(t.rank, []).append(t)
-        per_rank = [RankTime(rank, ts[0].host, statistics.median(t.ms for t in ts), len(ts)) for rank, ts in by_rank.items()]
+                by_process.setdefault(t.key, []).append(t)
+        per_rank = [RankTime(ts[0].rank, ts[0].host, statistics.median(t.ms for t in ts), len(ts), ts[0].replica_rank)
+                    for ts in by_process.values()]
         shares = [r.share_of_step for r in found if r.share_of_step is not None]
         role, depth, _ = shape[name]
         summaries.append(RegionSummary(name, role, depth, len(found), Spread.of(per_rank),

@@ -3,10 +3,11 @@
 Use it after a change to the trainer (or in CI, against a baseline run) to see which regions got
 slower or faster. Each side is a save path, run directory or manifest (the newest run found there,
 or ``--run-a``/``--run-b`` ID). Both are read from the manifests only (:mod:`rlprof.analysis.anatomy`): a
-region's time is its median across ranks of each rank's median over the profiled steps, and the
-step's time likewise. One row per region (per region and rank with ``--ranks``) with A, B, the
-change and the % change, sorted by impact (the absolute change in ms); regions found in only one run
-are listed too.
+region's time is its median across processes of each process's median over the profiled steps; the
+step's time is the median over profiled steps of the step time (its window, first start to last
+end). One row per region (per region and process with ``--ranks``: trainer ranks, and rollout
+replicas named ``replica N``) with A, B, the change and the % change, sorted by impact (the
+absolute change in ms); regions found in only one run are listed too.
 
 ``--fail-above PCT`` exits 1 when the step or a region got more than PCT percent slower (regions
 shorter than ``--min-ms`` in both runs are not held to it: their noise is larger than their cost).
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.anatomy import Anatomy, RankTime, process_name, process_order
 from rlprof.analysis.runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -32,13 +33,26 @@ STEP_ROW = "(step)"
 MIN_MS = 1.0
 
 
+Process = tuple[int | None, int | None]
+"""A process of a run: ``(rank, None)`` for a trainer rank, ``(None, replica_rank)`` for a rollout replica;
+:data:`ACROSS` for a row across processes."""
+ACROSS: Process = (None, None)
+
+
 @dataclass
 class Change:
     region: str
     rank: int | None
-    """None: across ranks (the median); a rank with ``--ranks``."""
+    """None: across processes (the median), or a replica's row; a trainer rank with ``--ranks``."""
     a_ms: float | None
     b_ms: float | None
+    replica_rank: int | None = None
+    """A rollout replica's row with ``--ranks``."""
+
+    @property
+    def name(self) -> str | None:
+        """``rank 3``, ``replica 0``, or None for a row across processes."""
+        return None if self.rank is None and self.replica_rank is None else process_name(self.rank, self.replica_rank)
 
     @property
     def change_ms(self) -> float:
@@ -56,36 +70,41 @@ class Change:
 
     def as_dict(self) -> dict[str, Any]:
         pct = self.change_pct
-        return {**asdict(self), "change_ms": round(self.change_ms, 3), "change_pct": None if pct is None else round(pct, 2),
-                "note": self.note}
+        return {**asdict(self), "name": self.name, "change_ms": round(self.change_ms, 3),
+                "change_pct": None if pct is None else round(pct, 2), "note": self.note}
 
 
-def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, int | None], float]:
-    """``(region, rank or None) -> ms`` for one run, with the step itself as :data:`STEP_ROW`."""
-    times: dict[tuple[str, int | None], float] = {}
+def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], float]:
+    """``(region, process or ACROSS) -> ms`` for one run, with the step itself as :data:`STEP_ROW`
+    (per process: its ``step`` records' median; across processes: the median step time)."""
+    times: dict[tuple[str, Process], float] = {}
     for summary in anatomy.regions:
         if per_rank:
-            times.update({(summary.region, t.rank): t.ms for t in summary.spread.per_rank})
+            times.update({(summary.region, _process(t)): t.ms for t in summary.spread.per_rank})
         else:
-            times[summary.region, None] = summary.spread.median_ms
-    by_rank: dict[int, list[float]] = {}
-    for step in anatomy.steps:
-        for t in (step.spread.per_rank if step.spread else []):
-            by_rank.setdefault(t.rank, []).append(t.ms)
-    medians = {rank: statistics.median(ms) for rank, ms in by_rank.items()}
-    if medians:
-        if per_rank:
-            times.update({(STEP_ROW, rank): ms for rank, ms in medians.items()})
-        else:
-            times[STEP_ROW, None] = statistics.median(medians.values())
+            times[summary.region, ACROSS] = summary.spread.median_ms
+    if per_rank:
+        by_process: dict[Process, list[float]] = {}
+        for step in anatomy.steps:
+            for t in (step.spread.per_rank if step.spread else []):
+                by_process.setdefault(_process(t), []).append(t.ms)
+        times.update({(STEP_ROW, key): statistics.median(ms) for key, ms in by_process.items()})
+    else:
+        spans = [step.span_ms for step in anatomy.steps if step.span_ms is not None]
+        if spans:
+            times[STEP_ROW, ACROSS] = statistics.median(spans)
     return times
 
 
 def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
-    """Every region (and rank) of either run, the largest absolute change first."""
+    """Every region (and process) of either run, the largest absolute change first."""
     ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
-    changes = [Change(region, rank, ta.get((region, rank)), tb.get((region, rank))) for region, rank in set(ta) | set(tb)]
-    return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.rank is None else c.rank))
+    changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1]) for region, who in set(ta) | set(tb)]
+    return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.name is None else process_order(c.rank, c.replica_rank)))
+
+
+def _process(t: RankTime) -> Process:
+    return (t.rank, None) if t.replica_rank is None else (None, t.replica_rank)
 
 
 def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
@@ -96,11 +115,11 @@ def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -
 def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool) -> str:
     lines = [f"A: run {a.run_id} ({len(a.anatomy.steps)} profiled steps, {len(a.processes)} processes)",
              f"B: run {b.run_id} ({len(b.anatomy.steps)} profiled steps, {len(b.processes)} processes)",
-             "times: per rank the median over profiled steps, then the median across ranks" if not per_rank else
-             "times: each rank's median over profiled steps", ""]
-    rows = [("region", "rank", "A ms", "B ms", "change ms", "change", "")] if per_rank else [("region", "A ms", "B ms", "change ms", "change", "")]
+             "times: per process the median over profiled steps, then the median across processes; (step): the median step time"
+             if not per_rank else "times: each process's median over profiled steps", ""]
+    rows = [("region", "process", "A ms", "B ms", "change ms", "change", "")] if per_rank else [("region", "A ms", "B ms", "change ms", "change", "")]
     for c in changes:
-        cells = [c.region] + ([str(c.rank)] if per_rank else []) + [
+        cells = [c.region] + ([c.name or "-"] if per_rank else []) + [
             "-" if c.a_ms is None else f"{c.a_ms:.2f}", "-" if c.b_ms is None else f"{c.b_ms:.2f}",
             f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note]
         rows.append(tuple(cells))
@@ -129,12 +148,12 @@ def _load(path: str, run: str | None, side: str) -> RunReport:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof compare", description="Per region (and rank): run A, run B, the change and % change, largest first.")
+    parser = argparse.ArgumentParser(prog="rlprof compare", description="Per region (and process): run A, run B, the change and % change, largest first.")
     parser.add_argument("a", metavar="RUN_A", help="the baseline: a save path, run directory or manifest")
     parser.add_argument("b", metavar="RUN_B", help="the run to compare with it")
     parser.add_argument("--run-a", default=None, metavar="ID", help="the run id (or prefix) under RUN_A; default: the newest")
     parser.add_argument("--run-b", default=None, metavar="ID", help="the run id (or prefix) under RUN_B; default: the newest")
-    parser.add_argument("--ranks", action="store_true", help="one row per region and rank")
+    parser.add_argument("--ranks", action="store_true", help="one row per region and process (trainer rank or rollout replica)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--fail-above", type=float, default=None, metavar="PCT", help="exit 1 when the step or a region got more than PCT%% slower")
     parser.add_argument("--min-ms", type=float, default=MIN_MS, help=f"--fail-above ignores rows shorter than this in both runs (default {MIN_MS:g})")
@@ -153,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(render(a, b, changes, opts.ranks))
     for c in slower:
-        where = f" on rank {c.rank}" if c.rank is not None else ""
+        where = f" on {c.name}" if c.name is not None else ""
         print(f"rlprof compare: regression: {c.region}{where} {c.a_ms:.2f} -> {c.b_ms:.2f} ms ({c.change_pct:+.1f}% > {opts.fail_above:g}%)",
               file=sys.stderr)
     return EXIT_REGRESSION if slower else EXIT_OK

@@ -6,9 +6,11 @@ Per run, newest first:
 
 * the verdict (what was captured, what is missing, why nothing was captured);
 * **step anatomy**: a stacked bar per profiled step — the median time of each top-level region, and
-  what the regions leave of the step — with a whisker from the fastest to the slowest rank's step;
-* **rank x region heat map**: each rank's time per region (median over steps), coloured by how far
-  it is from that region's median across ranks; stragglers outlined and marked;
+  the part of the step no process's region covers — with a whisker from the fastest to the slowest
+  rank's step;
+* **process x region heat map**: each trainer rank's and rollout replica's time per region (median
+  over steps), coloured by how far it is from that region's median across processes; stragglers
+  outlined and marked;
 * the stragglers, per-step tables, and the files to open next (with the timeline command).
 
 Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
@@ -22,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 
@@ -32,7 +34,7 @@ UNTRACKED = "#d9d9d9"
 MARKER = b'<meta name="generator" content="rlprof report">'
 """In the head of every page: ``-o`` replaces only a file that holds it (:mod:`rlprof.analysis.outputs`)."""
 HEAT_ROWS = 256
-"""The heat map draws at most this many ranks (the slowest first beyond that)."""
+"""The heat map draws at most this many processes (the slowest first beyond that)."""
 FILES_LISTED = 200
 
 CSS = """
@@ -73,12 +75,12 @@ def _run_section(report: RunReport) -> str:
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
-        parts.append('<p class="muted">median time per top-level region across ranks; grey: time outside regions; '
-                     "the whisker spans the fastest to the slowest rank's step</p>")
+        parts.append('<p class="muted">median time per top-level region across the processes that ran it; grey: the part of '
+                     "the step no process's region covers; the whisker spans the fastest to the slowest rank's step</p>")
         parts.append(_step_bars(anatomy))
-        parts.append("<h3>Rank &times; region</h3>")
-        parts.append('<p class="muted">each rank\'s time (median over steps); colour: distance from the region\'s median '
-                     "across ranks (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
+        parts.append("<h3>Process &times; region</h3>")
+        parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
+                     "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
         parts.append(_heat_map(anatomy))
         parts.append(_stragglers(anatomy))
         parts.append(_step_tables(anatomy))
@@ -101,7 +103,8 @@ def _step_bars(anatomy: Anatomy) -> str:
     colours = _colours(anatomy)
     steps = anatomy.steps
     label_w, width, bar_h, gap = 90, 760, 22, 10
-    longest = max([s.spread.max_ms for s in steps if s.spread] + [s.tracked_ms for s in steps] + [1e-9])
+    longest = max([s.spread.max_ms for s in steps if s.spread] + [s.span_ms or 0.0 for s in steps]
+                  + [s.tracked_ms + (s.untracked_ms or 0.0) for s in steps] + [1e-9])
     scale = width / longest
     top_regions = [r for r in anatomy.regions if r.depth == 0]
     legend_h = 22 * ((len(top_regions) + 1 + 3) // 4)
@@ -110,13 +113,13 @@ def _step_bars(anatomy: Anatomy) -> str:
            f'xmlns="http://www.w3.org/2000/svg">']
     for i, step in enumerate(steps):
         y = i * (bar_h + gap)
-        total = step.spread.median_ms if step.spread else step.tracked_ms
+        total = step.span_ms if step.span_ms is not None else step.tracked_ms
         out.append(f'<text x="0" y="{y + bar_h * 0.7:.1f}">step {step.step}</text>')
         x = float(label_w)
         for r in (r for r in step.regions if r.depth == 0):
             w = r.spread.median_ms * scale
             share = f" ({100 * r.share_of_step:.0f}% of the step)" if r.share_of_step is not None else ""
-            tip = f"step {step.step} {r.region}: {r.spread.median_ms:.2f} ms median{share}; min {r.spread.min_ms:.2f}, max {r.spread.max_ms:.2f} on rank {r.spread.slowest_rank}"
+            tip = f"step {step.step} {r.region}: {r.spread.median_ms:.2f} ms median{share}; min {r.spread.min_ms:.2f}, max {r.spread.max_ms:.2f} on {r.spread.slowest.name}"
             stroke = ' stroke="#cf222e" stroke-width="2"' if r.stragglers else ""
             out.append(f'<rect class="segment" data-region="{_e(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
                        f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{_e(tip)}</title></rect>')
@@ -129,7 +132,7 @@ def _step_bars(anatomy: Anatomy) -> str:
             x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
             out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
                        f"<title>step {step.step}: {step.spread.min_ms:.2f} to {step.spread.max_ms:.2f} ms across ranks "
-                       f"(slowest: rank {step.spread.slowest_rank})</title></line>")
+                       f"(slowest: {step.spread.slowest.name})</title></line>")
             for xe in (x0, x1):
                 out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
         out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
@@ -144,42 +147,43 @@ def _step_bars(anatomy: Anatomy) -> str:
 
 def _heat_map(anatomy: Anatomy) -> str:
     regions = anatomy.regions
-    straggling = {(s.rank, s.region) for s in anatomy.stragglers}
-    ranks = sorted({t.rank for r in regions for t in r.spread.per_rank})
+    straggling = {(s.time.key, s.region) for s in anatomy.stragglers}
+    names = {t.key: t.name for r in regions for t in r.spread.per_rank}
+    shown = sorted(names)
     note = ""
-    if len(ranks) > HEAT_ROWS:
-        slowness: dict[int, float] = {}
+    if len(shown) > HEAT_ROWS:
+        slowness: dict[tuple, float] = {}
         for r in regions:
             for t in r.spread.per_rank:
                 ratio = t.ms / r.spread.median_ms if r.spread.median_ms else 1.0
-                slowness[t.rank] = max(slowness.get(t.rank, 0.0), ratio)
-        note = f'<p class="muted">{HEAT_ROWS} of {len(ranks)} ranks shown: the slowest.</p>'
-        ranks = sorted(sorted(ranks, key=lambda k: -slowness.get(k, 0.0))[:HEAT_ROWS])
-    cell_w, cell_h, label_w, head_h = max(60, min(140, 900 // max(1, len(regions)))), 18, 70, 110
-    times = {(t.rank, r.region): t.ms for r in regions for t in r.spread.per_rank}
+                slowness[t.key] = max(slowness.get(t.key, 0.0), ratio)
+        note = f'<p class="muted">{HEAT_ROWS} of {len(shown)} processes shown: the slowest.</p>'
+        shown = sorted(sorted(shown, key=lambda k: -slowness.get(k, 0.0))[:HEAT_ROWS])
+    cell_w, cell_h, label_w, head_h = max(60, min(140, 900 // max(1, len(regions)))), 18, 80, 110
+    times = {(t.key, r.region): t.ms for r in regions for t in r.spread.per_rank}
     medians = {r.region: r.spread.median_ms for r in regions}
-    width, height = label_w + cell_w * len(regions) + 160, head_h + cell_h * len(ranks) + 10  # room for the slanted last label
-    out = [f'<svg class="heat-map" role="img" aria-label="rank by region heat map" width="{width}" height="{height}" '
+    width, height = label_w + cell_w * len(regions) + 160, head_h + cell_h * len(shown) + 10  # room for the slanted last label
+    out = [f'<svg class="heat-map" role="img" aria-label="process by region heat map" width="{width}" height="{height}" '
            f'xmlns="http://www.w3.org/2000/svg">']
     for j, r in enumerate(regions):
         x = label_w + j * cell_w + cell_w / 2
         out.append(f'<text transform="translate({x:.1f},{head_h - 6}) rotate(-35)">{_e(r.region)}</text>')
-    for i, rank in enumerate(ranks):
-        y = head_h + i * cell_h
-        out.append(f'<text x="0" y="{y + cell_h * 0.75:.1f}">rank {rank}</text>')
+    for i, key in enumerate(shown):
+        y, name = head_h + i * cell_h, names[key]
+        out.append(f'<text x="0" y="{y + cell_h * 0.75:.1f}">{name}</text>')
         for j, r in enumerate(regions):
             x = label_w + j * cell_w
-            ms = times.get((rank, r.region))
+            ms = times.get((key, r.region))
             if ms is None:
                 out.append(f'<rect class="cell empty" x="{x}" y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="#f6f8fa">'
-                           f"<title>rank {rank} {_e(r.region)}: not run</title></rect>")
+                           f"<title>{name} {_e(r.region)}: not run</title></rect>")
                 continue
             ratio = ms / medians[r.region] if medians[r.region] > 0 else 1.0
-            slow = (rank, r.region) in straggling
+            slow = (key, r.region) in straggling
             stroke = ' stroke="#1f2328" stroke-width="2"' if slow else ""
-            out.append(f'<rect class="cell{" straggler" if slow else ""}" data-rank="{rank}" data-region="{_e(r.region)}" x="{x}" '
+            out.append(f'<rect class="cell{" straggler" if slow else ""}" data-process="{name}" data-region="{_e(r.region)}" x="{x}" '
                        f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{_heat(ratio)}"{stroke}>'
-                       f"<title>rank {rank} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
+                       f"<title>{name} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
                        f"{'; straggler' if slow else ''}</title></rect>")
             out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}</text>')
     out.append("</svg>")
@@ -199,29 +203,29 @@ def _heat(ratio: float) -> str:
 def _stragglers(anatomy: Anatomy) -> str:
     if not anatomy.stragglers:
         return "<p>No stragglers flagged.</p>"
-    rows = "".join(f'<tr class="straggler"><td>step {s.step}</td><td>{_e(s.region)}</td><td>rank {s.rank} ({_e(s.host)})</td>'
-                   f"<td>{s.ms:.2f}</td><td>{s.median_ms:.2f}</td><td>+{s.over_pct:.0f}%</td></tr>"
-                   for s in sorted(anatomy.stragglers, key=lambda s: -(s.ms - s.median_ms)))
+    rows = "".join(f'<tr class="straggler"><td>step {s.step}</td><td>{_e(s.region)}</td><td>{s.time.name} ({_e(s.time.host)})</td>'
+                   f"<td>{s.time.ms:.2f}</td><td>{s.median_ms:.2f}</td><td>+{s.over_pct:.0f}%</td></tr>"
+                   for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms)))
     return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
-            f"<th>rank</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
+            f"<th>process</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
 
 
 def _step_tables(anatomy: Anatomy) -> str:
     out = []
     for step in anatomy.steps:
         s = step.spread
-        head = (f"step {step.step}: {s.median_ms:.1f} ms median (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})"
-                if s else f"step {step.step}: no step record")
+        head = (f"step {step.step}: {step.span_ms:.1f} ms (each rank: median {s.median_ms:.1f}, min {s.min_ms:.1f}, "
+                f"max {s.max_ms:.1f} on {s.slowest.name})" if s else f"step {step.step}: no step record")
         rows = []
         for r in step.regions:
-            flag = f"straggler: rank {', '.join(map(str, r.stragglers))}" if r.stragglers else ""
+            flag = f"straggler: {', '.join(t.name for t in r.stragglers)}" if r.stragglers else ""
             if r.errors:
-                flag += ("; " if flag else "") + f"raised on {len(r.errors)} ranks"
+                flag += ("; " if flag else "") + f"raised on {len(r.errors)} processes"
             rows.append(f'<tr class="{"straggler" if r.stragglers else ""}"><td>{"&nbsp;&nbsp;" * r.depth}{_e(r.region)}</td>'
                         f"<td>{len(r.spread.per_rank)}</td><td>{r.spread.min_ms:.2f}</td><td>{r.spread.median_ms:.2f}</td>"
-                        f"<td>{r.spread.max_ms:.2f}</td><td>rank {r.spread.slowest_rank}</td>"
+                        f"<td>{r.spread.max_ms:.2f}</td><td>{r.spread.slowest.name}</td>"
                         f"<td>{'-' if r.share_of_step is None else f'{100 * r.share_of_step:.0f}%'}</td><td>{_e(flag)}</td></tr>")
-        out.append(f"<details><summary>{_e(head)}</summary><table><tr><th>region</th><th>ranks</th><th>min_ms</th><th>median_ms</th>"
+        out.append(f"<details><summary>{_e(head)}</summary><table><tr><th>region</th><th>processes</th><th>min_ms</th><th>median_ms</th>"
                    f"<th>max_ms</th><th>slowest</th><th>share</th><th></th></tr>{''.join(rows)}</table></details>")
     return "<h3>Per step</h3>" + "\n".join(out)
 
@@ -236,12 +240,12 @@ def _files(report: RunReport) -> str:
         out.append("<p>No files were written.</p>")
         return "\n".join(out)
     out.append(f"<p>{len(files)} files, {size_text(report.total_size)} (each counted once):</p><table class=\"files\">"
-               "<tr><th>file</th><th>rank</th><th>backend</th><th>steps</th><th>size</th></tr>")
+               "<tr><th>file</th><th>process</th><th>backend</th><th>steps</th><th>size</th></tr>")
     for f in files[:FILES_LISTED]:
         gone = "" if f.exists else ' <span class="muted">(no longer on disk)</span>'
         link = f'<a href="{_e(_file_uri(f.path))}">{_e(os.path.relpath(f.path, report.run_dirs[0]) if report.run_dirs else f.path)}</a>'
         details = "".join(f"<br><span class=\"muted\">{_e(d)}</span>" for d in f.details)
-        out.append(f"<tr><td>{link}{gone}{details}</td><td>{f.rank}</td><td>{_e(f.backend)}</td>"
+        out.append(f"<tr><td>{link}{gone}{details}</td><td>{process_name(f.rank, f.replica_rank)}</td><td>{_e(f.backend)}</td>"
                    f"<td>{','.join(map(str, f.steps)) or '-'}</td><td>{size_text(f.size)}</td></tr>")
     out.append("</table>")
     if len(files) > FILES_LISTED:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy
+from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
 from rlprof.analysis.details import DETAILS_GROUP, add_details
 from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
@@ -81,26 +81,26 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
             lines.append(f"step {step.step}: no step record (a process stopped inside it)")
         else:
             s = step.spread
-            lines.append(f"step {step.step}: {s.median_ms:.1f} ms median over {len(s.per_rank)} rank"
-                         f"{'s' if len(s.per_rank) != 1 else ''} (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})")
-        rows = [("region", "ranks", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
+            lines.append(f"step {step.step}: {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} "
+                         f"(each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+        rows = [("region", "procs", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
         for r in step.regions:
             name = ("  " * r.depth) + r.region
             flags = []
             if r.stragglers:
-                flags.append("straggler: rank " + ",".join(map(str, r.stragglers)))
+                flags.append("straggler: " + ", ".join(t.name for t in r.stragglers))
             if r.errors:
-                flags.append(f"raised on {len(r.errors)} rank{'s' if len(r.errors) != 1 else ''}")
+                flags.append(f"raised on {len(r.errors)} process{'es' if len(r.errors) != 1 else ''}")
             counts = {t.count for t in r.spread.per_rank}
             if counts != {1}:
-                flags.append(f"x{max(counts)} per rank")
+                flags.append(f"x{max(counts)} per process")
             spans = sorted({tuple(span) for spans in r.iterations.values() for span in spans})
             if spans:
                 flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
             rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
-                         f"{r.spread.max_ms:.1f}", f"rank {r.spread.slowest_rank}", _pct(r.share_of_step), "; ".join(flags)))
+                         f"{r.spread.max_ms:.1f}", r.spread.slowest.name, _pct(r.share_of_step), "; ".join(flags)))
         if step.untracked_ms is not None and step.regions:
-            share = step.untracked_ms / step.spread.median_ms if step.spread.median_ms else None
+            share = step.untracked_ms / step.span_ms if step.span_ms else None
             rows.append(("(outside regions)", "", "", f"{step.untracked_ms:.1f}", "", "", _pct(share), ""))
         lines += _table(rows, indent="  ")
     return lines + _straggler_lines(anatomy)
@@ -111,13 +111,13 @@ def _summary_lines(anatomy: Anatomy) -> list[str]:
     for step in anatomy.steps:
         s = step.spread
         lines.append(f"  step {step.step}: " + ("no step record" if s is None else
-                     f"{s.median_ms:.1f} ms median (min {s.min_ms:.1f}, max {s.max_ms:.1f} on rank {s.slowest_rank})"))
+                     f"{step.span_ms:.1f} ms (each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})"))
     lines.append("")
-    lines.append("regions (per rank the median over steps, then across ranks):")
+    lines.append("regions (per process the median over steps, then across processes):")
     rows = [("region", "steps", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
     for r in anatomy.regions:
         rows.append((("  " * r.depth) + r.region, str(r.steps), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
-                     f"{r.spread.max_ms:.1f}", f"rank {r.spread.slowest_rank}", _pct(r.share_of_step), ""))
+                     f"{r.spread.max_ms:.1f}", r.spread.slowest.name, _pct(r.share_of_step), ""))
     return lines + _table(rows, indent="  ")
 
 
@@ -126,8 +126,8 @@ def _straggler_lines(anatomy: Anatomy) -> list[str]:
     if anatomy.stragglers:
         lines.append("")
         lines.append(f"stragglers ({len(anatomy.stragglers)}):")
-        for s in sorted(anatomy.stragglers, key=lambda s: -(s.ms - s.median_ms))[:FILES_SHOWN]:
-            lines.append(f"  step {s.step} {s.region}: rank {s.rank} ({s.host}) {s.ms:.1f} ms vs median {s.median_ms:.1f} ms (+{s.over_pct:.0f}%)")
+        for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms))[:FILES_SHOWN]:
+            lines.append(f"  step {s.step} {s.region}: {s.time.name} ({s.time.host}) {s.time.ms:.1f} ms vs median {s.median_ms:.1f} ms (+{s.over_pct:.0f}%)")
         if len(anatomy.stragglers) > FILES_SHOWN:
             lines.append(f"  ... and {len(anatomy.stragglers) - FILES_SHOWN} more (--json lists all)")
     return lines
@@ -140,10 +140,10 @@ def _file_lines(files: list[File]) -> list[str]:
     lines = ["", f"files ({len(files)}, {size_text(sum(f.size for f in files))}"
                  + (f"; {gone} no longer on disk" if gone else "") + "):"]
     shown = files[:FILES_SHOWN]
-    rank_w = max(len(str(f.rank)) for f in shown)
+    name_w = max(len(process_name(f.rank, f.replica_rank)) for f in shown)
     backend_w = max(len(f.backend) for f in shown)
     for f in shown:
-        lines.append(f"  rank {f.rank:<{rank_w}}  {f.backend:<{backend_w}}  {size_text(f.size):>10}  {_shown(f.path)}"
+        lines.append(f"  {process_name(f.rank, f.replica_rank):<{name_w}}  {f.backend:<{backend_w}}  {size_text(f.size):>10}  {_shown(f.path)}"
                      + ("" if f.exists else "  (no longer on disk)"))
         lines += [f"      {d}" for d in f.details]
     if len(files) > FILES_SHOWN:
@@ -158,6 +158,13 @@ def _table(rows: list[tuple[str, ...]], indent: str) -> list[str]:
         cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
         out.append((indent + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
     return out
+
+
+def _count(times: Sequence[RankTime]) -> str:
+    """``2 ranks``, ``2 ranks + 2 replicas``, ``1 replica``."""
+    replicas = sum(1 for t in times if t.replica_rank is not None)
+    parts = [(len(times) - replicas, "rank"), (replicas, "replica")]
+    return " + ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in parts if n) or "0 ranks"
 
 
 def _pct(share: float | None) -> str:

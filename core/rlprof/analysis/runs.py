@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, step_anatomy, timing_record
+from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.roles import ROLES
 from rlprof.manifest import FAILURE_RECORD, read_records
 
@@ -22,7 +22,8 @@ from rlprof.manifest import FAILURE_RECORD, read_records
 @dataclass
 class Process:
     """One profiling process of the run, from its ``process`` record(s): a process hosting
-    colocated roles may write one per participant; the roles, steps and tools are their union."""
+    colocated roles may write one per participant; the roles, steps and tools are their union.
+    A rollout replica's process (agent-loop mode) has ``replica_rank`` set and is named ``replica N``."""
 
     manifest: str
     rank: int
@@ -41,8 +42,13 @@ class Process:
     """The ``finalized`` record's reason, or None when the process never wrote one."""
 
     @property
+    def name(self) -> str:
+        """``rank 3`` or ``replica 0`` (see :func:`rlprof.analysis.anatomy.process_name`)."""
+        return process_name(self.rank, self.replica_rank)
+
+    @property
     def label(self) -> str:
-        return f"rank {self.rank} ({self.host} pid {self.pid})"
+        return f"{self.name} ({self.host} pid {self.pid})"
 
     def join(self, record: dict[str, Any]) -> None:
         """Add another participant's ``process`` record (colocated roles of the same process)."""
@@ -73,6 +79,8 @@ class File:
     region: str | None
     exists: bool
     """False when the file is no longer there (moved away, e.g. uploaded by a finish hook)."""
+    replica_rank: int | None = None
+    """Set when a rollout replica's process wrote it."""
     details: list[str] = field(default_factory=list)
     """Lines from the backend's ``rlprof.report_details`` function (filled by :func:`add_details`)."""
 
@@ -94,6 +102,7 @@ class Cell:
     """Region -> the sampled iteration spans ``[first, last]`` its captures hold (sampled roles only)."""
     ranges: dict[str, dict[str, float]] = field(default_factory=dict)
     """Region -> ``{"ms": total, "count": n}`` from the manifest's ``region`` records."""
+    replica_rank: int | None = None
 
 
 @dataclass
@@ -112,7 +121,8 @@ class RunReport:
     @property
     def unavailable(self) -> list[dict[str, Any]]:
         """Backends that said at start they cannot capture on that machine (and so wrote nothing)."""
-        return [{"rank": p.rank, "host": p.host, "pid": p.pid, "backend": b, "problems": problems}
+        return [{"rank": p.rank, "replica_rank": p.replica_rank, "name": p.name, "host": p.host, "pid": p.pid, "backend": b,
+                 "problems": problems}
                 for p in self.processes for b, problems in sorted(p.environment.items())]
 
     @property
@@ -143,7 +153,7 @@ class RunReport:
             "run_dirs": self.run_dirs,
             "modes": sorted({p.mode for p in self.processes}),
             "tools": sorted({t for p in self.processes for t in p.tools}),
-            "processes": [asdict(p) for p in self.processes],
+            "processes": [{**asdict(p), "name": p.name} for p in self.processes],
             **self.anatomy.as_dict(),
             "files": [asdict(f) for f in self.files],
             "total_size": self.total_size,
@@ -222,15 +232,16 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
     artifacts, regions = by_type.get("artifact", []), by_type.get("region", [])
-    cells = _cells(artifacts, regions)
-    ordered = sorted(processes.values(), key=lambda p: (p.rank, p.host, p.pid))
+    ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
+    replicas = {p.manifest: p.replica_rank for p in ordered}
+    cells = _cells(artifacts, regions, replicas)
     return RunReport(
         run_id=run_id,
         run_dirs=sorted(run_dirs),
         processes=ordered,
-        files=_files(artifacts),
+        files=_files(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
-        anatomy=step_anatomy(by_type.get("step", []) + regions, straggler_pct, checked=True),
+        anatomy=step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True),
         missing=_missing(ordered, cells),
         short_captures=_short_captures(ordered, artifacts),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
@@ -238,9 +249,9 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     )
 
 
-def _files(artifacts: list[dict[str, Any]]) -> list[File]:
+def _files(artifacts: list[dict[str, Any]], replicas: dict[str, int | None]) -> list[File]:
     """Each file once, whatever number of roles or steps its artifact records name. Only its
-    existence is checked (one ``lstat``); it is never read."""
+    existence is checked (one ``lstat``); it is never read. ``replicas``: manifest -> its process's ``replica_rank``."""
     files: dict[str, File] = {}
     for a in artifacts:
         path = os.path.join(a["_run_dir"], a["path"])
@@ -248,15 +259,17 @@ def _files(artifacts: list[dict[str, Any]]) -> list[File]:
         if known is None:
             files[path] = File(path=path, size=int(a.get("size") or 0), backend=a["backend"], rank=a["rank"], host=a["host"],
                                pid=a["pid"], capture=a.get("capture"), steps=list(a.get("steps") or []),
-                               roles=list(a.get("roles") or []), region=a.get("region"), exists=os.path.lexists(path))
+                               roles=list(a.get("roles") or []), region=a.get("region"), exists=os.path.lexists(path),
+                               replica_rank=replicas.get(a["_manifest"]))
             continue
         known.size = max(known.size, int(a.get("size") or 0))
         known.steps += [s for s in a.get("steps") or [] if s not in known.steps]
         known.roles += [r for r in a.get("roles") or [] if r not in known.roles]
-    return sorted(files.values(), key=lambda f: (min(f.steps, default=-1), f.capture or "", f.rank, f.host, f.pid, f.backend, f.path))
+    return sorted(files.values(), key=lambda f: (min(f.steps, default=-1), f.capture or "", process_order(f.rank, f.replica_rank),
+                                                 f.host, f.pid, f.backend, f.path))
 
 
-def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]]) -> dict[tuple, Cell]:
+def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]], replicas: dict[str, int | None]) -> dict[tuple, Cell]:
     """Artifacts grouped by (step, role, process, backend), with the role's region times."""
     times: dict[tuple, dict[str, dict[str, float]]] = {}
     for r in regions:
@@ -271,7 +284,8 @@ def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]]) -> di
                 key = (step, role, a["_manifest"], a["backend"])
                 cell = cells.get(key)
                 if cell is None:
-                    cell = cells[key] = Cell(step=step, role=role, rank=a["rank"], host=a["host"], pid=a["pid"], backend=a["backend"])
+                    cell = cells[key] = Cell(step=step, role=role, rank=a["rank"], host=a["host"], pid=a["pid"], backend=a["backend"],
+                                             replica_rank=replicas.get(a["_manifest"]))
                     cell.ranges = times.get((step, role, a["_manifest"]), {})  # shared, read-only
                 if a.get("capture") and a["capture"] not in cell.captures:
                     cell.captures.append(a["capture"])
@@ -292,7 +306,7 @@ def _missing(processes: list[Process], cells: dict[tuple, Cell]) -> list[dict[st
             for role in p.selected_roles:
                 for step in p.steps:
                     if (step, role, p.manifest, backend) not in cells and (None, role, p.manifest, backend) not in cells:
-                        missing.append({"rank": p.rank, "host": p.host, "pid": p.pid, "backend": backend,
+                        missing.append({"rank": p.rank, "replica_rank": p.replica_rank, "name": p.name, "host": p.host, "pid": p.pid, "backend": backend,
                                         "step": step, "role": role, "manifest": p.manifest})
     return missing
 
@@ -309,7 +323,7 @@ def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -
         for backend in p.tools:
             got = seen.get((p.manifest, backend))
             if got is not None and p.expected_captures is not None and len(got) < p.expected_captures:
-                short.append({"rank": p.rank, "host": p.host, "pid": p.pid, "backend": backend,
+                short.append({"rank": p.rank, "replica_rank": p.replica_rank, "name": p.name, "host": p.host, "pid": p.pid, "backend": backend,
                               "captures": len(got), "expected": p.expected_captures})
     return short
 
@@ -319,7 +333,8 @@ def _plain(record: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 def _row_order(cell: Cell) -> tuple:
-    return (cell.step if cell.step is not None else -1, role_index(cell.role), cell.rank, cell.host, cell.pid, cell.backend)
+    return (cell.step if cell.step is not None else -1, role_index(cell.role), process_order(cell.rank, cell.replica_rank),
+            cell.host, cell.pid, cell.backend)
 
 
 def role_index(role: str) -> int:

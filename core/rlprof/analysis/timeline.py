@@ -4,7 +4,9 @@ Use it to see every rank of a run side by side in Perfetto (https://ui.perfetto.
 chrome://tracing or Holistic Trace Analysis, instead of opening one file per rank per capture.
 From the manifests alone it writes a Chrome trace-event JSON file with
 
-* one process per profiling process, named ``rank 0 · actor+rollout+ref (node1)`` and sorted by rank;
+* one process per profiling process, named ``rank 0 · actor+rollout+ref (node1)`` for a trainer
+  rank and ``replica 0 · rollout (node1)`` for a rollout replica (agent-loop mode), trainer ranks
+  first, each sorted by number;
 * a track (thread) per role, holding that role's regions of every profiled step as slices
   (nested regions nest), with step, capture, sampled iterations and any error as arguments;
 * a ``steps`` track per process with one slice per profiled step, named ``ProfilerStep#<step>`` as
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from rlprof.analysis.anatomy import timing_record
+from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.manifest import read_records
 from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import role_index
@@ -50,17 +52,18 @@ class TimelineProcess:
     """One profiling process of the run, as a process in the timeline."""
 
     key: tuple[int, str, int]
-    """(rank, host, pid) from the manifest."""
+    """(rank, host, pid) from the manifest (a replica's rank may equal a trainer rank's: the pid tells them apart)."""
     pid: int
-    """Its process id in the timeline file (1, 2, ... in rank order)."""
+    """Its process id in the timeline file (1, 2, ... trainer ranks, then replicas)."""
     roles: list[str] = field(default_factory=list)
     tracks: dict[str, int] = field(default_factory=dict)
     """Track name -> tid in the timeline file."""
+    replica_rank: int | None = None
 
     @property
     def name(self) -> str:
         rank, host, _ = self.key
-        return f"rank {rank} · {'+'.join(self.roles) or '?'} ({host})"
+        return f"{process_name(rank, self.replica_rank)} · {'+'.join(self.roles) or '?'} ({host})"
 
     def track(self, name: str, tid: int | None = None) -> int:
         if name not in self.tracks:
@@ -129,8 +132,10 @@ def _processes(records: Sequence[dict[str, Any]], timed: list[dict[str, Any]]) -
             known = roles.setdefault(_key(r), [])
             if r.get("role") and r["role"] not in known:
                 known.append(r["role"])
-    keys = sorted({_key(r) for r in timed})
-    return {key: TimelineProcess(key, index + 1, sorted(roles.get(key, []), key=role_index)) for index, key in enumerate(keys)}
+    replicas = replica_ranks(records)
+    keys = sorted({_key(r) for r in timed}, key=lambda k: (process_order(k[0], replicas.get(k)), k[1], k[2]))
+    return {key: TimelineProcess(key, index + 1, sorted(roles.get(key, []), key=role_index), replica_rank=replicas.get(key))
+            for index, key in enumerate(keys)}
 
 
 def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[dict[str, Any]]:

@@ -50,13 +50,15 @@ def verdict_lines(report: RunReport) -> list[str]:
             by_backend.setdefault(f.backend, []).append(f)
         for backend, files in sorted(by_backend.items()):
             steps = sorted({s for f in files for s in f.steps})
-            ranks = sorted({f.rank for f in files})
+            ranks = sorted({f.rank for f in files if f.replica_rank is None})
+            replicas = sorted({f.replica_rank for f in files if f.replica_rank is not None})
+            on = " and ".join(([f"ranks {_list(ranks)}"] if ranks else []) + ([f"replicas {_list(replicas)}"] if replicas else []))
             gone = sum(1 for f in files if not f.exists)
             lines.append(f"captured: {backend} wrote {len(files)} file{'s' if len(files) != 1 else ''} "
                          f"({size_text(sum(f.size for f in files))}) for steps {_list(steps) or '(not tied to a step)'} "
-                         f"on ranks {_list(ranks)}" + (f"; {gone} of them no longer on disk" if gone else ""))
+                         f"on {on}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
-            lines.append(f"not captured on rank {u['rank']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
+            lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
     if report.anatomy.has_timings:
         steps = report.anatomy.steps
         regions, stragglers = len(report.anatomy.regions), len(report.anatomy.stragglers)
@@ -88,15 +90,15 @@ def problem_lines(report: RunReport) -> list[str]:
     lines = []
     grouped: dict[tuple, dict[str, set]] = {}
     for m in report.missing:
-        entry = grouped.setdefault((m["rank"], m["host"], m["pid"], m["backend"]), {"steps": set(), "roles": set()})
+        entry = grouped.setdefault((m["name"], m["host"], m["pid"], m["backend"]), {"steps": set(), "roles": set()})
         entry["steps"].add(m["step"])
         entry["roles"].add(m["role"])
-    for (rank, host, pid, backend), entry in sorted(grouped.items()):
+    for (name, host, pid, backend), entry in grouped.items():  # report.missing lists processes in order
         steps = ",".join(str(s) for s in sorted(entry["steps"]))
         roles = ",".join(sorted(entry["roles"], key=role_index))
-        lines.append(f"missing: rank {rank} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")
+        lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")
     for s in report.short_captures:
-        lines.append(f"missing: rank {s['rank']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
+        lines.append(f"missing: {s['name']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
                      f"of {s['expected']} expected captures")
     for p in report.unfinalized:
         lines.append(f"not finalized: {p.label}: no 'finalized' record (the process died, was killed, or is still running)")

@@ -12,6 +12,11 @@ blocks), not Chrome traces. Readers that honour "never parse traces" cannot tell
 ::
 
     run_dir = generate_run(tmp_path, ranks=64, steps=(1, 2), trace_bytes=1 << 30, slow={(7, "actor_update"): 1.6})
+
+``replicas=N`` writes verl's agent-loop shape: ``N`` rollout replica processes (``replica_rank``
+``0..N-1``, manifest ``rank`` ``0..N-1`` too, as engines report it, on their own pids) run the
+``rollout`` regions, discrete, while the trainer ranks wait outside any region; the trainer ranks
+then run the other regions once the slowest replica is done.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ def generate_run(
     seed: int = 0,
     unfinalized: Sequence[int] = (),
     start_ns: int = START_NS,
+    replicas: int = 0,
+    slow_replicas: Mapping[int, float] | None = None,
 ) -> Path:
     """Write the run and return its directory ``<save_path>/<run_id>``.
 
@@ -84,14 +91,23 @@ def generate_run(
     :param slow: ``{(rank, region): factor}`` — that rank's region takes ``factor`` times as long.
     :param jitter: relative random spread of every duration (fixed by ``seed``).
     :param unfinalized: ranks whose process "died": no ``finalized`` record.
+    :param replicas: rollout replica processes (agent-loop mode); then the ``rollout`` regions run on them, not on the ranks.
+    :param slow_replicas: ``{replica: factor}`` — that replica's rollout regions take ``factor`` times as long.
     """
     rank_list = list(range(ranks)) if isinstance(ranks, int) else list(ranks)
     run_dir = Path(save_path) / run_id
     rng = random.Random(seed)
     slow = dict(slow or {})
-    captures = _captures_per_process(steps, regions, mode)
+    slow_replicas = dict(slow_replicas or {})
+    period_ms = _period_ms(regions, [*slow.values(), *slow_replicas.values()], jitter)
+    generation: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    """step -> rollout region -> each replica's (start_ns, end_ns); empty without replicas."""
+    if replicas:
+        generation = _write_replicas(run_dir, run_id, save_path, replicas, steps, regions, tools, slow_replicas,
+                                     jitter, random.Random(seed + 1), start_ns, period_ms)
+        roles = [r for r in roles if r != "rollout"]
+    captures = _captures_per_process(steps, [r for r in regions if not (replicas and r.role == "rollout")], mode)
     per_file = trace_bytes // max(1, len(rank_list) * len(captures) * len(tools))
-    step_ms = _step_ms(regions)
     for rank in rank_list:
         host, pid = f"node{rank // max(1, ranks_per_host)}", 1000 + rank
         tag = f"rank{rank}-{host}-{pid}"
@@ -100,12 +116,16 @@ def generate_run(
                      mode=mode, tools=list(tools), save_path=str(Path(save_path).absolute()), replica_rank=None,
                      expected_captures=len(captures), schedules={}, environment={})
         for index, step in enumerate(steps):
-            step_start = start_ns + int(index * (step_ms + 50.0) * 1e6) + rng.randrange(0, 200_000)
+            step_start = start_ns + int(index * period_ms * 1e6) + rng.randrange(0, 200_000)
             cursor = step_start + int(0.5e6)
             opened: dict[str, int] = {}
             closing: list[tuple[int, dict]] = []
             for spec in regions:
                 ms = spec.ms * slow.get((rank, spec.region), 1.0) * (1 + rng.uniform(-jitter, jitter))
+                if replicas and spec.role == "rollout":  # ran in the replicas: wait for the slowest
+                    ends = [end for _, end in generation.get(step, {}).get(spec.region, [])]
+                    cursor = max([cursor] + [end + int(GAP_MS * 1e6) for end in ends])
+                    continue
                 if spec.parent is None:
                     begin = cursor
                     cursor = begin + int(ms * 1e6) + int(GAP_MS * 1e6)
@@ -145,6 +165,53 @@ def generate_run(
     return run_dir
 
 
+def _write_replicas(run_dir: Path, run_id: str, save_path, replicas: int, steps: Sequence[int], regions: Sequence[RegionSpec],
+                    tools: Sequence[str], slow: dict[int, float], jitter: float, rng: random.Random,
+                    start_ns: int, period_ms: float) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """Write each replica's manifest; return when each replica ran each rollout region of each step.
+
+    Each rollout region starts where the trainer reaches it (the top-level regions before it at their
+    nominal length); a replica writes a discrete capture per rollout region and a ``step`` record
+    from the start of its first to the end of its last."""
+    windows: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for replica in range(replicas):
+        host, pid = "node0", 2000 + replica
+        tag = f"rank{replica}-{host}-{pid}"
+        writer = ManifestWriter(run_dir / "manifest" / f"{tag}.jsonl", {"run": run_id, "rank": replica, "host": host, "pid": pid})
+        rollout = [r for r in regions if r.role == "rollout" and r.parent is None]
+        writer.write("process", world_size=replicas, roles=["rollout"], selected_roles=["rollout"], steps=list(steps),
+                     mode="discrete", tools=list(tools), save_path=str(Path(save_path).absolute()), replica_rank=replica,
+                     expected_captures=len(steps) * len(rollout), schedules={}, environment={})
+        for index, step in enumerate(steps):
+            cursor = start_ns + int(index * period_ms * 1e6) + int(0.5e6)
+            first = last = None
+            for spec in (r for r in regions if r.parent is None):
+                if spec.role != "rollout":
+                    cursor += int((spec.ms + GAP_MS) * 1e6)
+                    continue
+                ms = spec.ms * slow.get(replica, 1.0) * (1 + rng.uniform(-jitter, jitter))
+                begin, end = cursor, cursor + int(ms * 1e6)
+                first, last = (begin if first is None else first), end
+                windows.setdefault(step, {}).setdefault(spec.region, []).append((begin, end))
+                capture = f"step{step}.{spec.region}"
+                writer.write("region", step=step, role="rollout", region=spec.region, parent=None, depth=0, capture=capture,
+                             start_ns=begin, end_ns=end, duration_ms=round((end - begin) / 1e6, 6),
+                             iterations=list(spec.iterations) if spec.iterations else None,
+                             marked_iterations=(spec.iterations[1] + 1) if spec.iterations else 0, error=None)
+                cursor = end + int(GAP_MS * 1e6)
+                for tool in tools:
+                    rel = Path(capture) / tag / tool / f"replica{replica}.trace.json.gz"
+                    _write_filler(run_dir / rel, 0, True)
+                    writer.write("artifact", backend=tool, step=step, steps=[step], roles=["rollout"], region=spec.region,
+                                 capture=capture, mode="discrete", iterations=None, world_size=replicas, path=str(rel), size=0,
+                                 kind="file", outside_output_dir=False)
+            if first is not None:
+                writer.write("step", step=step, start_ns=first, end_ns=last, duration_ms=round((last - first) / 1e6, 6))
+        writer.write("finalized", reason="end", artifacts=len(steps) * len(rollout) * len(tools), errors=0)
+        writer.close()
+    return windows
+
+
 def _captures_per_process(steps: Sequence[int], regions: Sequence[RegionSpec], mode: str) -> list[tuple[str, list[str], str | None]]:
     """``(capture id, roles, region)`` of every capture one process writes: one per step (end-to-end)
     or one per top-level region per step (discrete; nested regions are ranges inside their parent's)."""
@@ -154,8 +221,11 @@ def _captures_per_process(steps: Sequence[int], regions: Sequence[RegionSpec], m
     return [(f"step{s}.{r.region}", [r.role], r.region) for s in steps for r in regions if r.parent is None]
 
 
-def _step_ms(regions: Sequence[RegionSpec]) -> float:
-    return sum(r.ms + GAP_MS for r in regions if r.parent is None) + 1.0
+def _period_ms(regions: Sequence[RegionSpec], factors: Sequence[float], jitter: float) -> float:
+    """From one step's start to the next's: the longest a step can take (every region at the
+    slowest factor and jitter), then 50 ms apart, so steps never overlap."""
+    longest = sum(r.ms + GAP_MS for r in regions if r.parent is None) + 1.0
+    return longest * max([1.0, *factors]) * (1 + jitter) + 50.0
 
 
 FILLER = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 1},\n' * 11_000
