@@ -57,6 +57,9 @@ def verdict_lines(report: RunReport) -> list[str]:
                          f"on ranks {_list(ranks)}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on rank {u['rank']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
+    lines += list(dict.fromkeys(skip_text(s) for s in report.skipped))
+    lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
+              for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:
         steps = report.anatomy.steps
         regions, stragglers = len(report.anatomy.regions), len(report.anatomy.stragglers)
@@ -76,12 +79,21 @@ def _nothing_because(report: RunReport) -> str:
     if unavailable:
         reasons = sorted({f"{u['backend']} cannot capture on {u['host']}: {'; '.join(u['problems'])}" for u in unavailable})
         return "; ".join(reasons)
+    if report.skipped:
+        return "; ".join(dict.fromkeys(f"{s['backend']} skipped its captures: {s['reason']}" for s in report.skipped))
     if report.errors:
         e = report.errors[0]
         return f"the backend failed ({e['backend']} in {e['hook']} on rank {e['rank']}: {e['error']})"
     if not report.anatomy.has_timings:
         return "no profiled step ran (the training stopped before the first profiled step, or steps never reached)"
     return "the backends wrote no file for the profiled steps"
+
+
+def skip_text(s: dict) -> str:
+    """One skipped capture with its reason (explained: it is not counted as missing)."""
+    what = f"capture {s['capture']}" if s.get("capture") else "its capture"
+    steps = f" (steps {_list(s.get('steps') or [])})" if s.get("steps") else ""
+    return f"skipped: rank {s['rank']}: {s['backend']} {what}{steps}: {s['reason']}"
 
 
 def problem_lines(report: RunReport) -> list[str]:

@@ -290,9 +290,10 @@ def artifacts_are_complete(run: BackendRun) -> list[str]:
 
 
 def every_capture_written(run: BackendRun) -> list[str]:
-    """A backend that writes per capture writes every capture the core closed, the failing one included
+    """A backend that writes per capture writes (or skips with a reason, ``ctx.skip``) every capture the
+    core closed, the failing one included
     (and, once it raised and was released, every capture it had been told to open until then)."""
-    written = {r["capture"] for r in run.artifacts if r.get("capture")}
+    written = {r["capture"] for r in run.artifacts + run.skipped if r.get("capture")}  # a skip says why
     if not written:
         return []  # it writes at finalize, or nothing here (e.g. no device): nothing to compare
     problems = []
