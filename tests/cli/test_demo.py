@@ -102,7 +102,7 @@ DEMO_LINES = [re.compile(p) for p in (
     r"\d+ workers ready in [\d.]+ s",
     r"step \d+( \(profiled\))? +(start step|rollout generate|ref log-prob|actor log-prob|actor update|step boundary) +"
     r"[\d.]+ s( .*)?",
-    r"(traces|memory snapshots|nsys reports) \(\S+\): open in .+",
+    r"(traces|memory snapshots|nsys reports|py-spy profiles) \(\S+\): open in .+",
     r"verdict: .+",
     r"rlprof demo: (ok|FAILED) in [\d.]+ s",
 )]

@@ -205,9 +205,14 @@ STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
 
 
 def no_hook_errors(run: BackendRun) -> list[str]:
-    """Every hook the backend implements ran without raising."""
+    """Every hook the backend implements ran without raising, and none made training wait past the limit."""
     problems = []
     for error in run.errors:
+        if error.get("kind") == "timeout":
+            problems.append(f"its {error['hook']} hook made training wait: {error['error']} (the kit's limit, "
+                            f"RLPROF_HOOK_TIMEOUT_S={run.scenario.hook_timeout_s:g}); a subprocess that never got its "
+                            "stop signal? (see 'Subprocess backends' in docs/writing-a-backend.md)")
+            continue
         detail = _logged_traceback(run, error["hook"])
         problems.append(f"its {error['hook']} hook raised {error['error']}; the core logged it and skipped the backend "
                         f"for the rest of the run{detail}")

@@ -110,6 +110,9 @@ class Scenario:
     """Play the loop (Profilers, hooks, finalize) on a thread that blocks :data:`RAY_BLOCKED_SIGNALS`,
     as Ray's actor threads do: a backend that starts a subprocess and stops it by signal must unblock
     them in the child."""
+    hook_timeout_s: float = 10.0
+    """``RLPROF_HOOK_TIMEOUT_S`` for the run: a hook call that makes training wait longer is recorded
+    as a ``timeout`` error, which fails the conformance suite (a real run would stall on it)."""
     region_s: float = 0.0
     """Each region lasts at least this long (its iterations repeat the work): a sampling profiler needs
     time to take samples. Set for every scenario by the kit's ``region_s`` setting."""
@@ -335,7 +338,7 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
             for each in run.profilers:  # the loop itself failed: leave no exit or SIGTERM handler behind
                 each.finalize()
 
-    with _sandbox(cwd, tmp, strict), _logged(run.log), footprint:
+    with _sandbox(cwd, tmp, strict, scenario.hook_timeout_s), _logged(run.log), footprint:
         if scenario.blocked_signals:
             _on_blocking_thread(loop, RAY_BLOCKED_SIGNALS)
         else:
@@ -573,10 +576,10 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def _sandbox(cwd: Path, tmp: Path, strict: bool | None) -> Iterator[None]:
-    """Run with ``cwd`` as working directory, ``tmp`` as the temporary directory and, unless
-    ``strict`` is None, ``RLPROF_STRICT`` set to it."""
-    env = {"TMPDIR": str(tmp)}
+def _sandbox(cwd: Path, tmp: Path, strict: bool | None, hook_timeout_s: float) -> Iterator[None]:
+    """Run with ``cwd`` as working directory, ``tmp`` as the temporary directory, the hook watchdog's
+    limit set to ``hook_timeout_s`` and, unless ``strict`` is None, ``RLPROF_STRICT`` set to it."""
+    env = {"TMPDIR": str(tmp), "RLPROF_HOOK_TIMEOUT_S": repr(float(hook_timeout_s))}
     if strict is not None:
         env["RLPROF_STRICT"] = "1" if strict else "0"
     old_cwd, old_tempdir = os.getcwd(), tempfile.tempdir
