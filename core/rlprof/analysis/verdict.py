@@ -57,7 +57,7 @@ def verdict_lines(report: RunReport) -> list[str]:
                          f"on ranks {_list(ranks)}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on rank {u['rank']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
-    lines += list(dict.fromkeys(skip_text(s) for s in report.skipped))
+    lines += skip_lines(report.skipped)
     lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
               for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:
@@ -89,11 +89,19 @@ def _nothing_because(report: RunReport) -> str:
     return "the backends wrote no file for the profiled steps"
 
 
-def skip_text(s: dict) -> str:
-    """One skipped capture with its reason (explained: it is not counted as missing)."""
-    what = f"capture {s['capture']}" if s.get("capture") else "its capture"
-    steps = f" (steps {_list(s.get('steps') or [])})" if s.get("steps") else ""
-    return f"skipped: rank {s['rank']}: {s['backend']} {what}{steps}: {s['reason']}"
+def skip_lines(skipped: list[dict]) -> list[str]:
+    """Captures a backend skipped with a reason (explained, not counted as missing): one line per
+    process, backend and reason, naming the captures."""
+    grouped: dict[tuple, list[str]] = {}
+    for s in skipped:
+        captures = grouped.setdefault((s["rank"], s.get("host"), s.get("pid"), s["backend"], s["reason"]), [])
+        if s.get("capture") and s["capture"] not in captures:
+            captures.append(s["capture"])
+    lines = []
+    for (rank, _, _, backend, reason), captures in grouped.items():
+        what = f"capture{'s' if len(captures) != 1 else ''} {', '.join(captures)}" if captures else "its capture"
+        lines.append(f"skipped: rank {rank}: {backend} {what}: {reason}")
+    return lines
 
 
 def problem_lines(report: RunReport) -> list[str]:
