@@ -108,4 +108,5 @@ def test_rlprof_demo_on_ray_with_pyspy_ends_with_verdict_ok_and_pyspy_hints(pysp
     [report] = build_reports([save])
     profiles = [f for f in report.files if f.path.endswith(".speedscope.json")]
     assert {f.rank for f in profiles} == {0, 1} and all(f.size > 0 and f.exists for f in profiles)
-    assert len({f.capture for f in profiles}) == (1 if mode == "e2e" else 4)  # the step | each role region
+    captures = {f.capture for f in profiles}
+    assert captures == {"step1"} if mode == "e2e" else (captures and all(c.startswith("step1.") for c in captures))
