@@ -61,7 +61,7 @@ def test_rlprof_backends_shows_each_contract_and_the_refusal(test_backends):
     assert "docs/migration.md" in block
     recorder = out[out.index("\nrecorder "):]
     assert "contract: 1\n" in recorder
-    undeclared = out[out.index("contract0_undeclared"):]
+    undeclared = out[out.index("\nundeclared "):]
     assert "contract: 1 (assumed: the backend declares none)" in undeclared
     as_json = subprocess.run([sys.executable, "-m", "rlprof.cli", "backends", "--json"], capture_output=True, text=True,
                              env={**__import__("os").environ, "PYTHONPATH": str(test_backends)}, check=True)
@@ -73,8 +73,8 @@ def test_rlprof_backends_shows_each_contract_and_the_refusal(test_backends):
 def test_an_undeclared_backend_reading_a_removed_attribute_fails_once_and_is_released(test_backends, tmp_path,
                                                                                         caplog, monkeypatch):
     monkeypatch.setenv("RLPROF_STRICT", "0")
-    config = Scenario(steps=(1, 2, 3)).config("contract0_undeclared", tmp_path)
-    config["global_profiler"]["tool"] = ["contract0_undeclared", "recorder"]
+    config = Scenario(steps=(1, 2, 3)).config("undeclared", tmp_path)
+    config["global_profiler"]["tool"] = ["undeclared", "recorder"]
     for role in ("actor", "ref"):
         config["actor_rollout_ref"][role]["profiler"]["tool_config"]["recorder"] = {"discrete": False}
     with caplog.at_level(logging.WARNING, logger="rlprof"):
@@ -89,9 +89,9 @@ def test_an_undeclared_backend_reading_a_removed_attribute_fails_once_and_is_rel
                for line in f.read_text().splitlines()]
     errors = [r for r in records if r["type"] == "error"]
     assert len(errors) == 1, errors
-    assert errors[0]["backend"] == "contract0_undeclared" and errors[0]["hook"] == "step_boundary"
+    assert errors[0]["backend"] == "undeclared" and errors[0]["hook"] == "step_boundary"
     assert "use the iteration_boundary hook" in errors[0]["error"] and "contract 1" in errors[0]["error"]
-    assert [r["backend"] for r in records if r["type"] == "cleanup"] == ["contract0_undeclared"]
+    assert [r["backend"] for r in records if r["type"] == "cleanup"] == ["undeclared"]
     said = [r.getMessage() for r in caplog.records if "declares no hook contract" in r.getMessage()]
     assert len(said) <= 1  # once per process (an earlier test of this process may have said it already)
     recorded = {r["capture"] for r in records if r["type"] == "artifact" and r["backend"] == "recorder"}
