@@ -199,6 +199,7 @@ class PySpyBackend:
         try:
             process = _start_unblocked(command, directory / LOG_FILE, self.unblock_signals)
         except OSError as exc:
+            (directory / LOG_FILE).unlink(missing_ok=True)  # nothing was started: leave no empty file behind
             ctx.skip(f"py-spy could not be started: {type(exc).__name__}: {exc}")
             return
         self._running[ctx.capture.capture_id] = _Recording(process, directory)
