@@ -104,6 +104,7 @@ def test_rlprof_demo_on_ray_with_pyspy_ends_with_verdict_ok_and_pyspy_hints(pysp
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
     assert "rlprof demo: ok" in out and "ok: every profiled step x role x rank produced output" in out
     assert "py-spy profiles (.speedscope.json): open in https://www.speedscope.app" in out
+    assert "skipped:" not in out and "warning:" not in out, out[-4000:]  # py-spy attached before every region began
     assert ".pt.trace.json.gz" not in out and "--with-traces" not in out  # no torch hints for a pyspy-only run
     [report] = build_reports([save])
     profiles = [f for f in report.files if f.path.endswith(".speedscope.json")]

@@ -68,7 +68,9 @@ def verdict_lines(report: RunReport) -> list[str]:
     elif report.processes:
         lines.append("timings: none in the manifest (no profiled step completed, or written by an rlprof without step timings)")
     lines += problem_lines(report)
-    lines.append("ok: every profiled step x role x rank produced output" if report.ok else
+    ok_line = "ok: every profiled step x role x rank produced output" + (
+        " or said why not (skipped)" if report.skipped else "")
+    lines.append(ok_line if report.ok else
                  f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
     return lines
 

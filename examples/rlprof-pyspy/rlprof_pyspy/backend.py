@@ -16,6 +16,9 @@ What a subprocess backend has to get right, and where this one does it:
 * **its own process group** (``process_group=0``): a Ctrl-C in the terminal goes to the whole
   foreground group; py-spy must stop when the capture closes, not when the user interrupts the
   trainer (the core then still closes the capture and stops it the ordinary way);
+* **waiting until it samples** (:meth:`_Recording.wait_ready`): py-spy needs some tens of milliseconds
+  to attach; interrupted before, it dies with nothing written. The open waits for its ready line, so
+  a short region is still sampled (that wait is hook time: "(outside regions)" in the report);
 * **stopping by signal, with a limit** (:meth:`_Recording.stop`): SIGINT, wait ``stop_timeout_s``,
   then kill, so a stuck tool never holds training; what went wrong becomes ``ctx.skip`` (this
   capture has no profile, and why) and ``ctx.warn``;
@@ -37,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,10 @@ from rlprof.tool_config import check_keys, parse_bool
 PROFILE_FILE = "profile.speedscope.json"
 LOG_FILE = "py-spy.log"
 OPTIONS = ("rate", "native", "stop_timeout_s")
+READY_LINE = "Control-C to exit"
+"""What py-spy prints once it has attached and samples; until then a SIGINT kills it with nothing written."""
+READY_TIMEOUT_S = 2.0
+"""How long a capture's open waits for py-spy to attach (typically 20-50 ms)."""
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGCHLD})
 """What Ray's actor threads block; unblocked for the child's start (SIGCHLD: so the child's own
 children, if any, are reaped normally)."""
@@ -92,6 +100,20 @@ class _Recording:
     @property
     def log(self) -> Path:
         return self.directory / LOG_FILE
+
+    def wait_ready(self, timeout_s: float) -> str | None:
+        """Wait until py-spy says it samples; None when it does, else why not (it exited, or is slow)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if READY_LINE in self.log.read_text(errors="replace"):
+                    return None
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                return f"py-spy exited with status {self.process.returncode} before sampling: {self._log_tail()}"
+            time.sleep(0.005)
+        return f"py-spy had not started sampling after {timeout_s:g} s; the start of this capture is not sampled"
 
     def stop(self, timeout_s: float) -> str | None:
         """Interrupt py-spy and wait for it to write the profile; None when it did, else why not."""
@@ -202,7 +224,10 @@ class PySpyBackend:
             (directory / LOG_FILE).unlink(missing_ok=True)  # nothing was started: leave no empty file behind
             ctx.skip(f"py-spy could not be started: {type(exc).__name__}: {exc}")
             return
-        self._running[ctx.capture.capture_id] = _Recording(process, directory)
+        recording = self._running[ctx.capture.capture_id] = _Recording(process, directory)
+        late = recording.wait_ready(READY_TIMEOUT_S)
+        if late is not None and process.poll() is None:
+            ctx.warn(late)  # still running: it samples what it can; a process that exited is said at the close
         log.debug("rlprof: py-spy pid %d records capture %s", process.pid, ctx.capture.capture_id)
 
     def _stop(self, ctx, capture_id: str | None = None) -> list[Path] | None:
