@@ -13,7 +13,7 @@ pip() { .venv/bin/python -m pip "$@"; }
 pip install -q --upgrade pip
 # torch first, pinned: a bare "torch" requirement would pull the newest CUDA build (several GB).
 pip install -q "torch==2.13.0"
-pip install -q "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6"
+pip install -q "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6" "py-spy>=0.3"   # py-spy: the rlprof-pyspy example backend's tool
 pip install -q -e . -e plugins/torch -e plugins/nsys -e plugins/npu
 # Holistic Trace Analysis, to check that rlprof's traces load as one multi-rank job. Its metadata asks
 # for jupyterlab and an unpinned torch; install it alone, then only what it imports.

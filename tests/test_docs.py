@@ -100,8 +100,45 @@ def test_every_context_field_is_documented(guide, cls):
 
 def test_the_context_methods_are_documented(guide):
     body = section(guide, "`HookContext`")
-    for method in ("output_dir", "add_artifact"):
-        assert f"ctx.{method}(" in body, f"HookContext.{method} is not documented"
+    public = [name for name, member in vars(context.HookContext).items()
+              if callable(member) and not name.startswith("_")]
+    assert {"output_dir", "add_artifact", "warn", "skip"} <= set(public)
+    for method in public:
+        assert f"ctx.{method}(" in body, f"HookContext.{method} is not documented in the HookContext section"
+
+
+def test_the_contract_version_and_every_removed_attribute_are_in_the_migration_notes(guide):
+    notes = (ROOT / "docs" / "migration.md").read_text(encoding="utf-8")
+    assert f"rlprof_contract = {hookspecs.CONTRACT}" in guide and f"rlprof_contract = {hookspecs.CONTRACT}" in notes
+    assert f"## Contract {hookspecs.CONTRACT - 1} → {hookspecs.CONTRACT}" in notes
+    for (cls, attribute), (_, since) in context.REMOVED_ATTRIBUTES.items():
+        assert f"`{cls}.{attribute}` is gone" in section(notes, f"Contract {since - 1} → {since}"), (cls, attribute)
+
+
+def test_the_errors_helper_is_cited_where_it_lives(guide):
+    from rlprof import errors
+
+    assert callable(errors.fail)
+    for text in (guide, inspect.getsource(hookspecs)):
+        assert "rlprof.errors.fail" in text and "rlprof.config.fail" not in text
+
+
+def test_the_kit_settings_and_run_attributes_are_documented(guide):
+    from rlprof.testing.scenario import BackendRun, Scenario
+
+    body = section(guide, "Testing your backend")
+    fields = [f.name for f in dataclasses.fields(Scenario) if f.name != "name"]
+    assert not [f for f in fields if f"`{f}`" not in body], "Scenario fields missing from 'Testing your backend'"
+    public = [n for n, m in vars(BackendRun).items() if not n.startswith("_") and (isinstance(m, property) or callable(m))]
+    assert not [n for n in public if f".{n}" not in body], "BackendRun members missing from 'Testing your backend'"
+    assert "work = " in body and "region_s = " in body
+
+
+def test_the_subprocess_section_covers_what_real_runs_do(guide):
+    body = section(guide, "## Subprocess backends")
+    for needle in ("pthread_sigmask", "process_group=0", "SIGINT", "ctx.skip", "blocked_signals", "finalize"):
+        assert needle in body, needle
+    assert (ROOT / "examples" / "rlprof-pyspy" / "pyproject.toml").is_file()
 
 
 @pytest.mark.parametrize("hook", spec_hooks())

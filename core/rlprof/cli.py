@@ -40,7 +40,7 @@ BUILTIN = (
     Command("check", "validate a configuration and print the resolved plan (exit 0 valid, 2 invalid)",
             "[CONFIG.yaml] [key=value ...] [--world-size N] [--roles actor,ref] [--replicas N] [--json] [--migrate]",
             "rlprof.cli:check_main"),
-    Command("backends", "list the installed profiling backends, their package, version and hooks",
+    Command("backends", "list the installed profiling backends, their package, version, hook contract and hooks",
             "[--json]", "rlprof.cli:backends_main"),
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
@@ -178,10 +178,12 @@ def backends_main(args: list[str]) -> int:
     dist_w = max(len(f"{i['distribution']} {i['version']}") for i in infos) + 2
     pad = " " * name_w
     for info in infos:
-        status = "ok" if info["imports"] else "IMPORT FAILED"
+        status = "ok" if info["imports"] else ("REFUSED" if info.get("refused") else "IMPORT FAILED")
         print(f"{info['name']:<{name_w}}{info['distribution'] + ' ' + info['version']:<{dist_w}}{status}")
         print(f"{pad}entry point: {info['entry_point']}")
         if info["imports"]:
+            declared = "" if info["contract_declared"] else " (assumed: the backend declares none)"
+            print(f"{pad}contract: {info['contract']}{declared}")
             print(f"{pad}hooks: {', '.join(info['hooks'])}")
         else:
             print(f"{pad}error: {info['error']}")

@@ -8,6 +8,7 @@ here", never the ``ranks``/``steps``/``discrete`` settings those decisions came 
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +45,20 @@ class Capture:
     regions: tuple[str, ...]
     """Region names the window is for (discrete: one; end-to-end: empty until known)."""
     directory: Path
-    """Where this capture's files go: ``<run_dir>/<capture>/rank<R>-<host>-<pid>/<backend>/``.
-    The core creates it lazily via :meth:`HookContext.output_dir`."""
+    """The capture's process directory, ``<run_dir>/<capture>/rank<R>-<host>-<pid>/``, shared by every
+    backend of the process. A backend's own files go one level down, in ``<directory>/<backend>/``:
+    that is what :meth:`HookContext.output_dir` returns (and creates on first call)."""
 
+
+REMOVED_ATTRIBUTES: dict[tuple[str, str], tuple[str, int]] = {
+    ("StepContext", "iteration"): ("the iteration_boundary hook (its IterationContext.iteration)", 1),
+}
+"""``(context class, attribute) -> (what replaced it, the hook contract that removed it)``
+(:data:`rlprof.hookspecs.CONTRACT`): reading one raises an ``AttributeError`` that says so."""
+
+_log = logging.getLogger("rlprof")
+_WARNED: set[tuple[str, ...]] = set()
+"""What ``ctx.warn``/``ctx.skip`` already logged in this process (each said once; still recorded each time)."""
 
 RESERVED_FIELDS = frozenset({"type", "run", "rank", "host", "pid", "time", "backend", "path", "size",
                              "world_size", "mode", "outside_output_dir"})
@@ -74,6 +86,20 @@ class HookContext:
     step numbers, and finalize ends the group left over. The grouping is the core's, never the backend's."""
     _artifacts: list | None = field(default=None, repr=False)
     """What add_artifact recorded during this call (created on first use: most calls record nothing)."""
+    _notes: list | None = field(default=None, repr=False)
+    """What warn and skip said during this call, as ``(record type, text)`` (created on first use)."""
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for a name the context does not have: one a later contract removed says what
+        replaced it (:data:`REMOVED_ATTRIBUTES`), anything else is a plain AttributeError."""
+        for cls in type(self).__mro__:
+            removed = REMOVED_ATTRIBUTES.get((cls.__name__, name))
+            if removed is not None:
+                raise AttributeError(
+                    f"'{cls.__name__}' object has no attribute {name!r}: it was removed in rlprof hook contract "
+                    f"{removed[1]}, use {removed[0]} instead (docs/migration.md); declare rlprof_contract = "
+                    f"{removed[1]} once the backend is moved")
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
 
     def output_dir(self) -> Path:
         """The directory to write this capture's files in (created on first call, never through a
@@ -103,6 +129,36 @@ class HookContext:
         if self._artifacts is None:
             self._artifacts = []
         self._artifacts.append((Path(path), kind, extra))
+
+    def warn(self, message: str) -> None:
+        """Tell the user something about this backend's capture (a tool that fell back, an option it
+        ignored). Logged once per process on the ``rlprof`` logger (the worker's log) and recorded as
+        a ``warning`` record (kind ``backend``) with this call's step, capture and region, which
+        ``rlprof report`` and the verdict show. It never fails the run."""
+        message = str(message).strip()
+        said = (self.backend, message)
+        if said not in _WARNED:
+            _WARNED.add(said)
+            _log.warning("rlprof: backend %r on rank %d: %s", self.backend, self.run.rank, message)
+        self._note("warning", message)
+
+    def skip(self, reason: str) -> None:
+        """Say that this call's capture (``ctx.capture``) writes nothing, and why (the tool is not
+        installed, it failed to start). Recorded as a ``skip`` record: the verdict and the report show
+        the reason beside the capture, and a capture skipped with a reason counts as explained, not
+        missing. Call it from any hook of that capture (e.g. at its open, or at its close)."""
+        reason = str(reason).strip()
+        said = (self.backend, "skip", reason)
+        if said not in _WARNED:
+            _WARNED.add(said)
+            _log.warning("rlprof: backend %r on rank %d skipped capture %s: %s", self.backend, self.run.rank,
+                         self.capture.capture_id if self.capture is not None else "(none)", reason)
+        self._note("skip", reason)
+
+    def _note(self, record_type: str, text: str) -> None:
+        if self._notes is None:
+            self._notes = []
+        self._notes.append((record_type, text))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -205,8 +261,8 @@ def _base(cls: type, run: RunInfo, backend: str, tool_config: Mapping[str, Any],
           ends_group: tuple[int, ...]) -> Any:
     """A ``cls`` with :class:`HookContext`'s fields set (a new base field is one edit, here)."""
     ctx = _new(cls)
-    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx.ends_group, ctx._artifacts = (
-        run, backend, tool_config, capture, ends_group, None)
+    ctx.run, ctx.backend, ctx.tool_config, ctx.capture, ctx.ends_group, ctx._artifacts, ctx._notes = (
+        run, backend, tool_config, capture, ends_group, None, None)
     return ctx
 
 

@@ -1,4 +1,4 @@
-"""What a backend can do: the hook specification (hook contract v1).
+"""What a backend can do: the hook specification (hook contract 1, :data:`CONTRACT`).
 
 A backend is a class found through the ``rlprof.backends`` entry-point group; the core
 instantiates it once per process session (no arguments; colocated Profilers of one process share
@@ -51,6 +51,23 @@ new work, and still *releases* it: it sends the closing calls for the ranges and
 had open (``stop_role``/``step_boundary`` with ``closes_capture``), then ``finalize`` once, and records
 a ``cleanup`` record; training goes on (``RLPROF_STRICT=1`` re-raises instead, for tests).
 
+Contract versions: the spec carries a version (:data:`CONTRACT`); a backend declares the one it was
+written for as a class attribute of its entry point's object, ``rlprof_contract = 1``. At load, a
+declared version the core no longer speaks (not in :data:`SUPPORTED_CONTRACTS`) is refused in one
+message (backend, distribution, versions, docs/migration.md); no declaration is taken as the current
+contract, said once; a context attribute a later contract removed (:data:`rlprof.context.REMOVED_ATTRIBUTES`) raises an
+``AttributeError`` naming its replacement, once: the backend is then released like any that raised.
+
+A backend's voice: ``ctx.warn(message)`` (something the user should know; logged once per process on
+the ``rlprof`` logger and recorded) and ``ctx.skip(reason)`` (this capture writes nothing, and why); both
+become manifest records that ``rlprof report`` and the verdict show. A capture skipped with a reason
+counts as explained, not missing.
+
+Order and time: with several backends selected, each hook runs them one after another in
+``global_profiler.tool`` order (closing calls too). The core stamps a region's start after every
+``start_role`` returned and its end before the first ``stop_role`` runs, so time spent in hooks shows
+as "(outside regions)" in the report. Log with ``logging.getLogger("rlprof.<backend>")``.
+
 Artifacts: any lifecycle hook may return paths (``str``/``os.PathLike``, or a list of them) or call
 ``ctx.add_artifact(path)``; the core lists each in the manifest with the call's run, step,
 role, rank, host and pid. Write only under ``ctx.output_dir()``.
@@ -66,6 +83,12 @@ if TYPE_CHECKING:  # the context classes, for readers and type checkers (no impo
     from rlprof.context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
 
 PROJECT = "rlprof"
+
+CONTRACT = 1
+"""The hook contract this core speaks. 1: ``iteration_boundary`` exists and ``StepContext.iteration``
+is gone (docs/migration.md). A change that breaks backends bumps it and adds migration notes."""
+SUPPORTED_CONTRACTS: tuple[int, ...] = (1,)
+"""Declared contracts the core still loads; any other is refused at load."""
 
 _hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -88,7 +111,7 @@ def validate_tool_config(tool_config: Mapping[str, Any], key_path: str) -> Mappi
         reads one key of it: ``memory_snapshot_num_steps`` (a positive int), which asks the core to
         group this backend's captures by that many step numbers (``ctx.ends_group``).
     :raises rlprof.ConfigError: for unknown keys or bad values; name the key path, the bad value
-        and what is allowed (:func:`rlprof.config.fail` builds that message). Keys that verl
+        and what is allowed (:func:`rlprof.errors.fail` builds that message). Keys that verl
         defines for this tool but the backend does not use must be accepted (ignored), not rejected.
     """
 

@@ -19,6 +19,11 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   ``return`` (a hook returned something that is not a path), ``write`` (the core could not write),
   ``timeout`` (the hook watchdog), ``environment`` (``check_environment`` raised or reported a
   problem); ``backend``, ``hook``, ``error`` (the message), and details.
+* ``warning``  — something the user should know that failed nothing: kind ``backend`` (a backend's
+  ``ctx.warn``: ``backend``, ``hook``, ``message``, ``step``, ``capture``, ``region``) or kind
+  ``colocated`` (a later Profiler of the process disagreed with its session: ``key``, ``message``, ``roles``).
+* ``skip``     — a backend said a capture writes nothing, and why (``ctx.skip``): ``backend``, ``hook``,
+  ``reason``, ``capture``, ``steps``, ``roles``, ``region``. Such a capture is explained, not missing.
 * ``cleanup``  — the core released a backend that had raised: ``backend``, ``closed`` (capture ids
   it closed for it), ``finalized`` (its finalize ran without raising).
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
@@ -200,6 +205,25 @@ def artifact_record(backend: str, ctx: Any, path: Path, kind: str, extra: dict[s
     if "step" in extra and "steps" not in extra:
         entry["steps"] = [] if extra["step"] is None else [extra["step"]]  # a backend naming its own step
     return entry
+
+
+def note_records(backend: str, hook: str, ctx: Any, selected_roles: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``warning`` and ``skip`` records of what a backend said during one call (``ctx.warn``,
+    ``ctx.skip``), tied to the call's step, capture and region like its artifacts."""
+    capture = ctx.capture
+    step = getattr(ctx, "step", None)
+    role = getattr(ctx, "role", None)
+    where = {"step": step if step is not None else (capture.steps[0] if capture else None),
+             "steps": list(capture.steps) if capture else ([step] if step is not None else []),
+             "roles": [role] if role else list(selected_roles), "region": getattr(ctx, "region", None),
+             "capture": capture.capture_id if capture else None}
+    records = []
+    for record_type, text in ctx._notes or ():
+        if record_type == "warning":
+            records.append(("warning", {"kind": "backend", "backend": backend, "hook": hook, "message": text, **where}))
+        else:
+            records.append(("skip", {"backend": backend, "hook": hook, "reason": text, **where}))
+    return records
 
 
 def _relative(path: Path, run_dir: Path) -> str:

@@ -293,3 +293,35 @@ def test_sampled_iterations_are_shown(tmp_path, capsys):
 def test_many_ranks_are_said_as_ranges(tmp_path):
     generate_run(tmp_path, run_id=RUN, ranks=[0, 1, 2, 3, 5, 6], steps=(1, 2, 3))
     assert verdict([tmp_path]).lines[0] == "captured: torch wrote 18 files (0 B) for steps 1-3 on ranks 0-3,5,6"
+
+
+def test_a_capture_skipped_with_a_reason_is_explained_not_missing(tmp_path, capsys):
+    run_dir = generate_run(tmp_path, run_id=RUN, ranks=1, steps=(1,), mode="discrete", regions=FLAT)
+    manifest = next((run_dir / "manifest").glob("*.jsonl"))
+    lines = [json.loads(x) for x in manifest.read_text().splitlines()]  # the ref capture wrote nothing...
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in lines if r.get("capture") != "step1.ref_compute_log_prob" or r["type"] != "artifact"))
+    writer = ManifestWriter(manifest, {"run": RUN, "rank": 0, "host": "node0", "pid": 1000})
+    writer.write("skip", backend="torch", hook="start_role", reason="the tool was busy", capture="step1.ref_compute_log_prob",
+                 steps=[1], roles=["ref"], region="ref_compute_log_prob", step=1)  # ...and said why
+    writer.close()
+    [report] = build_reports([tmp_path])
+    assert report.ok and report.missing == [] and report.short_captures == []
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: rank 0: torch capture step1.ref_compute_log_prob: the tool was busy" in out
+
+
+def test_backend_warnings_and_colocated_warnings_are_shown_and_fail_nothing(tmp_path, capsys):
+    run_dir = generate_run(tmp_path, run_id=RUN, ranks=1, steps=(1,))
+    writer = ManifestWriter(next((run_dir / "manifest").glob("*.jsonl")), {"run": RUN, "rank": 0, "host": "node0", "pid": 1000})
+    writer.write("warning", kind="backend", backend="torch", hook="start_step", message="fell back to CPU activities",
+                 step=1, capture="step1")
+    writer.write("warning", kind="colocated", key="global_profiler.tool", message="colocated Profilers disagree on the tools",
+                 roles=["critic"])
+    writer.close()
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: rank 0: torch: fell back to CPU activities" in out
+    assert "warning: rank 0: colocated: colocated Profilers disagree on the tools" in out
+    [run] = run_json(capsys, tmp_path)[1]["runs"]
+    assert [w["kind"] for w in run["warnings"]] == ["backend", "colocated"]

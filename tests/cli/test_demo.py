@@ -102,7 +102,7 @@ DEMO_LINES = [re.compile(p) for p in (
     r"\d+ workers ready in [\d.]+ s",
     r"step \d+( \(profiled\))? +(start step|rollout generate|ref log-prob|actor log-prob|actor update|step boundary) +"
     r"[\d.]+ s( .*)?",
-    r"(traces|memory snapshots|nsys reports) \(\S+\): open in .+",
+    r"(traces|memory snapshots|nsys reports|py-spy profiles) \(\S+\): open in .+",
     r"verdict: .+",
     r"rlprof demo: (ok|FAILED) in [\d.]+ s",
 )]
@@ -177,3 +177,17 @@ def test_a_warning_about_every_hybrid_role_is_said_once():
     assert len(schedule) == 1 and schedule[0].startswith("actor_rollout_ref.{actor,rollout,ref}.profiler.schedule: ")
     assert once_per_role(["critic.profiler.ranks: y", "global_profiler.steps: z"]) == ["critic.profiler.ranks: y",
                                                                                       "global_profiler.steps: z"]
+
+
+def test_a_refusal_written_to_a_file_is_whole_lines_each_ending_with_a_newline(tmp_path):
+    """Output redirected to one file (stdout and stderr together): every message on its own line."""
+    log = tmp_path / "demo.log"
+    with open(log, "w") as out:
+        code = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--steps", "9", "--train-steps", "3",
+                               "--ranks", "", "--save-path", str(tmp_path / "demo")], stdout=out, stderr=subprocess.STDOUT,
+                              cwd=tmp_path, timeout=120).returncode
+    text = log.read_text()
+    assert code == 2 and text.endswith("\n"), text
+    lines = text.splitlines()
+    assert lines[-1].startswith("rlprof demo: --steps: step 9 is after the last training step (3)"), text
+    assert all(line.count("rlprof demo:") <= 1 for line in lines), text

@@ -87,7 +87,7 @@ def test_a_correct_backend_passes():
     assert set(report.runs) == set(SCENARIOS) == {
         "end_to_end", "continuous_steps", "discrete", "sampled_end_to_end", "sampled_discrete", "error_in_region",
         "error_in_sampled_window", "error_then_exit", "nested_end_to_end", "nested_discrete", "resumed_continuous",
-        "missing_step_boundary", "colocated_roles", "released_after_start_step", "released_after_start_role",
+        "missing_step_boundary", "colocated_roles", "blocked_signals", "released_after_start_step", "released_after_start_role",
         "released_after_iteration_boundary", "released_after_stop_role", "released_after_step_boundary",
         "released_after_finalize"}
     assert {"validate_tool_config", "start_step", "start_role", "stop_role", "step_boundary", "finalize"} <= report.exercised

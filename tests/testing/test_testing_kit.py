@@ -26,7 +26,7 @@ def test_rlprof_run_returns_profiler_artifacts_and_manifest(rlprof_run, rlprof_r
     run = rlprof_run(rlprof_recorder, name="recorder", mode="discrete", steps=(2,), roles=("ref", "actor"))
     assert run.profiler.plan.discrete and run.backend is rlprof_recorder
     assert [a["capture"] for a in run.artifacts] == ["step2.ref_compute_log_prob", "step2.actor_update"]
-    assert {r["type"] for r in run.records} == {"process", "artifact", "step", "region", "finalized"}
+    assert {r["type"] for r in run.records} == {"process", "artifact", "step", "region", "finalized", "skip"}  # the kit's recorder says it writes nothing
     assert all(path.is_file() for path in run.artifact_paths())
     assert run.errors == [] and run.raised is None
 
@@ -172,3 +172,35 @@ def test_recorder_reports_no_open_captures_when_done(rlprof_run, rlprof_recorder
     assert rlprof_recorder.open_captures() == []
     assert run.open_after["after finalize"] == ([], [])
     assert json.loads(run.artifact_paths()[0].read_text())["capture"] == "step1.actor_update"
+
+
+class _Says:
+    """A backend that warns on every capture it opens (the same words each time)."""
+
+    rlprof_contract = 1
+
+    @rlprof.hookimpl
+    def start_step(self, ctx):
+        if ctx.opens_capture:
+            ctx.warn("sampling rate lowered to 50 Hz on this machine (kit test)")
+
+
+def test_ctx_warn_is_logged_once_per_process_and_recorded_on_every_call(rlprof_run, caplog):
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        run = rlprof_run(_Says(), name="says", steps=(1, 2, 3))
+    logged = [r.getMessage() for r in caplog.records if "sampling rate lowered to 50 Hz" in r.getMessage()]
+    assert logged == ["rlprof: backend 'says' on rank 0: sampling rate lowered to 50 Hz on this machine (kit test)"]
+    assert [(w["kind"], w["hook"], w["capture"], w["message"]) for w in run.warnings] == [
+        ("backend", "start_step", f"step{s}", "sampling rate lowered to 50 Hz on this machine (kit test)") for s in (1, 2, 3)]
+    from rlprof.analysis.report import verdict
+
+    assert "warning: rank 0: says: sampling rate lowered to 50 Hz on this machine (kit test)" in verdict([run.run_dir]).lines
+
+
+def test_a_run_made_by_the_kit_does_not_report_the_kits_recorder_as_missing(rlprof_run, rlprof_recorder):
+    from rlprof.analysis.report import build_reports
+
+    run = rlprof_run(rlprof_recorder, name="writes", mode="discrete", steps=(1,))  # it writes one file per capture
+    [report] = build_reports([run.run_dir])
+    assert report.missing == [] and report.short_captures == [] and report.ok, report.missing
+    assert {s["backend"] for s in report.skipped} == {"rlprof_recorder"}

@@ -31,6 +31,7 @@ from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_na
 from rlprof.analysis.details import DETAILS_GROUP, add_details
 from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
+from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
 
 __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
@@ -55,16 +56,28 @@ def render(report: RunReport) -> str:
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)
     lines += _file_lines(report.files)
+    lines += _said_lines(report)
     if report.anatomy.has_timings and report.run_dirs:
         run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
         lines.append("")
-        lines.append(f"next: rlprof timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+        if any(is_chrome_trace(Path(f.path)) for f in report.files):  # only what the selected backends wrote
+            lines.append(f"next: rlprof timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+        else:
+            lines.append(f"next: rlprof timeline {run} -o timeline.json   (every rank's regions on one timeline: ui.perfetto.dev)")
         lines.append(f"      rlprof report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]
     lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
     return "\n".join(lines)
+
+
+def _said_lines(report: RunReport) -> list[str]:
+    """Warnings the core recorded (a colocated Profiler that disagreed with its process's session),
+    each once; what backends said (``ctx.warn``, ``ctx.skip``) is in the verdict, beside the captures."""
+    said = dict.fromkeys(f"  warning: rank {w['rank']}: {w.get('kind') or 'rlprof'}: {w['message']}"
+                         for w in report.warnings if w.get("kind") != "backend")
+    return ["", "warnings:", *said] if said else []
 
 
 STEP_TABLES = 3

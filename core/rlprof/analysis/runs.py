@@ -117,6 +117,11 @@ class RunReport:
     short_captures: list[dict[str, Any]]
     errors: list[dict[str, Any]]
     worker_failures: list[dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """Captures a backend said it skipped, with its reason (``skip`` records): explained, not missing."""
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    """``warning`` records: a backend's ``ctx.warn`` (kind ``backend``), a disagreeing colocated Profiler
+    (kind ``colocated``). Said, never a failure."""
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -164,6 +169,8 @@ class RunReport:
             "unavailable": self.unavailable,
             "errors": self.errors,
             "worker_failures": self.worker_failures,
+            "skipped": self.skipped,
+            "warnings": self.warnings,
         }
 
 
@@ -194,6 +201,8 @@ REQUIRED = {
     "artifact": {"rank": int, "host": str, "pid": int, "backend": str, "path": str},
     "finalized": {},
     "error": {},
+    "skip": {"rank": int, "backend": str, "reason": str},
+    "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
@@ -231,7 +240,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts, regions = by_type.get("artifact", []), by_type.get("region", [])
+    artifacts, regions, skips = by_type.get("artifact", []), by_type.get("region", []), by_type.get("skip", [])
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
@@ -242,10 +251,13 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         files=_files(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
         anatomy=step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True),
-        missing=_missing(ordered, cells),
-        short_captures=_short_captures(ordered, artifacts),
+        missing=_missing(ordered, cells, skips),
+        short_captures=_short_captures(ordered, artifacts + skips),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
         worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
+        skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason") for r in skips],
+        warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
+                  for r in by_type.get("warning", [])],
     )
 
 
@@ -295,9 +307,13 @@ def _cells(artifacts: list[dict[str, Any]], regions: list[dict[str, Any]], repli
     return cells
 
 
-def _missing(processes: list[Process], cells: dict[tuple, Cell]) -> list[dict[str, Any]]:
-    """Selected step x role x backend combinations for which a process wrote nothing. An artifact
-    not tied to a step (written at finalize, e.g. relocated nsys reports) covers every step."""
+def _missing(processes: list[Process], cells: dict[tuple, Cell], skips: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Selected step x role x backend combinations for which a process wrote nothing and said no reason
+    (a ``skip`` record explains its steps x roles). An artifact not tied to a step (written at finalize,
+    e.g. relocated nsys reports) covers every step."""
+    explained = {(step, role, r["_manifest"], r.get("backend")) for r in skips
+                 for step in r.get("steps") or [None] for role in r.get("roles") or []}
+    cells = {**dict.fromkeys(explained), **cells}
     missing = []
     for p in processes:
         for backend in p.tools:
@@ -313,7 +329,7 @@ def _missing(processes: list[Process], cells: dict[tuple, Cell]) -> list[dict[st
 
 def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Processes whose backend wrote fewer capture windows than the plan expected (checked only for
-    backends that tie their files to captures at all)."""
+    backends that tie their files to captures at all); a capture it skipped with a reason counts."""
     seen: dict[tuple[str, str], set[str]] = {}
     for a in artifacts:
         if a.get("capture"):

@@ -59,6 +59,9 @@ def verdict_lines(report: RunReport) -> list[str]:
                          f"on {on}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
+    lines += skip_lines(report.skipped)
+    lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
+              for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:
         steps = report.anatomy.steps
         regions, stragglers = len(report.anatomy.regions), len(report.anatomy.stragglers)
@@ -67,7 +70,9 @@ def verdict_lines(report: RunReport) -> list[str]:
     elif report.processes:
         lines.append("timings: none in the manifest (no profiled step completed, or written by an rlprof without step timings)")
     lines += problem_lines(report)
-    lines.append("ok: every profiled step x role x rank produced output" if report.ok else
+    ok_line = "ok: every profiled step x role x rank produced output" + (
+        " or said why not (skipped)" if report.skipped else "")
+    lines.append(ok_line if report.ok else
                  f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
     return lines
 
@@ -78,12 +83,29 @@ def _nothing_because(report: RunReport) -> str:
     if unavailable:
         reasons = sorted({f"{u['backend']} cannot capture on {u['host']}: {'; '.join(u['problems'])}" for u in unavailable})
         return "; ".join(reasons)
+    if report.skipped:
+        return "; ".join(dict.fromkeys(f"{s['backend']} skipped its captures: {s['reason']}" for s in report.skipped))
     if report.errors:
         e = report.errors[0]
         return f"the backend failed ({e['backend']} in {e['hook']} on rank {e['rank']}: {e['error']})"
     if not report.anatomy.has_timings:
         return "no profiled step ran (the training stopped before the first profiled step, or steps never reached)"
     return "the backends wrote no file for the profiled steps"
+
+
+def skip_lines(skipped: list[dict]) -> list[str]:
+    """Captures a backend skipped with a reason (explained, not counted as missing): one line per
+    process, backend and reason, naming the captures."""
+    grouped: dict[tuple, list[str]] = {}
+    for s in skipped:
+        captures = grouped.setdefault((s["rank"], s.get("host"), s.get("pid"), s["backend"], s["reason"]), [])
+        if s.get("capture") and s["capture"] not in captures:
+            captures.append(s["capture"])
+    lines = []
+    for (rank, _, _, backend, reason), captures in grouped.items():
+        what = f"capture{'s' if len(captures) != 1 else ''} {', '.join(captures)}" if captures else "its capture"
+        lines.append(f"skipped: rank {rank}: {backend} {what}: {reason}")
+    return lines
 
 
 def problem_lines(report: RunReport) -> list[str]:

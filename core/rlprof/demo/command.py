@@ -26,11 +26,14 @@ from rlprof.roles import nest_profiler
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
 VIEWERS = (
-    ("traces (.pt.trace.json.gz):", (".json.gz", ".json"), "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+    ("traces (.pt.trace.json.gz):", (".trace.json.gz", ".trace.json", "trace_view.json"),
+     "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+    ("py-spy profiles (.speedscope.json):", (".speedscope.json",), "https://www.speedscope.app"),
     ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
     ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
 )
-"""(label, file name endings, viewer) for the hint after the report."""
+"""(label, file name endings, viewer) for the hint after the report: only what the selected backends
+actually wrote is hinted (a pyspy-only run gets no torch hint)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,10 +113,10 @@ def _run(opts: argparse.Namespace) -> int:
             preflight.check_save_path(g.save_path)
             found = preflight.check_plan(config, opts.workers)
     except preflight.Refusal as refusal:
-        print(f"rlprof demo: {refusal}", file=sys.stderr)
+        print(f"rlprof demo: {refusal}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     for warning in found.warnings:
-        print(f"rlprof demo: warning: {warning}", file=sys.stderr)
+        print(f"rlprof demo: warning: {warning}", file=sys.stderr, flush=True)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
     print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor+rollout+ref each), "
           f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "

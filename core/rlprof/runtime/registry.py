@@ -36,7 +36,10 @@ log = logging.getLogger("rlprof")
 
 
 def load_backend(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
-    """Import the entry point ``name`` and instantiate its backend class."""
+    """Import the entry point ``name``, check the hook contract it declares (:func:`contract_of`) and
+    instantiate its backend class.
+
+    :raises BackendError: the import failed, or the backend declares a contract the core no longer speaks."""
     eps = discover() if eps is None else eps
     if name not in eps:
         raise not_installed_error(name, eps)
@@ -44,13 +47,54 @@ def load_backend(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None
     dist, version = distribution_of(ep)
     try:
         obj = ep.load()
-        return obj() if isinstance(obj, type) else obj
     except Exception as exc:
         raise BackendError(
             f'Error importing backend "{name}" (entry point {ep.value!r} in {dist} {version}): '
             f"{type(exc).__name__}: {exc}",
             key="global_profiler.tool",
         ) from exc
+    contract_of(obj, name, dist, version)
+    try:
+        return obj() if isinstance(obj, type) else obj
+    except Exception as exc:
+        raise BackendError(
+            f'Error creating backend "{name}" (entry point {ep.value!r} in {dist} {version}): '
+            f"{type(exc).__name__}: {exc}",
+            key="global_profiler.tool",
+        ) from exc
+
+
+class ContractRefused(BackendError):
+    """A backend declares a hook contract this core no longer speaks (refused at load)."""
+
+
+_UNDECLARED_SAID: set[str] = set()
+"""Backends already told (once per process) to declare their contract."""
+
+
+def contract_of(obj: Any, name: str, dist: str = "?", version: str = "?") -> tuple[int, bool]:
+    """``(contract, declared)`` of a backend object (its class attribute ``rlprof_contract``).
+
+    No declaration is taken as the current :data:`~rlprof.hookspecs.CONTRACT`, and said once per
+    process (a removed context attribute then explains itself when read).
+
+    :raises BackendError: a declared contract the core no longer speaks (or not an int), in one
+        message naming the backend, its distribution and version, both contracts and the migration notes."""
+    declared = getattr(obj, "rlprof_contract", None)
+    if declared is None:
+        if name not in _UNDECLARED_SAID:
+            _UNDECLARED_SAID.add(name)
+            log.warning("rlprof: backend %r (%s %s) declares no hook contract; taken as contract %d. Its author "
+                        "should add rlprof_contract = %d to the backend class (docs/migration.md)",
+                        name, dist, version, hookspecs.CONTRACT, hookspecs.CONTRACT)
+        return hookspecs.CONTRACT, False
+    if isinstance(declared, bool) or not isinstance(declared, int) or declared not in hookspecs.SUPPORTED_CONTRACTS:
+        raise ContractRefused(
+            f'backend "{name}" ({dist} {version}) was written for rlprof hook contract {declared!r}, which this '
+            f"rlprof no longer speaks (it speaks contract {hookspecs.CONTRACT}; supported: "
+            f"{', '.join(map(str, hookspecs.SUPPORTED_CONTRACTS))}); update the backend, or ask its author to, "
+            f"following docs/migration.md", key="global_profiler.tool")
+    return declared, True
 
 
 def plugin_manager() -> pluggy.PluginManager:
@@ -232,7 +276,7 @@ class Backends:
             except Exception as exc:
                 self._failed(backend, hook, exc)
                 result = None
-            if (result is not None or ctx._artifacts) and self.on_result is not None:
+            if (result is not None or ctx._artifacts or ctx._notes) and self.on_result is not None:
                 self.on_result(backend, hook, ctx, result)
 
     def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
@@ -387,9 +431,10 @@ def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
     try:
         plugin = load_backend(name, {name: ep})
     except Exception as exc:
-        info.update(imports=False, error=str(exc), hooks=[], problems=[])
+        info.update(imports=False, refused=isinstance(exc, ContractRefused), error=str(exc), hooks=[], problems=[])
         return info
     info["imports"] = True
+    info["contract"], info["contract_declared"] = contract_of(plugin, name, dist, version)
     info["import_ms"] = round((time.perf_counter() - started) * 1000, 1)
     info["hooks"] = implemented_hooks(plugin)
     pm = plugin_manager()

@@ -51,7 +51,7 @@ from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
 from rlprof.context import Capture
 from rlprof.errors import ConfigError
 from rlprof.layout import capture_directory, process_tag
-from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, describe_error, error_record, process_record,
+from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
                        region_record, step_record)
 
 log = logging.getLogger("rlprof")
@@ -475,6 +475,8 @@ class ProcessSession:
                                     selected_roles=selected)
             self.artifacts.append(entry)
             self.manifest.write("artifact", **entry)
+        if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
+            self.manifest.write_many(note_records(backend, hook, ctx, selected))
 
     def _hook_failed(self, backend: str, hook: str, exc: BaseException, kind: str) -> None:
         self._record_error(error_record(backend, hook, kind, describe_error(exc)))

@@ -13,13 +13,16 @@ or, in a pytest file, one test per part of the suite::
     class TestMyBackend(BackendConformance):
         backend = "mybackend"             # entry-point name, backend class, or instance
         tool_config = {"level": "basic"}  # optional: the tool_config section to run with
+        work = busy_loop                  # optional: a function run in every iteration
+        region_s = 0.3                    # optional: each region lasts at least this long (sampling profilers)
 
 The parts (:data:`PARTS`): the static checks of the backend object, then one scripted run per
 scenario in :data:`SCENARIOS` — end-to-end, continuous steps, discrete, sampling windows in both
 modes, a region that raises and the trainer goes on, a region that raises inside a sampling window,
 a region that raises and the process exits, nested regions in both modes, a continuous run entered
 in the middle (training resumed), a step whose ``step_boundary()`` the trainer forgot, two roles of
-one process on two colocated Profilers, and, for each lifecycle hook, the backend raising right
+one process on two colocated Profilers, every hook on a thread that blocks SIGINT, SIGTERM and
+SIGCHLD (as Ray's actor threads do: a subprocess started there inherits the mask), and, for each lifecycle hook, the backend raising right
 after it ran and being released by the core — each checked by every check of
 :data:`~rlprof.testing.contract.RUN_CHECKS`.
 """
@@ -53,6 +56,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("resumed_continuous", mode="e2e", steps=(1, 2, 3), continuous=True, first_step=2),
     Scenario("missing_step_boundary", mode="e2e", steps=(1, 2), forget_boundary_at=1),
     Scenario("colocated_roles", mode="e2e", steps=(1, 2), roles=("actor", "critic"), colocated=True),
+    Scenario("blocked_signals", mode="discrete", steps=(1, 2), blocked_signals=True),
     *(Scenario(f"released_after_{hook}", mode="discrete" if hook in _RELEASED_IN_DISCRETE else "e2e", steps=(1, 2),
                fail_after=hook, schedule={"active": 2} if hook == "iteration_boundary" else None)
       for hook in LIFECYCLE_HOOKS),
@@ -136,14 +140,24 @@ class Conformance:
     :param name: the name to run a class or instance under (default: its ``name`` attribute or class name).
     :param tool_config: the backend's ``tool_config`` section for every run.
     :param work: called inside every iteration of every region (default: a little arithmetic).
+    :param hook_timeout_s: a hook call that makes training wait longer than this fails the suite (the
+        hook watchdog's ``timeout`` record); default 10.
+    :param region_s: every region of every scenario lasts at least this long (its iterations repeat
+        ``work``): a sampling profiler needs time to take samples. Default 0: as fast as the work goes.
     """
 
     def __init__(self, backend: BackendSpec, *, name: str | None = None, tool_config: Mapping[str, Any] | None = None,
-                 work: Callable[[], Any] | None = None):
+                 work: Callable[[], Any] | None = None, region_s: float = 0.0, hook_timeout_s: float = 10.0):
+        if region_s < 0:
+            raise ValueError(f"region_s: got {region_s!r}; allowed: seconds >= 0")
+        if not hook_timeout_s > 0:
+            raise ValueError(f"hook_timeout_s: got {hook_timeout_s!r}; allowed: seconds > 0")
+        self.hook_timeout_s = float(hook_timeout_s)
         self.spec = backend
         self.name, self.make = backend_factory(backend, name)
         self.tool_config = dict(tool_config or {})
         self.work = work
+        self.region_s = float(region_s)
 
     def check_static(self, check: str, report: ConformanceReport) -> list[Problem]:
         """Run one of :data:`STATIC_CHECKS`; problems are also added to ``report``."""
@@ -161,7 +175,8 @@ class Conformance:
     def check_scenario(self, scenario: Scenario | str, workdir: Path, report: ConformanceReport) -> list[Problem]:
         """Play one scenario in ``workdir`` and check the run; problems are also added to ``report``."""
         scenario = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
-        scenario = replace(scenario, tool_config={**scenario.tool_config, **self.tool_config})
+        scenario = replace(scenario, tool_config={**scenario.tool_config, **self.tool_config},
+                           region_s=max(scenario.region_s, self.region_s), hook_timeout_s=self.hook_timeout_s)
         try:
             run = run_scenario(self.spec, scenario, Path(workdir) / scenario.name, name=self.name, work=self.work, strict=False)
         except Exception as exc:
@@ -207,13 +222,15 @@ class Conformance:
 
 
 def check_backend(backend: BackendSpec, *, name: str | None = None, tool_config: Mapping[str, Any] | None = None,
-                  work: Callable[[], Any] | None = None, workdir: Path | None = None, scenarios: Any = None) -> ConformanceReport:
+                  work: Callable[[], Any] | None = None, workdir: Path | None = None, scenarios: Any = None,
+                  region_s: float = 0.0, hook_timeout_s: float = 10.0) -> ConformanceReport:
     """Check ``backend`` against the whole contract; return the report, or raise :class:`ConformanceFailure`
     whose message lists every problem in plain words. ``scenarios``: a subset of :data:`SCENARIOS`
     (names or :class:`Scenario` objects); default all."""
     if scenarios is not None:
         scenarios = [SCENARIOS[s] if isinstance(s, str) else s for s in scenarios]
-    report = Conformance(backend, name=name, tool_config=tool_config, work=work).check_all(workdir, scenarios)
+    report = Conformance(backend, name=name, tool_config=tool_config, work=work, region_s=region_s,
+                         hook_timeout_s=hook_timeout_s).check_all(workdir, scenarios)
     if report.ok and workdir is None:  # a temporary directory of our own: keep it only to inspect failures
         shutil.rmtree(report.workdir, ignore_errors=True)
         report.workdir = None
@@ -234,6 +251,11 @@ class BackendConformance:
     tool_config: Mapping[str, Any] = {}
     work: Callable[[], Any] | None = None
     """Called inside every iteration, e.g. a small torch matmul for a backend that records operators."""
+    region_s: float = 0.0
+    """Each region lasts at least this long (seconds): set it for a sampling profiler (py-spy), which
+    needs time to take samples."""
+    hook_timeout_s: float = 10.0
+    """A hook call that makes training wait longer than this fails the test."""
 
     def _conformance(self) -> Conformance:
         if self.backend is None:
@@ -241,7 +263,8 @@ class BackendConformance:
 
             pytest.skip(f"{type(self).__name__}: set the class attribute backend = '<entry point name>'")
         # looked up on the class: a plain function stays a function there (not a bound method)
-        return Conformance(self.backend, name=self.backend_name, tool_config=self.tool_config, work=type(self).work)
+        return Conformance(self.backend, name=self.backend_name, tool_config=self.tool_config, work=type(self).work,
+                           region_s=self.region_s, hook_timeout_s=self.hook_timeout_s)
 
     def _check(self, part: str, tmp_path: Path | None = None) -> None:
         self._conformance().check(part, tmp_path).raise_if_failed()

@@ -205,9 +205,14 @@ STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
 
 
 def no_hook_errors(run: BackendRun) -> list[str]:
-    """Every hook the backend implements ran without raising."""
+    """Every hook the backend implements ran without raising, and none made training wait past the limit."""
     problems = []
     for error in run.errors:
+        if error.get("kind") == "timeout":
+            problems.append(f"its {error['hook']} hook made training wait: {error['error']} (the kit's limit, "
+                            f"RLPROF_HOOK_TIMEOUT_S={run.scenario.hook_timeout_s:g}); a subprocess that never got its "
+                            "stop signal? (see 'Subprocess backends' in docs/writing-a-backend.md)")
+            continue
         detail = _logged_traceback(run, error["hook"])
         problems.append(f"its {error['hook']} hook raised {error['error']}; the core logged it and skipped the backend "
                         f"for the rest of the run{detail}")
@@ -290,9 +295,10 @@ def artifacts_are_complete(run: BackendRun) -> list[str]:
 
 
 def every_capture_written(run: BackendRun) -> list[str]:
-    """A backend that writes per capture writes every capture the core closed, the failing one included
+    """A backend that writes per capture writes (or skips with a reason, ``ctx.skip``) every capture the
+    core closed, the failing one included
     (and, once it raised and was released, every capture it had been told to open until then)."""
-    written = {r["capture"] for r in run.artifacts if r.get("capture")}
+    written = {r["capture"] for r in run.artifacts + run.skipped if r.get("capture")}  # a skip says why
     if not written:
         return []  # it writes at finalize, or nothing here (e.g. no device): nothing to compare
     problems = []

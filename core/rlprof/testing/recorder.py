@@ -2,9 +2,10 @@
 
 It captures nothing real: on each capture close it writes a small JSON file listing the calls of
 that capture, so tests can assert both the hook sequence and the manifest/layout behaviour.
-With ``write_captures=False`` it writes nothing: the conformance suite runs one beside the backend
-under test to know which capture windows the core opened and closed (:attr:`captures`), without
-adding files of its own.
+With ``write_captures=False`` it writes nothing, and says so with ``ctx.skip`` on each capture it
+closes (so a report does not count its captures as missing): the conformance suite runs one beside
+the backend under test to know which capture windows the core opened and closed (:attr:`captures`),
+without adding files of its own.
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ from typing import Any
 from rlprof.hookspecs import hookimpl
 
 
+SKIP_REASON = "the testing kit's recorder only watches the hook calls; it writes no files"
+
+
 class RecordingBackend:
     """Records ``(hook, fields)`` tuples in :attr:`calls`; writes ``<capture>.json`` per capture.
 
     :attr:`captures` maps each capture id the core opened to how it was opened and closed
     (``opened_by``, ``closed_by``, ``steps``, ``error`` of the region that closed it).
     """
+
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for."""
 
     def __init__(self, write_captures: bool = True) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
@@ -97,6 +104,8 @@ class RecordingBackend:
     def _write(self, capture_id: str, ctx):
         calls = self._open.pop(capture_id, [])
         if not self.write_captures:
+            if ctx.capture is not None:
+                ctx.skip(SKIP_REASON)
             return None
         directory = ctx.capture.directory if ctx.capture is not None and ctx.capture.capture_id == capture_id else None
         if directory is None:  # finalize: the capture's own directory, as the core laid it out

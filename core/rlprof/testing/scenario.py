@@ -11,7 +11,13 @@ The sandbox: the loop runs with a fresh working directory and a fresh temporary 
 writes outside ``ctx.output_dir()`` shows up somewhere a test can see it.
 
 Beside the backend under test the loop runs a :class:`RecordingBackend` (named
-``rlprof_recorder``, writing nothing) that tells which capture windows the core opened and closed.
+``rlprof_recorder``, writing nothing) that tells which capture windows the core opened and closed;
+it says so with ``ctx.skip`` on each capture, so ``rlprof report`` on a kit's run does not count the
+recorder's captures as missing.
+
+Real runs differ from a plain test in where the hooks run: Ray runs actor methods on threads that
+block SIGINT, SIGTERM and SIGCHLD, and a child process inherits that mask. ``Scenario(blocked_signals=True)``
+plays the whole loop on such a thread (:data:`RAY_BLOCKED_SIGNALS`), as a Ray worker does.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -35,6 +44,9 @@ from rlprof.testing.recorder import RecordingBackend
 
 RECORDER = "rlprof_recorder"
 """The name the companion recorder runs under."""
+
+RAY_BLOCKED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGCHLD})
+"""What Ray's actor threads block (``signal.pthread_sigmask``); a subprocess started there inherits it."""
 
 STAGES = {"actor": "update", "rollout": "generate", "ref": "compute_log_prob", "critic": "update", "reward": "compute_score"}
 """The stage each role's region is named for, as in verl (``actor_update``, ``ref_compute_log_prob``)."""
@@ -94,6 +106,16 @@ class Scenario:
     fail_after: str | None = None
     """A lifecycle hook: the first time the core calls it, :class:`ScriptedHookFailure` is raised right
     after the backend's own implementation ran, as if the backend had raised; the core must release it."""
+    blocked_signals: bool = False
+    """Play the loop (Profilers, hooks, finalize) on a thread that blocks :data:`RAY_BLOCKED_SIGNALS`,
+    as Ray's actor threads do: a backend that starts a subprocess and stops it by signal must unblock
+    them in the child."""
+    hook_timeout_s: float = 10.0
+    """``RLPROF_HOOK_TIMEOUT_S`` for the run: a hook call that makes training wait longer is recorded
+    as a ``timeout`` error, which fails the conformance suite (a real run would stall on it)."""
+    region_s: float = 0.0
+    """Each region lasts at least this long (its iterations repeat the work): a sampling profiler needs
+    time to take samples. Set for every scenario by the kit's ``region_s`` setting."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("e2e", "discrete"):
@@ -134,6 +156,10 @@ class Scenario:
             words.append(f"{self.roles[0]} and {' + '.join(self.roles[1:])} on two Profilers sharing the process")
         if self.fail_after:
             words.append(f"the backend raises right after its first {self.fail_after} ran, and is released")
+        if self.blocked_signals:
+            words.append("hooks run on a thread blocking SIGINT, SIGTERM and SIGCHLD (as Ray's actor threads)")
+        if self.region_s:
+            words.append(f"each region lasts at least {self.region_s:g} s")
         if self.schedule:
             words.append("sampling schedule " + ", ".join(f"{k}={v}" for k, v in self.schedule.items()))
         if self.raise_in:
@@ -223,6 +249,16 @@ class BackendRun:
                 and ScriptedHookFailure.__name__ not in str(r.get("error"))]
 
     @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """``skip`` records of the backend under test: captures it said it wrote nothing for, and why."""
+        return [r for r in self.records if r.get("type") == "skip" and r.get("backend") == self.name]
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """``warning`` records of the backend under test (its ``ctx.warn``)."""
+        return [r for r in self.records if r.get("type") == "warning" and r.get("backend") == self.name]
+
+    @property
     def cleanups(self) -> list[dict[str, Any]]:
         """``cleanup`` records of the backend under test: the core released it after it raised."""
         return [r for r in self.records if r.get("type") == "cleanup" and r.get("backend") == self.name]
@@ -285,18 +321,29 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
     if scenario.fail_after is not None:
         run.injected = InjectedFailure(scenario.fail_after)
         registered = _failing_after(plugin, run.injected, recorder)
-    with _sandbox(cwd, tmp, strict), _logged(run.log), footprint:
+    work = work or _default_work
+    if scenario.region_s > 0:
+        work = _lasting(work, scenario.region_s / max(scenario.iterations, 1))
+
+    def loop() -> None:
         try:
             for roles in scenario.profilers:
                 run.profilers.append(Profiler(scenario.config(name, save_path), roles=roles, run_id=run_id,
                                               backends={name: registered, RECORDER: recorder}))
-            prof = run.profiler = run.profilers[0]
-            _play(run.profilers, run, work or _default_work)
+            run.profiler = run.profilers[0]
+            _play(run.profilers, run, work)
             for each in run.profilers:
                 each.finalize()
         finally:
             for each in run.profilers:  # the loop itself failed: leave no exit or SIGTERM handler behind
                 each.finalize()
+
+    with _sandbox(cwd, tmp, strict, scenario.hook_timeout_s), _logged(run.log), footprint:
+        if scenario.blocked_signals:
+            _on_blocking_thread(loop, RAY_BLOCKED_SIGNALS)
+        else:
+            loop()
+        prof = run.profiler
         _note_open(run, "after finalize")
         footprint.settle()
         first = list(prof.artifacts)
@@ -450,6 +497,36 @@ def _default_work() -> None:
     sum(i * i for i in range(2000))
 
 
+def _lasting(work: Callable[[], Any], seconds: float) -> Callable[[], None]:
+    """``work`` repeated until ``seconds`` passed (at least once)."""
+    def repeated() -> None:
+        until = time.perf_counter() + seconds
+        work()
+        while time.perf_counter() < until:
+            work()
+
+    return repeated
+
+
+def _on_blocking_thread(loop: Callable[[], None], blocked: frozenset) -> None:
+    """Run ``loop`` on a new thread that blocks ``blocked`` first (as Ray's actor threads do); what it
+    raises is raised here."""
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            loop()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=body, name="rlprof-kit-blocked-signals")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def _note_open(run: BackendRun, moment: str) -> None:
     report = getattr(run.backend, "open_captures", None)
     if callable(report):
@@ -499,10 +576,10 @@ def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def _sandbox(cwd: Path, tmp: Path, strict: bool | None) -> Iterator[None]:
-    """Run with ``cwd`` as working directory, ``tmp`` as the temporary directory and, unless
-    ``strict`` is None, ``RLPROF_STRICT`` set to it."""
-    env = {"TMPDIR": str(tmp)}
+def _sandbox(cwd: Path, tmp: Path, strict: bool | None, hook_timeout_s: float) -> Iterator[None]:
+    """Run with ``cwd`` as working directory, ``tmp`` as the temporary directory, the hook watchdog's
+    limit set to ``hook_timeout_s`` and, unless ``strict`` is None, ``RLPROF_STRICT`` set to it."""
+    env = {"TMPDIR": str(tmp), "RLPROF_HOOK_TIMEOUT_S": repr(float(hook_timeout_s))}
     if strict is not None:
         env["RLPROF_STRICT"] = "1" if strict else "0"
     old_cwd, old_tempdir = os.getcwd(), tempfile.tempdir

@@ -90,6 +90,9 @@ class _Trace:
 class WalltimeBackend:
     """Instantiated once per Profiler by the core (no arguments); holds one :class:`_Trace` per open window."""
 
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for (docs/migration.md)."""
+
     def __init__(self) -> None:
         self._traces: dict[str, _Trace] = {}
 

@@ -35,6 +35,9 @@ NO_TORCH_NPU_SAID = "npu: torch_npu missing"
 class NpuBackend:
     """One per :class:`rlprof.Profiler` (the core instantiates it); holds at most one open capture."""
 
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for (docs/migration.md)."""
+
     def __init__(self) -> None:
         self._torch_npu = TorchNpuImport()
         self._capture: NpuCapture | None = None

@@ -40,6 +40,9 @@ log = logging.getLogger("rlprof")
 class NsysBackend:
     """One per :class:`rlprof.Profiler` (the core instantiates it with no arguments)."""
 
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for (docs/migration.md)."""
+
     def __init__(self) -> None:
         self.ranges = RangeStack()
         self.windows = CaptureWindows()

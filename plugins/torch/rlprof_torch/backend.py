@@ -31,6 +31,9 @@ log = logging.getLogger("rlprof.torch")
 class TorchBackend:
     """One instance per :class:`rlprof.Profiler`; holds at most one running trace."""
 
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for (docs/migration.md)."""
+
     def __init__(self) -> None:
         self._session: TraceSession | None = None
         self._ranges: list = []

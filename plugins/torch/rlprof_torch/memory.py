@@ -53,6 +53,9 @@ def cuda_available() -> bool:
 class TorchMemoryBackend:
     """One instance per :class:`rlprof.Profiler` (per process session when roles share a process)."""
 
+    rlprof_contract = 1
+    """The rlprof hook contract this backend is written for (docs/migration.md)."""
+
     def __init__(self) -> None:
         self._recording = False
         self._window = None

@@ -1,0 +1,1 @@
+"""rlprof-pyspy: the ``pyspy`` backend (:mod:`rlprof_pyspy.backend`)."""
