@@ -9,6 +9,10 @@ when such a process imports ``verl``, verl loads its ``verl.plugins`` entry poin
 the worker classes are built on rlprof's ``DistProfilerExtension`` and construct rlprof's
 ``DistProfiler``.
 
+In the driver (a process that installs before it joins Ray), :func:`install` also registers the exit
+callback that waits for every profiling process of the run to finalize before the job ends
+(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`).
+
 Three ways to switch it on, all equivalent:
 
 * ``python -m rlprof.verl verl.trainer.main_ppo <hydra overrides>`` (the module runner);
