@@ -44,8 +44,9 @@ _LIVE: "weakref.WeakSet[DistProfiler]" = weakref.WeakSet()
 _ENDING = threading.RLock()
 """Taken while a process's profiling is finalized (the trainer's call and the watcher thread may race)."""
 _HOOKS_DUE: list["DistProfiler"] = []
-"""DistProfilers told ``stop(run_command=True)`` while another of this process was still inside its step:
-their finish hooks run when the process's profiling is finalized."""
+"""DistProfilers whose finish hook runs when this process's profiling is finalized: those told
+``stop(run_command=True)`` (at once, unless a colocated one is still inside its step) and a replica's,
+after its first step (it never hears the last one)."""
 
 
 class DistProfiler:
