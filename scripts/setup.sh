@@ -25,4 +25,7 @@ pip install -q numpy pandas plotly pydot psutil networkx
 pip install -q --no-deps "verl==0.9.1" "tensordict==0.10.0"
 pip install -q cloudpickle importlib_metadata orjson "pyvers>=0.1.0,<0.2.0" codetiming pillow hydra-core \
     fastapi uvicorn datasets "transformers>=5.5.3,<5.11,!=5.6.0" 2>&1 | { grep -v "which is not installed\|dependency resolver" || true; }
+# What verl's real trainer needs on top of that (examples/verl-cpu, tests/integrations/test_verl_trainer.py),
+# with the pinned torch alongside so pip never replaces it.
+pip install -q -r examples/verl-cpu/requirements.txt "torch==2.13.0" 2>&1 | { grep -v "which is not installed\|dependency resolver" || true; }
 echo "rlprof: environment ready in .venv ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"

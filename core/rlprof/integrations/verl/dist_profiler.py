@@ -12,7 +12,12 @@ What rlprof decides instead of verl (one rule set for every tool):
 * output: ``<save_path>/<run id>/...`` with a manifest; every process of one training run uses the
   same run id (:func:`rlprof.integrations.verl.run_id.shared_run_id`);
 * ``step()`` ends one iteration of the innermost sampled region (:meth:`rlprof.Profiler.next_iteration`),
-  which is how ``tool_config.<tool>.schedule`` samples update mini-batches.
+  which is how ``tool_config.<tool>.schedule`` samples update mini-batches;
+* the end: ``stop(run_command=True)`` — verl's trainers pass it on their last profiled step — finalizes
+  every profiler of this process (once none of them is inside a step), then runs the finish hook. A
+  process the trainer never says that to (a rollout replica's server) finalizes when another process of
+  the run said it, or when the driver's entry point returned (:mod:`rlprof.integrations.verl.run_signals`):
+  verl's workers are force-killed by Ray at the end of the job, without SIGTERM or atexit.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
+import weakref
 from typing import Any, Callable
 
+from rlprof.integrations.verl import run_signals
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
 
 log = logging.getLogger("rlprof")
@@ -31,6 +39,14 @@ _STARTED: list["DistProfiler"] = []
 """The DistProfilers of this process between ``start()`` and ``stop()``: verl's update loop calls
 ``step()`` on the inner TrainingWorker's profiler, which the trainer never starts (it starts the outer
 ActorRolloutRefWorker's); that ``step()`` advances the started one of the same rank."""
+_LIVE: "weakref.WeakSet[DistProfiler]" = weakref.WeakSet()
+"""The DistProfilers of this process that profile (colocated workers build several): finalized together."""
+_ENDING = threading.RLock()
+"""Taken while a process's profiling is finalized (the trainer's call and the watcher thread may race)."""
+_HOOKS_DUE: list["DistProfiler"] = []
+"""DistProfilers whose finish hook runs when this process's profiling is finalized: those told
+``stop(run_command=True)`` (at once, unless a colocated one is still inside its step) and a replica's,
+after its first step (it never hears the last one)."""
 
 
 class DistProfiler:
@@ -75,9 +91,13 @@ class DistProfiler:
                 "rlprof: %s.ranks is [] and all_ranks is false, so this role collects nothing on any rank (the rule of "
                 "verl's profiling guides; verl 0.9's own DistProfiler would profile rank 0): set ranks=[0] or all_ranks=true",
                 role_cfg.key_path)
-        self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id())
+        self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id(),
+                              replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"))
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
+            _LIVE.add(self)
+            run_id = self._prof.run.run_id
+            run_signals.watch(run_id, functools.partial(_finalize_process, run_id))
 
     # ------------------------------------------------------------------ verl's queries
 
@@ -106,27 +126,47 @@ class DistProfiler:
 
     def start(self, **kwargs: Any) -> None:
         """A profiled training step begins (verl's trainer passes ``profile_step``; ``role`` is a label)."""
+        step = kwargs.get("profile_step")
+        if step is not None:  # a rollout replica's server, started next, hears no step: it reads this one
+            run_signals.publish_step(self._prof.run.run_id, step)
         if not (self._enable and self._this_rank):
             return
         self._steps_started += 1
-        step = kwargs.get("profile_step")
         self._this_step = True
         self._prof.start_step(int(step) if step is not None else self._steps_started)
         self._rlprof_live = self._prof.active
         if self not in _STARTED:
             _STARTED.append(self)
 
-    def stop(self, run_command: bool = True) -> None:
-        """The profiled step ends; with ``run_command`` (the trainer's last profiled step) the finish
-        hook runs now, synchronously, on its ranks — which may include ranks that did not profile."""
+    def stop(self, run_command: bool | None = None) -> None:
+        """The profiled step ends.
+
+        ``run_command=True`` is what verl's trainers pass on their last profiled step: this process's
+        profiling is finalized (every colocated profiler, once none of them is still inside the step;
+        the backends write), then the finish hook runs, synchronously, on its ranks — which may include
+        ranks that did not profile. Left out (verl's default ``True``, used by callers that do not know
+        the last step) the finish hook runs as in verl, but nothing is finalized; ``False``: neither."""
         if self._enable and self._this_rank:
             self._this_step = False
             self._rlprof_live = False
             if self in _STARTED:
                 _STARTED.remove(self)
             self._prof.step_boundary()
-        if self._enable and run_command:
-            self._finish_hook()
+        if run_command is None:
+            if self._enable:
+                self._finish_hook()
+            return
+        if run_command:
+            self._end_of_profiling()
+
+    def _end_of_profiling(self) -> None:
+        """The trainer's last profiled step ended here: finalize the process, then the finish hook."""
+        if self._enable and self not in _HOOKS_DUE:
+            _HOOKS_DUE.append(self)
+        run_id = self._prof.run.run_id
+        if self._prof.plan.active:
+            run_signals.publish_done(run_id, run_signals.LAST)  # for the processes the trainer does not tell
+        _finalize_process(run_id, run_signals.LAST, self.rank)
 
     def run_finish_hook(self, run_command: bool = True) -> None:
         """Run ``finish_hook_cmd`` now (drivers that stop their own backend); nothing when
@@ -159,6 +199,7 @@ class DistProfiler:
         """End this process's run (also happens at exit): backends write, the manifest closes."""
         if self in _STARTED:
             _STARTED.remove(self)
+        _LIVE.discard(self)
         return self._prof.finalize()
 
     # ------------------------------------------------------------------ annotate
@@ -216,6 +257,30 @@ class DistProfiler:
         return region
 
 
+def _finalize_process(run_id: str, how: str, rank: int | None = None) -> bool:
+    """Finalize this process's profiling of ``run_id`` (of ``rank`` only, when given: the key of its
+    process session): every profiler of it, so the backends write and the manifest says
+    ``finalized``; then the finish hooks that were due. With ``how == LAST`` (the trainer's last
+    profiled step) nothing happens while one of them is still inside its step (a colocated worker
+    group the trainer stops next): False, try again. Also called by the run's watcher thread."""
+    def mine(p: DistProfiler) -> bool:
+        return p._prof.run.run_id == run_id and (rank is None or p.rank == rank)
+
+    with _ENDING:
+        if how == run_signals.LAST and any(mine(p) for p in _STARTED):
+            return False
+        for profiler in [p for p in list(_LIVE) if mine(p)]:
+            profiler.finalize()
+        if not any(p._prof.run.run_id == run_id for p in list(_LIVE)):
+            run_signals.mark_finalized(run_id)
+        due = [p for p in _HOOKS_DUE if mine(p)]
+        for profiler in due:
+            _HOOKS_DUE.remove(profiler)
+    for profiler in due:  # outside the lock: a slow upload must not hold up the watcher
+        profiler._finish_hook()
+    return True
+
+
 def _split(name: str) -> tuple[str | None, str | None]:
     """``"actor_update"`` → ``("actor", "update")``; ``"actor"`` → ``("actor", None)``;
     ``"train_batch"`` → ``(None, "train_batch")``."""
@@ -229,9 +294,42 @@ def _split(name: str) -> tuple[str | None, str | None]:
     return None, name
 
 
+class RolloutDistProfiler(DistProfiler):
+    """The profiler of one rollout replica's server (made by :func:`build_rollout_dist_profiler`).
+
+    The replica is a participant of the run like a training rank: its ``process`` record carries its
+    ``replica_rank``, and what it does between ``start()`` and ``stop()`` — generating the step's
+    rollouts — is the region ``rollout_generate`` of that step. verl's trainer starts and stops a
+    replica without a step (``LLMServerManager.start_profile()``): the step is the one the trainer
+    began on its training workers just before (:func:`run_signals.current_step`), else the count of
+    starts. A replica never hears the trainer's last step, so ``stop()`` never finalizes (the run's
+    watcher does, see the module doc) and its finish hook runs once, when it is finalized.
+    """
+
+    _generating = None
+
+    def start(self, **kwargs: Any) -> None:
+        if kwargs.get("profile_step") is None:
+            step = run_signals.current_step(self._prof.run.run_id)
+            if step is not None:
+                kwargs["profile_step"] = step
+        super().start(**kwargs)
+        if self._rlprof_live and self._generating is None:
+            self._generating = self._prof.unsampled_role("rollout", "generate")
+            self._generating.__enter__()
+
+    def stop(self, run_command: bool | None = None) -> None:
+        generating, self._generating = self._generating, None
+        if generating is not None:
+            generating.__exit__(None, None, None)
+        super().stop(run_command=False)
+        if self._enable and self not in _HOOKS_DUE:
+            _HOOKS_DUE.append(self)  # runs once, when the replica's profiling is finalized
+
+
 def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
                                 tool_config: Any = None) -> DistProfiler:
-    """A :class:`DistProfiler` for rollout replica ``replica_rank`` whose engine spans
+    """A :class:`RolloutDistProfiler` for rollout replica ``replica_rank`` whose engine spans
     ``replica_world_size`` GPUs: ``ranks`` lists global GPU ranks, and a replica is selected when it
     owns one of them (``rank // replica_world_size``), as in verl. ``ranks: []`` selects no replica
     (rlprof's rule). The caller's config is not changed."""
@@ -239,7 +337,8 @@ def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, conf
         ranks = list(field(config, "ranks", None) or [])
         if ranks and replica_world_size and replica_world_size > 0:
             config = _with_ranks(config, sorted({int(r) // replica_world_size for r in ranks}))
-    return DistProfiler(rank=replica_rank, config=config, tool_config=tool_config, save_file_prefix="rollout")
+    return RolloutDistProfiler(rank=replica_rank, config=config, tool_config=tool_config, save_file_prefix="rollout",
+                               replica_rank=replica_rank)
 
 
 def _with_ranks(config: Any, ranks: list[int]) -> Any:

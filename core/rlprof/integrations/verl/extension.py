@@ -34,8 +34,9 @@ class DistProfilerExtension:
         self.profiler.start(**kwargs)
 
     @_one_to_all
-    def stop_profile(self, run_command: bool = True) -> None:
-        """End the step; ``run_command`` on the last profiled step runs the finish hook."""
+    def stop_profile(self, run_command: bool | None = None) -> None:
+        """End the step; ``run_command=True`` (the trainer's last profiled step) finalizes this process's
+        profiling and runs the finish hook (see :meth:`DistProfiler.stop`)."""
         self.profiler.stop(run_command=run_command)
 
     @_one_to_all

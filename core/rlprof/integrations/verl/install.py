@@ -9,6 +9,10 @@ when such a process imports ``verl``, verl loads its ``verl.plugins`` entry poin
 the worker classes are built on rlprof's ``DistProfilerExtension`` and construct rlprof's
 ``DistProfiler``.
 
+In the driver (a process that installs before it joins Ray), :func:`install` also registers the exit
+callback that waits for every profiling process of the run to finalize before the job ends
+(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`).
+
 Three ways to switch it on, all equivalent:
 
 * ``python -m rlprof.verl verl.trainer.main_ppo <hydra overrides>`` (the module runner);
@@ -30,12 +34,14 @@ _originals: dict[str, object] = {}
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
     from rlprof.layout import new_run_id
-    from rlprof.integrations.verl import dist_profiler, extension
+    from rlprof.integrations.verl import dist_profiler, extension, run_signals
     from rlprof.integrations.verl.run_id import RUN_ID_ENV
 
     os.environ[ENABLE_ENV] = "1"
-    if not os.environ.get(RUN_ID_ENV) and not _ray_connected():
-        os.environ[RUN_ID_ENV] = new_run_id()  # a driver about to start Ray: a local cluster's workers inherit it
+    if not _ray_connected():  # a driver about to start Ray
+        if not os.environ.get(RUN_ID_ENV):
+            os.environ[RUN_ID_ENV] = new_run_id()  # a local cluster's workers inherit it
+        run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module
 

@@ -1,0 +1,114 @@
+"""verl 0.9.1's real trainer (``python -m verl.trainer.main_ppo``) under rlprof, on this CPU.
+
+Drives ``examples/verl-cpu/run.py --rlprof`` (GRPO or PPO with a critic, FSDP2 workers on gloo, the
+agent-loop rollout through an ``hf`` replica server; see examples/verl-cpu/README.md): 3 training
+steps, steps 1 and 2 profiled with the torch backend, actor and rollout on every rank. What a user
+must get: training exits 0, and ``rlprof report`` says ok — every process finalized (verl's Ray
+actors are force-killed when the job ends), every profiled step has ``actor_update`` on every
+training rank and ``rollout_generate`` on every replica, and the replica's process carries its
+``replica_rank``. Each run takes about 60-90 s here.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rlprof.manifest import read_records
+
+NEEDS = "verl's trainer needs: pip install -r examples/verl-cpu/requirements.txt torch==2.13.0 (scripts/setup.sh does)"
+for _module in ("verl.trainer.main_ppo", "transfer_queue", "torchdata", "peft", "accelerate", "pylatexenc"):
+    pytest.importorskip(_module, reason=f"{_module} is missing; {NEEDS}")
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "examples" / "verl-cpu" / "run.py"
+STEPS = 3
+PROFILED = [1, 2]
+PROFILE = [
+    "global_profiler.tool=torch",
+    f"global_profiler.steps=[{','.join(map(str, PROFILED))}]",
+    "actor_rollout_ref.actor.profiler.enable=true",
+    "actor_rollout_ref.actor.profiler.all_ranks=true",
+    "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
+    "actor_rollout_ref.rollout.profiler.enable=true",
+    "actor_rollout_ref.rollout.profiler.all_ranks=true",
+]
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    """One working directory for the module: the tiny model, tokenizer and data are built once. Short
+    and under /tmp: Ray's temp dir lives in it, and a Unix socket path may not exceed 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="rlprof-vcpu-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def train(workdir: Path, save: Path, *extra: str, critic: bool = False) -> dict:
+    """Run the trainer under rlprof; return ``rlprof report --json``'s run after checking its verdict."""
+    cmd = [sys.executable, str(RUN), "--out", str(workdir), "--steps", str(STEPS), "--rlprof",
+           *(["--critic"] if critic else []), *PROFILE, f"global_profiler.save_path={save}", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=workdir)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
+    assert report.returncode == 0, report.stdout[-4000:] + report.stderr[-2000:]
+    assert "ok: every profiled step x role x rank produced output" in report.stdout, report.stdout[-4000:]
+    as_json = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True,
+                             text=True)
+    assert as_json.returncode == 0, as_json.stderr[-2000:]
+    (run,) = json.loads(as_json.stdout)["runs"]
+    assert run["ok"] and not run["unfinalized"], run["verdict"]
+    return run
+
+
+def check_participants(run: dict, save: Path, steps: list[int], regions=("actor_update",)) -> None:
+    """Every step in ``steps`` has each of ``regions`` on every training rank and ``rollout_generate``
+    on every replica, in the replica's own process (which carries its replica rank)."""
+    processes = run["processes"]
+    replicas = {p["pid"]: p["replica_rank"] for p in processes if p["replica_rank"] is not None}
+    trainers = {p["pid"]: p["rank"] for p in processes if p["replica_rank"] is None}
+    assert replicas and sorted(replicas.values()) == list(range(len(replicas)))  # the one hf replica: 0
+    assert all(p["roles"] == ["rollout"] for p in processes if p["pid"] in replicas)
+    by_step = {s["step"]: {r["region"]: r for r in s["regions"]} for s in run["steps"]}
+    assert sorted(by_step) == steps
+    recorded = [r for r in read_records([save]) if r["type"] == "region"]
+    for step in steps:
+        for name in regions:
+            assert len(by_step[step][name]["per_rank"]) == len(set(trainers.values())), (step, name)
+            assert {r["pid"] for r in recorded if r["step"] == step and r["region"] == name} == set(trainers)
+        assert "rollout_generate" in by_step[step], step
+        generated = {r["pid"] for r in recorded if r["step"] == step and r["region"] == "rollout_generate"}
+        assert generated == set(replicas), step
+
+
+@pytest.mark.parametrize("mode", ["e2e", "discrete"])
+def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp_path, mode):
+    save = tmp_path / "profile"
+    discrete = f"actor_rollout_ref.actor.profiler.tool_config.torch.discrete={str(mode == 'discrete').lower()}"
+    run = train(workdir, save, discrete)
+    assert run["modes"] == [mode]
+    check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
+
+
+def test_continuous_steps_one_capture_for_the_run_of_steps(workdir, tmp_path):
+    save = tmp_path / "profile"
+    run = train(workdir, save, "global_profiler.profile_continuous_steps=true")
+    # verl's trainer starts its workers and replicas once for the run of steps 1-2 and stops them at
+    # its end: one profiled step for rlprof, holding both training steps
+    check_participants(run, save, [PROFILED[0]])
+    assert len([f for f in run["files"] if f["pid"] in {p["pid"] for p in run["processes"] if p["replica_rank"] is None}]) == 1
+
+
+def test_ppo_with_critic_and_reference_policy(workdir, tmp_path):
+    save = tmp_path / "profile"
+    run = train(workdir, save, "critic.profiler.enable=true", "critic.profiler.all_ranks=true",
+                "critic.profiler.tool_config.torch.contents=[cpu]", critic=True)
+    names = {r["region"] for s in run["steps"] for r in s["regions"]}
+    assert any(n.startswith("critic_") for n in names) and any(n.startswith("ref_") for n in names), names
+    check_participants(run, save, PROFILED)
