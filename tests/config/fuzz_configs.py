@@ -8,7 +8,8 @@ the legacy guides' keys) or verl 0.9.1's generated trainer config — and applie
 from the real key space: values of the wrong type or range, deleted/renamed/added keys (typos,
 non-string keys), sections replaced by null/list/scalar, interpolations (dangling, malformed,
 self-referencing), deep nesting, shared references (what a YAML alias becomes) up to an alias bomb.
-The result is handed over as a dict, a DictConfig, a YAML file or dotted overrides.
+The result is handed over as a dict, a DictConfig (one nested past the depth limit is built the way a user
+with a raised recursion limit could: `_deep_dictconfig`), a YAML file or dotted overrides.
 """
 
 from __future__ import annotations
@@ -177,12 +178,7 @@ def _mutate(draw, doc: dict) -> str:
         ref = ".".join(str(p) for p in target)
         _parent(doc, path)[path[-1]] = draw(st.sampled_from([f"${{{ref}}}", f"${{{ref}.nope}}", "${", "${a:${b}}", f"prefix ${{{ref}}}"]))
     elif kind == "nest":
-        levels = draw(st.sampled_from([3, 10, 63, 70, 200, 2000]))
-        if paths:
-            path = draw(st.sampled_from(paths))
-            _parent(doc, path)[path[-1]] = _deep(levels)
-        else:
-            doc["global_profiler"] = {"steps": _deep(levels)}
+        _nest(draw, doc, paths, [3, 10, 63, 70, 200, 600, 2000])
     elif kind == "alias":
         path = draw(st.sampled_from(paths))
         parent = _parent(doc, path)
@@ -203,6 +199,17 @@ def _mutate(draw, doc: dict) -> str:
     return kind
 
 
+def _nest(draw, doc: dict, paths: list[tuple], levels: list[int]) -> str:
+    """Replace a value (or global_profiler.steps) with a list nested one of ``levels`` deep."""
+    depth = draw(st.sampled_from(levels))
+    if paths:
+        path = draw(st.sampled_from(paths))
+        _parent(doc, path)[path[-1]] = _deep(depth)
+    else:
+        doc["global_profiler"] = {"steps": _deep(depth)}
+    return f"nest {depth}"
+
+
 @dataclass
 class Case:
     base: str
@@ -211,6 +218,8 @@ class Case:
     overrides: list = field(default_factory=list)
     world_size: int = 2
     mutations: list = field(default_factory=list)
+    handed_as: str = ""
+    """What :func:`materialize` handed over: ``form``, ``deep dictconfig``, or ``dict`` where the form could not be built."""
 
 
 class Bases(list):
@@ -254,6 +263,8 @@ def cases(draw, base_docs: list[tuple[str, dict]]) -> Case:
     doc = copy.deepcopy(base)
     done = [draw(mutation(doc)) for _ in range(draw(st.integers(1, 4)))]
     form = draw(st.sampled_from(["dict", "dict", "dictconfig", "yaml", "overrides"]))
+    if form == "dictconfig" and draw(st.integers(0, 3)) == 0:  # a DictConfig nested past the limit (issue 24)
+        done.append(_nest(draw, doc, _paths(doc), [70, 600, 2000]))
     overrides: list = []
     if form == "overrides":
         overrides = draw(st.lists(st.one_of(
@@ -277,17 +288,25 @@ KEY_PATH = re.compile(r"^(override |config file |config\b|[A-Za-z0-9_~\-\[\]'().
 
 
 def materialize(case: Case, workdir: Path) -> Any:
-    """The case's configuration in its input form (a YAML file is written under ``workdir``)."""
+    """The case's configuration in its input form (a YAML file is written under ``workdir``); a
+    ``dictconfig`` nested deeper than rlprof's limit is built as a user with a raised recursion limit could."""
+    case.handed_as = case.form
     if case.form == "dictconfig":
         from omegaconf import OmegaConf
+
+        from rlprof.errors import ConfigError
 
         from rlprof.config.limits import check_tree
 
         try:
             check_tree(case.doc, "")  # an alias bomb would take OmegaConf.create hours: the user could not build it
             return OmegaConf.create(case.doc)
+        except ConfigError as exc:
+            built = _deep_dictconfig(case.doc) if "levels deep" in str(exc) else case.doc
         except Exception:  # the user could not have built this DictConfig either: hand over the dict
-            return case.doc
+            built = case.doc
+        case.handed_as = "deep dictconfig" if built is not case.doc else "dict"
+        return built
     if case.form == "yaml":
         import yaml
 
@@ -295,10 +314,29 @@ def materialize(case: Case, workdir: Path) -> Any:
         try:
             text = yaml.safe_dump(case.doc, sort_keys=False)
         except Exception:  # not representable as YAML (e.g. too deep for the dumper): hand over the dict
+            case.handed_as = "dict"
             return case.doc
         path.write_text(text, encoding="utf-8", errors="surrogateescape")
         return path
     return case.doc
+
+
+def _deep_dictconfig(doc: Any) -> Any:
+    """``doc`` as a DictConfig even when it nests hundreds of levels deep: OmegaConf.create recurses
+    once per level, so a user who raised ``sys.setrecursionlimit`` can build one (and hand it to
+    rlprof, whose own limit is the default). Falls back to the dict when even that is too deep."""
+    import sys
+
+    from omegaconf import OmegaConf
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 50_000))
+    try:
+        return OmegaConf.create(doc)
+    except Exception:  # RecursionError past 50 000 frames, keys OmegaConf refuses
+        return doc
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _inside(save_path: str, workdir: Path) -> bool:
@@ -318,6 +356,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, str]:
     os.chdir(workdir)  # relative save paths land in the scratch directory
     os.environ["HOME"] = str(workdir)  # ${oc.env:HOME} too
     source = materialize(case, workdir)
+    out["input"] = case.handed_as
     tools: tuple = ()
 
     def stage(name, func):
