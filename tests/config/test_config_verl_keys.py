@@ -13,8 +13,8 @@ NPU_ERA = {"trainer": {"profile_steps": [1]},
 
 
 def npu_era(roles, **sections):
-    return {**NPU_ERA, "npu_profile": {"options": {"save_path": "./profiler_data", "roles": roles, "level": "level0"}},
-            **sections}
+    options = {"save_path": "./profiler_data", "roles": roles, "level": "level0", "with_npu": True, "with_cpu": True}
+    return {**NPU_ERA, "npu_profile": {"options": options}, **sections}
 
 
 def enabled(cfg):
@@ -37,6 +37,7 @@ def test_listed_regions_enable_their_roles_and_switch_the_others_off():
     rollout = cfg.roles["rollout"]
     assert rollout.follows is None and rollout.discrete and rollout.all_ranks  # the actor's settings, its own enable
     assert cfg.roles["actor"].tool_config["npu"]["level"] == "level0"
+    assert rollout.tool_config == cfg.roles["actor"].tool_config  # whatever order the options came in
     assert ("npu_profile.options.roles=[actor_update, rollout_generate] is deprecated: use "
             f"{A}.enable=true, actor_rollout_ref.rollout.profiler.enable=true, actor_rollout_ref.ref.profiler.enable=false "
             "(actor_update selects the whole actor role: actor_compute_log_prob is profiled too)") in cfg.warnings
@@ -46,6 +47,12 @@ def test_an_enable_the_user_wrote_wins_over_the_filter():
     cfg = load_config(npu_era(["ref_compute_log_prob"], actor_rollout_ref={
         **NPU_ERA["actor_rollout_ref"], "actor": {"profiler": {"enable": True, "all_ranks": True}}}))
     assert enabled(cfg) == {"actor": True, "rollout": False, "ref": True}
+
+
+def test_a_rollout_section_that_is_not_a_mapping_is_named_not_a_traceback():
+    with pytest.raises(ConfigError) as info:
+        load_config(npu_era(["actor_update"], actor_rollout_ref={**NPU_ERA["actor_rollout_ref"], "rollout": {"profiler": [1]}}))
+    assert info.value.key == "actor_rollout_ref.rollout.profiler"
 
 
 @pytest.mark.parametrize("roles, shown", [

@@ -180,7 +180,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 npu.setdefault(key, value)
                 warn(f"{base}.{key}", f"actor_rollout_ref.actor.profiler.tool_config.npu.{key}", value)
             elif key == "roles":
-                _migrate_role_filter(f"{base}.roles", value, roles, enable_written, warnings)
+                continue  # below, once the actor's section is complete: rollout and ref may copy it
             elif value:
                 contents.append(NPU_OPTION_CONTENTS[key])
         flags = [k for k in options if k in NPU_OPTION_CONTENTS]
@@ -189,6 +189,8 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             warnings.append(
                 f"{base}.{{{', '.join(flags)}}} are deprecated: use actor_rollout_ref.actor.profiler.tool_config.npu.contents={_show(contents)}"
             )
+        if "roles" in options:
+            _migrate_role_filter(f"{base}.roles", options["roles"], roles, enable_written, warnings)
     if implied_tool and not g.get("tool") and g.get("steps") is not None:
         g["tool"] = implied_tool
         warnings.append(f"the legacy keys imply global_profiler.tool={implied_tool}: set it explicitly")
@@ -224,7 +226,7 @@ def _migrate_role_filter(path: str, value: Any, roles: dict[str, Any], enable_wr
             entry["profiler"] = copy.deepcopy(actor)
     for role in ("actor", "rollout", "ref"):
         if role not in enable_written:
-            roles[role]["profiler"]["enable"] = role in chosen
+            _section(roles[role], "profiler", profiler_path(role))["enable"] = role in chosen
     kept = [r for r in ("actor", "rollout", "ref") if r not in enable_written]
     if not kept:
         warnings.append(f"{path}={_show(names)} is deprecated and ignored: every role's profiler.enable is set")
