@@ -33,7 +33,7 @@ KEYS = [
     "profile_token_end", "trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps", "context", "stacks",
     "kw_args", "npu", "nsys", "torch", "torch_memory", "precision_debugger", "recorder", "profiler", "mode",
     "profile_ranks", "profile_ranks_all", "profile_discrete", "profile_steps", "npu_profile", "options", "with_npu",
-    "with_cpu", "with_memory", "record_shapes", "with_module", "with_stack", "_target_", "name",
+    "with_cpu", "with_memory", "record_shapes", "with_module", "with_stack", "_target_", "name", "roles", "stages",
 ]
 SECTION_PATHS = [
     "global_profiler", "global_profiler.global_tool_config", "actor_rollout_ref", "actor_rollout_ref.actor",
@@ -47,8 +47,9 @@ TOOLS = ["torch", "torch_memory", "npu", "nsys", "recorder", "precision_debugger
 LEGACY_EXAMPLES = [
     {"trainer": {"profile_steps": [1, 2, 5]},
      "actor_rollout_ref": {"actor": {"profile_discrete": False, "profile_ranks": [0, 1]}, "profiler": {"discrete": False, "all_ranks": False, "ranks": [0]}},
-     "npu_profile": {"options": {"save_path": "./profile", "level": "level1", "with_memory": False, "record_shapes": False,
-                                 "with_npu": True, "with_cpu": True, "with_module": False, "with_stack": False, "analysis": True}}},
+     "npu_profile": {"options": {"save_path": "./profile", "roles": ["actor_update", "rollout_generate"], "level": "level1",
+                                 "with_memory": False, "record_shapes": False, "with_npu": True, "with_cpu": True,
+                                 "with_module": False, "with_stack": False, "analysis": True}}},
     {"trainer": {"profile_steps": [1, 2]}, "actor_rollout_ref": {"actor": {"profile_ranks": None, "profile_ranks_all": True},
                                                                  "rollout": {"profile_ranks": [0]}},
      "critic": {"profile_ranks_all": True, "profile_discrete": True}},
