@@ -303,7 +303,7 @@ def materialize(case: Case, workdir: Path) -> Any:
             check_tree(case.doc, "")  # an alias bomb would take OmegaConf.create hours: the user could not build it
             return OmegaConf.create(case.doc)
         except ConfigError as exc:
-            built = _deep_dictconfig(case.doc) if "levels deep" in str(exc) else case.doc
+            built = _deep_dictconfig(case.doc) if "levels deep" in str(exc) and _buildable(case.doc) else case.doc
         except Exception:  # the user could not have built this DictConfig either: hand over the dict
             built = case.doc
         case.handed_as = "deep dictconfig" if built is not case.doc else "dict"
@@ -320,6 +320,25 @@ def materialize(case: Case, workdir: Path) -> Any:
         path.write_text(text, encoding="utf-8", errors="surrogateescape")
         return path
     return case.doc
+
+
+def _buildable(doc: Any) -> bool:
+    """``doc`` reaches at most MAX_VALUES values however deep it nests: OmegaConf.create copies every
+    shared reference, so a deep doc that also holds an alias bomb would take hours to build (the
+    user could not build it; check_tree stops at the depth before it counts the values)."""
+    from rlprof.config.limits import MAX_VALUES
+
+    budget, stack = MAX_VALUES, [doc]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return False
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
 
 
 def _deep_dictconfig(doc: Any) -> Any:
