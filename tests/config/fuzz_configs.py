@@ -267,7 +267,9 @@ def cases(draw, base_docs: list[tuple[str, dict]]) -> Case:
     if form == "dictconfig" and draw(st.integers(0, 3)) == 0:  # a DictConfig nested past the limit (issue 24)
         done.append(_nest(draw, doc, _paths(doc), [70, 600, 2000]))
     overrides: list = []
-    if form == "overrides":
+    # a DictConfig often comes with overrides too (Profiler(cfg, overrides=...)): copying it for them
+    # is where a deep one used to end in RecursionError
+    if form == "overrides" or (form == "dictconfig" and draw(st.booleans())):
         overrides = draw(st.lists(st.one_of(
             st.builds(lambda k, v: f"{k}={v}", st.sampled_from([p + "." + k for p in SECTION_PATHS for k in ("steps", "enable", "ranks", "tool")]),
                       st.sampled_from(["[1,2]", "[0,0]", "'0,1'", "true", "null", "${nope}", "[1", "{a: 1}", "~", "[" * 100, "1e400", ""])),
