@@ -43,6 +43,16 @@ def verl_config() -> dict | None:
                        capture_output=True)
         wheels = sorted(cache_dir().glob("verl-0.9.1-*.whl"))
     if not wheels:
+        try:  # the verl 0.9.1 installed in the venv ships the same file
+            import importlib.metadata
+            import importlib.util
+
+            spec = importlib.util.find_spec("verl")
+            installed = Path(spec.origin).parent / "trainer/config/_generated_ppo_trainer.yaml" if spec and spec.origin else None
+            if installed is not None and installed.is_file() and importlib.metadata.version("verl") == "0.9.1":
+                return yaml.safe_load(installed.read_text())
+        except (ImportError, OSError, ValueError, importlib.metadata.PackageNotFoundError):
+            pass
         print("note: verl 0.9.1's wheel is not available: fuzzing the seed examples only", file=sys.stderr)
         return None
     with zipfile.ZipFile(wheels[-1]) as zf:
@@ -138,6 +148,7 @@ def main(argv=None) -> int:
     slowest_case = {stage: "" for stage in per_stage}
     samples: dict[str, str] = {}
     by_base = collections.Counter()
+    by_input = collections.Counter()
     started = time.perf_counter()
 
     @seed(opts.seed)
@@ -155,6 +166,7 @@ def main(argv=None) -> int:
             worst[result["worst"]] += 1
             samples.setdefault(result["worst"], label)
             return
+        by_input[result.get("input", "?")] += 1
         outcomes = {stage: classify(result[stage]) for stage in per_stage}
         for stage, outcome in outcomes.items():
             per_stage[stage][outcome] += 1
@@ -169,6 +181,7 @@ def main(argv=None) -> int:
     total = sum(worst.values())
     print(f"rlprof config fuzz: {total} generated configs (seed {opts.seed}, bases: {dict(by_base)}) in "
           f"{time.perf_counter() - started:.0f} s")
+    print(f"handed over as: {dict(by_input.most_common())}")
     print("by worst outcome per config:")
     for name in WORST:
         print(f"  {name:<17} {worst.get(name, 0)}")

@@ -8,7 +8,8 @@ the legacy guides' keys) or verl 0.9.1's generated trainer config — and applie
 from the real key space: values of the wrong type or range, deleted/renamed/added keys (typos,
 non-string keys), sections replaced by null/list/scalar, interpolations (dangling, malformed,
 self-referencing), deep nesting, shared references (what a YAML alias becomes) up to an alias bomb.
-The result is handed over as a dict, a DictConfig, a YAML file or dotted overrides.
+The result is handed over as a dict, a DictConfig (one nested past the depth limit is built the way a user
+with a raised recursion limit could: `_deep_dictconfig`), a YAML file or dotted overrides.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ KEYS = [
     "profile_token_end", "trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps", "context", "stacks",
     "kw_args", "npu", "nsys", "torch", "torch_memory", "precision_debugger", "recorder", "profiler", "mode",
     "profile_ranks", "profile_ranks_all", "profile_discrete", "profile_steps", "npu_profile", "options", "with_npu",
-    "with_cpu", "with_memory", "record_shapes", "with_module", "with_stack", "_target_", "name",
+    "with_cpu", "with_memory", "record_shapes", "with_module", "with_stack", "_target_", "name", "roles", "stages",
 ]
 SECTION_PATHS = [
     "global_profiler", "global_profiler.global_tool_config", "actor_rollout_ref", "actor_rollout_ref.actor",
@@ -46,8 +47,9 @@ TOOLS = ["torch", "torch_memory", "npu", "nsys", "recorder", "precision_debugger
 LEGACY_EXAMPLES = [
     {"trainer": {"profile_steps": [1, 2, 5]},
      "actor_rollout_ref": {"actor": {"profile_discrete": False, "profile_ranks": [0, 1]}, "profiler": {"discrete": False, "all_ranks": False, "ranks": [0]}},
-     "npu_profile": {"options": {"save_path": "./profile", "level": "level1", "with_memory": False, "record_shapes": False,
-                                 "with_npu": True, "with_cpu": True, "with_module": False, "with_stack": False, "analysis": True}}},
+     "npu_profile": {"options": {"save_path": "./profile", "roles": ["actor_update", "rollout_generate"], "level": "level1",
+                                 "with_memory": False, "record_shapes": False, "with_npu": True, "with_cpu": True,
+                                 "with_module": False, "with_stack": False, "analysis": True}}},
     {"trainer": {"profile_steps": [1, 2]}, "actor_rollout_ref": {"actor": {"profile_ranks": None, "profile_ranks_all": True},
                                                                  "rollout": {"profile_ranks": [0]}},
      "critic": {"profile_ranks_all": True, "profile_discrete": True}},
@@ -177,12 +179,7 @@ def _mutate(draw, doc: dict) -> str:
         ref = ".".join(str(p) for p in target)
         _parent(doc, path)[path[-1]] = draw(st.sampled_from([f"${{{ref}}}", f"${{{ref}.nope}}", "${", "${a:${b}}", f"prefix ${{{ref}}}"]))
     elif kind == "nest":
-        levels = draw(st.sampled_from([3, 10, 63, 70, 200, 2000]))
-        if paths:
-            path = draw(st.sampled_from(paths))
-            _parent(doc, path)[path[-1]] = _deep(levels)
-        else:
-            doc["global_profiler"] = {"steps": _deep(levels)}
+        _nest(draw, doc, paths, [3, 10, 63, 70, 200, 600, 2000])
     elif kind == "alias":
         path = draw(st.sampled_from(paths))
         parent = _parent(doc, path)
@@ -203,6 +200,17 @@ def _mutate(draw, doc: dict) -> str:
     return kind
 
 
+def _nest(draw, doc: dict, paths: list[tuple], levels: list[int]) -> str:
+    """Replace a value (or global_profiler.steps) with a list nested one of ``levels`` deep."""
+    depth = draw(st.sampled_from(levels))
+    if paths:
+        path = draw(st.sampled_from(paths))
+        _parent(doc, path)[path[-1]] = _deep(depth)
+    else:
+        doc["global_profiler"] = {"steps": _deep(depth)}
+    return f"nest {depth}"
+
+
 @dataclass
 class Case:
     base: str
@@ -211,6 +219,8 @@ class Case:
     overrides: list = field(default_factory=list)
     world_size: int = 2
     mutations: list = field(default_factory=list)
+    handed_as: str = ""
+    """What :func:`materialize` handed over: ``form``, ``deep dictconfig``, or ``dict`` where the form could not be built."""
 
 
 class Bases(list):
@@ -254,8 +264,12 @@ def cases(draw, base_docs: list[tuple[str, dict]]) -> Case:
     doc = copy.deepcopy(base)
     done = [draw(mutation(doc)) for _ in range(draw(st.integers(1, 4)))]
     form = draw(st.sampled_from(["dict", "dict", "dictconfig", "yaml", "overrides"]))
+    if form == "dictconfig" and draw(st.integers(0, 3)) == 0:  # a DictConfig nested past the limit (issue 24)
+        done.append(_nest(draw, doc, _paths(doc), [70, 600, 2000]))
     overrides: list = []
-    if form == "overrides":
+    # a DictConfig often comes with overrides too (Profiler(cfg, overrides=...)): copying it for them
+    # is where a deep one used to end in RecursionError
+    if form == "overrides" or (form == "dictconfig" and draw(st.booleans())):
         overrides = draw(st.lists(st.one_of(
             st.builds(lambda k, v: f"{k}={v}", st.sampled_from([p + "." + k for p in SECTION_PATHS for k in ("steps", "enable", "ranks", "tool")]),
                       st.sampled_from(["[1,2]", "[0,0]", "'0,1'", "true", "null", "${nope}", "[1", "{a: 1}", "~", "[" * 100, "1e400", ""])),
@@ -277,17 +291,25 @@ KEY_PATH = re.compile(r"^(override |config file |config\b|[A-Za-z0-9_~\-\[\]'().
 
 
 def materialize(case: Case, workdir: Path) -> Any:
-    """The case's configuration in its input form (a YAML file is written under ``workdir``)."""
+    """The case's configuration in its input form (a YAML file is written under ``workdir``); a
+    ``dictconfig`` nested deeper than rlprof's limit is built as a user with a raised recursion limit could."""
+    case.handed_as = case.form
     if case.form == "dictconfig":
         from omegaconf import OmegaConf
+
+        from rlprof.errors import ConfigError
 
         from rlprof.config.limits import check_tree
 
         try:
             check_tree(case.doc, "")  # an alias bomb would take OmegaConf.create hours: the user could not build it
             return OmegaConf.create(case.doc)
+        except ConfigError as exc:
+            built = _deep_dictconfig(case.doc) if "levels deep" in str(exc) and _buildable(case.doc) else case.doc
         except Exception:  # the user could not have built this DictConfig either: hand over the dict
-            return case.doc
+            built = case.doc
+        case.handed_as = "deep dictconfig" if built is not case.doc else "dict"
+        return built
     if case.form == "yaml":
         import yaml
 
@@ -295,10 +317,48 @@ def materialize(case: Case, workdir: Path) -> Any:
         try:
             text = yaml.safe_dump(case.doc, sort_keys=False)
         except Exception:  # not representable as YAML (e.g. too deep for the dumper): hand over the dict
+            case.handed_as = "dict"
             return case.doc
         path.write_text(text, encoding="utf-8", errors="surrogateescape")
         return path
     return case.doc
+
+
+def _buildable(doc: Any) -> bool:
+    """``doc`` reaches at most MAX_VALUES values however deep it nests: OmegaConf.create copies every
+    shared reference, so a deep doc that also holds an alias bomb would take hours to build (the
+    user could not build it; check_tree stops at the depth before it counts the values)."""
+    from rlprof.config.limits import MAX_VALUES
+
+    budget, stack = MAX_VALUES, [doc]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return False
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+def _deep_dictconfig(doc: Any) -> Any:
+    """``doc`` as a DictConfig even when it nests hundreds of levels deep: OmegaConf.create recurses
+    once per level, so a user who raised ``sys.setrecursionlimit`` can build one (and hand it to
+    rlprof, whose own limit is the default). Falls back to the dict when even that is too deep."""
+    import sys
+
+    from omegaconf import OmegaConf
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 50_000))
+    try:
+        return OmegaConf.create(doc)
+    except Exception:  # RecursionError past 50 000 frames, keys OmegaConf refuses
+        return doc
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _inside(save_path: str, workdir: Path) -> bool:
@@ -318,6 +378,7 @@ def run_case(case: Case, workdir: Path) -> dict[str, str]:
     os.chdir(workdir)  # relative save paths land in the scratch directory
     os.environ["HOME"] = str(workdir)  # ${oc.env:HOME} too
     source = materialize(case, workdir)
+    out["input"] = case.handed_as
     tools: tuple = ()
 
     def stage(name, func):

@@ -131,6 +131,44 @@ def test_deep_nesting_in_a_dict_or_dictconfig():
     assert msg.endswith(f"nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH} levels of mappings and lists")
 
 
+def deep_list_dictconfig(levels):
+    """``actor_rollout_ref.actor.profiler.ranks: [[[...[1]...]]]`` as a DictConfig: OmegaConf.create
+    recurses once per level, so a user builds this only with a raised recursion limit."""
+    ranks = [1]
+    for _ in range(levels):
+        ranks = [ranks]
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(50_000)
+    try:
+        return OmegaConf.create({"actor_rollout_ref": {"actor": {"profiler": {"ranks": ranks}}}})
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+@pytest.mark.parametrize("overrides", [(), ("global_profiler.tool=torch",)], ids=["alone", "with overrides"])
+def test_a_dictconfig_nested_600_deep_is_a_config_error_not_a_recursion_error(overrides):
+    """Issue 24: copying it for the overrides (copy.deepcopy) raised RecursionError; resolving it
+    said 'cannot be resolved'. The depth limit now applies to a DictConfig before anything reads it."""
+    source = deep_list_dictconfig(600)
+    with pytest.raises(ConfigError) as info:
+        load_config(source, overrides)
+    msg = str(info.value)
+    assert msg.startswith("actor_rollout_ref.actor.profiler.ranks.0.0.")
+    assert msg.endswith(f"nested more than {MAX_DEPTH} levels deep; allowed: at most {MAX_DEPTH} levels of mappings and lists")
+    assert info.value.key.startswith("actor_rollout_ref.actor.profiler.ranks.0")
+
+
+def test_a_dictconfig_is_checked_without_resolving_it():
+    """A list past the limit inside a DictConfig is refused as in a dict; null, missing (``???``) and
+    interpolated sections are read as they are written, not resolved, so the check itself cannot fail on them."""
+    long_list = OmegaConf.create({"critic": {"profiler": {"ranks": list(range(MAX_LIST + 1))}}})
+    assert error_of(long_list) == f"critic.profiler.ranks: a list of {MAX_LIST + 1} items; allowed: at most {MAX_LIST}"
+    cfg = OmegaConf.create({"global_profiler": {"tool": "torch", "steps": [1], "save_path": "${oc.env:RLPROF_I24_UNSET,out}"},
+                            "critic": {"profiler": None}, "trainer": {"x": "???"}, "reward_model": "${trainer}"})
+    loaded = load_config(cfg)
+    assert loaded.global_.save_path == "out" and loaded.global_.steps == (1,)
+
+
 def test_a_self_containing_dict_is_too_deep_not_a_recursion_error():
     cyclic = {"global_profiler": {}}
     cyclic["global_profiler"]["x"] = cyclic

@@ -17,7 +17,7 @@ ON = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_
 
 
 def test_the_key_sets_are_verls():
-    assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "global_tool_config",
+    assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "discrete", "global_tool_config",
                            "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_"}
     assert ROLE_KEYS == {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
                          "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}

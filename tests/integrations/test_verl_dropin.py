@@ -79,6 +79,28 @@ def test_rank_selection_and_enable(tmp_path):
     assert not nothing.check_enable() and nothing.step() is None
 
 
+@pytest.mark.parametrize("tool", [None, "torch"])
+@pytest.mark.parametrize("enable", [True, False])
+@pytest.mark.parametrize("selection", [{"all_ranks": True}, {"ranks": [1]}, {"ranks": [0, 2]}, {"ranks": []}],
+                         ids=["all_ranks", "ranks=[1]", "ranks=[0,2]", "ranks=[]"])
+def test_check_this_rank_answers_as_verls_own(tmp_path, tool, enable, selection):
+    """verl 0.9.1's DistProfiler answers check_this_rank from rank selection alone: with no tool (its
+    no-op profiler) and with enable=false it still says True for a selected rank (its callers pair it
+    with check_enable()). The drop-in answers the same, but for the deliberate ``ranks: []`` rule:
+    no rank, where verl falls back to rank 0 when enabled."""
+    from verl.utils.profiler.profile import DistProfiler as VerlDistProfiler
+
+    tool_config = TorchProfilerToolConfig(contents=["cpu"]) if tool else None
+    config = ProfilerConfig(tool=tool, enable=enable, save_path=str(tmp_path), tool_config=tool_config, **selection)
+    for rank in range(3):
+        ours = DistProfiler(rank=rank, config=config, tool_config=tool_config)
+        verls = VerlDistProfiler(rank=rank, config=config, tool_config=tool_config).check_this_rank()
+        expected = False if selection == {"ranks": []} else verls
+        assert ours.check_this_rank() is expected, (rank, verls)
+        assert ours.check_enable() is enable
+        ours.finalize()
+
+
 def test_start_and_stop_set_this_step_only_on_selected_ranks(tmp_path):
     config, tool_config = torch_config(tmp_path, ranks=[0])
     selected, other = (DistProfiler(rank=r, config=config, tool_config=tool_config) for r in (0, 1))

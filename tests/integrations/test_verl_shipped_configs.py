@@ -5,7 +5,8 @@ composed trainer config) and by the drop-in's worker construction, done as verl'
 
 The table lists each source's overrides with the script's defaults filled in (the sources themselves
 live in verl's repository, not in the wheel): ``examples/profile/*.sh``, ``docs/perf/*.md``, the
-Ascend guides (shared/seeds/) and ``verl/trainer/config/profiler/profiler.yaml`` (the defaults).
+Ascend guides (shared/seeds/) and ``verl/trainer/config/profiler/profiler.yaml`` (the defaults and
+its tool list). The legacy ``npu_profile.yaml`` is in ``tests/config/test_config_verl_keys.py``.
 """
 
 import pytest
@@ -63,6 +64,14 @@ SHIPPED = {
         "global_profiler.tool=nsys", "global_profiler.steps=[1,2,5]", "global_profiler.global_tool_config.nsys.discrete=True",
         f"{A}.enable=True", f"{A}.all_ranks=True",
     ],
+    "docs/perf/nsight_profiling.md global_profiler.discrete": [
+        "global_profiler.tool=nsys", "global_profiler.steps=[1,2,5]", "global_profiler.discrete=True",
+        f"{A}.enable=True", f"{A}.all_ranks=True",
+    ],
+    "profiler.yaml's fifth tool, precision_debugger (msprobe)": [
+        "global_profiler.tool=precision_debugger", "global_profiler.steps=[1]", "global_profiler.save_path=PROFILE",
+        f"{A}.enable=True", f"{A}.all_ranks=True", f"{A}.tool_config.precision_debugger.stages=[actor_update]",
+    ],
     "docs/perf/torch_profiling.md end-to-end": [
         "global_profiler.tool=torch", "global_profiler.steps=[1,2,5]", "global_profiler.save_path=PROFILE",
         f"{A}.enable=True", f"{A}.all_ranks=True", f"{A}.tool_config.torch.discrete=False",
@@ -110,7 +119,10 @@ def test_rlprof_check_accepts_it(name, verl_generated_config, tmp_path):
     result = check_config(verl_generated_config, dotlist, world_size=WORLD)  # backends' own validation included
     given = dict(o.split("=", 1) for o in dotlist if o.startswith("global_profiler.") and "=" in o)
     tool = given.get("global_profiler.tool")
-    assert result.config.global_.tools == ((tool,) if tool else ())  # verl's default: no tool, profiling off
+    # verl's default: no tool, profiling off; precision_debugger has no rlprof backend: accepted, nothing runs
+    assert result.config.global_.tools == ((tool,) if tool and tool != "precision_debugger" else ())
+    if "global_profiler.discrete" in given:
+        assert all(r.discrete for r in result.config.roles.values() if r.enable)
     steps = given.get("global_profiler.steps")
     assert result.config.global_.steps == (tuple(int(s) for s in steps.strip("[]").split(",")) if steps else None)
     assert {r for c in result.classes for r in range(c.first, c.last + 1)} == set(range(WORLD))  # every rank planned

@@ -11,6 +11,9 @@ Covered (see shared/seeds/002 and 004):
 * ``npu_profile.options.{save_path, level, record_shapes, with_memory, with_npu, with_cpu,
   with_module, with_stack, analysis}`` (also under ``trainer.``) -> ``global_profiler.save_path`` and
   ``actor_rollout_ref.actor.profiler.tool_config.npu.{level, contents, analysis}``
+* ``npu_profile.options.roles`` (verl's ``npu_profile.yaml``: ``[all]`` or the regions
+  ``rollout_generate, actor_compute_log_prob, actor_update, ref_compute_log_prob``) -> the ``enable``
+  of actor, rollout and ref; a region selects its whole role (rlprof selects roles, not regions)
 
 The older configs had no ``tool`` key: the nsys guide's keys imply ``nsys``, the NPU guide's
 ``npu``; the migration sets it (with a warning) when ``global_profiler.tool`` is not set.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from rlprof.errors import ConfigError, fail, unknown_key
+from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key
 from rlprof.config.fields import shape
 from rlprof.config.sections import GlobalConfig
 from rlprof.roles import ROLE_PATHS, nest_profiler, profiler_path
@@ -38,7 +41,18 @@ NPU_OPTION_CONTENTS = {
     "with_module": "module",
     "with_stack": "stack",
 }
-NPU_OPTIONS = {"save_path", "level", "analysis", *NPU_OPTION_CONTENTS}
+NPU_OPTIONS = {"save_path", "level", "analysis", "roles", *NPU_OPTION_CONTENTS}
+NPU_ROLE_FILTER = {
+    "rollout_generate": "rollout",
+    "actor_compute_log_prob": "actor",
+    "actor_update": "actor",
+    "ref_compute_log_prob": "ref",
+    "actor": "actor",
+    "rollout": "rollout",
+    "ref": "ref",
+}
+"""``npu_profile.options.roles``: the regions verl's npu_profile.yaml names (and the roles themselves)
+-> the role whose ``enable`` they set. ``all`` selects every role (nothing to migrate)."""
 
 
 def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -115,6 +129,8 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         profiler.setdefault("enable", bool(profiler.get("all_ranks") or profiler.get("ranks")))
 
     # NPU-era worker-wide section (seed 002)
+    enable_written = {role for role in NPU_ROLE_FILTER.values()
+                      if isinstance((roles.get(role) or {}).get("profiler"), dict) and "enable" in roles[role]["profiler"]}
     arr = legacy.get("actor_rollout_ref.profiler")
     npu_options = None
     for path in ("trainer.npu_profile", "npu_profile"):
@@ -163,6 +179,8 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             elif key in ("level", "analysis"):
                 npu.setdefault(key, value)
                 warn(f"{base}.{key}", f"actor_rollout_ref.actor.profiler.tool_config.npu.{key}", value)
+            elif key == "roles":
+                continue  # below, once the actor's section is complete: rollout and ref may copy it
             elif value:
                 contents.append(NPU_OPTION_CONTENTS[key])
         flags = [k for k in options if k in NPU_OPTION_CONTENTS]
@@ -171,12 +189,53 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             warnings.append(
                 f"{base}.{{{', '.join(flags)}}} are deprecated: use actor_rollout_ref.actor.profiler.tool_config.npu.contents={_show(contents)}"
             )
+        if "roles" in options:
+            _migrate_role_filter(f"{base}.roles", options["roles"], roles, enable_written, warnings)
     if implied_tool and not g.get("tool") and g.get("steps") is not None:
         g["tool"] = implied_tool
         warnings.append(f"the legacy keys imply global_profiler.tool={implied_tool}: set it explicitly")
     if not g:
         raw.pop("global_profiler")
     return raw, warnings
+
+
+def _migrate_role_filter(path: str, value: Any, roles: dict[str, Any], enable_written: set[str],
+                         warnings: list[str]) -> None:
+    """``npu_profile.options.roles`` -> the ``enable`` of actor, rollout and ref.
+
+    ``[all]`` (verl's default) selects every role: nothing changes. Otherwise each listed region
+    selects its role and the others are switched off; rollout and ref, which followed the actor,
+    get a copy of the actor's section with their own ``enable``. An ``enable`` the user wrote in a
+    role's section wins."""
+    allowed = "a list of all, " + ", ".join(NPU_ROLE_FILTER)
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise fail(path, value, allowed)
+    for name in names:
+        if name != "all" and name not in NPU_ROLE_FILTER:
+            raise ConfigError(f"{path}: got {name!r}{did_you_mean(name, ['all', *NPU_ROLE_FILTER])}; allowed: {allowed}", key=path)
+    if "all" in names:
+        warnings.append(f"{path}={_show(names)} is deprecated: every role is selected by its profiler.enable "
+                        "(rollout and ref follow the actor's)")
+        return
+    chosen = {NPU_ROLE_FILTER[n] for n in names}
+    actor = _section(roles.setdefault("actor", {}), "profiler", profiler_path("actor"))
+    for role in ("rollout", "ref"):
+        entry = roles.setdefault(role, {})
+        if entry.get("profiler") is None:  # it followed the actor: it still does, but for enable
+            entry["profiler"] = copy.deepcopy(actor)
+    for role in ("actor", "rollout", "ref"):
+        if role not in enable_written:
+            _section(roles[role], "profiler", profiler_path(role))["enable"] = role in chosen
+    kept = [r for r in ("actor", "rollout", "ref") if r not in enable_written]
+    if not kept:
+        warnings.append(f"{path}={_show(names)} is deprecated and ignored: every role's profiler.enable is set")
+        return
+    new = ", ".join(f"{profiler_path(r)}.enable={_show(r in chosen)}" for r in kept)
+    sibling = {"actor_update": "actor_compute_log_prob", "actor_compute_log_prob": "actor_update"}
+    partial = [n for n in names if n in sibling and sibling[n] not in names]
+    whole = f" ({partial[0]} selects the whole actor role: {sibling[partial[0]]} is profiled too)" if partial else ""
+    warnings.append(f"{path}={_show(names)} is deprecated: use {new}{whole}")
 
 
 def _section(parent: dict[str, Any], key: str, path: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ is a :class:`~rlprof.errors.ConfigError` that names where and what the limit is.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Mapping
 
 from rlprof.errors import ConfigError
@@ -117,7 +118,7 @@ def _quoted_end(line: str, start: int) -> int:
 
 
 def check_tree(value: Any, where: str) -> None:
-    """Walk plain data (dicts, lists, scalars) iteratively and refuse it when it nests deeper than
+    """Walk plain data (dicts, lists, scalars, OmegaConf nodes) iteratively and refuse it when it nests deeper than
     :data:`MAX_DEPTH`, holds a list longer than :data:`MAX_LIST`, or reaches more than
     :data:`MAX_VALUES` values (a value shared N times counts N times; a cycle is too deep)."""
     budget = MAX_VALUES
@@ -129,6 +130,7 @@ def check_tree(value: Any, where: str) -> None:
         budget -= 1
         if budget < 0:
             raise too_many
+        node = _omegaconf_content(node, path)
         if isinstance(node, str):
             if len(node) > MAX_TEXT:
                 raise ConfigError(f"{short_path(path)}: a string of {len(node)} characters; allowed: at most {MAX_TEXT}", key=path)
@@ -154,6 +156,29 @@ def check_tree(value: Any, where: str) -> None:
             raise too_many
         for key, child in children:
             stack.append((child, f"{path}.{key}" if path else str(key), depth + 1))
+
+
+def _omegaconf_content(node: Any, path: str) -> Any:
+    """``node`` itself unless it is an OmegaConf node; then what :func:`check_tree` walks instead: a
+    value node's raw value (an interpolation stays its ``${...}`` text), a container as a dict or list
+    of its child nodes.
+
+    A ``DictConfig`` handed in by the caller was built outside rlprof's limits: copying or resolving
+    it (``copy.deepcopy``, ``OmegaConf.to_container``) recurses once per level, so a list nested 600
+    deep raises ``RecursionError`` there. Reading its nodes here is iterative and resolves nothing.
+    """
+    omegaconf = sys.modules.get("omegaconf")  # a DictConfig exists only once omegaconf is imported
+    if omegaconf is None or not isinstance(node, omegaconf.Node):
+        return node
+    try:
+        if isinstance(node, omegaconf.ValueNode) or node._is_none() or node._is_missing() or node._is_interpolation():
+            return node._value()
+        if isinstance(node, omegaconf.ListConfig):
+            return [node._get_node(i) for i in range(len(node))]
+        return {k: node._get_node(k) for k in node.keys()}
+    except Exception as exc:  # omegaconf internals this version does not have, a node it cannot read
+        raise ConfigError(f"{short_path(path) or 'config'}: cannot be read: {type(exc).__name__}: {str(exc)[:200]}; "
+                          "allowed: a DictConfig of mappings, lists and plain values", key=path or None) from None
 
 
 def short_path(path: str, limit: int = 160) -> str:

@@ -29,7 +29,7 @@ from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import migrate, to_verl_layout
 from rlprof.config.limits import check_tree
 from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
-                                    GlobalConfig, RoleConfig)
+                                    VERL_TOOLS_WITHOUT_BACKEND, GlobalConfig, RoleConfig)
 from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
 from rlprof.roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from rlprof.config.schedule import Schedule, parse_schedule, token_window
@@ -199,7 +199,8 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
     tools, steps, continuous = values["tools"], values["steps"], values["profile_continuous_steps"]
     global_sections = values["global_tool_config"]  # as written: the roles merge it, core keys and all
     global_generated = written_by_verl(g_raw)
-    known_tools = set(VERL_TOOLS) | set(tools) | installed_backend_names()
+    installed = installed_backend_names()
+    known_tools = set(VERL_TOOLS) | set(tools) | installed
     _check_tool_sections("global_profiler.global_tool_config", global_sections, tools, known_tools, warnings,
                          generated=global_generated)
     global_ = GlobalConfig(**{**values, "global_tool_config": {t: _backend_keys(s) for t, s in global_sections.items()}})
@@ -259,8 +260,26 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
         sections = [written[role] for role in roles_raw if role in written] + [(global_sections, global_generated)]
         hint_how_to_switch_on(sections, enabled=any(r.enable for r in roles.values()), steps=global_.steps,
                               warnings=warnings)
+    global_ = _without_unimplemented_tools(global_, installed, warnings)
     return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
                           source=to_verl_layout(dict(raw)))
+
+
+def _without_unimplemented_tools(global_: GlobalConfig, installed: set[str], warnings: list[str]) -> GlobalConfig:
+    """``global_`` without the selected verl tools no installed backend implements
+    (:data:`VERL_TOOLS_WITHOUT_BACKEND`), one warning each: verl accepts them, so rlprof does, and
+    profiles nothing for them. Done last: every check above saw the tools as written (their
+    ``tool_config`` sections are the selected tool's, not an unselected one's)."""
+    missing = [t for t in global_.tools if t in VERL_TOOLS_WITHOUT_BACKEND and t not in installed]
+    if not missing:
+        return global_
+    rest = tuple(t for t in global_.tools if t not in missing)
+    for tool in missing:
+        what, package = VERL_TOOLS_WITHOUT_BACKEND[tool]
+        others = f"the other selected tools ({', '.join(rest)}) still run" if rest else "profiling is off"
+        warnings.append(f"global_profiler.tool: {tool} (verl runs {what} for it, from the package {package!r}: "
+                        f"pip install {package}) has no rlprof backend: nothing is profiled for it; {others}")
+    return replace(global_, tools=rest)
 
 
 def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],
@@ -285,7 +304,8 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, globa
     ``discrete`` and the sampling schedule may be written in the section itself and in the selected
     tools' sections (verl's ``tool_config.<tool>.discrete``, ``tool_config.torch.schedule``, rollout's
     ``profile_token_start/end``, each also under ``global_tool_config``): every place that says
-    something must agree."""
+    something must agree; ``global_profiler.discrete`` applies only where none says anything (a
+    ``discrete: false`` in a tool section verl generated is verl's default, not a say)."""
     if not isinstance(section, Mapping):
         raise fail(path, section, shape(RoleConfig))
     values = read_section(RoleConfig, section, path, ROLE_KEYS)
@@ -312,7 +332,11 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, globa
         key = f"{path}.tool_config.{tool}"
         if tool in global_.tools:
             if combined.get("discrete") is not None:
-                discrete_votes[f"{key}.discrete"] = parse_bool(combined["discrete"], f"{key}.discrete")
+                vote = parse_bool(combined["discrete"], f"{key}.discrete")
+                # verl's generated tool sections say discrete: false by default: not a choice that
+                # outvotes global_profiler.discrete (true is never verl's default, so it is one)
+                if vote or global_.discrete is None or not written_by_verl(combined):
+                    discrete_votes[f"{key}.discrete"] = vote
             if combined.get("schedule") is not None:
                 schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], f"{key}.schedule", default_repeat=0)
             window = token_window(combined.get("profile_token_start"), combined.get("profile_token_end"), key)
@@ -331,7 +355,8 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, globa
             f"{path}: sampling schedules disagree: {', '.join(f'{k}={v}' for k, v in active_schedules.items())}; allowed: set it in one place",
             key=path,
         )
-    resolved = dict(values, discrete=next(iter(discrete_votes.values()), False),
+    fallback = bool(global_.discrete)  # global_profiler.discrete: only where the role says nothing
+    resolved = dict(values, discrete=next(iter(discrete_votes.values()), fallback),
                     schedule=next(iter(active_schedules.values()), None), tool_config=merged)
     return RoleConfig(name=role, key_path=path, **resolved), (own_sections, generated)
 

@@ -24,12 +24,17 @@ from typing import Any, Mapping
 
 from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
 from rlprof.config.schedule import Schedule, parse_schedule
-from rlprof.config.values import (DEFAULT_SAVE_PATH, parse_command, parse_optional_ranks, parse_ranks,
-                                  parse_save_path, parse_steps, parse_tool_sections, parse_tools)
+from rlprof.config.values import (DEFAULT_SAVE_PATH, parse_command, parse_optional_bool, parse_optional_ranks,
+                                  parse_ranks, parse_save_path, parse_steps, parse_tool_sections, parse_tools)
 from rlprof.tool_config import parse_bool
 
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 """Tool names verl's config defines sections for; their sections are never "unknown"."""
+
+VERL_TOOLS_WITHOUT_BACKEND = {"precision_debugger": ("msprobe's PrecisionDebugger", "mindstudio-probe")}
+"""verl tools no rlprof backend implements yet: what verl runs for each and the package that provides it.
+Selecting one (with no backend of that name installed) is accepted with a warning and profiles
+nothing for it; the other selected tools still run."""
 
 CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).
@@ -55,6 +60,12 @@ class GlobalConfig:
         parse_bool, default=False,
         doc="Merge runs of consecutive profiled steps into one capture; end-to-end mode only "
             "(an error together with discrete mode).")
+    discrete: bool | None = key(
+        parse_optional_bool,
+        doc="Discrete mode for every role that sets none of its own (`<role>.profiler.discrete`, "
+            "`tool_config.<tool>.discrete` or `global_tool_config.<tool>.discrete` of a selected tool; the "
+            "`discrete: false` of a tool section verl generated is its default, not a setting), as verl's nsight "
+            "guide writes it; `null`: those decide (end-to-end when none is set).")
     global_tool_config: Mapping[str, Mapping[str, Any]] = key(
         parse_tool_sections, default_factory=dict,
         doc="Per tool, settings merged under every role's `tool_config.<tool>`. Loaded without the core's keys "

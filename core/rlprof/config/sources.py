@@ -32,6 +32,7 @@ def read_source(source: Any, OmegaConf) -> Any:
     if OmegaConf.is_config(source):
         if not OmegaConf.is_dict(source):
             raise ConfigError(f"config: got an OmegaConf {type(source).__name__}; allowed: {_SECTIONS_HINT}")
+        check_tree(source, "")  # before anything copies or resolves it: both recurse once per level
         return source
     if isinstance(source, Mapping):
         check_tree(source, "")

@@ -14,6 +14,7 @@ import re
 from typing import Any, Mapping
 
 from rlprof.errors import fail
+from rlprof.tool_config import parse_bool
 
 DEFAULT_SAVE_PATH = "outputs/profile"
 
@@ -129,3 +130,9 @@ def parse_optional_ranks(value: Any, key: str) -> tuple[int, ...] | None:
     if value is None or value == []:
         return None
     return parse_ranks(value, key)
+
+
+def parse_optional_bool(value: Any, key: str) -> bool | None:
+    """``true``/``false``, or ``None`` when absent or ``null``: for a key whose absence means "let
+    another setting decide" (``global_profiler.discrete``), not ``false``."""
+    return None if value is None else parse_bool(value, key)

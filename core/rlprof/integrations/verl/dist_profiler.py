@@ -84,7 +84,10 @@ class DistProfiler:
         world = max([world, rank + 1] + [int(r) + 1 for r in ranks if isinstance(r, int)])
         cfg = load_config(rlprof_source(config, tool_config, self.roles)).with_overrides(caller_steps=True)
         role_cfg = cfg.roles[self.role]
-        self._this_rank = self._enable and role_selected(role_cfg, rank, world)[0]
+        role_selected(role_cfg, rank, world)  # ranks outside the world: an error naming the key (when enabled)
+        # verl's check_this_rank: rank selection alone, whatever enable and tool say (its calls pair it
+        # with check_enable()); ranks=[] selects no rank here (the guides' rule, warned about below)
+        self._this_rank = role_cfg.all_ranks or rank in role_cfg.ranks
         if self._enable and not role_cfg.all_ranks and not role_cfg.ranks and role_cfg.key_path not in _WARNED:
             _WARNED.add(role_cfg.key_path)
             log.warning(
@@ -106,7 +109,7 @@ class DistProfiler:
         return self._enable
 
     def check_this_rank(self) -> bool:
-        """This rank is selected (``all_ranks`` or in ``ranks``), whatever the tool."""
+        """This rank is selected (``all_ranks`` or in ``ranks``), whatever ``enable`` and the tool say, as verl answers."""
         return self._this_rank
 
     def check_this_step(self) -> bool:
