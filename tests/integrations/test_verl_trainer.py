@@ -85,6 +85,8 @@ def check_participants(run: dict, save: Path, steps: list[int], regions=("actor_
         assert "rollout_generate" in by_step[step], step
         generated = {r["pid"] for r in recorded if r["step"] == step and r["region"] == "rollout_generate"}
         assert generated == set(replicas), step
+    for s in run["steps"]:  # the rollout is in the step: what no region (nor a capture being written) covers is little
+        assert s["untracked_ms"] < s["span_ms"] / 2, (s["step"], s["untracked_ms"], s["writing_ms"], s["span_ms"])
 
 
 @pytest.mark.parametrize("mode", ["e2e", "discrete"])

@@ -146,6 +146,9 @@ class StepTime:
     """The step window (see the module's definitions)."""
     covered_ms: float = 0.0
     """How much of the window top-level regions of any process cover (their union)."""
+    writing_ms: float = 0.0
+    """How much more of the window profiling itself took, writing the captures it closed (a trace
+    exported at a step's or a discrete region's end, from ``closed_ns``), where no region covers it."""
 
     @property
     def span_ms(self) -> float | None:
@@ -160,7 +163,7 @@ class StepTime:
     @property
     def untracked_ms(self) -> float | None:
         span = self.span_ms
-        return None if span is None else max(0.0, span - self.covered_ms)
+        return None if span is None else max(0.0, span - self.covered_ms - self.writing_ms)
 
     def as_dict(self) -> dict[str, Any]:
         s = self.spread
@@ -168,7 +171,8 @@ class StepTime:
                                                    "slowest_replica": None, "slowest": None, "per_rank": []}
         span, untracked = self.span_ms, self.untracked_ms
         return {"step": self.step, "span_ms": None if span is None else _r(span), **spread,
-                "untracked_ms": None if untracked is None else _r(untracked), "regions": [r.as_dict() for r in self.regions]}
+                "untracked_ms": None if untracked is None else _r(untracked), "writing_ms": _r(self.writing_ms),
+                "regions": [r.as_dict() for r in self.regions]}
 
 
 @dataclass
@@ -262,6 +266,8 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     """step -> {is a replica's: [first start, last end]}"""
     region_times: dict[tuple[int, str], dict[tuple, RankTime]] = {}
     intervals: dict[int, list[tuple[int, int]]] = {}
+    writing: dict[int, list[tuple[int, int]]] = {}
+    """step -> when captures were being written (``end_ns`` to ``closed_ns`` of step and region records)"""
     shape: dict[str, tuple[str, int, str | None]] = {}
     first_seen: dict[str, int] = {}
     errors: dict[tuple[int, str], list[str]] = {}
@@ -271,6 +277,9 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
             continue
         step, rank = r["step"], r["rank"]
+        closed = r.get("closed_ns")
+        if closed and closed > r["end_ns"]:
+            writing.setdefault(step, []).append((r["end_ns"], closed))
         replica = replica_of(r, replicas) if replicas or "replica_rank" in r else None
         who = rank if replica is None else REPLICAS_AFTER + replica  # process_order, inlined: once per record
         if kind == "step":
@@ -323,7 +332,10 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             regions.append(RegionTime(step, name, role, depth, parent, rs, share, slow,
                                       errors.get((step, name), []), iterations.get((step, name), {})))
         covered = _covered_ns(intervals.get(step, []), start, end) / 1e6 if start is not None else 0.0
-        steps.append(StepTime(step, spread, regions, start, end, covered))
+        written = 0.0
+        if start is not None and step in writing:
+            written = _covered_ns(intervals.get(step, []) + writing[step], start, end) / 1e6 - covered
+        steps.append(StepTime(step, spread, regions, start, end, covered, written))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
 
 

@@ -112,6 +112,8 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
                 flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
             rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
                          f"{r.spread.max_ms:.1f}", r.spread.slowest.name, _pct(r.share_of_step), "; ".join(flags)))
+        if step.writing_ms >= 0.05 and step.span_ms:  # profiling's own time: captures written inside the step
+            rows.append(("(writing captures)", "", "", f"{step.writing_ms:.1f}", "", "", _pct(step.writing_ms / step.span_ms), ""))
         if step.untracked_ms is not None and step.regions:
             share = step.untracked_ms / step.span_ms if step.span_ms else None
             rows.append(("(outside regions)", "", "", f"{step.untracked_ms:.1f}", "", "", _pct(share), ""))

@@ -108,6 +108,8 @@ class OpenRegion:
     error: BaseException | None = None
     start_ns = 0
     end_ns = 0
+    closed_ns = 0
+    """When its exit finished (the capture it closed written): set by the session."""
     step: int | None = None
     configs: Any = None
 

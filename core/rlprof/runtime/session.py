@@ -302,8 +302,9 @@ class ProcessSession:
         self._guarded(self.machine.end_step)
         if step is None:
             return
+        closed_ns = _time_ns()  # the step's captures are written: [end_ns, closed_ns] is profiling's own time
         self.profiled_steps.append(step)
-        self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns)))
+        self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns, closed_ns)))
         for participant in list(self._members.values()):
             participant.step_written(step)  # after the backends wrote the step's captures
 
@@ -338,6 +339,7 @@ class ProcessSession:
                 self.machine.exit(region, error)
             except CaptureStateError as exc:
                 self._machine_failed(exc)
+            region.closed_ns = _time_ns()  # after the capture it closed (discrete) was written
             self._closed.append(region)
             region.owner = None  # closed: the buffered timing record must not keep its Profiler alive
             if inner or region.schedule is not None:

@@ -1,0 +1,45 @@
+"""Profiling's own time inside a step — a replica writing its trace while the trainer waits — is shown
+as "(writing captures)", apart from "(outside regions)" (the step's own work no region covers)."""
+
+from __future__ import annotations
+
+from rlprof.analysis.anatomy import step_anatomy
+
+MS = 1_000_000
+
+
+def records(closed_ms):
+    """Trainer rank 0's step spans 0..100 ms; replica 0 generates 0..40 ms, then writes its capture
+    until ``closed_ms``; the trainer's update runs 80..95 ms."""
+    process = [{"type": "process", "rank": 0, "host": "h", "pid": 1, "replica_rank": None},
+               {"type": "process", "rank": 0, "host": "h", "pid": 2, "replica_rank": 0}]
+    step = {"type": "step", "rank": 0, "host": "h", "pid": 1, "step": 1, "start_ns": 0, "end_ns": 100 * MS,
+            "duration_ms": 100.0}
+    replica_step = {"type": "step", "rank": 0, "host": "h", "pid": 2, "replica_rank": 0, "step": 1, "start_ns": 0,
+                    "end_ns": 40 * MS, "duration_ms": 40.0}
+    if closed_ms is not None:
+        replica_step["closed_ns"] = closed_ms * MS
+    regions = [
+        {"type": "region", "rank": 0, "host": "h", "pid": 2, "replica_rank": 0, "step": 1, "role": "rollout",
+         "region": "rollout_generate", "parent": None, "depth": 0, "start_ns": 0, "end_ns": 40 * MS, "duration_ms": 40.0},
+        {"type": "region", "rank": 0, "host": "h", "pid": 1, "step": 1, "role": "actor", "region": "actor_update",
+         "parent": None, "depth": 0, "start_ns": 80 * MS, "end_ns": 95 * MS, "duration_ms": 15.0},
+    ]
+    return process + [step, replica_step] + regions
+
+
+def test_a_capture_written_inside_the_step_is_not_outside_regions():
+    (step,) = step_anatomy(records(closed_ms=70)).steps
+    assert round(step.writing_ms, 3) == 30.0  # 40..70 ms: the replica exporting its trace
+    assert round(step.untracked_ms, 3) == 15.0  # 70..80 and 95..100 ms: nobody's region, no capture written
+    assert step.as_dict()["writing_ms"] == 30.0
+
+
+def test_records_without_closed_ns_read_as_before():
+    (step,) = step_anatomy(records(closed_ms=None)).steps
+    assert step.writing_ms == 0.0 and round(step.untracked_ms, 3) == 45.0
+
+
+def test_writing_that_overlaps_a_region_is_counted_once():
+    (step,) = step_anatomy(records(closed_ms=90)).steps  # 80..90 ms overlaps actor_update
+    assert round(step.writing_ms, 3) == 40.0 and round(step.untracked_ms, 3) == 5.0
