@@ -5,6 +5,7 @@ nothing of this repository on the path (README, "Add rlprof to your own environm
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,9 +27,14 @@ def run(*args, **kwargs) -> subprocess.CompletedProcess:
 def user_env(tmp_path_factory) -> Path:
     """A fresh venv with torch 2.13 (the user's), then only the wheels of rlprof and rlprof-torch."""
     work = tmp_path_factory.mktemp("user-env")
-    dist = work / "dist"
-    built = run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, ROOT,
-                ROOT / "plugins" / "torch", ROOT / "plugins" / "nsys", ROOT / "plugins" / "npu")
+    dist, source = work / "dist", work / "source"  # built from a copy: setuptools leaves build/ beside the sources
+    skip = shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "tests")
+    for part in ("core", "plugins/torch", "plugins/nsys", "plugins/npu"):
+        shutil.copytree(ROOT / part, source / part, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    built = run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", dist, source,
+                source / "plugins" / "torch", source / "plugins" / "nsys", source / "plugins" / "npu")
     assert built.returncode == 0, built.stderr
     wheels = sorted(p.name for p in dist.glob("*.whl"))
     assert [w.split("-")[0] for w in wheels] == ["rlprof", "rlprof_npu", "rlprof_nsys", "rlprof_torch"], wheels
