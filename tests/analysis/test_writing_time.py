@@ -43,3 +43,15 @@ def test_records_without_closed_ns_read_as_before():
 def test_writing_that_overlaps_a_region_is_counted_once():
     (step,) = step_anatomy(records(closed_ms=90)).steps  # 80..90 ms overlaps actor_update
     assert round(step.writing_ms, 3) == 40.0 and round(step.untracked_ms, 3) == 5.0
+
+
+def test_the_html_step_bar_shows_writing_apart_and_adds_up_to_the_step():
+    import re
+
+    from rlprof.analysis.html import _step_bars
+
+    svg = _step_bars(step_anatomy(records(closed_ms=70)))
+    assert 'class="segment writing"' in svg and "30.00 ms writing captures" in svg
+    widths = [float(w) for w in re.findall(r'class="segment[^"]*"[^>]*? width="([0-9.]+)"', svg)]
+    scale = 760 / 100.0  # the 100 ms window is the longest bar
+    assert abs(sum(widths) - 100 * scale) < 1.0  # 40 + 15 regions + 30 writing + 15 outside = the step

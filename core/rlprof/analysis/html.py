@@ -31,6 +31,8 @@ from rlprof.analysis.verdict import verdict_lines
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
 UNTRACKED = "#d9d9d9"
+WRITING = "#8c959f"
+"""Profiling's own time in a step: captures being written (``writing_ms``)."""
 MARKER = b'<meta name="generator" content="rlprof report">'
 """In the head of every page: ``-o`` replaces only a file that holds it (:mod:`rlprof.analysis.outputs`)."""
 HEAT_ROWS = 256
@@ -75,8 +77,8 @@ def _run_section(report: RunReport) -> str:
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
-        parts.append('<p class="muted">median time per top-level region across the processes that ran it; grey: the part of '
-                     "the step no process's region covers; the whisker spans the fastest to the slowest rank's step</p>")
+        parts.append('<p class="muted">median time per top-level region across the processes that ran it; light grey: the part of '
+                     "the step no process's region covers; dark grey: profiling's own time writing captures; the whisker spans the fastest to the slowest rank's step</p>")
         parts.append(_step_bars(anatomy))
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
@@ -104,10 +106,11 @@ def _step_bars(anatomy: Anatomy) -> str:
     steps = anatomy.steps
     label_w, width, bar_h, gap = 90, 760, 22, 10
     longest = max([s.spread.max_ms for s in steps if s.spread] + [s.span_ms or 0.0 for s in steps]
-                  + [s.tracked_ms + (s.untracked_ms or 0.0) for s in steps] + [1e-9])
+                  + [s.tracked_ms + s.writing_ms + (s.untracked_ms or 0.0) for s in steps] + [1e-9])
     scale = width / longest
     top_regions = [r for r in anatomy.regions if r.depth == 0]
-    legend_h = 22 * ((len(top_regions) + 1 + 3) // 4)
+    writing = any(s.writing_ms for s in steps)
+    legend_h = 22 * ((len(top_regions) + 1 + writing + 3) // 4)
     height = len(steps) * (bar_h + gap) + 30 + legend_h
     out = [f'<svg class="step-anatomy" role="img" aria-label="step anatomy" width="{label_w + width + 110}" height="{height}" '
            f'xmlns="http://www.w3.org/2000/svg">']
@@ -124,6 +127,11 @@ def _step_bars(anatomy: Anatomy) -> str:
             out.append(f'<rect class="segment" data-region="{_e(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
                        f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{_e(tip)}</title></rect>')
             x += w
+        if step.writing_ms:
+            w = step.writing_ms * scale
+            out.append(f'<rect class="segment writing" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{WRITING}">'
+                       f"<title>step {step.step}: {step.writing_ms:.2f} ms writing captures (profiling's own time)</title></rect>")
+            x += w
         if step.untracked_ms:
             w = step.untracked_ms * scale
             out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
@@ -137,7 +145,8 @@ def _step_bars(anatomy: Anatomy) -> str:
                 out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
         out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
     y = len(steps) * (bar_h + gap) + 12
-    items = [(r.region, colours[r.region]) for r in top_regions] + [("outside regions", UNTRACKED)]
+    items = [(r.region, colours[r.region]) for r in top_regions] + [("writing captures", WRITING)] * writing + [
+        ("outside regions", UNTRACKED)]
     for k, (name, colour) in enumerate(items):
         lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
         out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
