@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from installing import discoverable, private_site  # tests/installing.py
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIST = ROOT / "tests" / "fixtures" / "rlprof-test-backends"
@@ -15,25 +14,14 @@ FIXTURE_DIST = ROOT / "tests" / "fixtures" / "rlprof-test-backends"
 
 @pytest.fixture(scope="session")
 def test_backends_site(tmp_path_factory) -> Path:
-    """``rlprof-test-backends`` pip-installed into a private directory (a real distribution with real
-    entry points, kept out of the venv so users' ``rlprof backends`` never lists it)."""
-    target = tmp_path_factory.mktemp("test-backends-site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), str(FIXTURE_DIST)],
-        check=True,
-    )
-    return target
+    """``rlprof-test-backends``, pip-installed privately (:func:`private_site`)."""
+    return private_site(tmp_path_factory, FIXTURE_DIST, "test-backends")
 
 
 @pytest.fixture
 def test_backends(test_backends_site, monkeypatch) -> Path:
     """Makes the test backends discoverable through ``importlib.metadata`` for one test."""
-    monkeypatch.syspath_prepend(str(test_backends_site))
-    importlib.invalidate_caches()
-    for name in list(sys.modules):
-        if name.startswith("rlprof_test_backends"):
-            del sys.modules[name]
-    return test_backends_site
+    return discoverable(test_backends_site, monkeypatch, "rlprof_test_backends")
 
 
 @pytest.fixture
