@@ -1,0 +1,153 @@
+"""The engine contract: how rlprof drives an inference engine's own profiler (agent-loop rollout).
+
+In agent-loop mode rollout runs inside inference-engine replicas (vLLM, SGLang), each its own process.
+rlprof does not run a profiler of its own there: the engine's profiler captures, triggered from
+outside, the way verl triggers it. The core still decides everything (which replicas, which steps,
+discrete only, the token window) and afterwards moves what the engine wrote into rlprof's layout and
+manifest. What differs between engines — how settings are spelled, how a capture is started and
+stopped, which files a capture wrote, which exception means the engine is gone — is an **engine
+adapter**, found like a backend: by name, in the entry-point group :data:`GROUP`::
+
+    [project.entry-points."rlprof.engines"]
+    myengine = "my_package.engine:MyEngine"
+
+An adapter is a class (instantiated without arguments) or an object with the attributes and methods
+of :class:`EngineAdapter`. It declares the contract it was written for (``rlprof_contract = 1``); a
+contract the core no longer speaks is refused when the adapter loads, as for backends
+(docs/migration.md). Adapters must import their engine lazily: ``settings`` is called where the
+engine may not be installed (``rlprof check``).
+
+The core calls an adapter in this order, for one replica:
+
+1. ``settings(request)`` once, before the engine is built: what to merge into the engine's
+   constructor arguments, and warnings for the seed guide's per-engine limits (each names the key);
+2. per selected generate call: ``start(engine, capture)``, the engine generates, ``stop(engine,
+   capture)``; both may return an awaitable (an async engine), which the caller awaits;
+3. after ``stop``: ``written(capture)``, the files this capture produced, which the core moves into the
+   run's layout and lists in the manifest with the replica rank;
+4. on any exception from ``start``/``stop``: ``lost(exc)`` says whether the engine is gone (the capture
+   is lost, an error record says so, no further capture is attempted on this replica) or the call
+   merely failed (an error record; the next step tries again). Training goes on either way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Awaitable, Mapping, Protocol, runtime_checkable
+
+from rlprof.errors import BackendError
+
+GROUP = "rlprof.engines"
+"""The entry-point group engine adapters are found in."""
+
+CONTRACT = 1
+"""The engine contract this core speaks. A change that breaks adapters bumps it (docs/migration.md)."""
+SUPPORTED_CONTRACTS = (1,)
+
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""What a capture prefix looks like: safe as a file name part on every engine (vLLM validates the same
+alphabet for ``profile_prefix``)."""
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What the core decided for one replica, before its engine is built.
+
+    ``tool`` is the backend the user selected for rollout (``"torch"`` or ``"npu"``): the engine's own
+    profiler stands in for it, configured from that backend's validated ``tool_config`` section
+    (``contents``: torch ``cpu``/``cuda``/``shapes``/``stack``/``memory``/``module``; npu adds ``npu``,
+    and ``level``/``analysis``). ``directory`` is absolute, created and checked writable by the core;
+    the engine writes every capture of this replica there. ``window`` is the token window
+    (``profile_token_start``/``profile_token_end``) as the engine's ``(delay_iterations,
+    max_iterations)``, counted in engine steps, or None: the whole generate call."""
+
+    tool: str
+    contents: tuple[str, ...]
+    tool_config: Mapping[str, Any]
+    directory: str
+    window: tuple[int, int] | None = None
+    config_key: str = "actor_rollout_ref.rollout.profiler"
+    """Where the rollout's profiler section lives; warnings name keys under it."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """An adapter's answer to :meth:`EngineAdapter.settings`."""
+
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Merged into the engine's constructor arguments (vLLM: ``{"profiler_config": {...}}``)."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """``(config key, message)`` for each setting the engine cannot honour (the seed guide's limits:
+    vLLM ignores ``analysis`` and the level; SGLang has no ``memory`` content)."""
+
+
+@dataclass(frozen=True)
+class EngineCapture:
+    """One capture: handed to ``start``, ``stop`` and ``written``. ``prefix`` is unique within the
+    run's replica (e.g. ``step3_replica1``) and matches :data:`PREFIX_PATTERN`."""
+
+    prefix: str
+    directory: str
+    request: EngineRequest
+    window: tuple[int, int] | None = None
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """What an engine adapter provides (see the module doc for when each is called)."""
+
+    name: str
+    rlprof_contract: int
+
+    def settings(self, request: EngineRequest) -> EngineSettings:
+        """Construction-time settings for ``request``. Pure: no engine import, no files."""
+
+    def start(self, engine: Any, capture: EngineCapture) -> Awaitable[None] | None:
+        """Start the engine's profiler for ``capture`` (its prefix, its window)."""
+
+    def stop(self, engine: Any, capture: EngineCapture) -> Awaitable[None] | None:
+        """Stop it. When this returns (or its awaitable completes) the engine has written, or never will."""
+
+    def written(self, capture: EngineCapture) -> list[Path]:
+        """The files in ``capture.directory`` (or below it) that ``capture`` produced, oldest first."""
+
+    def lost(self, exc: BaseException) -> bool:
+        """True when ``exc`` (raised by ``start`` or ``stop``) means the engine is dead."""
+
+
+def discover() -> dict[str, metadata.EntryPoint]:
+    """Installed engine adapters by name; reads metadata only, imports nothing."""
+    found: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=GROUP):
+        found.setdefault(ep.name, ep)
+    return found
+
+
+def load_engine(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
+    """Import the adapter ``name``, check the contract it declares and instantiate it.
+
+    :raises BackendError: not installed, the import failed, or a contract this core does not speak."""
+    eps = discover() if eps is None else eps
+    if name not in eps:
+        raise BackendError(f"rollout engine: got {name!r}, but no installed engine adapter has that name. "
+                           f"Installed: {', '.join(sorted(eps)) or '(none)'} (entry-point group {GROUP})",
+                           key="rollout engine")
+    ep = eps[name]
+    try:
+        obj = ep.load()
+        adapter = obj() if isinstance(obj, type) else obj
+    except Exception as exc:
+        raise BackendError(f"rollout engine {name!r}: loading {ep.value!r} failed: {type(exc).__name__}: {exc}",
+                           key="rollout engine") from exc
+    declared = getattr(adapter, "rlprof_contract", None)
+    if isinstance(declared, bool) or declared not in SUPPORTED_CONTRACTS:
+        raise BackendError(f"rollout engine {name!r} ({ep.value}) was written for engine contract {declared!r}; "
+                           f"this rlprof speaks {CONTRACT} (docs/migration.md)", key="rollout engine")
+    missing = [m for m in ("settings", "start", "stop", "written", "lost") if not callable(getattr(adapter, m, None))]
+    if missing:
+        raise BackendError(f"rollout engine {name!r} ({ep.value}) lacks {', '.join(missing)} (see "
+                           f"rlprof.integrations.engines.contract.EngineAdapter)", key="rollout engine")
+    return adapter
