@@ -40,6 +40,8 @@ PROFILE_REQ_FIELDS = ("req_type", "output_dir", "start_step", "num_steps", "acti
                       "with_stack", "record_shapes", "profile_id", "merge_profiles", "profile_prefix",
                       "profile_stages", "detailed_annotations", "rid", "http_worker_ipc")
 """sglang 0.5.23's ``ProfileReq`` fields (with ``BaseReq``'s); checked against the wheel below."""
+ALREADY_IN_PROGRESS = "Profiling is already in progress"
+"""How the scheduler refuses a second session; checked against the wheel below."""
 
 
 class StandInSglangEngine:
@@ -47,16 +49,18 @@ class StandInSglangEngine:
 
     Same method names and signatures as the real ``Engine.start_profile(self, **kwargs)`` /
     ``stop_profile(self)`` (checked against the wheel). Keywords the real ``ProfileReq`` lacks raise
-    ``TypeError`` as msgspec does. Mirrors the scheduler (``SchedulerProfilerManager``): a forward count
-    since start, ``start_step`` as ``max(start_step, count + 1)``, ``num_steps`` forwards, defaults of
-    ``with_stack``/``record_shapes`` on, and the trace name ``<prefix>-<time>-TP-0.trace.json.gz``
-    written with torch's ``export_chrome_trace``. ``generate`` runs one tiny torch op per forward,
-    inside a ``forward_<n>`` range so tests can count the captured forwards."""
+    ``TypeError`` as msgspec does; the scheduler's refusals come back as ``RuntimeError(message)`` as the
+    tokenizer manager raises them (messages checked against the wheel). Mirrors the scheduler's
+    ``SchedulerProfilerManager``: a forward count since the engine started, a session that starts at
+    once, or with ``start_step`` at forward ``max(start_step, count + 1)``, and ends by itself after
+    ``num_steps`` forwards; ``with_stack``/``record_shapes`` on unless ``False``; the trace written with
+    torch's ``export_chrome_trace`` as ``[<prefix>-]<time>-TP-0.trace.json.gz``. ``generate`` runs one
+    tiny torch op per forward inside a ``forward_<n>`` range, so tests can count captured forwards."""
 
     def __init__(self) -> None:
         self.forward_ct = 0
-        self.session: dict | None = None
-        self.profiler = None
+        self.req: dict = {}
+        self.profiler = None  # the torch profiler while a session is in progress
         self.dead = False
 
     def start_profile(self, **kwargs):
@@ -64,26 +68,25 @@ class StandInSglangEngine:
         if unknown:
             raise TypeError(f"Unexpected keyword argument {unknown[0]!r}")
         self._check_alive()
-        if self.session is not None:
-            raise RuntimeError("Profiling is already in progress. Call /stop_profile first.")
+        if self.profiler is not None:
+            raise RuntimeError(ALREADY_IN_PROGRESS + ". Call /stop_profile first.")
         req = dict(kwargs, profile_id=kwargs.get("profile_id") or str(time.time()))
         req["with_stack"] = req.get("with_stack") is not False
         req["record_shapes"] = req.get("record_shapes") is not False
-        self.session = req
         start, steps = req.get("start_step"), req.get("num_steps")
         req["first"] = max(start, self.forward_ct + 1) if start else None
+        req["target"] = None
         if steps:
             req["target"] = req["first"] + steps if start else self.forward_ct + steps + 1
+        self.req = req
         if not start:
             self._open()
 
     def stop_profile(self):
         self._check_alive()
-        if self.session is None:
-            raise RuntimeError("Profiling is not in progress. Call /start_profile first.")
-        if self.profiler is not None:
-            self._write()
-        self.session = None
+        if self.profiler is None:
+            raise RuntimeError(adapter_module.NOT_IN_PROGRESS + ". Call /start_profile first.")
+        self._write()
 
     def generate(self, forwards: int) -> None:
         import torch
@@ -92,10 +95,9 @@ class StandInSglangEngine:
         for _ in range(forwards):
             self._check_alive()
             self.forward_ct += 1
-            s = self.session
-            if s is not None and s.get("target") and s["target"] <= self.forward_ct and self.profiler is not None:
+            if self.req.get("target") and self.req["target"] <= self.forward_ct and self.profiler is not None:
                 self._write()
-            if s is not None and s.get("first") == self.forward_ct:
+            if self.req.get("first") == self.forward_ct:
                 self._open()
             with torch.profiler.record_function(f"forward_{self.forward_ct}"):
                 x = torch.relu(x @ x)
@@ -104,18 +106,19 @@ class StandInSglangEngine:
         import torch
 
         self.profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                               with_stack=self.session["with_stack"],
-                                               record_shapes=self.session["record_shapes"])
+                                               with_stack=self.req["with_stack"],
+                                               record_shapes=self.req["record_shapes"])
         self.profiler.start()
 
     def _write(self) -> None:
-        s = self.session
+        req = self.req
         self.profiler.stop()
-        out = Path(s.get("output_dir") or "/tmp")
+        out = Path(req.get("output_dir") or "/tmp")
         out.mkdir(parents=True, exist_ok=True)
-        prefix = f"{s['profile_prefix']}-" if s.get("profile_prefix") else ""
-        self.profiler.export_chrome_trace(str(out / f"{prefix}{s['profile_id']}-TP-0.trace.json.gz"))
+        prefix = f"{req['profile_prefix']}-" if req.get("profile_prefix") else ""
+        self.profiler.export_chrome_trace(str(out / f"{prefix}{req['profile_id']}-TP-0.trace.json.gz"))
         self.profiler = None
+        req["first"] = None
 
     def _check_alive(self) -> None:
         if self.dead:
@@ -314,6 +317,18 @@ def test_written_pattern_matches_how_the_scheduler_names_traces(which, request):
     assert not pattern.match(profile_id + "-TP-0" + adapter_module.TRACE_SUFFIX)  # another session's, unprefixed
 
 
+@pytest.mark.parametrize("which", ["target", "verl_pin"])
+def test_scheduler_refusals_reach_the_caller_as_the_adapter_expects(which, request):
+    modules = request.getfixturevalue(f"{which}_source")
+    strings = {n.value for tree in modules.values() for n in ast.walk(tree)
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert any(s.startswith(adapter_module.NOT_IN_PROGRESS) for s in strings)
+    assert any(s.startswith(ALREADY_IN_PROGRESS) for s in strings)
+    execute = _method(modules, "TokenizerManager", "_execute_profile")
+    raised = [n.exc for n in ast.walk(execute) if isinstance(n, ast.Raise)]
+    assert [r.func.id for r in raised if isinstance(r, ast.Call)] == ["RuntimeError"]
+
+
 # --- behaviour, through the core -------------------------------------------------------------------
 
 def _request(directory, tool="torch", contents=("cpu",), window=None, tool_config=None) -> EngineRequest:
@@ -440,6 +455,35 @@ def test_the_async_tokenizer_manager_gets_awaitables(sglang, tmp_path, monkeypat
     with pytest.raises(asyncio.TimeoutError) as hung:
         asyncio.run(sglang.stop(manager, capture))
     assert sglang.lost(hung.value)
+    # with a window that closed by itself, the awaited stop's "not in progress" means done
+    async def refused():
+        raise RuntimeError(adapter_module.NOT_IN_PROGRESS + ". Call /start_profile first.")
+
+    manager.stop_profile = refused
+    asyncio.run(sglang.stop(manager, capture))
+    with pytest.raises(RuntimeError):
+        asyncio.run(sglang.stop(manager, _capture(tmp_path)))
+
+
+def test_a_window_longer_than_the_generate_call_is_written_at_stop(sglang, tmp_path):
+    engine = StandInSglangEngine()
+    capture = _capture(tmp_path, window=(2, 100))
+    sglang.start(engine, capture)
+    engine.generate(5)
+    assert sglang.written(capture) == []  # still open
+    sglang.stop(engine, capture)
+    [trace] = sglang.written(capture)
+    assert _forwards(trace) == ["forward_2", "forward_3", "forward_4", "forward_5"]
+
+
+def test_without_a_window_not_in_progress_is_an_error(sglang, tmp_path):
+    engine = StandInSglangEngine()
+    capture = _capture(tmp_path)
+    with pytest.raises(RuntimeError, match=adapter_module.NOT_IN_PROGRESS) as failed:
+        sglang.stop(engine, capture)
+    assert not sglang.lost(failed.value)
+    windowed = _capture(tmp_path, window=(1, 2))
+    assert sglang.stop(engine, windowed) is None  # a window closes by itself: the same answer means done
 
 
 def test_importing_the_adapter_stays_light():

@@ -43,6 +43,11 @@ NPU_LEVEL = "level1"
 """SGLang 0.5.23 starts torch_npu's profiler with ``ProfilerLevel.Level1`` and an analysing
 ``tensorboard_trace_handler``, whatever the user's npu section says."""
 
+NOT_IN_PROGRESS = "Profiling is not in progress"
+"""How the scheduler's answer to ``stop_profile`` begins when no session runs; the tokenizer manager
+raises it as a ``RuntimeError``. After a window of ``num_steps`` closed by itself (the trace is already
+written) that is the expected answer, not a failure."""
+
 STOP_TIMEOUT_S = 600.0
 """How long an awaited ``stop_profile`` may take before the engine counts as gone: SGLang's own gRPC
 front end gives the same call 600 s; its tokenizer manager waits forever on a dead scheduler."""
@@ -97,12 +102,28 @@ class SglangEngine:
         return method(**kwargs)
 
     def stop(self, engine: Any, capture: EngineCapture) -> Awaitable[Any] | None:
-        """``stop_profile()``; an awaited one is bounded by :data:`STOP_TIMEOUT_S`."""
+        """``stop_profile()``; an awaited one is bounded by :data:`STOP_TIMEOUT_S`. With a window, the
+        scheduler may have closed the session itself: its "not in progress" answer then means done."""
         method = engine.stop_profile
         if inspect.iscoroutinefunction(method):
-            return asyncio.wait_for(method(), STOP_TIMEOUT_S)
-        method()
+            return self._stopped_async(method, capture)
+        try:
+            method()
+        except RuntimeError as exc:
+            if not self._closed_by_window(exc, capture):
+                raise
         return None
+
+    async def _stopped_async(self, method: Any, capture: EngineCapture) -> None:
+        try:
+            await asyncio.wait_for(method(), STOP_TIMEOUT_S)
+        except RuntimeError as exc:
+            if not self._closed_by_window(exc, capture):
+                raise
+
+    @staticmethod
+    def _closed_by_window(exc: RuntimeError, capture: EngineCapture) -> bool:
+        return capture.window is not None and str(exc).startswith(NOT_IN_PROGRESS)
 
     def written(self, capture: EngineCapture) -> list[Path]:
         """The traces SGLang wrote for ``capture`` (its own output directory), oldest first; on Ascend
