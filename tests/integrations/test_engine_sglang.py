@@ -430,6 +430,7 @@ def test_lost_tells_a_dead_engine_from_a_failed_call(sglang, tmp_path):
         sglang.stop(engine, capture)
     assert sglang.lost(gone.value)
     assert sglang.written(capture) == []  # nothing was written, nothing is made up
+    engine.profiler.stop()  # the stand-in's "dead" engine leaves its torch profiler running: end it here
     assert sglang.lost(RuntimeError("Event loop is closed"))
     assert sglang.lost(asyncio.TimeoutError())
     assert not sglang.lost(TypeError("Unexpected keyword argument 'x'"))

@@ -19,6 +19,7 @@ The facts it relies on (docs/engines-sglang-notes.md has the details and where e
 - ``start_step`` is the scheduler's forward count *since the engine started*, and the capture begins at
   ``max(start_step, count + 1)``; it then lasts exactly ``num_steps`` forwards. The token window is
   therefore exact on a fresh engine only; later captures start at the first forward (a warning says so).
+  A window that closed by itself makes the later ``stop_profile`` raise "not in progress": that means done.
 - ``memory`` has no counterpart (SGLang's ``MEM`` activity is a CUDA allocator snapshot, not torch's
   ``profile_memory``; the seed guide and verl both drop it): a warning naming the key.
 """
