@@ -329,6 +329,25 @@ def test_scheduler_refusals_reach_the_caller_as_the_adapter_expects(which, reque
     assert [r.func.id for r in raised if isinstance(r, ast.Call)] == ["RuntimeError"]
 
 
+def test_verl_091_keywords_fit_its_pin_but_not_0523(target_source, verl_pin_source):
+    """A fact the notes report: verl 0.9.1 awaits ``tokenizer_manager.start_profile(**kwargs)`` with the
+    keys of ``build_sglang_profiler_args``; 0.5.12 takes them, 0.5.23 takes a ``ProfileReq`` only."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        pytest.skip("verl is not installed")
+    tree = ast.parse((Path(spec.origin).parent / "utils" / "profiler" / "config.py").read_text())
+    [fn] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "build_sglang_profiler_args"]
+    [keys] = [[k.value for k in r.value.keys] for r in ast.walk(fn)
+              if isinstance(r, ast.Return) and isinstance(r.value, ast.Dict) and r.value.keys]
+    assert set(keys) == {"output_dir", "with_stack", "record_shapes", "start_step", "num_steps"}
+    pin_names, pin_kwargs = _parameters(_method(verl_pin_source, "TokenizerManager", "start_profile"))
+    assert set(keys) <= set(pin_names)
+    names, has_kwargs = _parameters(_method(target_source, "TokenizerManager", "start_profile"))
+    assert not has_kwargs and not set(keys) & set(names)
+
+
 # --- behaviour, through the core -------------------------------------------------------------------
 
 def _request(directory, tool="torch", contents=("cpu",), window=None, tool_config=None) -> EngineRequest:
@@ -491,7 +510,9 @@ def test_importing_the_adapter_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, rlprof.integrations.engines.sglang as m; m.SglangEngine().settings; "
+    code = ("import sys, rlprof.integrations.engines.sglang as m\n"
+            "from rlprof.integrations.engines.contract import EngineRequest\n"
+            "m.SglangEngine().settings(EngineRequest('torch', ('cpu', 'memory'), {}, '/tmp', (2, 4)))\n"
             "print(sorted(k for k in ('torch', 'sglang', 'ray', 'vllm') if k in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
