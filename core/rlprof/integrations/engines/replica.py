@@ -48,7 +48,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlprof import hookimpl
+from rlprof.hookspecs import hookimpl
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
 
 log = logging.getLogger("rlprof")
