@@ -20,6 +20,7 @@ Run: ``.venv/bin/python bench/bench_engine_vllm.py [ROUNDS]``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import statistics
@@ -80,6 +81,8 @@ def main() -> None:
 
         times: dict[str, list[float]] = {"direct": [], "rlprof": []}
         ratios = []
+        quiet = contextlib.redirect_stdout(open(os.devnull, "w"))  # vLLM prints its profiler table at every stop
+        quiet.__enter__()
         for step in steps:
             order = (("direct", direct), ("rlprof", through_rlprof))
             got = dict((name, unit(step)) for name, unit in (order if step % 2 else order[::-1]))
@@ -87,6 +90,7 @@ def main() -> None:
                 for name, value in got.items():
                     times[name].append(value)
                 ratios.append(got["rlprof"] / got["direct"])
+        quiet.__exit__(None, None, None)
         replica.finalize()
         traces = len([p for p in (Path(tmp) / "save").rglob("*.pt.trace.json.gz") if "_engine" not in p.parts])
 
