@@ -148,3 +148,17 @@ def test_a_failing_engine_is_an_error_record_and_the_loop_finishes(tiny_model, t
     report = rlprof("report", run_dir)
     assert report.returncode == 1, report.stderr  # the report's status for a run with problems
     assert "backend error (engine)" in report.stdout and f"vllm in {call}" in report.stdout
+
+
+@pytest.mark.slow
+def test_an_async_engine_is_captured_through_the_awaited_calls(tiny_model, tmp_path):
+    proc = subprocess.run([sys.executable, str(HERE / "vllm_async_replica.py"), str(tiny_model), str(tmp_path / "save")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+    records = [json.loads(line) for m in (run_dir / "manifest").glob("*.jsonl") for line in m.read_text().splitlines()]
+    traces = engine_traces(records)
+    assert sorted(t["step"] for t in traces) == [1, 2] and {t["replica_rank"] for t in traces} == {0}
+    assert [len(step_markers(load(run_dir, t))) for t in traces] == [WINDOW[1] - WINDOW[0]] * 2
+    assert not [r for r in records if r["type"] in ("error", "skip")]
+    assert [r["step"] for r in records if r["type"] == "region" and r["region"] == "rollout_generate"] == [1, 2]
