@@ -247,3 +247,17 @@ def test_a_bad_contents_value_is_refused_as_the_torch_backend_refuses_it(save_pa
 
     with pytest.raises(ConfigError, match="contents"):
         EngineReplica(config(save_path, ranks=[0], contents=("gpu",)), replica_rank=0, num_replicas=1)
+
+
+def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_unprofiled_with_a_warning(save_path):
+    cfg = config(save_path, ranks=[0], tool="torch_memory", contents=())
+    cfg["actor_rollout_ref"]["rollout"]["profiler"]["tool_config"] = {}
+    replica = EngineReplica(cfg, replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(save_path / "x")
+    assert replica.settings is None and replica.start(engine, 1) is None
+    replica.stop(engine)
+    replica.finalize()
+    _, recs = records(save_path)
+    [warning] = [r for r in recs if r["type"] == "warning"]
+    assert warning["key"] == "global_profiler.tool" and "torch or npu" in warning["message"]
+    assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "region")]

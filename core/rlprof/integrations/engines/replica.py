@@ -106,6 +106,8 @@ class EngineReplica:
         self._step: int | None = None
         self._begins = 0
         self._captures = 0
+        self._usable = True
+        """False when the given Profiler's rollout backend is not the engine's stand-in: nothing is entered."""
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 
@@ -118,12 +120,14 @@ class EngineReplica:
         tool = next((t for t in prof.plan.tools if t in ENGINE_TOOLS), None)
         stand_in = backends.plugins.get(tool) if backends is not None and tool else None
         if not isinstance(stand_in, EngineStandIn):
-            prof.record_error(self.engine_name, "settings", (
-                f"rollout replica {self.replica_rank}: the rollout engine profiles only for global_profiler.tool "
-                f"{' or '.join(ENGINE_TOOLS)}, built with backends=engine_backends(config); tools here: "
-                f"{', '.join(prof.plan.tools)}: this replica is not profiled"), kind="engine")
-            log.warning("rlprof: rollout replica %d: no engine stand-in for tools %s; not profiled",
-                        self.replica_rank, prof.plan.tools)
+            # verl: "agent loop only support torch and npu profiler". A Profiler built with the real backends
+            # would run torch.profiler beside the engine's: this replica then leaves it alone entirely.
+            self._usable = False
+            message = (f"rollout replica {self.replica_rank}: the engine's profiler stands in for global_profiler.tool "
+                       f"{' or '.join(ENGINE_TOOLS)} only, in a Profiler built with backends=engine_backends(config); "
+                       f"tools here: {', '.join(prof.plan.tools)}: the replica's rollout is not profiled")
+            prof.record_warning(self.engine_name, message, key="global_profiler.tool")
+            log.warning("rlprof: %s", message)
             return
         stand_in.participant = self
         self._stand_in = stand_in
@@ -163,6 +167,8 @@ class EngineReplica:
         ``rollout_generate`` (timed whenever the step is profiled here). Returns the capture to start on
         the engine, or None when nothing is to be captured (not this replica, not this step, the engine
         is dead). Pair with :meth:`end`."""
+        if not self._usable:
+            return None
         if self._step is not None:
             self.end()
         self._begins += 1
