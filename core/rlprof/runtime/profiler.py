@@ -137,7 +137,8 @@ class Profiler:
     :param run_id: shared by every rank of a run (the Ray controller passes one); default: env
         ``RLPROF_RUN_ID`` or a new id.
     :param overrides: dotted ``key=value`` overrides applied on top of ``config``.
-    :param backends: ``{name: instance}`` to use instead of entry points (tests of the core only).
+    :param backends: ``{name: instance}`` to use instead of entry points: tests of the core, and a rollout
+        replica, whose engine stands in for the rollout backend (``rlprof.integrations.engines.replica.engine_backends``).
 
     Colocated roles: Profilers created in one process with the same ``run_id`` and ``rank`` share one
     process session (one instance per backend, one capture per step, one manifest file); each keeps
