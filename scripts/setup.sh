@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything rlprof needs in ./.venv: the core, the three backend plugins (editable, so their
 # entry points are real), torch 2.13 (CPU), ray, pytest and Hypothesis, and verl 0.9.1 (its worker
-# classes, for the drop-in's tests). Safe to run again.
+# classes, for the drop-in's tests), and vLLM's CPU build (scripts/install-vllm.sh: the rollout-engine tests
+# and `rlprof demo --rollout vllm`; about 45-70 s and 2.2 GB more). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -28,4 +29,7 @@ pip install -q cloudpickle importlib_metadata orjson "pyvers>=0.1.0,<0.2.0" code
 # What verl's real trainer needs on top of that (examples/verl-cpu, tests/integrations/test_verl_trainer.py),
 # with the pinned torch alongside so pip never replaces it.
 pip install -q -r examples/verl-cpu/requirements.txt "torch==2.13.0" 2>&1 | { grep -v "which is not installed\|dependency resolver" || true; }
+# vLLM's CPU build last: it needs transformers>=5.16.1, which the verl pins above would undo on a second
+# run, so its pip step always runs here (a no-op when everything is in place).
+FORCE=1 scripts/install-vllm.sh
 echo "rlprof: environment ready in .venv ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"

@@ -41,6 +41,25 @@ def test_dotted_overrides_win_over_the_flags():
     assert not config.roles["ref"].enable and config.roles["actor"].enable
 
 
+def test_rollout_vllm_makes_rollout_agent_loop_over_the_replicas():
+    config = flags("--rollout", "vllm", "--replicas", "3")
+    rollout = config.roles["rollout"]
+    assert config.agent_loop and rollout.discrete and rollout.ranks == (0, 1, 2) and not rollout.all_ranks
+    assert config.roles["actor"].all_ranks  # the training roles keep every rank
+    narrowed = flags("--rollout", "vllm", "actor_rollout_ref.rollout.profiler.ranks=[1]")
+    assert narrowed.roles["rollout"].ranks == (1,)
+
+
+def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
+    from rlprof.demo import command
+
+    code = command.main(["--rollout", "vllm", "--replicas", "0", "--save-path", str(tmp_path / "d")])
+    assert code == command.EXIT_REFUSED
+    code = command.main(["--rollout", "vllm", "--replicas", "2", "--save-path", str(tmp_path / "d"),
+                         "actor_rollout_ref.rollout.profiler.ranks=[2]"])
+    assert code == command.EXIT_REFUSED and not (tmp_path / "d").exists()
+
+
 def test_grpo_pieces():
     torch = pytest.importorskip("torch")
     from rlprof.demo.grpo import Sizes, TinyPolicy, generate, group_advantages, response_log_probs

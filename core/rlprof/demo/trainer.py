@@ -27,6 +27,7 @@ from rlprof.config.schema import ProfilerConfig
 from rlprof.integrations.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, describe_error
 from rlprof.demo.grpo import Sizes, group_advantages, toy_reward
 from rlprof.demo.preflight import HYBRID_ENGINE_ROLES
+from rlprof.demo.replicas import ReplicaFailed, Replicas
 from rlprof.demo.worker import PolicyWorker
 
 
@@ -52,15 +53,20 @@ class DemoRun:
 
 
 def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Sizes = Sizes(), timeout_s: float = 120.0,
-          say: Callable[[str], None] = print) -> DemoRun:
+          say: Callable[[str], None] = print, replicas: int = 0) -> DemoRun:
     """Start a local Ray cluster (unless one is up), run the loop, shut the cluster down again.
+
+    ``replicas``: 0, the workers generate themselves (hybrid engine); N, rollout runs in N vLLM replicas
+    (:mod:`rlprof.demo.replicas`, agent-loop mode) and the workers host actor and ref.
 
     :raises rlprof.ConfigError: the configuration is invalid for some worker (checked before Ray starts).
     """
     import ray
 
     controller = ProfilingController(config, timeout_s=timeout_s)
-    specs = [WorkerSpec(rank=rank, world_size=workers, roles=HYBRID_ENGINE_ROLES, stages=HYBRID_ENGINE_STAGES,
+    roles = tuple(r for r in HYBRID_ENGINE_ROLES if r != "rollout") if replicas else HYBRID_ENGINE_ROLES
+    stages = {role: HYBRID_ENGINE_STAGES[role] for role in roles if role in HYBRID_ENGINE_STAGES}
+    specs = [WorkerSpec(rank=rank, world_size=workers, roles=roles, stages=stages,
                         group="actor_rollout_ref") for rank in range(workers)]
     options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
     started_here = not ray.is_initialized()
@@ -69,7 +75,7 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
             began = time.perf_counter()
             start_ray(num_cpus=2)
             say(f"ray started in {time.perf_counter() - began:.1f} s")
-        return _train(controller, specs, options, train_steps, sizes, timeout_s, say)
+        return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas)
     finally:
         if started_here:
             ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
@@ -110,7 +116,7 @@ def ray_logs_dir() -> str | None:
 
 
 def _train(controller: ProfilingController, specs: list[WorkerSpec], options: list[dict], train_steps: int,
-           sizes: Sizes, timeout_s: float, say) -> DemoRun:
+           sizes: Sizes, timeout_s: float, say, replicas: int = 0) -> DemoRun:
     import ray
 
     run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id,
@@ -120,7 +126,10 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
     for spec, opts in zip(specs, options):
         controller.add(spec, actor_class.options(**opts).remote(spec.rank, spec.world_size, sizes))
     step = 0
+    engines = None
     try:
+        if replicas:
+            engines = Replicas(controller, replicas, timeout_s, say)
         _require(controller.setup())
         phase = _Phase(controller, timeout_s)
         address = _gloo_address()
@@ -128,8 +137,8 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
         say(f"{len(specs)} workers ready in {time.perf_counter() - began:.1f} s")
         prompts_source = torch.Generator().manual_seed(0)
         for step in range(1, train_steps + 1):
-            _train_step(controller, phase, step, sizes, prompts_source, say)
-    except TrainingFailed as exc:
+            _train_step(controller, phase, step, sizes, prompts_source, say, engines)
+    except (TrainingFailed, ReplicaFailed) as exc:
         run.failures.append(str(exc))
         where = f"at step {step}" if step else "before the first step"
         say(f"training stopped {where}: a worker call failed (each failure is listed below)")
@@ -138,6 +147,8 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
         run.interrupted_at = step
         where = f"at step {step}" if step else "before the first step"
         say(f"interrupted {where}: finalizing what was captured so far (Ctrl-C again quits at once)")
+    if engines is not None:
+        run.failures.extend(engines.close(run.artifacts))
     final = controller.finalize(reason="interrupted" if run.interrupted_at is not None else "end")
     run.failures.extend(str(f) for f in final.failures)
     for records in final.results.values():
@@ -148,7 +159,7 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
 
 
 def _train_step(controller: ProfilingController, phase: "_Phase", step: int, sizes: Sizes,
-                prompts_source: torch.Generator, say) -> None:
+                prompts_source: torch.Generator, say, engines=None) -> None:
     tag = f"step {step}{' (profiled)' if controller.profiles(step) else ''}".ljust(17)
     began = time.perf_counter()
     _require(controller.start_step(step))
@@ -159,7 +170,12 @@ def _train_step(controller: ProfilingController, phase: "_Phase", step: int, siz
     shards = prompts.chunk(workers)
 
     began = time.perf_counter()
-    responses = torch.cat(phase("rollout generate", lambda rank, w: w.generate.remote(shards[rank])))
+    if engines is None:
+        responses = torch.cat(phase("rollout generate", lambda rank, w: w.generate.remote(shards[rank])))
+    else:  # agent-loop: the replicas generate, each worker takes its shard's responses
+        responses = engines.generate(prompts, step, sizes)
+        per_worker = responses.chunk(workers)
+        phase("rollout generate", lambda rank, w: w.take_rollout.remote(shards[rank], per_worker[rank]))
     rewards = toy_reward(prompts.repeat_interleave(sizes.group_size, dim=0), responses)
     advantages = group_advantages(rewards, sizes.group_size).chunk(workers)
     say(f"{tag}  rollout generate   {time.perf_counter() - began:5.2f} s  mean reward {rewards.mean():.3f}")

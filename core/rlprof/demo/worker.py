@@ -41,6 +41,11 @@ class PolicyWorker(ProfiledWorker):
         self.batch = {"prompts": prompts, "responses": responses}
         return responses
 
+    def take_rollout(self, prompts: torch.Tensor, responses: torch.Tensor) -> None:
+        """Agent-loop mode (``rlprof demo --rollout vllm``): the rollout replicas generated ``responses``
+        (``group_size`` per prompt, in the policy's vocabulary); keep them for the phases that follow."""
+        self.batch = {"prompts": prompts.repeat_interleave(self.sizes.group_size, dim=0), "responses": responses}
+
     def compute_ref_log_prob(self) -> None:
         with self.profiler.role("ref", "compute_log_prob"), torch.no_grad():
             self.batch["ref_log_probs"] = self._log_probs(self.ref)

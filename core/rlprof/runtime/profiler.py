@@ -137,7 +137,8 @@ class Profiler:
     :param run_id: shared by every rank of a run (the Ray controller passes one); default: env
         ``RLPROF_RUN_ID`` or a new id.
     :param overrides: dotted ``key=value`` overrides applied on top of ``config``.
-    :param backends: ``{name: instance}`` to use instead of entry points (tests of the core only).
+    :param backends: ``{name: instance}`` to use instead of entry points: tests of the core, and a rollout
+        replica, whose engine stands in for the rollout backend (``rlprof.integrations.engines.replica.engine_backends``).
 
     Colocated roles: Profilers created in one process with the same ``run_id`` and ``rank`` share one
     process session (one instance per backend, one capture per step, one manifest file); each keeps
@@ -234,6 +235,21 @@ class Profiler:
     def errors(self) -> list[dict[str, Any]]:
         """Contained failures of the process session so far (the manifest's ``error`` records)."""
         return self._session.errors if self._session is not None else []
+
+    def record_error(self, source: str, hook: str, error: str, *, kind: str = "engine", **details: Any) -> None:
+        """Record a failure of something rlprof drives outside the backends' hooks (a rollout engine's
+        profiler, see :mod:`rlprof.integrations.engines.replica`) as an ``error`` record of this process's
+        manifest, which ``rlprof report`` and the verdict show. Does nothing when this process does not
+        profile. Never raises into training."""
+        if self._session is not None:
+            self._session.record_error(source, hook, kind, error, **details)
+
+    def record_warning(self, source: str, message: str, **details: Any) -> None:
+        """Record a warning (kind ``backend``, from ``source``) in this process's manifest, for what
+        rlprof drives outside the backends' hooks (an engine setting it cannot honour). Does nothing
+        when this process does not profile."""
+        if self._session is not None:
+            self._session.record_warning(source, message, **details)
 
     def role(self, role: str, stage: str | None = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,

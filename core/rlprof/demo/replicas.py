@@ -1,0 +1,153 @@
+"""The demo's rollout replicas for ``rlprof demo --rollout vllm``: real vLLM engines, one Ray actor each.
+
+This is verl's agent-loop shape in small: rollout runs in inference-engine replicas, each its own
+process, and the engine's own profiler captures the rollout, triggered from outside per generate call.
+Each :class:`VllmReplica` holds a vLLM ``LLM`` on the tiny local Llama (:mod:`rlprof.demo.tiny_model`) and
+an :class:`~rlprof.integrations.engines.replica.EngineReplica`, which decides (replica ranks, steps,
+token window) and moves the engine's traces into the run's layout and manifest.
+
+The training workers keep actor and ref; they consume the replicas' responses, mapped into the demo
+policy's vocabulary (:func:`to_policy_tokens`): the engine's tokens are random words of another model,
+which is all a GRPO-shaped demo needs.
+
+vLLM on CPU runs with :data:`ENGINE_ENV` and, in the actor's own process, with
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``: measured on this 2-core machine, one engine core process less
+per replica (no ``VLLM::EngineCore``/``VLLM::Worker`` children), which matters with two replicas and
+two training workers on two cores; the engine's profiler works the same (docs/engines.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+ENGINE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+"""The environment of a replica's process (set before vLLM is imported, through Ray's runtime_env)."""
+
+FIRST_WORD_ID = 4
+"""Policy token ``t`` is the tiny model's token ``FIRST_WORD_ID + t`` (its ids below are special tokens)."""
+
+
+def model_cache_dir() -> Path:
+    """Where the tiny model is built once and reused (outside any save_path): ``$XDG_CACHE_HOME/rlprof``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlprof" / "tiny-llama"
+
+
+def to_engine_tokens(prompts: list[list[int]]) -> list[list[int]]:
+    return [[FIRST_WORD_ID + t for t in row] for row in prompts]
+
+
+def to_policy_tokens(responses: list[list[int]], vocab: int) -> list[list[int]]:
+    """The engine's response tokens in the policy's vocabulary (``id mod vocab``)."""
+    return [[t % vocab for t in row] for row in responses]
+
+
+class ReplicaFailed(RuntimeError):
+    """A replica could not start or generate: the training stops (as for a failed worker call)."""
+
+
+class VllmReplica:
+    """One rollout replica (a Ray actor): a vLLM ``LLM`` and rlprof's :class:`EngineReplica`."""
+
+    def __init__(self, config: Any, replica_rank: int, num_replicas: int, run_id: str, model_dir: str):
+        from rlprof.integrations.engines.replica import EngineReplica
+
+        self.replica = EngineReplica(config, replica_rank=replica_rank, num_replicas=num_replicas, engine="vllm",
+                                     run_id=run_id)
+        from vllm import LLM
+
+        self.llm = LLM(model_dir, dtype="float32", enforce_eager=True, max_model_len=256, seed=replica_rank,
+                       **self.replica.engine_kwargs())
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def generate(self, prompts: list[list[int]], step: int, group_size: int, response_len: int) -> list[list[int]]:
+        """``group_size`` responses of ``response_len`` tokens per prompt (engine token ids), in prompt order."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(n=group_size, max_tokens=response_len, min_tokens=response_len, ignore_eos=True,
+                                temperature=1.0)
+        batch = [TokensPrompt(prompt_token_ids=row) for row in to_engine_tokens(prompts)]
+        self.replica.start(self.llm, step)
+        error = None
+        try:
+            outputs = self.llm.generate(batch, params, use_tqdm=False)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.replica.stop(self.llm, error)
+        return [list(c.token_ids) for out in outputs for c in out.outputs]
+
+    def close(self) -> list[dict[str, Any]]:
+        """Finalize the replica's profiling (its manifest closes) and free the engine; its artifact records."""
+        self.replica.finalize()
+        artifacts = list(self.replica.profiler.artifacts)
+        llm, self.llm = self.llm, None
+        del llm
+        return artifacts
+
+
+class Replicas:
+    """The demo controller's handle on its N replica actors: started together (the engines load in
+    parallel), asked in parallel, closed together. A replica that fails is a failure of the run, named."""
+
+    def __init__(self, controller: Any, count: int, timeout_s: float, say: Any):
+        import time
+
+        import ray
+
+        from rlprof.demo.tiny_model import build_tiny_model
+
+        began = time.perf_counter()
+        model_dir = str(build_tiny_model(model_cache_dir()))
+        actor = ray.remote(VllmReplica).options(num_cpus=0, runtime_env={"env_vars": dict(ENGINE_ENV)})
+        self.handles = [actor.remote(controller.config, rank, count, controller.run_id, model_dir) for rank in range(count)]
+        self.count = count
+        self.timeout_s = max(timeout_s, 180.0)  # an engine takes 10-30 s to start on a loaded machine
+        try:
+            ray.get([h.ready.remote() for h in self.handles], timeout=self.timeout_s)
+        except Exception as exc:
+            from rlprof.integrations.ray import describe_error
+
+            raise ReplicaFailed(f"starting the vLLM replicas: {describe_error(exc)}") from exc
+        say(f"{count} vLLM replica{'s' if count != 1 else ''} ready in {time.perf_counter() - began:.1f} s")
+
+    def generate(self, prompts: Any, step: int, sizes: Any) -> Any:
+        """Every replica generates its share of ``prompts`` (policy tokens); the responses in the policy's
+        vocabulary, ``group_size`` per prompt, in prompt order."""
+        import ray
+        import torch
+
+        from rlprof.integrations.ray import describe_error
+
+        shares = prompts.tensor_split(self.count)
+        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len)
+                for h, share in zip(self.handles, shares) if len(share)]
+        try:
+            rows = [row for out in ray.get(refs, timeout=self.timeout_s) for row in out]
+        except Exception as exc:
+            raise ReplicaFailed(f"rollout generate (vLLM replicas): {describe_error(exc)}") from exc
+        return torch.tensor(to_policy_tokens(rows, sizes.vocab), dtype=torch.long)
+
+    def close(self, artifacts: list) -> list[str]:
+        """Finalize every replica (their manifests close, their engines are freed); failures as lines."""
+        import ray
+
+        failures = []
+        for rank, handle in enumerate(self.handles):
+            try:
+                artifacts.extend(ray.get(handle.close.remote(), timeout=self.timeout_s))
+            except Exception as exc:
+                failures.append(f"replica {rank}: close: {type(exc).__name__}: {exc}")
+            ray.kill(handle)
+        return failures

@@ -1,0 +1,263 @@
+"""The rollout-engine participant and the vLLM adapter without an engine: settings mapping, warnings,
+which replicas and steps capture, where the engine's files go, and what a failing engine leaves.
+
+The engine here is :class:`RecordingEngine`, a stand-in that writes files named as vLLM 0.32 names them
+(``<prefix>_rank0.<ns>.pt.trace.json.gz``, ``<prefix>_rank0.profiler_out.txt``) at ``stop_profile``;
+the real engine runs in tests/integrations/test_engine_vllm.py."""
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, load_engine
+from rlprof.integrations.engines.replica import EngineReplica, token_window_of
+from rlprof.config.schedule import Schedule
+
+
+def config(save, *, ranks=(1,), steps=(1, 2), window=None, contents=("cpu", "shapes"), tool="torch", extra=None):
+    section = {"contents": list(contents), "discrete": True, **(extra or {})}
+    if window:
+        section.update(profile_token_start=window[0], profile_token_end=window[1])
+    return {"global_profiler": {"tool": tool, "steps": list(steps), "save_path": str(save)},
+            "actor_rollout_ref": {"rollout": {"mode": "async", "profiler": {
+                "enable": True, "ranks": list(ranks), "tool_config": {tool: section}}}}}
+
+
+def request(tool="torch", contents=(), tool_config=None, window=None):
+    return EngineRequest(tool=tool, contents=tuple(contents), tool_config=tool_config or {"contents": list(contents)},
+                         directory="/abs/engine", window=window)
+
+
+# ------------------------------------------------------------------ the vLLM adapter's settings
+
+
+def test_vllm_is_found_through_its_entry_point():
+    adapter = load_engine("vllm")
+    assert adapter.name == "vllm" and adapter.rlprof_contract == 1
+
+
+def test_torch_contents_become_vllm_profiler_config():
+    vllm = load_engine("vllm")
+    cfg = vllm.settings(request(contents=("cpu", "shapes", "memory"), window=(2, 4))).engine_kwargs["profiler_config"]
+    assert cfg["profiler"] == "torch" and cfg["torch_profiler_dir"] == "/abs/engine"
+    assert cfg["torch_profiler_record_shapes"] is True and cfg["torch_profiler_with_memory"] is True
+    assert cfg["torch_profiler_with_stack"] is False  # vLLM's default is True: rlprof says what contents says
+    assert (cfg["delay_iterations"], cfg["max_iterations"]) == (2, 4)
+    assert cfg["ignore_frontend"] is True and cfg["torch_profiler_activities"] == ["CPU"]
+    plain = vllm.settings(request(contents=("stack",))).engine_kwargs["profiler_config"]
+    assert plain["torch_profiler_with_stack"] is True and "delay_iterations" not in plain
+    assert "torch_profiler_activities" not in plain  # no activity named: vLLM's platform default
+
+
+def test_the_settings_validate_against_vllms_own_profiler_config():
+    pytest.importorskip("vllm")
+    from vllm.config import ProfilerConfig
+
+    cfg = load_engine("vllm").settings(request(contents=("cpu", "stack", "shapes"), window=(2, 4)))
+    checked = ProfilerConfig(**cfg.engine_kwargs["profiler_config"])
+    assert checked.delay_iterations == 2 and checked.max_iterations == 4 and checked.torch_profiler_record_shapes
+
+
+def test_what_vllm_cannot_honour_is_a_warning_naming_the_key():
+    vllm = load_engine("vllm")
+    npu = request(tool="npu", contents=("npu", "cpu"),
+                  tool_config={"contents": ["npu", "cpu"], "level": "level1", "analysis": True})
+    keys = [key for key, _ in vllm.settings(npu).warnings]
+    assert keys == ["actor_rollout_ref.rollout.profiler.level", "actor_rollout_ref.rollout.profiler.analysis",
+                    "actor_rollout_ref.rollout.profiler.contents"]
+    assert "ignores level" in vllm.settings(npu).warnings[0][1]
+    assert vllm.settings(request(contents=("cpu",))).warnings == ()
+
+
+def test_written_matches_the_capture_prefix_and_a_rank_suffix(tmp_path):
+    vllm = load_engine("vllm")
+    for name in ("step1_replica0_c1_rank0.17.pt.trace.json.gz", "step1_replica0_c1_dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz",
+                 "step1_replica0_c1_rank0.profiler_out.txt", "step1_replica0_c10_rank0.19.pt.trace.json.gz",
+                 "rank0.20.pt.trace.json.gz"):
+        (tmp_path / name).write_text("x")
+    capture = EngineCapture(prefix="step1_replica0_c1", directory=str(tmp_path), request=request())
+    assert sorted(p.name for p in vllm.written(capture)) == [
+        "step1_replica0_c1_dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz", "step1_replica0_c1_rank0.17.pt.trace.json.gz",
+        "step1_replica0_c1_rank0.profiler_out.txt"]
+
+
+def test_lost_knows_vllms_dead_engine_by_class_name():
+    EngineDeadError = type("EngineDeadError", (Exception,), {})
+    vllm = load_engine("vllm")
+    assert vllm.lost(type("Sub", (EngineDeadError,), {})())
+    assert not vllm.lost(RuntimeError("Profiler is not enabled"))
+
+
+def test_profile_token_window_becomes_delay_and_max_iterations():
+    assert token_window_of(Schedule(wait=2, active=4)) == (2, 4)
+    assert token_window_of(None) is None
+    assert token_window_of(Schedule(skip_first=1, active=3)) is None  # no engine equivalent: whole calls
+
+
+# ------------------------------------------------------------------ the participant
+
+
+class RecordingEngine:
+    """Stands in for vLLM's ``LLM`` profiler API: writes vLLM-named files into its directory at stop."""
+
+    def __init__(self, directory, fail_start=None, fail_stop=None):
+        self.directory = Path(directory)
+        self.calls = []
+        self.fail_start, self.fail_stop = fail_start, fail_stop
+        self.prefix = None
+
+    def start_profile(self, profile_prefix=None, *, delay_iterations=None, max_iterations=None):
+        self.calls.append(("start", profile_prefix, delay_iterations, max_iterations))
+        if self.fail_start:
+            raise self.fail_start
+        self.prefix = profile_prefix
+
+    def stop_profile(self):
+        self.calls.append(("stop",))
+        if self.fail_stop:
+            raise self.fail_stop
+        self.directory.mkdir(parents=True, exist_ok=True)
+        trace = {"baseTimeNanoseconds": time.time_ns(), "traceEvents": [{"name": "execute_context_1(5)_generation_0(0)",
+                                                                          "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}
+        with gzip.open(self.directory / f"{self.prefix}_rank0.{time.time_ns()}.pt.trace.json.gz", "wt") as f:
+            json.dump(trace, f)
+        (self.directory / f"{self.prefix}_rank0.profiler_out.txt").write_text("table")
+
+
+def records(save):
+    [run] = [p for p in Path(save).iterdir() if p.is_dir()]
+    out = []
+    for path in (run / "manifest").glob("*.jsonl"):
+        out += [json.loads(line) for line in path.read_text().splitlines()]
+    return run, out
+
+
+def test_an_unselected_replica_gets_no_settings_and_writes_nothing(save_path):
+    replica = EngineReplica(config(save_path, ranks=[1]), replica_rank=0, num_replicas=2)
+    assert replica.settings is None and replica.engine_kwargs() == {}
+    engine = RecordingEngine(save_path / "nowhere")
+    assert replica.start(engine, 1) is None
+    replica.stop(engine)
+    replica.finalize()
+    assert engine.calls == [] and not save_path.exists()
+
+
+def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_replica_rank(save_path):
+    replica = EngineReplica(config(save_path, ranks=[1], window=(2, 6)), replica_rank=1, num_replicas=2, run_id="r1")
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    for step in (1, 2, 3):
+        replica.start(engine, step)
+        replica.stop(engine)
+    replica.finalize()
+    assert [c[0] for c in engine.calls] == ["start", "stop", "start", "stop"]  # step 3 is not profiled
+    assert engine.calls[0] == ("start", "step1_replica1_c1", 2, 4)
+    run, recs = records(save_path)
+    artifacts = [r for r in recs if r["type"] == "artifact"]
+    assert {(a["step"], a["replica_rank"], a["roles"][0], a["engine"]) for a in artifacts} == {
+        (1, 1, "rollout", "vllm"), (2, 1, "rollout", "vllm")}
+    traces = sorted(a["path"] for a in artifacts if a["path"].endswith(".pt.trace.json.gz"))
+    assert len(traces) == 2 and traces[0].startswith("step1.rollout_generate/rank1-") and "/torch/rank0." in traces[0]
+    assert all((run / a["path"]).is_file() for a in artifacts)
+    assert [r["region"] for r in recs if r["type"] == "region"] == ["rollout_generate"] * 2
+    assert not (run / "_engine").exists()  # the engine's directory is emptied and removed
+    assert not [r for r in recs if r["type"] in ("error", "skip")]
+
+
+def test_an_engine_that_cannot_start_its_profiler_is_an_error_record_and_generate_goes_on(save_path):
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(save_path / "x", fail_start=RuntimeError("Profiler is not enabled"))
+    for step in (1, 2):
+        replica.start(engine, step)
+        replica.stop(engine)
+    replica.finalize()
+    _, recs = records(save_path)
+    errors = [r for r in recs if r["type"] == "error"]
+    assert [(e["backend"], e["hook"], e["kind"], e["step"], e["lost"]) for e in errors] == [
+        ("vllm", "start_profile", "engine", 1, False), ("vllm", "start_profile", "engine", 2, False)]
+    assert "Profiler is not enabled" in errors[0]["error"]
+    assert [c[0] for c in engine.calls] == ["start", "start"]  # never stopped what did not start; tried again
+    assert len([r for r in recs if r["type"] == "skip"]) == 2 and len([r for r in recs if r["type"] == "region"]) == 2
+
+
+def test_a_dead_engine_is_recorded_once_and_never_asked_again(save_path):
+    EngineDeadError = type("EngineDeadError", (RuntimeError,), {})
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(save_path / "x", fail_stop=EngineDeadError("EngineCore encountered an issue"))
+    for step in (1, 2):
+        replica.start(engine, step)
+        replica.stop(engine)
+    replica.finalize()
+    _, recs = records(save_path)
+    errors = [r for r in recs if r["type"] == "error"]
+    assert [(e["hook"], e["lost"]) for e in errors] == [("stop_profile", True)]
+    assert [c[0] for c in engine.calls] == ["start", "stop"]
+    skips = [r["reason"] for r in recs if r["type"] == "skip"]
+    assert len(skips) == 2 and "not profiling" in skips[1]
+
+
+def test_an_unwritable_engine_directory_is_found_before_the_engine_is_built(save_path):
+    run_dir = save_path / "r2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "_engine").write_text("a file where the engine's directory would go")
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1, run_id="r2")
+    assert replica.settings is None and replica.engine_kwargs() == {}
+    replica.finalize()
+    _, recs = records(save_path)
+    [error] = [r for r in recs if r["type"] == "error"]
+    assert error["backend"] == "vllm" and "not writable" in error["error"] and "_engine" in error["error"]
+
+
+def test_an_async_engine_is_awaited(save_path):
+    import asyncio
+
+    class AsyncEngine(RecordingEngine):
+        async def start_profile(self, *args, **kwargs):
+            super().start_profile(*args, **kwargs)
+
+        async def stop_profile(self):
+            super().stop_profile()
+
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = AsyncEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+
+    async def loop():
+        for step in (1, 2):
+            await replica.start_async(engine, step)
+            await replica.stop_async(engine)
+
+    asyncio.run(loop())
+    replica.finalize()
+    _, recs = records(save_path)
+    assert len([r for r in recs if r["type"] == "artifact"]) == 4 and not [r for r in recs if r["type"] == "error"]
+
+
+def test_the_rollout_backend_never_runs_in_the_replica(save_path):
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    from rlprof.integrations.engines.replica import EngineStandIn
+
+    assert isinstance(replica.profiler.backends.plugins["torch"], EngineStandIn)
+    replica.finalize()
+
+
+def test_a_bad_contents_value_is_refused_as_the_torch_backend_refuses_it(save_path):
+    from rlprof.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="contents"):
+        EngineReplica(config(save_path, ranks=[0], contents=("gpu",)), replica_rank=0, num_replicas=1)
+
+
+def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_unprofiled_with_a_warning(save_path):
+    cfg = config(save_path, ranks=[0], tool="torch_memory", contents=())
+    cfg["actor_rollout_ref"]["rollout"]["profiler"]["tool_config"] = {}
+    replica = EngineReplica(cfg, replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(save_path / "x")
+    assert replica.settings is None and replica.start(engine, 1) is None
+    replica.stop(engine)
+    replica.finalize()
+    _, recs = records(save_path)
+    [warning] = [r for r in recs if r["type"] == "warning"]
+    assert warning["key"] == "global_profiler.tool" and "torch or npu" in warning["message"]
+    assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "region")]
