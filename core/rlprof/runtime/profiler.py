@@ -235,6 +235,21 @@ class Profiler:
         """Contained failures of the process session so far (the manifest's ``error`` records)."""
         return self._session.errors if self._session is not None else []
 
+    def record_error(self, source: str, hook: str, error: str, *, kind: str = "engine", **details: Any) -> None:
+        """Record a failure of something rlprof drives outside the backends' hooks (a rollout engine's
+        profiler, see :mod:`rlprof.integrations.engines.replica`) as an ``error`` record of this process's
+        manifest, which ``rlprof report`` and the verdict show. Does nothing when this process does not
+        profile. Never raises into training."""
+        if self._session is not None:
+            self._session.record_error(source, hook, kind, error, **details)
+
+    def record_warning(self, source: str, message: str, **details: Any) -> None:
+        """Record a warning (kind ``backend``, from ``source``) in this process's manifest, for what
+        rlprof drives outside the backends' hooks (an engine setting it cannot honour). Does nothing
+        when this process does not profile."""
+        if self._session is not None:
+            self._session.record_warning(source, message, **details)
+
     def role(self, role: str, stage: str | None = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,

@@ -490,6 +490,18 @@ class ProcessSession:
         self._record_error(error_record(backend, hook, "timeout", f"{hook} still running after {elapsed_s:.1f} s",
                                         elapsed_s=round(elapsed_s, 3), stack=stack))
 
+    def record_error(self, source: str | None, hook: str | None, kind: str, error: str, **details: Any) -> None:
+        """Record a contained failure that did not happen inside a hook call (a rollout engine that could
+        not start its profiler, or died): an ``error`` record the report and the verdict show."""
+        with self.lock:
+            self._record_error(error_record(source, hook, kind, error, **details))
+
+    def record_warning(self, source: str, message: str, **details: Any) -> None:
+        """Record a warning about something rlprof drives outside the hooks (an engine setting it cannot
+        honour): a ``warning`` record of kind ``backend``, shown by the report and the verdict."""
+        with self.lock:
+            self.manifest.write("warning", kind="backend", backend=source, message=message, **details)
+
     def _record_error(self, entry: dict[str, Any]) -> None:
         self.errors.append(entry)
         self.manifest.write("error", **entry)

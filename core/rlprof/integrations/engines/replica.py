@@ -1,0 +1,423 @@
+"""The replica participant: rlprof inside one rollout replica whose inference engine profiles itself.
+
+In agent-loop mode (verl's default) each rollout replica is its own process (a Ray actor) holding an
+inference engine (vLLM ``LLM``/``AsyncLLM``, SGLang). rlprof cannot run torch.profiler there beside
+the engine's own; the engine's profiler captures instead, driven from outside as verl drives it.
+:class:`EngineReplica` is what such a process holds::
+
+    replica = EngineReplica(config, replica_rank=r, num_replicas=n, run_id=run_id)
+    llm = vllm.LLM(model, **replica.engine_kwargs(), ...)    # before the engine is built
+    for step in steps:
+        replica.start(llm, step)           # async engines: await replica.start_async(engine, step)
+        outputs = llm.generate(...)
+        replica.stop(llm)                  # async engines: await replica.stop_async(engine)
+    replica.finalize()
+
+or, when the caller must make the engine calls itself (verl's server awaits ``engine.start_profile()``)::
+
+    capture = replica.begin(step)          # None: not profiled (the region is still timed when profiled)
+    if capture is not None: await adapter.start(engine, capture) ...
+    replica.end(error=None)                # after the engine stopped
+
+What the core decides, as for any rank: which replicas (rollout ``ranks`` count **replica** ranks),
+which steps (``global_profiler.steps``), discrete mode only (one capture per generate call), and the
+token window (``profile_token_start``/``profile_token_end`` → the engine's ``(delay_iterations,
+max_iterations)`` = ``(start, end - start)``, as verl maps it). The engine adapter
+(:mod:`rlprof.integrations.engines.contract`) only translates settings and calls.
+
+How it reuses the session: the replica's :class:`~rlprof.Profiler` hosts the role ``rollout``, and the
+engine **stands in for the rollout backend** (``torch``/``npu``): the session's backend of that name is
+an :class:`EngineStandIn`, not the real backend, so no torch.profiler runs in the replica. Its
+``start_role`` (the capture of ``rollout_generate`` opens) hands the capture to the participant; its
+``stop_role`` (the capture closes) moves what the engine wrote into the capture's directory and
+returns the files, which the session lists as artifact records (role ``rollout``, the step, and
+``replica_rank``/``engine`` fields). Capture directories, timing records (``rollout_generate``), error
+records, fault isolation and ``rlprof report`` all apply unchanged.
+
+Failures never reach the caller: an engine that cannot start its profiler, fails to stop, or dies is an
+``error`` record (kind ``engine``) naming the engine and the call; a dead engine (``adapter.lost``) is
+never asked again. Files the engine already wrote are moved, never lost. A directory the engine
+cannot write in (vLLM says nothing about it) is checked before the engine is built; if it fails, the
+replica is not profiled and an error record says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlprof.hookspecs import hookimpl
+from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
+
+log = logging.getLogger("rlprof")
+
+ENGINE_TOOLS = ("torch", "npu")
+"""The backends an engine's profiler can stand in for (verl: "agent loop only support torch and npu profiler")."""
+
+REGION = ("rollout", "generate")
+"""The region a replica's generate call is: ``rollout_generate``."""
+
+
+class EngineReplica:
+    """rlprof in one rollout replica (see the module doc).
+
+    :param config: anything :func:`rlprof.config.schema.load_config` accepts (a verl-style dict, YAML
+        path, OmegaConf, :class:`~rlprof.config.schema.ProfilerConfig`); ignored when ``profiler`` is given.
+    :param replica_rank: this replica's index; ``num_replicas`` how many there are.
+    :param engine: the engine adapter's name (entry-point group ``rlprof.engines``): ``vllm``, ``sglang``.
+    :param run_id: the run's id (shared with the trainer); default: env ``RLPROF_RUN_ID`` or a new one.
+    :param profiler: an existing :class:`~rlprof.Profiler` of this replica (roles include ``rollout``,
+        ``replica_rank`` set), built with ``backends=engine_backends(config)`` so that the engine stands
+        in for the rollout backend (verl's ``RolloutDistProfiler`` owns one). The replica does not
+        finalize a profiler it was given unless :meth:`finalize` is called.
+    """
+
+    def __init__(self, config: Any = None, *, replica_rank: int, num_replicas: int, engine: str = "vllm",
+                 run_id: str | None = None, profiler: Any = None):
+        self.replica_rank = replica_rank
+        self.num_replicas = num_replicas
+        self.engine_name = engine
+        if profiler is None:
+            from rlprof.config.schema import load_config
+            from rlprof.runtime.profiler import Profiler
+
+            loaded = load_config(config)
+            profiler = Profiler(loaded, rank=replica_rank, world_size=num_replicas, roles=("rollout",),
+                                replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id,
+                                backends=engine_backends(loaded))
+        self.profiler = profiler
+        self.adapter: Any = None
+        self._stand_in: EngineStandIn | None = None
+        self._settings: EngineSettings | None = None
+        self._request: EngineRequest | None = None
+        self._capture: EngineCapture | None = None
+        """The capture of the generate call in progress (between begin and end), or None."""
+        self._failed: str | None = None
+        """Why the capture in progress wrote nothing (its start or stop failed), or None."""
+        self._dead = False
+        """The engine died (``adapter.lost``): no further capture is attempted."""
+        self._generating: Any = None
+        self._engine: Any = None
+        """A sync engine between :meth:`start` and :meth:`stop`: the stand-in's hooks call its profiler, so
+        the region's time is the generate call's own (the session stamps it after the capture opened and
+        before it closes, as for any backend)."""
+        self._step: int | None = None
+        self._begins = 0
+        self._captures = 0
+        if profiler.active and "rollout" in profiler.plan.selected_roles:
+            self._prepare()
+
+    # ------------------------------------------------------------------ before the engine is built
+
+    def _prepare(self) -> None:
+        """Find the stand-in, load the adapter, check the engine's directory, ask for its settings."""
+        prof = self.profiler
+        backends = prof.backends
+        tool = next((t for t in prof.plan.tools if t in ENGINE_TOOLS), None)
+        stand_in = backends.plugins.get(tool) if backends is not None and tool else None
+        if not isinstance(stand_in, EngineStandIn):
+            prof.record_error(self.engine_name, "settings", (
+                f"rollout replica {self.replica_rank}: the rollout engine profiles only for global_profiler.tool "
+                f"{' or '.join(ENGINE_TOOLS)}, built with backends=engine_backends(config); tools here: "
+                f"{', '.join(prof.plan.tools)}: this replica is not profiled"), kind="engine")
+            log.warning("rlprof: rollout replica %d: no engine stand-in for tools %s; not profiled",
+                        self.replica_rank, prof.plan.tools)
+            return
+        stand_in.participant = self
+        self._stand_in = stand_in
+        self.adapter = load_engine(self.engine_name)
+        run = prof.run
+        directory = run.run_dir / "_engine" / f"replica{self.replica_rank}-{run.host}-{run.pid}"
+        problem = _unwritable(directory, run.run_dir)
+        if problem is not None:
+            self._dead = True
+            prof.record_error(self.engine_name, "settings", f"rollout replica {self.replica_rank}: the engine's "
+                              f"profiler directory {directory} is not writable ({problem}): this replica is not profiled")
+            return
+        tool_config = dict(prof.tool_configs.get("rollout", {}).get(tool, {}))
+        role = prof.config.roles["rollout"]
+        self._request = EngineRequest(tool=tool, contents=tuple(tool_config.get("contents") or ()),
+                                      tool_config=tool_config, directory=str(directory),
+                                      window=token_window_of(prof.plan.roles["rollout"].schedule),
+                                      config_key=f"{role.key_path}.tool_config.{tool}")
+        self._settings = self.adapter.settings(self._request)
+        for key, message in self._settings.warnings:
+            prof.record_warning(self.engine_name, f"{key}: {message}", key=key)
+            log.warning("rlprof: rollout engine %s: %s: %s", self.engine_name, key, message)
+
+    @property
+    def settings(self) -> EngineSettings | None:
+        """The adapter's settings for this replica's engine; None when this replica is never profiled."""
+        return self._settings
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """What to merge into the engine's constructor arguments (empty when not profiled)."""
+        return dict(self._settings.engine_kwargs) if self._settings is not None else {}
+
+    # ------------------------------------------------------------------ one generate call
+
+    def begin(self, step: int | None = None) -> EngineCapture | None:
+        """A generate call of ``step`` (default: the count of calls) begins: opens the step and the region
+        ``rollout_generate`` (timed whenever the step is profiled here). Returns the capture to start on
+        the engine, or None when nothing is to be captured (not this replica, not this step, the engine
+        is dead). Pair with :meth:`end`."""
+        if self._step is not None:
+            self.end()
+        self._begins += 1
+        step = self._begins if step is None else int(step)
+        self._step = step
+        self._capture, self._failed = None, None
+        prof = self.profiler
+        prof.start_step(step)
+        region = prof.unsampled_role(*REGION)  # the engine's own window samples, not rlprof's machine
+        if region.live:
+            region.__enter__()  # the stand-in's start_role sets self._capture when the capture opens
+            self._generating = region
+        return self._capture
+
+    def end(self, error: BaseException | None = None) -> None:
+        """The generate call ended (``error``: it raised), after the engine's profiler stopped: closes
+        the region (the stand-in moves the engine's files into the layout) and the step."""
+        if self._step is None:
+            return
+        generating, self._generating = self._generating, None
+        try:
+            if generating is not None:
+                generating.__exit__(type(error) if error else None, error, None)
+            self.profiler.step_boundary()
+        finally:
+            self._step, self._capture = None, None
+
+    def start(self, engine: Any, step: int | None = None) -> EngineCapture | None:
+        """:meth:`begin` with the engine's profiler started as the capture opens (a sync engine: vLLM
+        ``LLM``); the region ``rollout_generate`` then times the generate call alone."""
+        self._engine = engine
+        try:
+            return self.begin(step)
+        except BaseException:
+            self._engine = None
+            raise
+
+    def stop(self, engine: Any, error: BaseException | None = None) -> None:
+        """:meth:`end`, the engine's profiler stopped as the capture closes (its trace is written then,
+        counted as profiling's own time, not the region's)."""
+        self._engine = engine
+        try:
+            self.end(error)
+        finally:
+            self._engine = None
+
+    async def start_async(self, engine: Any, step: int | None = None) -> EngineCapture | None:
+        """:meth:`start` for an async engine (vLLM ``AsyncLLM``): awaits the adapter's call. The hooks cannot
+        await, so here the region ``rollout_generate`` also holds the awaited start and stop."""
+        capture = self.begin(step)
+        if capture is not None:
+            await self._call_async("start", engine, capture)
+        return capture
+
+    async def stop_async(self, engine: Any, error: BaseException | None = None) -> None:
+        """:meth:`stop` for an async engine."""
+        if self._capture is not None and self._failed is None:
+            await self._call_async("stop", engine, self._capture)
+        self.end(error)
+
+    def failed(self, call: str, exc: BaseException) -> None:
+        """Record that the adapter's ``call`` (``start``/``stop``) raised ``exc`` (for callers that make
+        the engine calls themselves): an error record; a dead engine is not asked again."""
+        lost = False
+        try:
+            lost = bool(self.adapter.lost(exc)) if self.adapter is not None else False
+        except Exception:  # an adapter's own bug must not reach training
+            pass
+        self._dead = self._dead or lost
+        what = "the engine is gone, no further capture on this replica" if lost else "this capture is lost"
+        self._failed = f"{call}_profile failed: {type(exc).__name__}: {exc}"
+        step = self._step
+        self.profiler.record_error(self.engine_name, f"{call}_profile",
+                                   f"rollout replica {self.replica_rank}, step {step}: {type(exc).__name__}: {exc} "
+                                   f"({what}); training goes on", kind="engine", replica_rank=self.replica_rank,
+                                   step=step, lost=lost)
+        log.error("rlprof: rollout engine %s on replica %d: %s_profile raised %s: %s (%s); training goes on",
+                  self.engine_name, self.replica_rank, call, type(exc).__name__, exc, what)
+
+    def _call(self, call: str, engine: Any, capture: EngineCapture) -> None:
+        try:
+            result = getattr(self.adapter, call)(engine, capture)
+            if result is not None and hasattr(result, "__await__"):
+                raise TypeError(f"{self.engine_name}.{call} returned an awaitable: use {call}_async for an async engine")
+        except Exception as exc:
+            self.failed(call, exc)
+
+    async def _call_async(self, call: str, engine: Any, capture: EngineCapture) -> None:
+        try:
+            result = getattr(self.adapter, call)(engine, capture)
+            if result is not None and hasattr(result, "__await__"):
+                await result
+        except Exception as exc:
+            self.failed(call, exc)
+
+    # ------------------------------------------------------------------ called by the stand-in
+
+    def _opened(self, ctx: Any) -> None:
+        """The session opened the capture of this generate call (the stand-in's start_role)."""
+        if self._dead or self._request is None:
+            if self._dead:
+                ctx.skip(f"rollout engine {self.engine_name} of replica {self.replica_rank} is not profiling "
+                         "(its profiler failed earlier, see the error records)")
+            return
+        self._captures += 1
+        prefix = f"step{ctx.step}_replica{self.replica_rank}_c{self._captures}"
+        self._capture = EngineCapture(prefix=prefix, directory=self._request.directory, request=self._request,
+                                      window=self._request.window)
+        if self._engine is not None:
+            self._call("start", self._engine, self._capture)
+
+    def _closed(self, ctx: Any) -> list[Path]:
+        """The capture closes (the stand-in's stop_role): move what the engine wrote into the capture's
+        directory; returns the moved files (the session lists them)."""
+        capture = self._capture
+        if capture is None:
+            return []
+        if self._engine is not None and self._failed is None:
+            self._call("stop", self._engine, capture)
+        try:
+            written = list(self.adapter.written(capture))
+        except Exception as exc:
+            written = []
+            self.profiler.record_error(self.engine_name, "written", f"{type(exc).__name__}: {exc}")
+        moved = move_into(written, ctx, prefix=capture.prefix, replica_rank=self.replica_rank, engine=self.engine_name)
+        if not moved:
+            reason = self._failed or (f"the engine wrote no file for {capture.prefix} in {capture.directory}")
+            ctx.skip(f"rollout engine {self.engine_name}, replica {self.replica_rank}: {reason}")
+        return moved
+
+    # ------------------------------------------------------------------ the end
+
+    def finalize(self, reason: str = "end") -> None:
+        """End the replica's run: close what is open, finalize the Profiler, remove the engine's (empty)
+        directory. Idempotent."""
+        try:
+            if self._step is not None:
+                self.end()
+        finally:
+            self.profiler.finalize(reason)
+            if self._request is not None:
+                _remove_empty(Path(self._request.directory))
+
+
+def token_window_of(schedule: Any) -> tuple[int, int] | None:
+    """The rollout's ``profile_token_start/end`` (a :class:`~rlprof.config.schedule.Schedule` ``wait=start,
+    active=end-start``) as the engine's ``(delay_iterations, max_iterations)``; None without one. Any
+    other schedule has no engine equivalent: the whole generate call is captured."""
+    if schedule is None:
+        return None
+    if schedule.skip_first or schedule.warmup or schedule.repeat != 1:
+        log.warning("rlprof: the rollout's schedule %s has no equivalent in an engine's profiler (only "
+                    "profile_token_start/end does); capturing whole generate calls", schedule)
+        return None
+    return (schedule.wait, schedule.active)
+
+
+def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
+    """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything; each name
+    loses ``<prefix>_``. Recorded (``ctx.add_artifact``) with ``replica_rank`` and ``engine``; returns where
+    each file is now. A file that cannot be moved stays where it is and is recorded there: never lost."""
+    from rlprof.layout import place
+
+    target_dir = ctx.output_dir()
+    root = ctx.run.run_dir
+    moved: list[Path] = []
+    for source in files:
+        source = Path(source)
+        name = source.name[len(prefix) + 1:] if source.name.startswith(prefix + "_") else source.name
+        where = source
+        try:
+            where = place(source, target_dir / name, root)
+            os.unlink(source)
+        except Exception as exc:
+            ctx.warn(f"could not move {source} into {target_dir}: {type(exc).__name__}: {exc}; listed where it is")
+        ctx.add_artifact(where, kind="trace" if ".trace.json" in where.name else "file",
+                         replica_rank=replica_rank, engine=engine)
+        moved.append(where)
+    return moved
+
+
+def _unwritable(directory: Path, root: Path) -> str | None:
+    """None when ``directory`` (created under ``root``) takes a file; else what went wrong."""
+    from rlprof.layout import ensure_dir
+
+    try:
+        ensure_dir(directory, root)
+        probe = directory / f".rlprof-probe-{os.getpid()}"
+        with open(probe, "x"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _remove_empty(directory: Path) -> None:
+    for path in (directory, directory.parent):
+        try:
+            path.rmdir()
+        except OSError:
+            return
+
+
+class EngineStandIn:
+    """The rollout backend's place in a replica's session (``torch``/``npu``): the engine captures.
+
+    It validates its section as the real backend would (the same keys, the same errors), and hands the
+    capture's open and close to its :class:`EngineReplica`. It never imports torch's profiler."""
+
+    rlprof_contract = 1
+
+    def __init__(self, tool: str):
+        self.tool = tool
+        self.participant: EngineReplica | None = None
+
+    @hookimpl
+    def validate_tool_config(self, tool_config, key_path):
+        from rlprof.runtime.registry import load_backend
+
+        real = load_backend(self.tool)
+        check = getattr(real, "validate_tool_config", None)
+        return check(tool_config, key_path) if check is not None else dict(tool_config)
+
+    @hookimpl
+    def start_step(self, ctx):
+        if ctx.opens_capture and self.participant is not None:  # end-to-end rollout: the step is the call
+            self.participant._opened(ctx)
+
+    @hookimpl
+    def start_role(self, ctx):
+        if ctx.opens_capture and self.participant is not None:
+            self.participant._opened(ctx)
+
+    @hookimpl
+    def stop_role(self, ctx):
+        if ctx.closes_capture and self.participant is not None:
+            self.participant._closed(ctx)
+
+    @hookimpl
+    def step_boundary(self, ctx):
+        if ctx.closes_capture and self.participant is not None:
+            self.participant._closed(ctx)
+
+
+class _Inert:
+    """Another selected tool (``torch_memory``, ``nsys``, ``pyspy``...) in a replica process: not run there."""
+
+    rlprof_contract = 1
+
+
+def engine_backends(config: Any) -> Mapping[str, Any]:
+    """``{tool: instance}`` for a replica's :class:`~rlprof.Profiler` (its ``backends=`` argument): the
+    first of ``torch``/``npu`` among the selected tools is an :class:`EngineStandIn`; other tools do not
+    run in a replica process (their work there is the engine's)."""
+    tools = config.global_.tools
+    first = next((t for t in tools if t in ENGINE_TOOLS), None)
+    return {t: EngineStandIn(t) if t == first else _Inert() for t in tools}
