@@ -96,24 +96,75 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One run of the scenario: (save_path, summary, manifest records)."""
+ACTOR_SCENARIO = r'''
+import json, os, sys
+import rlprof.verl
+rlprof.verl.install()                      # the driver's switch: a local cluster's workers inherit RLPROF_VERL=1
+import ray
+from rlprof.integrations.verl import run_signals
+from rlprof.integrations.verl.run_id import shared_run_id
+
+MODEL, SAVE, STEPS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+
+if __name__ == "__main__":
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from verl.utils.profiler import DistProfiler
+    from verl.utils.profiler.config import ProfilerConfig, TorchProfilerToolConfig
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.replica import RolloutMode
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    tool = TorchProfilerToolConfig(contents=["cpu"], discrete=True, profile_token_start=2, profile_token_end=6)
+    profiler = ProfilerConfig(tool="torch", enable=True, all_ranks=True, save_path=SAVE, tool_config={"torch": tool})
+    config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, enable_sleep_mode=False,
+                           tensor_model_parallel_size=1, load_format="auto", prompt_length=32, response_length=16,
+                           max_model_len=64, max_num_batched_tokens=256, max_num_seqs=8, gpu_memory_utilization=0.5,
+                           profiler=profiler)
+    # as verl's vLLMReplica.launch_servers: the server is an asyncio Ray actor, which imports verl's module itself
+    server = ray.remote(vLLMHttpServer).options(num_cpus=0, max_concurrency=16).remote(
+        config=config, model_config=HFModelConfig(path=MODEL), rollout_mode=RolloutMode.STANDALONE, workers=[],
+        replica_rank=0, node_rank=0, gpus_per_node=1, nnodes=1, cuda_visible_devices="")
+    ray.get(server.launch_server.remote())
+    trainer = DistProfiler(rank=0, config={"tool": "torch", "enable": False, "save_path": SAVE},
+                           save_file_prefix="actor_rollout_ref")
+    for step in (1, 2):
+        if step in STEPS:
+            trainer.start(profile_step=step)
+            ray.get(server.start_profile.remote())
+        ray.get(server.generate.remote([5, 6, 7, 8, 9], {"max_tokens": 16, "ignore_eos": True}, f"s{step}"))
+        if step in STEPS:
+            ray.get(server.stop_profile.remote())
+            trainer.stop(run_command=False)
+    not_finalized = run_signals.finish_run([shared_run_id()], timeout_s=60)  # the driver's exit path
+    print("SUMMARY " + json.dumps({"run_id": shared_run_id(), "not_finalized": not_finalized, "driver": os.getpid()}),
+          flush=True)
+    ray.kill(server)                       # verl's job end: Ray force-kills the server actor
+    ray.shutdown()
+    os._exit(0)
+'''
+
+
+def run_scenario(root, name, script, steps):
+    """Run ``script`` in its own interpreter on the tiny model; returns (save_path, summary, manifest records)."""
     from rlprof.demo.tiny_model import build_tiny_model
 
-    root = tmp_path_factory.mktemp("vllm_server")
-    model = build_tiny_model(root / "model")
+    model = build_tiny_model(root.parent / "model")
     save = root / "save"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
-           "RLPROF_RUN_ID": "verl-vllm"}
-    script = root / "scenario.py"
-    script.write_text(SCENARIO)
-    proc = subprocess.run([sys.executable, str(script), str(model), str(save), json.dumps(list(STEPS))],
+           "RLPROF_RUN_ID": name}
+    path = root / "scenario.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path), str(model), str(save), json.dumps(list(steps))],
                           capture_output=True, text=True, cwd=root, env=env, timeout=420)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("SUMMARY ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
-    summary = json.loads(lines[-1][len("SUMMARY "):])
-    return save, summary, list(read_records([save]))
+    return save, json.loads(lines[-1][len("SUMMARY "):]), list(read_records([save]))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One run of the in-process scenario: (save_path, summary, manifest records)."""
+    return run_scenario(tmp_path_factory.mktemp("in_process"), "verl-vllm", SCENARIO, STEPS)
 
 
 def traces(records):
@@ -173,3 +224,16 @@ def test_rlprof_report_shows_the_replicas_generate_and_its_traces(served):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rollout_generate" in proc.stdout
     assert "replica 1" in proc.stdout or "replica_rank 1" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_a_server_in_its_own_ray_actor_is_routed_through_rlprof_too(tmp_path):
+    """verl's real shape: ``ray.remote(vLLMHttpServer)``. The actor's process imports verl's server module
+    itself; the switch reaches it through verl's plugin entry point (RLPROF_VERL=1) and the import hook."""
+    (tmp_path / "run").mkdir()
+    save, summary, records = run_scenario(tmp_path / "run", "verl-vllm-actor", ACTOR_SCENARIO, (2,))
+    assert summary["not_finalized"] == []
+    found = traces(records)
+    assert [(r["step"], r["replica_rank"]) for r in found] == [(2, 0)]
+    assert found[0]["pid"] != summary["driver"]  # written by the actor's process, filed by its participant
+    assert [r["pid"] for r in records if r["type"] == "finalized"] == [found[0]["pid"]]
+    assert sorted(p.name for p in save.iterdir()) == [summary["run_id"]]
