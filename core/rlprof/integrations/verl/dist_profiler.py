@@ -325,6 +325,7 @@ class RolloutDistProfiler(DistProfiler):
 
     _generating = None
     _engine = None
+    _engine_failed = False
     """The :class:`EngineReplica`, once the server asked for its engine's settings or started it, else None."""
 
     def __init__(self, *args: Any, engine: str | None = None, **kwargs: Any):
@@ -361,16 +362,28 @@ class RolloutDistProfiler(DistProfiler):
     # ------------------------------------------------------------------ an engine's own profiler
 
     def engine_replica(self):
-        """The participant that drives this replica's engine profiler, or None when there is no engine
-        or this replica is not profiled (``enable`` off, its replica rank not selected). Built once."""
-        if self.engine is None or not (self._enable and self._this_rank and self._prof.active):
+        """The participant that drives this replica's engine profiler, or None when there is no engine,
+        this replica is not profiled (``enable`` off, its replica rank not selected) or the participant
+        could not be built (an error record says why; the server runs unprofiled). Built once."""
+        if self.engine is None or self._engine_failed or not (self._enable and self._this_rank and self._prof.active):
             return None
         if self._engine is None:
-            from rlprof.integrations.engines.replica import EngineReplica
+            try:
+                from rlprof.integrations.engines.replica import EngineReplica
 
-            self._engine = EngineReplica(replica_rank=self.rank, num_replicas=self._world, engine=self.engine,
-                                         run_id=self._prof.run.run_id, profiler=self._prof)
+                self._engine = EngineReplica(replica_rank=self.rank, num_replicas=self._world, engine=self.engine,
+                                             run_id=self._prof.run.run_id, profiler=self._prof)
+            except Exception as exc:
+                self._engine_failed = True
+                self._contain("settings", exc)
         return self._engine
+
+    def _contain(self, call: str, exc: BaseException) -> None:
+        """rlprof's side of an engine call raised: an error record and a log line; the server goes on."""
+        message = (f"rollout replica {self.rank}: rlprof could not drive the {self.engine} engine's profiler "
+                   f"({call}): {type(exc).__name__}: {exc}; the server goes on")
+        log.error("rlprof: %s", message)
+        self._prof.record_error(self.engine, call, message, kind="engine", replica_rank=self.rank)
 
     def engine_profiled(self) -> bool:
         """The engine's profiler captures on this replica on some step (what verl's ``_should_profile()`` asks)."""
@@ -395,7 +408,10 @@ class RolloutDistProfiler(DistProfiler):
         if step is None:
             step = run_signals.current_step(self._prof.run.run_id)
         self._steps_started += 1
-        await replica.start_async(engine, step=int(step) if step is not None else self._steps_started)
+        try:
+            await replica.start_async(engine, step=int(step) if step is not None else self._steps_started)
+        except Exception as exc:  # the participant contains the engine's failures; this is for its own
+            self._contain("start_profile", exc)
 
     async def stop_engine(self, engine: Any) -> None:
         """verl's ``stop_profile()``: the engine's profiler stops, what it wrote goes into the run's
@@ -403,7 +419,10 @@ class RolloutDistProfiler(DistProfiler):
         replica = self._engine
         if replica is None:
             return
-        await replica.stop_async(engine)
+        try:
+            await replica.stop_async(engine)
+        except Exception as exc:
+            self._contain("stop_profile", exc)
         if self not in _HOOKS_DUE:
             _HOOKS_DUE.append(self)
 
