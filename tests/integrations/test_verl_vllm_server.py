@@ -226,6 +226,19 @@ def test_rlprof_report_shows_the_replicas_generate_and_its_traces(served):
     assert "replica 1" in proc.stdout or "replica_rank 1" in proc.stdout, proc.stdout[-3000:]
 
 
+def test_the_timeline_puts_the_engine_steps_inside_the_replicas_generate_regions(served, tmp_path):
+    save, summary, _ = served
+    out = tmp_path / "timeline.json"
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "timeline", str(save / summary["run_id"]), "-o", str(out),
+                           "--with-traces"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    loaded = json.loads(out.read_text())
+    events = loaded["traceEvents"] if isinstance(loaded, dict) else loaded
+    regions = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "rollout_generate" and "dur" in e]
+    steps = [e["ts"] for e in events if e.get("name", "").startswith("execute_context_")]
+    assert len(regions) == len(STEPS) and len(steps) == 4 * len(STEPS)
+    assert all(any(start <= ts <= end for start, end in regions) for ts in steps)  # one clock, no alignment
+
 def test_a_server_in_its_own_ray_actor_is_routed_through_rlprof_too(tmp_path):
     """verl's real shape: ``ray.remote(vLLMHttpServer)``. The actor's process imports verl's server module
     itself; the switch reaches it through verl's plugin entry point (RLPROF_VERL=1) and the import hook."""
