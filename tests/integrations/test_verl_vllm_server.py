@@ -250,3 +250,25 @@ def test_a_server_in_its_own_ray_actor_is_routed_through_rlprof_too(tmp_path):
     assert found[0]["pid"] != summary["driver"]  # written by the actor's process, filed by its participant
     assert [r["pid"] for r in records if r["type"] == "finalized"] == [found[0]["pid"]]
     assert sorted(p.name for p in save.iterdir()) == [summary["run_id"]]
+
+
+def test_switching_rlprof_off_and_on_again_puts_verls_server_back_and_patches_it_again():
+    code = r'''
+import rlprof.verl
+from rlprof.integrations.verl import install
+rlprof.verl.install()
+from verl.workers.rollout.vllm_rollout import vllm_async_server as module
+verls = install._originals["build_rollout_dist_profiler"]
+server = module.vLLMHttpServer
+seen = ["_rlprof_originals" in vars(server)]
+rlprof.verl.uninstall()
+seen += ["_rlprof_originals" in vars(server), module.build_rollout_dist_profiler is verls,
+         server.start_profile.__module__ == module.__name__]
+rlprof.verl.install()
+seen += ["_rlprof_originals" in vars(server), module.build_rollout_dist_profiler is not verls]
+print(seen)
+'''
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert printed[-1] == str([True, False, True, True, True, True])

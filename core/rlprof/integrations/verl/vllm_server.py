@@ -60,7 +60,8 @@ def watch() -> None:
 
 
 def patch(module: Any) -> None:
-    """Route ``module.vLLMHttpServer`` (and the module's ``build_vllm_profiler_args``) through rlprof.
+    """Route ``module.vLLMHttpServer`` (and the module's ``build_vllm_profiler_args`` and
+    ``build_rollout_dist_profiler``, which its methods call) through rlprof.
 
     Idempotent. Subclasses that do not override the methods inherit the routing."""
     server = getattr(module, SERVER, None)
