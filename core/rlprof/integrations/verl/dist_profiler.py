@@ -94,13 +94,19 @@ class DistProfiler:
                 "rlprof: %s.ranks is [] and all_ranks is false, so this role collects nothing on any rank (the rule of "
                 "verl's profiling guides; verl 0.9's own DistProfiler would profile rank 0): set ranks=[0] or all_ranks=true",
                 role_cfg.key_path)
+        self._world = world
         self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id(),
-                              replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"))
+                              replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"),
+                              backends=self._backends(cfg))
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
             _LIVE.add(self)
             run_id = self._prof.run.run_id
             run_signals.watch(run_id, functools.partial(_finalize_process, run_id))
+
+    def _backends(self, config: Any) -> Any:
+        """The backends of this process's Profiler: None, the selected tools' entry points."""
+        return None
 
     # ------------------------------------------------------------------ verl's queries
 
@@ -307,9 +313,33 @@ class RolloutDistProfiler(DistProfiler):
     began on its training workers just before (:func:`run_signals.current_step`), else the count of
     starts. A replica never hears the trainer's last step, so ``stop()`` never finalizes (the run's
     watcher does, see the module doc) and its finish hook runs once, when it is finalized.
+
+    Where an inference engine generates in its own processes (verl's vLLM server,
+    :mod:`rlprof.integrations.verl.vllm_server`), the engine's profiler captures instead of the
+    backend: the server calls :meth:`engine_kwargs` when it builds the engine and
+    :meth:`start_engine`/:meth:`stop_engine` instead of ``start()``/``stop()``. They go through the
+    replica participant :class:`rlprof.integrations.engines.replica.EngineReplica`, built once on
+    this profiler's :class:`rlprof.Profiler`, which decides (replica ranks, discrete, the token
+    window), records ``rollout_generate`` and files the engine's traces in the run's layout.
     """
 
     _generating = None
+    _engine = None
+    _engine_failed = False
+    """The :class:`EngineReplica`, once the server asked for its engine's settings or started it, else None."""
+
+    def __init__(self, *args: Any, engine: str | None = None, **kwargs: Any):
+        self.engine = engine
+        """The engine adapter's name when an inference engine generates for this replica (its own
+        profiler captures; no backend runs here), else None (generation runs in this process)."""
+        super().__init__(*args, **kwargs)
+
+    def _backends(self, config: Any) -> Any:
+        if self.engine is None:
+            return None
+        from rlprof.integrations.engines.replica import engine_backends
+
+        return engine_backends(config)  # the engine stands in for the rollout backend: no torch.profiler here
 
     def start(self, **kwargs: Any) -> None:
         if kwargs.get("profile_step") is None:
@@ -329,19 +359,93 @@ class RolloutDistProfiler(DistProfiler):
         if self._enable and self not in _HOOKS_DUE:
             _HOOKS_DUE.append(self)  # runs once, when the replica's profiling is finalized
 
+    # ------------------------------------------------------------------ an engine's own profiler
+
+    def engine_replica(self):
+        """The participant that drives this replica's engine profiler, or None when there is no engine,
+        this replica is not profiled (``enable`` off, its replica rank not selected) or the participant
+        could not be built (an error record says why; the server runs unprofiled). Built once."""
+        if self.engine is None or self._engine_failed or not (self._enable and self._this_rank and self._prof.active):
+            return None
+        if self._engine is None:
+            try:
+                from rlprof.integrations.engines.replica import EngineReplica
+
+                self._engine = EngineReplica(replica_rank=self.rank, num_replicas=self._world, engine=self.engine,
+                                             run_id=self._prof.run.run_id, profiler=self._prof)
+            except Exception as exc:
+                self._engine_failed = True
+                self._contain("settings", exc)
+        return self._engine
+
+    def _contain(self, call: str, exc: BaseException) -> None:
+        """rlprof's side of an engine call raised: an error record and a log line; the server goes on."""
+        message = (f"rollout replica {self.rank}: rlprof could not drive the {self.engine} engine's profiler "
+                   f"({call}): {type(exc).__name__}: {exc}; the server goes on")
+        log.error("rlprof: %s", message)
+        self._prof.record_error(self.engine, call, message, kind="engine", replica_rank=self.rank)
+
+    def engine_profiled(self) -> bool:
+        """The engine's profiler captures on this replica on some step (what verl's ``_should_profile()`` asks)."""
+        replica = self.engine_replica()
+        return replica is not None and replica.settings is not None
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """What to merge into the engine's constructor arguments (vLLM: ``{"profiler_config": {...}}``
+        with its directory inside the run directory); empty when this replica is never profiled."""
+        replica = self.engine_replica()
+        return replica.engine_kwargs() if replica is not None else {}
+
+    async def start_engine(self, engine: Any, **kwargs: Any) -> None:
+        """verl's ``start_profile(**kwargs)`` on the server of ``engine`` (the engine object): the step
+        (``profile_step``, else the one the trainer began, else the count of starts) begins on this
+        replica, and the engine's profiler starts when the core selects it. verl's other keyword
+        arguments (vLLM's ``profile_prefix``, a per-call window) are the core's to decide: ignored."""
+        replica = self.engine_replica()
+        if replica is None:
+            return
+        step = kwargs.get("profile_step")
+        if step is None:
+            step = run_signals.current_step(self._prof.run.run_id)
+        self._steps_started += 1
+        try:
+            await replica.start_async(engine, step=int(step) if step is not None else self._steps_started)
+        except Exception as exc:  # the participant contains the engine's failures; this is for its own
+            self._contain("start_profile", exc)
+
+    async def stop_engine(self, engine: Any) -> None:
+        """verl's ``stop_profile()``: the engine's profiler stops, what it wrote goes into the run's
+        layout and manifest, the step ends on this replica. Never the end of the run (see ``stop``)."""
+        replica = self._engine
+        if replica is None:
+            return
+        try:
+            await replica.stop_async(engine)
+        except Exception as exc:
+            self._contain("stop_profile", exc)
+        if self not in _HOOKS_DUE:
+            _HOOKS_DUE.append(self)
+
+    def finalize(self) -> list[dict[str, Any]]:
+        if self._engine is not None:
+            self._engine.finalize()
+        return super().finalize()
+
 
 def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
-                                tool_config: Any = None) -> DistProfiler:
+                                tool_config: Any = None, engine: str | None = None) -> DistProfiler:
     """A :class:`RolloutDistProfiler` for rollout replica ``replica_rank`` whose engine spans
     ``replica_world_size`` GPUs: ``ranks`` lists global GPU ranks, and a replica is selected when it
     owns one of them (``rank // replica_world_size``), as in verl. ``ranks: []`` selects no replica
-    (rlprof's rule). The caller's config is not changed."""
+    (rlprof's rule). The caller's config is not changed. ``engine`` names the engine adapter when an
+    inference engine generates for the replica and its own profiler captures (verl's vLLM server:
+    ``"vllm"``, see :mod:`rlprof.integrations.verl.vllm_server`); then no backend runs in this process."""
     if config is not None and not field(config, "all_ranks", False):
         ranks = list(field(config, "ranks", None) or [])
         if ranks and replica_world_size and replica_world_size > 0:
             config = _with_ranks(config, sorted({int(r) // replica_world_size for r in ranks}))
     return RolloutDistProfiler(rank=replica_rank, config=config, tool_config=tool_config, save_file_prefix="rollout",
-                               replica_rank=replica_rank)
+                               replica_rank=replica_rank, engine=engine)
 
 
 def _with_ranks(config: Any, ranks: list[int]) -> Any:

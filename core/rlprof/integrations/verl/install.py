@@ -2,7 +2,8 @@
 
 :func:`install` replaces ``DistProfiler``, ``DistProfilerExtension`` and
 ``build_rollout_dist_profiler`` in ``verl.utils.profiler`` (and in every verl module that already
-imported them) with rlprof's, in the calling process, and sets ``RLPROF_VERL=1`` (plus a shared
+imported them) with rlprof's, in the calling process, routes verl's vLLM rollout server through
+rlprof when that module is imported (:mod:`rlprof.integrations.verl.vllm_server`), and sets ``RLPROF_VERL=1`` (plus a shared
 ``RLPROF_RUN_ID``) in its environment. Every Ray worker of a local cluster inherits that environment;
 when such a process imports ``verl``, verl loads its ``verl.plugins`` entry points, where rlprof's
 (:mod:`rlprof.verl.plugin`) calls :func:`install` before verl's worker modules are imported — so
@@ -34,7 +35,7 @@ _originals: dict[str, object] = {}
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
     from rlprof.layout import new_run_id
-    from rlprof.integrations.verl import dist_profiler, extension, run_signals
+    from rlprof.integrations.verl import dist_profiler, extension, run_signals, vllm_server
     from rlprof.integrations.verl.run_id import RUN_ID_ENV
 
     os.environ[ENABLE_ENV] = "1"
@@ -66,6 +67,7 @@ def install() -> None:
     for target in (module, package):
         for name in NAMES:
             setattr(target, name, ours[name])
+    vllm_server.watch()  # verl's vLLM rollout server: patched when it is imported (never imported here)
 
 
 def installed() -> bool:
@@ -80,9 +82,13 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
+    from rlprof.integrations.verl import dist_profiler, extension, on_import, vllm_server
+
+    on_import.forget(vllm_server.MODULE)
+    if vllm_server.MODULE in sys.modules:
+        vllm_server.unpatch(sys.modules[vllm_server.MODULE])
     if not _originals:
         return
-    from rlprof.integrations.verl import dist_profiler, extension
 
     ours = {id(dist_profiler.DistProfiler): "DistProfiler", id(extension.DistProfilerExtension): "DistProfilerExtension",
             id(dist_profiler.build_rollout_dist_profiler): "build_rollout_dist_profiler"}
