@@ -48,7 +48,8 @@ from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import BackendError
 from rlprof.layout import hostname, new_run_id, safe_name
-from rlprof.manifest import FAILURE_RECORD
+from rlprof.integrations.nodes import ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node, node_save_path
+from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
 from rlprof.runtime.plan import primary_role, resolve_plan
 
 log = logging.getLogger("rlprof")
@@ -180,6 +181,7 @@ class ProfiledWorker:
     """
 
     _rlprof_profiler = None
+    _rlprof_cursor = None
 
     @property
     def profiler(self):
@@ -202,20 +204,28 @@ class ProfiledWorker:
         run_id: str | None = None,
         overrides: Iterable[str] = (),
         backends: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        send_manifest: bool = False,
+    ) -> Any:
         """Build this rank's Profiler; returns :meth:`rlprof_info`. ``backends`` maps names to
-        backend instances or classes (instantiated here), replacing entry points (tests)."""
+        backend instances or classes (instantiated here), replacing entry points (tests).
+        ``send_manifest`` (the controller sets it on every call): the reply is a
+        :class:`~rlprof.integrations.nodes.Sent` carrying the manifest lines written since the last
+        reply, so the controller's run directory holds every node's records."""
         from rlprof.runtime.profiler import Profiler
 
         if self._rlprof_profiler is not None:
             self._rlprof_profiler.finalize(reason="replaced")
+        here = node_save_path()
+        if here is not None:  # this node writes under its own root (rlprof.integrations.nodes)
+            config, overrides = load_config(config, overrides).with_overrides(save_path=here), ()
         instances = None if backends is None else {n: b() if isinstance(b, type) else b for n, b in backends.items()}
         self._rlprof_profiler = Profiler(
             config, rank=rank, world_size=world_size, roles=tuple(roles), stages=stages,
             replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id, overrides=overrides,
             backends=instances,
         )
-        return self.rlprof_info()
+        self._rlprof_cursor = None
+        return self._rlprof_reply(self.rlprof_info(), send_manifest)
 
     def rlprof_info(self) -> dict[str, Any]:
         """Where this worker runs and what it profiles (for the controller's reports)."""
@@ -227,17 +237,54 @@ class ProfiledWorker:
             "active": prof.active,
             "selected_roles": list(prof.plan.selected_roles),
             "run_dir": str(prof.run.run_dir),
+            "node": current_node(),
         }
 
     def rlprof_start_step(self, step: int) -> None:
         self.profiler.start_step(step)
 
-    def rlprof_step_boundary(self) -> None:
+    def rlprof_step_boundary(self, send_manifest: bool = False) -> Any:
         self.profiler.step_boundary()
+        return self._rlprof_reply(None, send_manifest)
 
-    def rlprof_finalize(self, reason: str = "end") -> list[dict[str, Any]]:
+    def rlprof_finalize(self, reason: str = "end", send_manifest: bool = False) -> Any:
         """Finalize this rank's Profiler; returns its artifact records."""
-        return self.profiler.finalize(reason)
+        return self._rlprof_reply(self.profiler.finalize(reason), send_manifest)
+
+    def rlprof_files(self, path: str) -> list[tuple[str, int]]:
+        """The files of one artifact (``path`` relative to the run directory; a directory lists every
+        file under it) with their sizes: what ``gather: traces`` will move."""
+        from rlprof.integrations.gather import files_of
+
+        return files_of(self.profiler.run.run_dir, path)
+
+    def rlprof_read(self, path: str, offset: int, size: int) -> bytes:
+        """At most ``size`` bytes of a run file from ``offset`` (one chunk of a gathered trace)."""
+        from rlprof.integrations.gather import read_chunk
+
+        return read_chunk(self.profiler.run.run_dir, path, offset, size)
+
+    def rlprof_sha256(self, path: str) -> str:
+        from rlprof.integrations.gather import run_file
+        from rlprof.integrations.nodes import sha256_of
+
+        return sha256_of(run_file(self.profiler.run.run_dir, path))
+
+    def rlprof_delete_local(self, path: str, sha256: str) -> bool:
+        """Delete this node's copy of a gathered file if it still has checksum ``sha256``."""
+        from rlprof.integrations.gather import delete_if_unchanged
+
+        return delete_if_unchanged(self.profiler.run.run_dir, path, sha256)
+
+    def _rlprof_reply(self, value: Any, send_manifest: bool) -> Any:
+        if not send_manifest:
+            return value
+        path = self.profiler.manifest_path
+        if path is None:
+            return Sent(value, None)
+        if self._rlprof_cursor is None or self._rlprof_cursor.path != path:
+            self._rlprof_cursor = ManifestCursor(path)
+        return Sent(value, batch_of(self.profiler, self._rlprof_cursor))
 
 
 # ------------------------------------------------------------------------------ controller side
@@ -307,7 +354,17 @@ class ProfilingController:
         self.unresponsive: dict[str, _Stuck] = {}
         """Workers that did not answer within the timeout: not waited for until their stuck call ends."""
         self._step: int | None = None
+        self._last_step: int | None = None
+        """The last profiled step whose ``step_boundary`` fan-out returned."""
         self._manifest = None
+        self.placement: dict[str, NodeInfo] = {}
+        """Ray node id -> the node's host and workers (from ``setup``'s replies)."""
+        self.collector: RunCollector | None = None
+        """Where the workers' manifest batches go (the controller's run directory); built at ``setup``."""
+        self.gathered = None
+        """What ``finalize`` gathered (``global_profiler.gather: traces``): a :class:`~rlprof.integrations.gather.Gathered`."""
+        self.infos: dict[str, dict[str, Any]] = {}
+        """Each worker's :meth:`ProfiledWorker.rlprof_info` from ``setup``."""
         self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
         for spec, handle in workers:
             self.add(spec, handle)
@@ -338,8 +395,24 @@ class ProfilingController:
 
     def setup(self, *, backends: Mapping[str, Any] | None = None) -> FanOut:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
-        return self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
-            self.config, run_id=self.run_id, backends=backends, **spec.profiler_kwargs()))
+        if self.collector is None and self.config.enabled:
+            self.collector = RunCollector(self.run_dir, current_node())
+        result = self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
+            self.config, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
+        for label, info in result.results.items():
+            if isinstance(info, Mapping):
+                self.infos[label] = dict(info)
+                node = info.get("node")
+                if node:
+                    self.placement.setdefault(node, NodeInfo(node, str(info.get("host")))).workers.append(label)
+        return result
+
+    @property
+    def run_dir(self):
+        """The controller's run directory: every node's manifest records end up here."""
+        from pathlib import Path
+
+        return Path(self.config.global_.save_path).absolute() / self.run_id
 
     def start_step(self, step: int) -> FanOut:
         """Step ``step`` begins; a no-op (no remote call) unless it is profiled."""
@@ -355,13 +428,22 @@ class ProfilingController:
         step, self._step = self._step, None
         if step is None:
             return FanOut("step_boundary", None)
-        return self._fan_out("step_boundary", step, lambda spec, handle: handle.rlprof_step_boundary.remote())
+        result = self._fan_out("step_boundary", step,
+                               lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
+        self._last_step = step
+        return result
 
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
         if self._step is not None:
             self.step_boundary()
-        return self._fan_out("finalize", None, lambda spec, handle: handle.rlprof_finalize.remote(reason))
+        result = self._fan_out("finalize", None,
+                               lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
+        if self.config.enabled and self.config.global_.gather == "traces":
+            from rlprof.integrations.gather import gather_traces
+
+            self.gathered = gather_traces(self, result)
+        return result
 
     def _fan_out(self, call: str, step: int | None, submit) -> FanOut:
         import ray
@@ -388,7 +470,7 @@ class ProfilingController:
         for ref in ready:
             label = pending[ref]
             try:
-                result.results[label] = ray.get(ref)
+                result.results[label] = self._received(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
                 self._fail(result, label, "died", exc)
             except Exception as exc:
@@ -399,6 +481,14 @@ class ProfilingController:
             self.unresponsive[label] = _Stuck(ref, failure, time.monotonic())
         result.seconds = time.perf_counter() - started
         return result
+
+    def _received(self, value: Any) -> Any:
+        """A worker's reply without the manifest batch riding on it (handed to the collector)."""
+        if not isinstance(value, Sent):
+            return value
+        if value.batch is not None and self.collector is not None:
+            self.collector.receive(value.batch)
+        return value.value
 
     def _readmit(self, ray) -> None:
         """Workers whose stuck call has ended answer again: take them back (one ``ray.wait`` that
@@ -430,6 +520,7 @@ class ProfilingController:
         if kind == "died":
             self.dead.add(label)
             self.unresponsive.pop(label, None)
+            self._check_node(label)
         result.failures.append(failure)
         self.failures.append(failure)
         if kind == "error":
@@ -439,22 +530,35 @@ class ProfilingController:
         self._record(failure)
         return failure
 
+    def _check_node(self, label: str) -> None:
+        """A worker died: if its Ray node is gone, say once that the node was lost (and which workers
+        it took), in the log and the run's manifest. Its records up to its last step are already here."""
+        where = next((info for info in self.placement.values() if label in info.workers), None)
+        if where is None or where.lost_at_step is not None or _node_alive(where.node):
+            return
+        where.lost_at_step = self._last_step if self._last_step is not None else 0
+        log.error("rlprof: node %s (%s) was lost with workers %s; its records up to step %s are in %s",
+                  short_node(where.node), where.host, ", ".join(where.workers), where.lost_at_step, self.run_dir)
+        self.write(NODE_LOST_RECORD, node=where.node, node_host=where.host, workers=list(where.workers),
+                   step=self._last_step)
+
     def _record(self, failure: WorkerFailure) -> None:
         """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""
+        self.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
+                   step=failure.step, kind=failure.kind, error=failure.error)
+
+    def write(self, record_type: str, **fields: Any) -> None:
+        """Append one record to the controller's own manifest (``manifest/controller-<host>-<pid>.jsonl``)."""
         if not self.config.enabled:
             return
         if self._manifest is None:
-            from pathlib import Path
-
             from rlprof.manifest import ManifestWriter
 
-            host, pid = hostname(), os.getpid()
-            run_dir = Path(self.config.global_.save_path).absolute() / self.run_id
+            host, pid, run_dir = hostname(), os.getpid(), self.run_dir
             self._manifest = ManifestWriter(run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
                                             {"run": self.run_id, "rank": None, "host": host, "pid": pid},
                                             root=run_dir)  # no link followed from the run directory down
-        self._manifest.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
-                             step=failure.step, kind=failure.kind, error=failure.error)
+        self._manifest.write(record_type, **fields)
 
 
 @dataclass
@@ -465,6 +569,16 @@ class _Stuck:
     failure: WorkerFailure
     since: float
     said: bool = False
+
+
+def _node_alive(node: str) -> bool:
+    """Whether Ray still lists ``node`` as alive (asked only when a worker died)."""
+    try:
+        import ray
+
+        return any(n.get("NodeID") == node and n.get("Alive") for n in ray.nodes())
+    except Exception:  # cannot tell: do not claim a loss
+        return True
 
 
 def _send_without_waiting(submit, spec: WorkerSpec, handle: Any) -> None:
