@@ -116,9 +116,8 @@ def gather_traces(controller: Any, finals: Any) -> Gathered:
         if spec_handle is None or not isinstance(records, list) or not info.get("run_dir"):
             continue
         handle, node, source_dir = spec_handle[1], info.get("node"), Path(info["run_dir"])
-        here = controller.collector.node if controller.collector is not None else None
-        if (node is None or here is None or node == here) and _same_directory(source_dir, controller.run_dir):
-            continue  # this worker already wrote into the controller's run directory
+        if controller.collector is not None and info.get("manifest") in controller.collector.visible:
+            continue  # the controller reads this worker's files where they are (same machine or shared disk)
         for path in sorted({r["path"] for r in records if isinstance(r, dict) and not r.get("outside_output_dir")}):
             try:
                 files = ray.get(handle.rlprof_files.remote(path), timeout=controller.timeout_s)
@@ -201,13 +200,6 @@ def _record(controller: Any, done: Gathered, node: str | None, source: Path, rel
         done.over_budget.append(str(source))
     controller.write(GATHERED_RECORD, node=node, source=str(source), path=rel, size=size, sha256=sha256, status=status,
                      **{"deleted_local": False, **extra})
-
-
-def _same_directory(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def _unlink(path: Path) -> None:

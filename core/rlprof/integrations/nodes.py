@@ -11,8 +11,10 @@ the worker's run directory on its node), so ``rlprof report <controller save_pat
 rank of every node, says on which node each artifact lives, and still has a lost node's records
 up to its last step.
 
-When the worker's manifest *is* the controller's file (same node, same path: the usual single-machine
-run) nothing is copied.
+When the worker's manifest path is the controller's target and the controller reads the batch's very
+bytes there (same machine and save path, the usual single-machine run, or a save path on a file system
+every node shares), nothing is copied. The bytes are compared, not only the paths: node-local disks
+often use the same path on every node.
 
 ``RLPROF_NODE_SAVE_PATH`` (in a node's environment: the raylet's, so every worker started there has
 it) replaces ``global_profiler.save_path`` for the workers of that node. It is how simulated nodes on
@@ -72,6 +74,8 @@ class ManifestBatch:
     pid: int
     run_dir: str
     """The worker's run directory on its node (artifact paths are relative to it)."""
+    offset: int
+    """Where ``lines`` start in the worker's manifest."""
     lines: bytes
 
 
@@ -92,26 +96,29 @@ class ManifestCursor:
         self.path = path
         self.offset = 0
 
-    def take(self) -> bytes:
+    def take(self) -> tuple[int, bytes]:
+        """``(offset, lines)``: the complete lines written since the last call and where they start."""
+        start = self.offset
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
                 data = handle.read()
         except OSError:  # not written yet (nothing profiled), or removed: nothing to send
-            return b""
+            return start, b""
         end = data.rfind(b"\n") + 1
         self.offset += end
-        return data[:end]
+        return start, data[:end]
 
 
 def batch_of(prof: Any, cursor: ManifestCursor) -> ManifestBatch | None:
     """The batch of ``prof``'s process manifest read through ``cursor``; None when there is nothing new."""
-    lines = cursor.take()
+    offset, lines = cursor.take()
     if not lines:
         return None
     run = prof.run
     return ManifestBatch(name=cursor.path.name, path=str(cursor.path), node=current_node(), host=run.host,
-                         run=run.run_id, rank=run.rank, pid=run.pid, run_dir=str(run.run_dir), lines=lines)
+                         run=run.run_id, rank=run.rank, pid=run.pid, run_dir=str(run.run_dir), offset=offset,
+                         lines=lines)
 
 
 # ------------------------------------------------------------------------------ controller side
@@ -140,14 +147,18 @@ class RunCollector:
         self.batches = 0
         self.lost_batches = 0
         self._started: set[str] = set()
-        self._local: set[str] = set()
+        self.visible: set[str] = set()
+        """Worker manifests the controller reads where the worker writes them (nothing to copy)."""
 
     def receive(self, batch: ManifestBatch) -> None:
         self.batches += 1
         self.bytes_received += len(batch.lines)
         target = self.run_dir / "manifest" / batch.name
-        if batch.path in self._local or self._is_same_file(batch, target):
-            self._local.add(batch.path)
+        if batch.path in self.visible:
+            return
+        if batch.path not in self._started and os.path.abspath(batch.path) == os.path.abspath(target) \
+                and _readable_here(batch):
+            self.visible.add(batch.path)
             return
         try:
             if batch.path not in self._started:
@@ -167,14 +178,18 @@ class RunCollector:
             log.error("rlprof: cannot add %s's manifest records to %s (%s); they are still on node %s",
                       batch.name, target, exc, short_node(batch.node))
 
-    def _is_same_file(self, batch: ManifestBatch, target: Path) -> bool:
-        """The worker's manifest is the controller's target itself (same node, same path)."""
-        if batch.node != self.node and batch.node is not None and self.node is not None:
-            return False
-        try:
-            return os.path.samefile(batch.path, target)
-        except OSError:
-            return os.path.abspath(batch.path) == os.path.abspath(target)
+
+
+def _readable_here(batch: ManifestBatch) -> bool:
+    """The controller sees the batch's lines at their offset in the file at the worker's path (which is
+    also the controller's target): the file is shared (or this is the worker's machine) and copying it
+    would write every line twice."""
+    try:
+        with open(batch.path, "rb") as handle:
+            handle.seek(batch.offset)
+            return handle.read(len(batch.lines)) == batch.lines
+    except OSError:
+        return False
 
 
 def sha256_of(path: Path, chunk: int = 8 << 20) -> str:

@@ -238,6 +238,7 @@ class ProfiledWorker:
             "selected_roles": list(prof.plan.selected_roles),
             "run_dir": str(prof.run.run_dir),
             "node": current_node(),
+            "manifest": str(prof.manifest_path) if prof.manifest_path is not None else None,
         }
 
     def rlprof_start_step(self, step: int) -> None:
