@@ -8,7 +8,7 @@ from rlprof.analysis.report import build_reports, main
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
 from rlprof.testing.ray_worker import ScriptedWorker
 
-from rlprof.integrations.nodes import simulated_cluster
+from rlprof.integrations.nodes import pinned, simulated_cluster
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("rlprof_torch")
@@ -26,13 +26,10 @@ def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
     roots = [tmp_path / f"node{i}" for i in range(2)]
     cluster = simulated_cluster(roots)
     try:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        doomed_node = [n for n in cluster.worker_nodes][0]
-        ids = {n["NodeManagerPort"]: n["NodeID"] for n in ray.nodes()}
-        doomed = ids[doomed_node.node_manager_port]
+        [doomed_node] = cluster.cluster.worker_nodes
+        doomed = cluster.node_ids[1]
         actor = ray.remote(ScriptedWorker)
-        workers = [actor.options(num_cpus=1).remote(HYBRID_ENGINE_STAGES) for _ in range(2)]
+        workers = [actor.options(num_cpus=1, **pinned(node)).remote(HYBRID_ENGINE_STAGES) for node in cluster.node_ids]
         controller = ProfilingController(config(tmp_path / "controller"), timeout_s=60)
         for rank, handle in enumerate(workers):
             controller.add(WorkerSpec(rank=rank, world_size=2, roles=HYBRID, stages=HYBRID_ENGINE_STAGES), handle)
@@ -42,7 +39,7 @@ def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
         ray.get([w.run_step.remote() for w in controller.handles], timeout=60)
         assert controller.step_boundary().ok
 
-        cluster.remove_node(doomed_node)
+        cluster.cluster.remove_node(doomed_node)
         for step in (2, 3):  # training goes on with the workers that are left
             controller.start_step(step)
             ray.get([w.run_step.remote() for w in controller.handles], timeout=60)

@@ -4,7 +4,7 @@ the controller's run directory through Ray, ``gather: traces`` moves the traces 
 checksums, and a node removed mid-run is reported as lost with its records up to its last step.
 
 The workers are :class:`~rlprof.testing.ray_worker.ScriptedWorker` actors with the real ``torch``
-backend, one per node (each node has one CPU and each worker asks for one).
+backend, one pinned on each node.
 """
 
 import hashlib
@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from rlprof.analysis.report import build_reports, main
-from rlprof.integrations.nodes import simulated_cluster
+from rlprof.integrations.nodes import pinned, simulated_cluster
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
 from rlprof.testing.ray_worker import ScriptedWorker
 
@@ -32,7 +32,8 @@ def cluster(tmp_path_factory):
     base = tmp_path_factory.mktemp("nodes")
     roots = [base / f"node{i}" for i in range(NODES)]
     cluster = simulated_cluster(roots)
-    workers = [ray.remote(ScriptedWorker).options(num_cpus=1).remote(HYBRID_ENGINE_STAGES) for _ in range(NODES)]
+    workers = [ray.remote(ScriptedWorker).options(num_cpus=1, **pinned(node)).remote(HYBRID_ENGINE_STAGES)
+               for node in cluster.node_ids]
     yield roots, workers
     ray.shutdown()
     cluster.shutdown()

@@ -283,6 +283,16 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     )
 
 
+def locate(records: Sequence[dict[str, Any]]) -> None:
+    """:func:`_locate` for a run's records as :func:`rlprof.manifest.read_records` gives them (``rlprof
+    timeline`` reads the traces where the report says they are)."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("type") in ("artifact", NODE_RECORD, GATHERED_RECORD) and usable(r):
+            by_type.setdefault(r["type"], []).append(r)
+    _locate(by_type)
+
+
 def _locate(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Point each artifact record at where its file is: a manifest the controller gathered from another
     node (headed by a ``node`` record) lists files on that node (``_run_dir`` becomes the node's run

@@ -42,10 +42,13 @@ class Preflight:
     """Backend -> why it will capture nothing on this machine (its ``check_environment``)."""
 
 
-def check_flags(workers: int, train_steps: int | None, timeout_s: float) -> None:
+def check_flags(workers: int, train_steps: int | None, timeout_s: float, nodes: int = 1) -> None:
     """The numeric flags, before any configuration is read."""
     if workers < 1:
         raise Refusal(f"--workers: got {workers}; allowed: 1 or more worker processes (each one rank hosting actor, rollout and ref)")
+    if not 1 <= nodes <= workers:
+        raise Refusal(f"--nodes: got {nodes}; allowed: 1 to --workers ({workers}) simulated Ray nodes, each running "
+                      "at least one worker")
     if train_steps is not None and train_steps < 1:
         raise Refusal(f"--train-steps: got {train_steps}; allowed: 1 or more training steps")
     if not timeout_s > 0:

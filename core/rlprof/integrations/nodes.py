@@ -203,11 +203,22 @@ def sha256_of(path: Path, chunk: int = 8 << 20) -> str:
             digest.update(data)
 
 
-def simulated_cluster(roots: list[Path], *, num_cpus: int = 1, connect: bool = True) -> Any:
+@dataclass
+class SimulatedCluster:
+    """A ``ray.cluster_utils.Cluster`` and its nodes' Ray ids, in the order of their roots."""
+
+    cluster: Any
+    node_ids: list[str]
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+def simulated_cluster(roots: list[Path], *, num_cpus: int = 1, connect: bool = True) -> SimulatedCluster:
     """A ``ray.cluster_utils.Cluster`` of ``len(roots)`` nodes on this machine, node ``i`` writing under
     ``roots[i]`` (its :data:`NODE_SAVE_PATH_ENV`), each with ``num_cpus`` CPUs; connected to when
     ``connect``. For tests and ``rlprof demo --nodes N``: "node-local" files are then really apart.
-    The caller shuts it down (``ray.shutdown()``, then ``cluster.shutdown()``)."""
+    The caller shuts it down (``ray.shutdown()``, then ``.shutdown()``)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -216,12 +227,18 @@ def simulated_cluster(roots: list[Path], *, num_cpus: int = 1, connect: bool = T
 
     cluster = Cluster(initialize_head=True, head_node_args={**node(roots[0]), "include_dashboard": False})
     try:
-        for root in roots[1:]:
-            cluster.add_node(**node(root))
+        ids = [cluster.head_node.node_id] + [cluster.add_node(**node(root)).node_id for root in roots[1:]]
         if connect:
             ray.init(address=cluster.address, logging_level=logging.WARNING, log_to_driver=False)
         cluster.wait_for_nodes()
     except BaseException:
         cluster.shutdown()
         raise
-    return cluster
+    return SimulatedCluster(cluster, ids)
+
+
+def pinned(node_id: str) -> dict[str, Any]:
+    """``.options(**pinned(node))``: the actor runs on that node and nowhere else."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
