@@ -124,3 +124,23 @@ def test_a_gather_budget_stops_gathering_not_training(cluster, tmp_path, caplog)
     assert "gather_budget_gb" in caplog.text
     [report] = build_reports([tmp_path / "controller"])
     assert len(report.not_gathered) == 2 * NODES and all(f.exists and not f.gathered_from for f in report.files)
+
+
+def test_the_finish_hook_runs_once_per_node_with_that_nodes_directories(cluster, tmp_path):
+    roots, workers = cluster
+    extra = ray.remote(ScriptedWorker).options(num_cpus=0, **pinned(ray.get(workers[0].where.remote())["node_id"])
+                                               ).remote(HYBRID_ENGINE_STAGES)  # a second worker on node 0
+    said = tmp_path / "hooks.txt"
+    command = f'echo "$RLPROF_NODE_ID|$RLPROF_NODE_RANKS|$RLPROF_NODE_RUN_DIRS|$RLPROF_RANK" >> {said}'
+    controller = ProfilingController(config(tmp_path / "controller", finish_hook_cmd=command), timeout_s=120)
+    try:
+        assert run(controller, [*workers, extra]).ok
+    finally:
+        ray.kill(extra)
+    lines = sorted(said.read_text().splitlines())
+    assert len(lines) == NODES and controller.finish_hooks == {"workers/rank0": 0, "workers/rank1": 0, "workers/rank2": 0}
+    by_node = {line.split("|")[0]: line.split("|")[1:] for line in lines}
+    assert set(by_node) == {info["node"] for info in controller.infos.values()}
+    node0 = controller.infos["workers/rank0"]["node"]
+    ranks, run_dirs, rank = by_node[node0]
+    assert (ranks, rank) == ("0,3", "0") and run_dirs == str(roots[0] / controller.run_id)

@@ -242,3 +242,36 @@ def pinned(node_id: str) -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+
+
+# ------------------------------------------------------------------------------ the finish hook, once per node
+
+
+def finish_hook_runners(config: Any, workers: dict[str, tuple[Any, Any]], infos: dict[str, dict[str, Any]]
+                        ) -> dict[str, dict[str, str]]:
+    """Which worker runs ``finish_hook_cmd`` on each node, and the node's part of its environment.
+
+    On each Ray node (each host, where Ray did not say) the lowest rank among the workers the usual
+    rule picks (``finish_hook_all_ranks``, ``finish_hook_ranks``, else the ranks that profile) runs
+    it, once, for the whole node: the guides' "one rank per node uploads that node's directory". Its
+    environment adds ``RLPROF_NODE_ID``, ``RLPROF_NODE_RANKS`` (comma list of that node's ranks) and
+    ``RLPROF_NODE_RUN_DIRS`` (the run directories of that node's workers, ``os.pathsep``-separated).
+    Returns ``{worker label: node environment}``."""
+    g = config.global_
+    nodes: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+    for label, info in infos.items():
+        spec = workers[label][0]
+        nodes.setdefault(info.get("node") or f"host:{info.get('host')}", []).append((spec.rank, label, info))
+    runners = {}
+    for node, members in nodes.items():
+        chosen = [m for m in members if g.finish_hook_all_ranks
+                  or (g.finish_hook_ranks is not None and m[0] in g.finish_hook_ranks)
+                  or (g.finish_hook_ranks is None and m[2].get("active"))]
+        if not chosen:
+            continue
+        rank, label, _ = min(chosen, key=lambda m: (m[0], m[1]))
+        run_dirs = list(dict.fromkeys(str(m[2].get("run_dir")) for m in sorted(members, key=lambda m: m[0])))
+        runners[label] = {"RLPROF_NODE_ID": "" if node.startswith("host:") else node,
+                          "RLPROF_NODE_RANKS": ",".join(str(m[0]) for m in sorted(members, key=lambda m: m[0])),
+                          "RLPROF_NODE_RUN_DIRS": os.pathsep.join(run_dirs)}
+    return runners

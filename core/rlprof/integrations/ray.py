@@ -48,7 +48,8 @@ from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import BackendError
 from rlprof.layout import hostname, new_run_id, safe_name
-from rlprof.integrations.nodes import ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node, node_save_path
+from rlprof.integrations.nodes import (ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node,
+                                       finish_hook_runners, node_save_path)
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
 from rlprof.runtime.plan import primary_role, resolve_plan
 
@@ -182,6 +183,7 @@ class ProfiledWorker:
 
     _rlprof_profiler = None
     _rlprof_cursor = None
+    _rlprof_node_hook = None
 
     @property
     def profiler(self):
@@ -277,6 +279,30 @@ class ProfiledWorker:
 
         return delete_if_unchanged(self.profiler.run.run_dir, path, sha256)
 
+    def rlprof_start_finish_hook(self, command: str, node_env: Mapping[str, str]) -> None:
+        """Start ``finish_hook_cmd`` for this worker's whole node (the controller picked this worker:
+        :func:`~rlprof.integrations.nodes.finish_hook_runners`), in a background thread, with this
+        rank's usual environment plus ``node_env``; returns at once, so training calls are not held up."""
+        from rlprof.runtime.finish_hook import FinishHook
+
+        prof = self.profiler
+        config = prof.config.with_overrides(finish_hook_cmd=command, finish_hook_all_ranks=True)
+        hook = FinishHook.for_process(config, prof.plan, prof.run)
+        if hook is None:
+            return
+        hook.env.update(node_env)
+        hook.synchronous = False
+        self._rlprof_node_hook = hook
+        hook.start()
+
+    def rlprof_wait_finish_hook(self) -> int | None:
+        """Wait for the node's finish hook (at most ``RLPROF_FINISH_HOOK_TIMEOUT`` s); its exit status."""
+        hook = self._rlprof_node_hook
+        if hook is None:
+            return None
+        hook.wait()
+        return hook.returncode
+
     def _rlprof_reply(self, value: Any, send_manifest: bool) -> Any:
         if not send_manifest:
             return value
@@ -366,6 +392,13 @@ class ProfilingController:
         """What ``finalize`` gathered (``global_profiler.gather: traces``): a :class:`~rlprof.integrations.gather.Gathered`."""
         self.infos: dict[str, dict[str, Any]] = {}
         """Each worker's :meth:`ProfiledWorker.rlprof_info` from ``setup``."""
+        g = self.config.global_
+        self._hook_command = g.finish_hook_cmd if self.config.enabled and g.steps and not g.caller_steps else None
+        """``finish_hook_cmd``, run by the controller's choice once per node (not by every worker)."""
+        self._hook_runners: dict[str, dict[str, str]] = {}
+        self._hooks_started: dict[str, Any] = {}
+        self.finish_hooks: dict[str, int | None] = {}
+        """After :meth:`finalize`: each node's finish hook exit status, by the worker that ran it."""
         self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
         for spec, handle in workers:
             self.add(spec, handle)
@@ -398,14 +431,17 @@ class ProfilingController:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
         if self.collector is None and self.config.enabled:
             self.collector = RunCollector(self.run_dir, current_node())
+        shipped = self.config.with_overrides(finish_hook_cmd=None) if self._hook_command else self.config
         result = self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
-            self.config, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
+            shipped, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
         for label, info in result.results.items():
             if isinstance(info, Mapping):
                 self.infos[label] = dict(info)
                 node = info.get("node")
                 if node:
                     self.placement.setdefault(node, NodeInfo(node, str(info.get("host")))).workers.append(label)
+        if self._hook_command:
+            self._hook_runners = finish_hook_runners(self.config, self.workers, self.infos)
         return result
 
     @property
@@ -432,7 +468,42 @@ class ProfilingController:
         result = self._fan_out("step_boundary", step,
                                lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
         self._last_step = step
+        if self._hook_runners and step == max(self._profiled_steps):
+            self._start_finish_hooks()
         return result
+
+    def _wait_finish_hooks(self) -> dict[str, int | None]:
+        """Each node's finish hook exit status by the worker that ran it (None: it did not answer)."""
+        import ray
+
+        refs = {}
+        for label in self._hooks_started:
+            if label not in self.dead:
+                try:
+                    refs[self.workers[label][1].rlprof_wait_finish_hook.remote()] = label
+                except Exception:  # the worker is gone: nothing to wait for
+                    pass
+        timeout = float(os.environ.get("RLPROF_FINISH_HOOK_TIMEOUT", "600")) + self.timeout_s
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+        status: dict[str, int | None] = dict.fromkeys(refs.values())
+        for ref in ready:
+            try:
+                status[refs[ref]] = ray.get(ref)
+            except Exception as exc:
+                log.error("rlprof: the finish hook on %s: %s", refs[ref], describe_error(exc))
+        return status
+
+    def _start_finish_hooks(self) -> None:
+        """After the last profiled step's captures are written on every node: the finish hook on one
+        worker per node, not waited for (training goes on); :meth:`finalize` waits."""
+        for label, node_env in self._hook_runners.items():
+            if label in self.dead or label in self._hooks_started:
+                continue
+            handle = self.workers[label][1]
+            try:
+                self._hooks_started[label] = handle.rlprof_start_finish_hook.remote(self._hook_command, node_env)
+            except Exception as exc:
+                log.error("rlprof: could not start the finish hook on %s: %s", label, describe_error(exc))
 
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
@@ -440,6 +511,8 @@ class ProfilingController:
             self.step_boundary()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
+        if self._hooks_started:
+            self.finish_hooks = self._wait_finish_hooks()
         if self.config.enabled and self.config.global_.gather == "traces":
             from rlprof.integrations.gather import gather_traces
 
