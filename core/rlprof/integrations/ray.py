@@ -17,6 +17,11 @@ rlprof follows that shape:
   costs the timeout once per run, not once per step. A hung worker that answers again (its stuck
   call finished) rejoins at the next fan-out; ``finalize`` is still sent to it, without waiting, so
   it can write its captures if it ever gets there.
+* **Many nodes** (:mod:`rlprof.integrations.nodes`): every reply a worker sends at ``setup``, a
+  profiled step's end and ``finalize`` carries the lines its manifest gained since, which the
+  controller appends in its own run directory, so one ``rlprof report`` sees every node; a dead
+  node is recorded as lost; ``gather: traces`` streams the files too (:mod:`rlprof.integrations.gather`);
+  ``finish_hook_cmd`` runs once per node.
 
 A run, end to end::
 
