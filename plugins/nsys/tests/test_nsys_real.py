@@ -198,3 +198,26 @@ def test_demo_discrete_one_report_per_role_region(tmp_path):
             assert names == {record["region"]}
             regions.append(record["region"])
         assert sorted(regions) == sorted(DEMO_ROLE_RANGES)
+
+
+@pytest.mark.slow
+def test_demo_on_two_simulated_nodes_every_report_reaches_the_controllers_layout(tmp_path):
+    # each node relocates its reports out of Ray's nsight folder on that node at finalize; gather: traces
+    # then streams them to the controller's save path: no `rlprof relocate`, no copying by hand
+    save = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--tool", "nsys", "--workers", "2", "--nodes", "2",
+                           "--save-path", str(save), "global_profiler.gather=traces",
+                           "global_profiler.gather_delete_local=true"],
+                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (run_dir,) = [p for p in save.iterdir() if p.is_dir()]
+    records = list(read_records([save]))
+    gathered = {r["path"]: r for r in records if r.get("type") == "gathered"}
+    reports = [r for r in records if r.get("type") == "artifact" and r.get("backend") == "nsys"]
+    assert len(reports) == 4 and len({r["_manifest"] for r in reports}) == 2  # 2 steps x 2 ranks, one rank per node
+    nodes = {r["node"] for r in records if r.get("type") == "node"}
+    assert len(nodes) == 2
+    for r in reports:
+        assert r["kind"] == "file" and gathered[r["path"]]["status"] == "verified"
+        assert set(ranges(run_dir / r["path"])) >= {f"step{r['step']}", "actor_update"}
+    assert not list((tmp_path / "demo-nodes").rglob("*.nsys-rep"))  # verified, then deleted on the nodes
