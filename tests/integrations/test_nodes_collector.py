@@ -75,3 +75,19 @@ def test_a_gathered_file_is_read_only_inside_its_run_directory(tmp_path):
     for escape in ("../secret", "/etc/passwd", "step1/../../x"):
         with pytest.raises(PermissionError):
             run_file(tmp_path, escape)
+
+
+def test_a_report_over_the_controller_and_the_node_counts_each_process_once(tmp_path):
+    node_run = tmp_path / "nodeb" / "r1"
+    worker = node_run / "manifest" / "rank1-hostb-7.jsonl"
+    worker.parent.mkdir(parents=True)
+    lines = line(type="process", world_size=1, roles=["actor"], selected_roles=["actor"], steps=[1], mode="e2e",
+                 tools=["torch"]) + line(type="finalized", reason="end")
+    worker.write_bytes(lines)
+    RunCollector(tmp_path / "controller" / "r1", node="a" * 56).receive(batch(worker, 0, lines, run_dir=str(node_run)))
+    from rlprof.analysis.runs import build_reports
+
+    [both] = build_reports([tmp_path / "controller", tmp_path / "nodeb"])
+    [alone] = build_reports([tmp_path / "controller"])
+    assert len(both.processes) == len(alone.processes) == 1
+    assert both.processes[0].manifest == str(worker) and alone.processes[0].node == "b" * 56

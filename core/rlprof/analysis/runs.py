@@ -198,7 +198,7 @@ def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler
     :raises LookupError: ``run`` matches no run, or several.
     """
     by_run: dict[str, list[dict[str, Any]]] = {}
-    for record in read_records(paths):
+    for record in without_copies(read_records(paths)):
         by_run.setdefault(str(record.get("run")), []).append(record)
     if run is not None:
         chosen = [r for r in by_run if r == run] or [r for r in by_run if r.startswith(run)]
@@ -208,6 +208,17 @@ def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler
     else:
         chosen = list(by_run)
     return [build_report(run_id, by_run[run_id], straggler_pct) for run_id in sorted(chosen, reverse=True)]  # ids sort by start time
+
+
+def without_copies(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records, less those of a manifest the controller gathered from a node (headed by a ``node``
+    record) when that node's own manifest was read too (``rlprof report CONTROLLER NODE_A ...``): each
+    process is counted once, from its node's file."""
+    records = list(records)
+    read = {r.get("_manifest") for r in records}
+    copies = {r["_manifest"] for r in records if r.get("type") == NODE_RECORD
+              and r.get("node_manifest") in read and r.get("node_manifest") != r["_manifest"]}
+    return [r for r in records if r.get("_manifest") not in copies] if copies else records
 
 
 REQUIRED = {

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.manifest import read_records
 from rlprof.analysis.outputs import refusal, replacing
-from rlprof.analysis.runs import locate, role_index
+from rlprof.analysis.runs import locate, role_index, without_copies
 from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof timeline: {refused}", file=sys.stderr)
         return EXIT_USAGE
     by_run: dict[str, list[dict[str, Any]]] = {}
-    for record in read_records(opts.paths):
+    for record in without_copies(read_records(opts.paths)):
         by_run.setdefault(str(record.get("run")), []).append(record)
     if not by_run:
         print(f"rlprof timeline: no rlprof manifests under {', '.join(opts.paths)}", file=sys.stderr)

@@ -577,6 +577,10 @@ class ProfilingController:
         for ref in ready:
             label = refs[ref]
             stuck = self.unresponsive.pop(label)
+            try:
+                self._received(ray.get(ref, timeout=0))  # the manifest lines its late reply carries
+            except Exception:  # the late call raised: nothing rode on it
+                pass
             log.warning("rlprof: worker %s answered again %.1f s after it stopped answering (%s); the controller "
                         "waits for it again", label, time.monotonic() - stuck.since, stuck.failure.call)
 
