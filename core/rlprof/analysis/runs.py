@@ -270,7 +270,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts, regions, skips = by_type.get("artifact", []), by_type.get("region", []), by_type.get("skip", [])
+    artifacts, regions, skips = _settled(by_type.get("artifact", [])), by_type.get("region", []), by_type.get("skip", [])
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
@@ -302,6 +302,15 @@ def locate(records: Sequence[dict[str, Any]]) -> None:
         if r.get("type") in ("artifact", NODE_RECORD, GATHERED_RECORD) and usable(r):
             by_type.setdefault(r["type"], []).append(r)
     _locate(by_type)
+
+
+def _settled(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Artifacts less the ``pending`` ones that were moved since (a later record says
+    ``relocated_from`` their ``source``: nsys reports written at exit, then relocated)."""
+    moved = {a["relocated_from"] for a in artifacts if a.get("relocated_from")}
+    if not moved:
+        return artifacts
+    return [a for a in artifacts if not (a.get("kind") == "pending" and a.get("source") in moved)]
 
 
 def _locate(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlprof.integrations.nodes import sha256_of
 from rlprof.manifest import GATHERED_RECORD, short_node
 
 log = logging.getLogger("rlprof")
@@ -79,13 +80,36 @@ def read_chunk(run_dir: Path, path: str, offset: int, size: int) -> bytes:
 
 
 def delete_if_unchanged(run_dir: Path, path: str, sha256: str) -> bool:
-    from rlprof.integrations.nodes import sha256_of
-
     full = run_file(run_dir, path)
     if full.is_symlink() or not full.is_file() or sha256_of(full) != sha256:
         return False
     full.unlink()
     return True
+
+
+class RunFiles:
+    """What the controller asks of a node to gather a run's files: mixed into the Ray actors that can
+    answer on that node (:class:`~rlprof.integrations.ray.ProfiledWorker`, and
+    :class:`~rlprof.integrations.nodes.NodeAgent` once the workers are gone). Every path is relative
+    to :meth:`_rlprof_run_dir` and must stay inside it."""
+
+    def _rlprof_run_dir(self) -> Path:
+        raise NotImplementedError
+
+    def rlprof_files(self, path: str) -> list[tuple[str, int]]:
+        """The files of one artifact (a directory lists every file under it) with their sizes."""
+        return files_of(self._rlprof_run_dir(), path)
+
+    def rlprof_read(self, path: str, offset: int, size: int) -> bytes:
+        """At most ``size`` bytes (and at most :data:`CHUNK_BYTES`) of a run file from ``offset``."""
+        return read_chunk(self._rlprof_run_dir(), path, offset, size)
+
+    def rlprof_sha256(self, path: str) -> str:
+        return sha256_of(run_file(self._rlprof_run_dir(), path))
+
+    def rlprof_delete_local(self, path: str, sha256: str) -> bool:
+        """Delete this node's copy of a gathered file if it still has checksum ``sha256``."""
+        return delete_if_unchanged(self._rlprof_run_dir(), path, sha256)
 
 
 # ------------------------------------------------------------------------------ controller side
@@ -104,24 +128,53 @@ class Gathered:
     seconds: float = 0.0
 
 
-def gather_traces(controller: Any, finals: Any) -> Gathered:
-    """Stream every artifact of the workers that finalized (``finals.results``: label -> artifact
-    records) into ``controller.run_dir``. Never raises."""
+@dataclass
+class Source:
+    """Files to gather from one node: ``handle`` is a :class:`RunFiles` actor there, serving ``run_dir``."""
+
+    handle: Any
+    node: str | None
+    run_dir: Path
+    paths: list[str]
+    """Artifact paths relative to ``run_dir`` (files or directories)."""
+
+
+def gathered_paths(records: Any) -> list[str]:
+    """The artifact paths of ``records`` (artifact records) that gathering moves: files in the run
+    directory (not ``pending`` ones, not outside the run directory)."""
+    if not isinstance(records, list):
+        return []
+    return sorted({r["path"] for r in records if isinstance(r, dict) and r.get("kind") != "pending"
+                   and not r.get("outside_output_dir") and isinstance(r.get("path"), str)})
+
+
+def worker_sources(controller: Any, finals: Any) -> list[Source]:
+    """A :class:`Source` per worker that finalized (``finals.results``: label -> artifact records),
+    except those whose files the controller already reads where they are (same machine or shared disk)."""
+    sources = []
+    for label, records in finals.results.items():
+        info = controller.infos.get(label) or {}
+        if label not in controller.workers or not info.get("run_dir"):
+            continue
+        if controller.collector is not None and info.get("manifest") in controller.collector.visible:
+            continue
+        sources.append(Source(controller.workers[label][1], info.get("node"), Path(info["run_dir"]),
+                              gathered_paths(records)))
+    return sources
+
+
+def gather_traces(controller: Any, sources: list[Source], done: Gathered | None = None) -> Gathered:
+    """Stream the sources' files into ``controller.run_dir``; ``done`` carries on an earlier call's
+    count (one budget per run). Never raises."""
     import ray
 
     began = time.perf_counter()
     g = controller.config.global_
     budget = int(g.gather_budget_gb * 1e9)
-    done = Gathered()
-    for label, records in finals.results.items():
-        info = controller.infos.get(label) or {}
-        spec_handle = controller.workers.get(label)
-        if spec_handle is None or not isinstance(records, list) or not info.get("run_dir"):
-            continue
-        handle, node, source_dir = spec_handle[1], info.get("node"), Path(info["run_dir"])
-        if controller.collector is not None and info.get("manifest") in controller.collector.visible:
-            continue  # the controller reads this worker's files where they are (same machine or shared disk)
-        for path in sorted({r["path"] for r in records if isinstance(r, dict) and not r.get("outside_output_dir")}):
+    done = done or Gathered()
+    for source in sources:
+        handle, node, source_dir = source.handle, source.node, source.run_dir
+        for path in source.paths:
             try:
                 files = ray.get(handle.rlprof_files.remote(path), timeout=controller.timeout_s)
             except Exception as exc:
@@ -136,7 +189,7 @@ def gather_traces(controller: Any, finals: Any) -> Gathered:
                     _record(controller, done, node, source_dir / rel, rel, size, None, "over_budget")
                     continue
                 _gather_one(controller, done, handle, node, source_dir, rel, size, g.gather_delete_local)
-    done.seconds = time.perf_counter() - began
+    done.seconds += time.perf_counter() - began
     if done.files or done.failed or done.over_budget:
         log.info("rlprof: gathered %d files (%.1f MB) in %.1f s; %d failed, %d over budget", done.files,
                  done.bytes / 1e6, done.seconds, len(done.failed), len(done.over_budget))

@@ -147,12 +147,15 @@ class RunCollector:
         self.batches = 0
         self.lost_batches = 0
         self._started: set[str] = set()
+        self.received: dict[str, int] = {}
+        """Worker manifest path -> how far into it the controller has its lines."""
         self.visible: set[str] = set()
         """Worker manifests the controller reads where the worker writes them (nothing to copy)."""
 
     def receive(self, batch: ManifestBatch) -> None:
         self.batches += 1
         self.bytes_received += len(batch.lines)
+        self.received[batch.path] = batch.offset + len(batch.lines)
         target = self.run_dir / "manifest" / batch.name
         if batch.path in self.visible:
             return

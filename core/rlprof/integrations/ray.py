@@ -47,12 +47,14 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import BackendError
 from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.integrations.gather import RunFiles
 from rlprof.integrations.nodes import (ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node,
                                        finish_hook_runners, node_save_path)
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
@@ -177,7 +179,7 @@ def _merged(base: dict[str, Any], fragment: Mapping[str, Any], source: str, path
 # ------------------------------------------------------------------------------ worker side
 
 
-class ProfiledWorker:
+class ProfiledWorker(RunFiles):
     """Mixin for a Ray actor class hosting roles on one rank: it owns that rank's Profiler.
 
     The controller calls the ``rlprof_*`` methods (through :class:`ProfilingController`); the
@@ -259,30 +261,14 @@ class ProfiledWorker:
         """Finalize this rank's Profiler; returns its artifact records."""
         return self._rlprof_reply(self.profiler.finalize(reason), send_manifest)
 
-    def rlprof_files(self, path: str) -> list[tuple[str, int]]:
-        """The files of one artifact (``path`` relative to the run directory; a directory lists every
-        file under it) with their sizes: what ``gather: traces`` will move."""
-        from rlprof.integrations.gather import files_of
+    def _rlprof_run_dir(self):
+        return self.profiler.run.run_dir
 
-        return files_of(self.profiler.run.run_dir, path)
+    def rlprof_exit(self) -> None:
+        """End this worker's process (after ``finalize``): tools that write at exit (nsys) write now."""
+        import ray
 
-    def rlprof_read(self, path: str, offset: int, size: int) -> bytes:
-        """At most ``size`` bytes of a run file from ``offset`` (one chunk of a gathered trace)."""
-        from rlprof.integrations.gather import read_chunk
-
-        return read_chunk(self.profiler.run.run_dir, path, offset, size)
-
-    def rlprof_sha256(self, path: str) -> str:
-        from rlprof.integrations.gather import run_file
-        from rlprof.integrations.nodes import sha256_of
-
-        return sha256_of(run_file(self.profiler.run.run_dir, path))
-
-    def rlprof_delete_local(self, path: str, sha256: str) -> bool:
-        """Delete this node's copy of a gathered file if it still has checksum ``sha256``."""
-        from rlprof.integrations.gather import delete_if_unchanged
-
-        return delete_if_unchanged(self.profiler.run.run_dir, path, sha256)
+        ray.actor.exit_actor()
 
     def rlprof_start_finish_hook(self, command: str, node_env: Mapping[str, str]) -> None:
         """Start ``finish_hook_cmd`` for this worker's whole node (the controller picked this worker:
@@ -395,6 +381,7 @@ class ProfilingController:
         """Where the workers' manifest batches go (the controller's run directory); built at ``setup``."""
         self.gathered = None
         """What ``finalize`` gathered (``global_profiler.gather: traces``): a :class:`~rlprof.integrations.gather.Gathered`."""
+        self._finals: dict[str, list[dict[str, Any]]] = {}
         self.infos: dict[str, dict[str, Any]] = {}
         """Each worker's :meth:`ProfiledWorker.rlprof_info` from ``setup``."""
         g = self.config.global_
@@ -519,10 +506,84 @@ class ProfilingController:
         if self._hooks_started:
             self.finish_hooks = self._wait_finish_hooks()
         if self.config.enabled and self.config.global_.gather == "traces":
-            from rlprof.integrations.gather import gather_traces
+            from rlprof.integrations.gather import gather_traces, worker_sources
 
-            self.gathered = gather_traces(self, result)
+            self.gathered = gather_traces(self, worker_sources(self, result))
+        self._finals = {label: records for label, records in result.results.items() if isinstance(records, list)}
         return result
+
+    @property
+    def pending(self) -> dict[str, list[dict[str, Any]]]:
+        """After :meth:`finalize`: the artifacts each worker listed as ``pending`` (a tool writes them
+        when the process exits, e.g. nsys with ``capture-range-end=repeat``), by worker label."""
+        found = {label: [r for r in records if isinstance(r, dict) and r.get("kind") == "pending"]
+                 for label, records in self._finals.items()}
+        return {label: records for label, records in found.items() if records}
+
+    def exit_workers(self, timeout_s: float | None = None) -> None:
+        """Ask every live worker's process to exit (:meth:`ProfiledWorker.rlprof_exit`) and wait, at most
+        ``timeout_s``, for them to be gone: what tools write at exit is then written."""
+        import ray
+
+        refs = []
+        for handle in self.handles:
+            try:
+                refs.append(handle.rlprof_exit.remote())
+            except Exception:
+                pass
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s if timeout_s is None else timeout_s)
+
+    def after_exit(self, timeout_s: float = 120.0) -> None:
+        """Once the workers have exited (:meth:`exit_workers`, or the trainer ended them): move what
+        tools wrote at exit into the run on each node, add those records to the controller's run
+        directory, and with ``gather: traces`` stream those files too
+        (:mod:`rlprof.integrations.after_exit`). Does nothing when no worker listed a pending file."""
+        import ray
+
+        from rlprof.integrations.after_exit import NodeAgent
+        from rlprof.integrations.gather import Source, gather_traces, gathered_paths
+        from rlprof.integrations.nodes import ManifestBatch, pinned
+
+        groups: dict[tuple[str | None, str], list[str]] = {}
+        for label in self.pending:
+            info = self.infos.get(label) or {}
+            if info.get("run_dir") and info.get("manifest"):
+                groups.setdefault((info.get("node"), info["run_dir"]), []).append(label)
+        agents, asked = [], {}
+        tools = list(self.config.global_.tools)
+        for (node, run_dir), labels in groups.items():
+            agent = ray.remote(NodeAgent).options(num_cpus=0, **(pinned(node) if node else {})).remote(run_dir)
+            agents.append(agent)
+            offsets = {self.infos[l]["manifest"]: self.collector.received.get(self.infos[l]["manifest"], 0)
+                       if self.collector is not None else 0 for l in labels}
+            asked[agent.after_exit.remote(tools, [int(self.infos[l]["pid"]) for l in labels], offsets, timeout_s)] = \
+                (agent, node, run_dir, labels)
+        sources = []
+        ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=timeout_s + self.timeout_s) if asked else ([], [])
+        for ref in ready:
+            agent, node, run_dir, labels = asked[ref]
+            try:
+                gained = ray.get(ref)
+            except Exception as exc:
+                log.error("rlprof: the after-exit step on node %s failed: %s", short_node(node), describe_error(exc))
+                continue
+            moved = []
+            for label in labels:
+                info = self.infos[label]
+                offset, lines = gained.get(info["manifest"], (0, b""))
+                if lines and self.collector is not None:
+                    self.collector.receive(ManifestBatch(
+                        name=os.path.basename(info["manifest"]), path=info["manifest"], node=node, host=info["host"],
+                        run=self.run_id, rank=info["rank"], pid=info["pid"], run_dir=run_dir, offset=offset, lines=lines))
+                moved += _artifacts_in(lines)
+            if self.config.global_.gather == "traces" and self.collector is not None \
+                    and not any(self.infos[l]["manifest"] in self.collector.visible for l in labels):
+                sources.append(Source(agent, node, Path(run_dir), gathered_paths(moved)))
+        if sources:
+            self.gathered = gather_traces(self, sources, self.gathered)
+        for agent in agents:
+            ray.kill(agent)
 
     def _fan_out(self, call: str, step: int | None, submit) -> FanOut:
         import ray
@@ -652,6 +713,21 @@ class _Stuck:
     failure: WorkerFailure
     since: float
     said: bool = False
+
+
+def _artifacts_in(lines: bytes) -> list[dict[str, Any]]:
+    """The ``artifact`` records among manifest lines."""
+    import json
+
+    found = []
+    for line in lines.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == "artifact":
+            found.append(record)
+    return found
 
 
 def _node_alive(node: str) -> bool:
