@@ -91,3 +91,16 @@ def test_a_report_over_the_controller_and_the_node_counts_each_process_once(tmp_
     [alone] = build_reports([tmp_path / "controller"])
     assert len(both.processes) == len(alone.processes) == 1
     assert both.processes[0].manifest == str(worker) and alone.processes[0].node == "b" * 56
+
+
+def test_two_nodes_with_one_host_name_and_pid_keep_apart(tmp_path):
+    controller = RunCollector(tmp_path / "controller" / "r1", node="a" * 56)
+    for node in ("b", "c"):
+        worker = tmp_path / f"node{node}" / "r1" / "manifest" / "rank1-hostb-7.jsonl"
+        controller.receive(batch(worker, 0, line(type="finalized", reason=node), node=node * 56,
+                                 run_dir=str(worker.parent.parent)))
+    copies = sorted((tmp_path / "controller" / "r1" / "manifest").iterdir())
+    assert [p.name for p in copies] == ["rank1-hostb-7-cccccccc.jsonl", "rank1-hostb-7.jsonl"]
+    heads = {json.loads(p.read_text().splitlines()[0])["node"][0] for p in copies}
+    reasons = {json.loads(p.read_text().splitlines()[1])["reason"] for p in copies}
+    assert heads == reasons == {"b", "c"}

@@ -146,7 +146,8 @@ class RunCollector:
         self.bytes_received = 0
         self.batches = 0
         self.lost_batches = 0
-        self._started: set[str] = set()
+        self._targets: dict[str, Path] = {}
+        """Worker manifest path -> the controller's copy (started with its ``node`` record)."""
         self.received: dict[str, int] = {}
         """Worker manifest path -> how far into it the controller has its lines."""
         self.visible: set[str] = set()
@@ -156,22 +157,25 @@ class RunCollector:
         self.batches += 1
         self.bytes_received += len(batch.lines)
         self.received[batch.path] = batch.offset + len(batch.lines)
-        target = self.run_dir / "manifest" / batch.name
         if batch.path in self.visible:
             return
-        if batch.path not in self._started and os.path.abspath(batch.path) == os.path.abspath(target) \
-                and _readable_here(batch):
-            self.visible.add(batch.path)
-            return
+        target = self._targets.get(batch.path)
+        if target is None:
+            target = self.run_dir / "manifest" / batch.name
+            if os.path.abspath(batch.path) == os.path.abspath(target) and _readable_here(batch):
+                self.visible.add(batch.path)
+                return
+            if target in self._targets.values():  # two nodes with one host name and pid: keep them apart
+                target = target.with_name(f"{target.stem}-{short_node(batch.node)}{target.suffix}")
         try:
-            if batch.path not in self._started:
+            if batch.path not in self._targets:
                 writer = ManifestWriter(target, {"run": batch.run, "rank": batch.rank, "host": batch.host,
                                                  "pid": batch.pid}, root=self.run_dir)
                 written = writer.write(NODE_RECORD, node=batch.node, node_run_dir=batch.run_dir, node_manifest=batch.path)
                 writer.close()
                 if not written:
                     raise OSError(f"cannot write {target}")
-                self._started.add(batch.path)
+                self._targets[batch.path] = target
             from rlprof.layout import open_file
 
             with open_file(target, self.run_dir, "ab") as handle:
@@ -180,7 +184,6 @@ class RunCollector:
             self.lost_batches += 1
             log.error("rlprof: cannot add %s's manifest records to %s (%s); they are still on node %s",
                       batch.name, target, exc, short_node(batch.node))
-
 
 
 def _readable_here(batch: ManifestBatch) -> bool:

@@ -439,8 +439,6 @@ class ProfilingController:
     @property
     def run_dir(self):
         """The controller's run directory: every node's manifest records end up here."""
-        from pathlib import Path
-
         return Path(self.config.global_.save_path).absolute() / self.run_id
 
     def start_step(self, step: int) -> FanOut:
