@@ -181,7 +181,7 @@ def gather_traces(controller: Any, sources: list[Source], done: Gathered | None 
                 _record(controller, done, node, source_dir / path, path, 0, None, "failed", error=_said(exc))
                 continue
             for rel, size in files:
-                if done.bytes + size > budget:
+                if done.over_budget or done.bytes + size > budget:  # past the budget, gathering stops
                     if not done.over_budget:
                         log.warning("rlprof: global_profiler.gather_budget_gb=%g reached after %d files (%.2f GB); "
                                     "the remaining files stay on their nodes (the report lists where)",
