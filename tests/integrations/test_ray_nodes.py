@@ -65,8 +65,8 @@ def test_every_node_records_reach_the_controller_and_files_stay_on_their_node(cl
     assert run(controller, workers).ok
     nodes = {info["node"] for info in controller.infos.values()}
     assert len(nodes) == NODES  # one worker per node
-    for rank, info in enumerate(controller.infos.values()):
-        assert info["run_dir"].startswith(str(tmp_path.parent)) and "controller" not in info["run_dir"]
+    for rank in range(NODES):  # worker r is pinned on node r, which writes under roots[r]
+        assert controller.infos[f"workers/rank{rank}"]["run_dir"] == str(roots[rank] / controller.run_id)
     assert not list((tmp_path / "controller").rglob("*.json.gz"))  # gather: none moves no trace
 
     [report] = build_reports([tmp_path / "controller"])
@@ -78,7 +78,7 @@ def test_every_node_records_reach_the_controller_and_files_stay_on_their_node(cl
     assert len(report.files) == 2 * NODES and all(f.exists and f.node in nodes for f in report.files)
     for f in report.files:  # each file is listed where it is: under its own node's root
         [process] = [p for p in report.processes if p.rank == f.rank]
-        assert f.node == process.node and any(f.path.startswith(str(root)) for root in roots)
+        assert f.node == process.node and f.path.startswith(str(roots[f.rank] / controller.run_id) + "/")
     assert main([str(tmp_path / "controller"), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["runs"][0]["files"]
     assert all(entry["node"] in nodes and entry["path"] for entry in listed)
