@@ -29,6 +29,15 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
+* ``node``     — first line of a manifest the Ray controller gathered from another node
+  (:mod:`rlprof.integrations.nodes`): ``node`` (Ray node id), ``node_run_dir`` (the worker's run
+  directory on that node: the file's artifact paths are relative to it), ``node_manifest``.
+* ``node_lost`` — the controller found a node dead: ``node``, ``node_host``, ``workers``, ``step`` (the
+  last profiled step it completed).
+* ``gathered`` — ``global_profiler.gather: traces`` moved (or did not move) one file to the controller:
+  ``node``, ``source`` (absolute path on the node), ``path`` (relative to the controller's run
+  directory), ``size``, ``sha256``, ``status`` (``verified``, ``exists``, ``failed``, ``over_budget``),
+  ``deleted_local``.
 
 Lines are appended and flushed as they happen (timing records at the end of each step), so a process
 killed mid-run keeps what it recorded. Writing never raises into training: a failed write (disk
@@ -50,6 +59,17 @@ FAILURE_RECORD = "worker_failure"
 """Manifest record type the Ray controller writes (``manifest/controller-<host>-<pid>.jsonl``): one per
 worker that died or hung past the timeout (it is not waited for again), one per rlprof call that
 raised in a worker: worker, rank, call, step, kind, error."""
+NODE_RECORD = "node"
+"""Heads a manifest gathered from another node: which node, and the worker's run directory there."""
+NODE_LOST_RECORD = "node_lost"
+"""The controller found a Ray node dead: its workers' records end at its last profiled step."""
+GATHERED_RECORD = "gathered"
+"""One file ``gather: traces`` streamed to the controller (or could not): where from, where to, checksum."""
+
+def short_node(node: str | None) -> str:
+    """A Ray node id as logs and reports name it: its first 8 hex digits (as ``ray status`` abbreviates)."""
+    return node[:8] if node else "?"
+
 
 _ENCODER = json.JSONEncoder(default=str, check_circular=False)
 """One encoder for every record (``json.dumps(..., default=str)`` builds a new one per call). Records

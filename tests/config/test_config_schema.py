@@ -17,8 +17,10 @@ ON = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_
 
 
 def test_the_key_sets_are_verls():
+    """verl's keys, and rlprof's own for many nodes (``gather*``: verl has no equivalent)."""
     assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "discrete", "global_tool_config",
-                           "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_"}
+                           "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_",
+                           "gather", "gather_budget_gb", "gather_delete_local"}
     assert ROLE_KEYS == {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
                          "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
 
@@ -84,3 +86,26 @@ def test_one_boolean_reader_for_core_legacy_and_backends():
     with pytest.raises(ConfigError, match=r"^x\.y: got 1 \(int\); allowed: true or false$"):
         parse_bool(1, "x.y")
     assert parse_bool(None, "x.y", default=True) is True
+
+
+@pytest.mark.parametrize(("key", "value", "allowed"), [
+    ("gather", "all", "none or traces"),
+    ("gather", 1, "none or traces"),
+    ("gather_budget_gb", -1, "a size in GB"),
+    ("gather_budget_gb", 0, "a size in GB"),
+    ("gather_budget_gb", "10G", "a size in GB"),
+    ("gather_budget_gb", True, "a size in GB"),
+    ("gather_delete_local", "maybe", "true or false"),
+])
+def test_a_bad_gather_setting_names_the_key_the_value_and_what_is_allowed(key, value, allowed):
+    with pytest.raises(ConfigError) as err:
+        load_config({"global_profiler": {"tool": "torch", "steps": [1], key: value}})
+    assert f"global_profiler.{key}" in str(err.value) and repr(value) in str(err.value) and allowed in str(err.value)
+
+
+def test_gather_defaults_leave_artifacts_on_their_node_with_a_budget():
+    g = load_config({"global_profiler": {"gather": "TRACES", "gather_budget_gb": 0.5}}).global_
+    assert (g.gather, g.gather_budget_gb, g.gather_delete_local) == ("traces", 0.5, False)
+    g = load_config({}).global_
+    assert (g.gather, g.gather_budget_gb, g.gather_delete_local) == ("none", 50.0, False)
+    assert load_config({"global_profiler": {"gather_budget_gb": None}}).global_.gather_budget_gb == 50.0

@@ -188,3 +188,20 @@ def test_hung_worker_times_out_without_hanging_the_controller(pool, tmp_path):
     pool.discard(hung)
     [report] = build_reports([tmp_path])
     assert [f["kind"] for f in report.worker_failures] == ["timeout"]
+
+
+def test_one_machine_one_save_path_nothing_is_copied_twice(pool, tmp_path):
+    """The controller reads the workers' manifests where they write them: no line is appended twice,
+    no ``node`` head is written, and ``gather: traces`` has nothing to move."""
+    config = profiler_config(tmp_path)
+    config["global_profiler"]["gather"] = "traces"
+    controller = start(pool, config, workers=2)
+    assert train(controller).ok
+    manifests = sorted(tmp_path.rglob("manifest/rank*.jsonl"))
+    assert len(manifests) == 2 and len(controller.collector.visible) == 2
+    for manifest in manifests:
+        lines = manifest.read_text().splitlines()
+        assert len(lines) == len(set(lines)) and '"type": "node"' not in manifest.read_text()
+    assert controller.gathered.files == 0 and not controller.gathered.failed
+    [report] = build_reports([tmp_path])
+    assert report.problem_count == 0 and len(report.processes) == 2

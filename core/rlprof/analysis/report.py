@@ -33,6 +33,7 @@ from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
+from rlprof.manifest import short_node
 
 __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
            "role_index", "size_text", "verdict", "verdict_lines"]
@@ -50,12 +51,14 @@ def render(report: RunReport) -> str:
     modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
     tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
     hosts = sorted({p.host for p in report.processes})
+    nodes = {p.node for p in report.processes if p.node}
     status = "ok" if report.ok else "FAILED"
     lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling process{'es' if len(report.processes) != 1 else ''} on "
-             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}"]
+             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)
     lines += _file_lines(report.files)
+    lines += _node_lines(report)
     lines += _said_lines(report)
     if report.anatomy.has_timings and report.run_dirs:
         run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
@@ -70,6 +73,22 @@ def render(report: RunReport) -> str:
     lines += [f"  {line}" for line in verdict_lines(report)]
     lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
     return "\n".join(lines)
+
+
+def _node_lines(report: RunReport) -> list[str]:
+    """Nodes the controller lost (their records end at their last step) and files left on their node
+    by ``gather: traces``."""
+    lines = []
+    for n in report.nodes_lost:
+        step = f"after step {n['step']}" if n.get("step") else "before any profiled step ended"
+        lines.append(f"  node {short_node(n.get('node'))} ({n.get('node_host')}) was LOST {step}: workers "
+                     f"{', '.join(n.get('workers') or [])}; their records up to then are above")
+    for g in report.not_gathered[:FILES_SHOWN]:
+        why = "over gather_budget_gb" if g.get("status") == "over_budget" else f"failed: {g.get('error')}"
+        lines.append(f"  not gathered ({why}): {g.get('source')} on node {short_node(g.get('node'))}")
+    if len(report.not_gathered) > FILES_SHOWN:
+        lines.append(f"  ... and {len(report.not_gathered) - FILES_SHOWN} more not gathered (--json lists all)")
+    return ["", "nodes:", *lines] if lines else []
 
 
 def _said_lines(report: RunReport) -> list[str]:
@@ -151,19 +170,29 @@ def _straggler_lines(anatomy: Anatomy) -> list[str]:
 def _file_lines(files: list[File]) -> list[str]:
     if not files:
         return ["", "files: none"]
-    gone = sum(1 for f in files if not f.exists)
+    away = sum(1 for f in files if not f.exists and f.node and not f.gathered_from)
+    gone = sum(1 for f in files if not f.exists) - away
     lines = ["", f"files ({len(files)}, {size_text(sum(f.size for f in files))}"
-                 + (f"; {gone} no longer on disk" if gone else "") + "):"]
+                 + (f"; {away} on other nodes" if away else "") + (f"; {gone} no longer on disk" if gone else "") + "):"]
     shown = files[:FILES_SHOWN]
     name_w = max(len(process_name(f.rank, f.replica_rank)) for f in shown)
     backend_w = max(len(f.backend) for f in shown)
+    nodes = any(f.node for f in shown)
     for f in shown:
-        lines.append(f"  {process_name(f.rank, f.replica_rank):<{name_w}}  {f.backend:<{backend_w}}  {size_text(f.size):>10}  {_shown(f.path)}"
-                     + ("" if f.exists else "  (no longer on disk)"))
+        node = f"node {short_node(f.node)}  " if nodes else ""
+        lines.append(f"  {process_name(f.rank, f.replica_rank):<{name_w}}  {f.backend:<{backend_w}}  {size_text(f.size):>10}  {node}{_shown(f.path)}"
+                     + ("" if f.exists else _absent(f)))
         lines += [f"      {d}" for d in f.details]
     if len(files) > FILES_SHOWN:
         lines.append(f"  ... and {len(files) - FILES_SHOWN} more (--json lists all)")
     return lines
+
+
+def _absent(f: File) -> str:
+    """Why a listed file is not here: it lives on another node, or it is gone."""
+    if f.node and not f.gathered_from:
+        return f"  (on node {short_node(f.node)}: not on this machine)"
+    return "  (no longer on disk)"
 
 
 def _table(rows: list[tuple[str, ...]], indent: str) -> list[str]:

@@ -9,6 +9,7 @@ a manifest edited by hand or cut short by a killed process never breaks a report
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.roles import ROLES
-from rlprof.manifest import FAILURE_RECORD, read_records
+from rlprof.manifest import FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, read_records
 
 
 @dataclass
@@ -40,6 +41,8 @@ class Process:
     """Backend -> what it said it lacks on that machine; such a backend is expected to write nothing."""
     finalized: str | None = None
     """The ``finalized`` record's reason, or None when the process never wrote one."""
+    node: str | None = None
+    """The Ray node it ran on, when the controller gathered its manifest from that node."""
 
     @property
     def name(self) -> str:
@@ -83,6 +86,11 @@ class File:
     """Set when a rollout replica's process wrote it."""
     details: list[str] = field(default_factory=list)
     """Lines from the backend's ``rlprof.report_details`` function (filled by :func:`add_details`)."""
+    node: str | None = None
+    """The Ray node that wrote it (a manifest the controller gathered); ``path`` is on that node unless
+    ``gathered_from`` is set."""
+    gathered_from: str | None = None
+    """Where it was on its node before ``gather: traces`` moved it to ``path`` (checksum verified)."""
 
 
 @dataclass
@@ -122,6 +130,10 @@ class RunReport:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     """``warning`` records: a backend's ``ctx.warn`` (kind ``backend``), a disagreeing colocated Profiler
     (kind ``colocated``). Said, never a failure."""
+    nodes_lost: list[dict[str, Any]] = field(default_factory=list)
+    """Ray nodes the controller found dead (``node_lost`` records): node, node_host, workers, step."""
+    not_gathered: list[dict[str, Any]] = field(default_factory=list)
+    """``gather: traces`` files left on their node (``failed``, ``over_budget``): node, source, status."""
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -141,7 +153,7 @@ class RunReport:
     @property
     def problem_count(self) -> int:
         return (len(self.missing) + len(self.short_captures) + len(self.errors) + len(self.worker_failures)
-                + len(self.unfinalized) + (1 if self.captured_nothing else 0))
+                + len(self.unfinalized) + len(self.nodes_lost) + (1 if self.captured_nothing else 0))
 
     @property
     def ok(self) -> bool:
@@ -171,6 +183,8 @@ class RunReport:
             "worker_failures": self.worker_failures,
             "skipped": self.skipped,
             "warnings": self.warnings,
+            "nodes_lost": self.nodes_lost,
+            "not_gathered": self.not_gathered,
         }
 
 
@@ -184,7 +198,7 @@ def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler
     :raises LookupError: ``run`` matches no run, or several.
     """
     by_run: dict[str, list[dict[str, Any]]] = {}
-    for record in read_records(paths):
+    for record in without_copies(read_records(paths)):
         by_run.setdefault(str(record.get("run")), []).append(record)
     if run is not None:
         chosen = [r for r in by_run if r == run] or [r for r in by_run if r.startswith(run)]
@@ -196,6 +210,17 @@ def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler
     return [build_report(run_id, by_run[run_id], straggler_pct) for run_id in sorted(chosen, reverse=True)]  # ids sort by start time
 
 
+def without_copies(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records, less those of a manifest the controller gathered from a node (headed by a ``node``
+    record) when that node's own manifest was read too (``rlprof report CONTROLLER NODE_A ...``): each
+    process is counted once, from its node's file."""
+    records = list(records)
+    read = {r.get("_manifest") for r in records}
+    copies = {r["_manifest"] for r in records if r.get("type") == NODE_RECORD
+              and r.get("node_manifest") in read and r.get("node_manifest") != r["_manifest"]}
+    return [r for r in records if r.get("_manifest") not in copies] if copies else records
+
+
 REQUIRED = {
     "process": {"rank": int, "host": str, "pid": int},
     "artifact": {"rank": int, "host": str, "pid": int, "backend": str, "path": str},
@@ -204,6 +229,9 @@ REQUIRED = {
     "skip": {"rank": int, "backend": str, "reason": str},
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
+    NODE_RECORD: {"node_run_dir": str},
+    NODE_LOST_RECORD: {"node": str},
+    GATHERED_RECORD: {"source": str, "path": str, "status": str},
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 
@@ -226,6 +254,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         if usable(r):
             by_type.setdefault(r["type"], []).append(r)
             run_dirs.add(r["_run_dir"])
+    heads = _locate(by_type)
     processes: dict[str, Process] = {}
     for r in by_type.get("process", []):
         if r["_manifest"] in processes:
@@ -236,11 +265,12 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
             selected_roles=list(r.get("selected_roles", [])), steps=list(r.get("steps", [])), mode=r.get("mode", "?"),
             tools=list(r.get("tools", [])), replica_rank=r.get("replica_rank"), expected_captures=r.get("expected_captures"),
             environment={k: list(v) for k, v in (r.get("environment") or {}).items()},
+            node=heads[r["_manifest"]].get("node") if r["_manifest"] in heads else None,
         )
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts, regions, skips = by_type.get("artifact", []), by_type.get("region", []), by_type.get("skip", [])
+    artifacts, regions, skips = _settled(by_type.get("artifact", [])), by_type.get("region", []), by_type.get("skip", [])
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
@@ -258,7 +288,65 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason") for r in skips],
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
+        nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
+        not_gathered=[_plain(r, "node", "source", "size", "status", "error") for r in by_type.get(GATHERED_RECORD, [])
+                      if r["status"] not in ("verified", "exists")],
     )
+
+
+def locate(records: Sequence[dict[str, Any]]) -> None:
+    """:func:`_locate` for a run's records as :func:`rlprof.manifest.read_records` gives them (``rlprof
+    timeline`` reads the traces where the report says they are)."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("type") in ("artifact", NODE_RECORD, GATHERED_RECORD) and usable(r):
+            by_type.setdefault(r["type"], []).append(r)
+    _locate(by_type)
+
+
+def _settled(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Artifacts less the ``pending`` ones that were moved since (a later record says
+    ``relocated_from`` their ``source``: nsys reports written at exit, then relocated)."""
+    moved = {a["relocated_from"] for a in artifacts if a.get("relocated_from")}
+    if not moved:
+        return artifacts
+    return [a for a in artifacts if not (a.get("kind") == "pending" and a.get("source") in moved)]
+
+
+def _locate(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Point each artifact record at where its file is: a manifest the controller gathered from another
+    node (headed by a ``node`` record) lists files on that node (``_run_dir`` becomes the node's run
+    directory, ``_node`` its id), unless ``gather: traces`` moved the file here (a ``verified``
+    ``gathered`` record for it, or for every file under a directory artifact): then ``_run_dir`` is
+    the controller's and ``_gathered_from`` the node path. Returns the ``node`` records by manifest."""
+    heads = {r["_manifest"]: r for r in by_type.get(NODE_RECORD, [])}
+    if not heads:
+        return heads
+    moves = {g["source"]: g for g in by_type.get(GATHERED_RECORD, [])}  # the last word on each file
+    sources = sorted(moves)
+    for a in by_type.get("artifact", []):
+        head = heads.get(a["_manifest"])
+        if head is None:
+            continue
+        a["_node"] = head.get("node")
+        source = os.path.join(head["node_run_dir"], a["path"])
+        under = [moves[source]] if source in moves else _under(sources, source + os.sep, moves)
+        if under and all(g["status"] in ("verified", "exists") for g in under):
+            a["_gathered_from"] = source
+            a["_run_dir"] = under[0]["_run_dir"]
+        else:
+            a["_run_dir"] = head["node_run_dir"]
+    return heads
+
+
+def _under(sources: list[str], prefix: str, moves: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``gathered`` records of files under a directory (``sources`` sorted: a bisect, not a scan)."""
+    found = []
+    for i in range(bisect.bisect_left(sources, prefix), len(sources)):
+        if not sources[i].startswith(prefix):
+            break
+        found.append(moves[sources[i]])
+    return found
 
 
 def _files(artifacts: list[dict[str, Any]], replicas: dict[str, int | None]) -> list[File]:
@@ -272,7 +360,8 @@ def _files(artifacts: list[dict[str, Any]], replicas: dict[str, int | None]) -> 
             files[path] = File(path=path, size=int(a.get("size") or 0), backend=a["backend"], rank=a["rank"], host=a["host"],
                                pid=a["pid"], capture=a.get("capture"), steps=list(a.get("steps") or []),
                                roles=list(a.get("roles") or []), region=a.get("region"), exists=os.path.lexists(path),
-                               replica_rank=replicas.get(a["_manifest"]))
+                               replica_rank=replicas.get(a["_manifest"]), node=a.get("_node"),
+                               gathered_from=a.get("_gathered_from"))
             continue
         known.size = max(known.size, int(a.get("size") or 0))
         known.steps += [s for s in a.get("steps") or [] if s not in known.steps]

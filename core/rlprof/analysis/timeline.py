@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.manifest import read_records
 from rlprof.analysis.outputs import refusal, replacing
-from rlprof.analysis.runs import role_index
+from rlprof.analysis.runs import locate, role_index, without_copies
 from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof timeline: {refused}", file=sys.stderr)
         return EXIT_USAGE
     by_run: dict[str, list[dict[str, Any]]] = {}
-    for record in read_records(opts.paths):
+    for record in without_copies(read_records(opts.paths)):
         by_run.setdefault(str(record.get("run")), []).append(record)
     if not by_run:
         print(f"rlprof timeline: no rlprof manifests under {', '.join(opts.paths)}", file=sys.stderr)
@@ -285,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(by_run) > 1:
             print(f"rlprof timeline: {len(by_run)} runs found; drawing the newest, {run_id} (--run ID for another)", file=sys.stderr)
     records = by_run[run_id]
+    locate(records)  # traces on other nodes, or gathered to the controller
     warnings: list[str] = []
     try:
         events = build_timeline(records, steps=steps, with_traces=opts.with_traces, warn=warnings.append)

@@ -24,8 +24,9 @@ from typing import Any, Mapping
 
 from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
 from rlprof.config.schedule import Schedule, parse_schedule
-from rlprof.config.values import (DEFAULT_SAVE_PATH, parse_command, parse_optional_bool, parse_optional_ranks,
-                                  parse_ranks, parse_save_path, parse_steps, parse_tool_sections, parse_tools)
+from rlprof.config.values import (DEFAULT_GATHER_BUDGET_GB, DEFAULT_SAVE_PATH, parse_command, parse_gather,
+                                  parse_gather_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
+                                  parse_save_path, parse_steps, parse_tool_sections, parse_tools)
 from rlprof.tool_config import parse_bool
 
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
@@ -73,6 +74,18 @@ class GlobalConfig:
     relocate_results: bool = key(
         parse_bool, mirrored=True, default=False,
         doc="Backends move what tools write to fixed places (Ray's nsight directory) into the run's layout.")
+    gather: str = key(
+        parse_gather, default="none",
+        doc="Where artifacts end up on a Ray cluster: `none` leaves each on its node (the manifest, which always "
+            "reaches the controller, says which node and path); `traces`: streamed at the end of the run to the "
+            "controller's `save_path` through Ray, in bounded chunks, never overwriting, each checksum verified.")
+    gather_budget_gb: float = key(
+        parse_gather_budget, default=DEFAULT_GATHER_BUDGET_GB,
+        doc="`gather: traces` moves at most this many GB per run; past it, a warning and the rest stays on its "
+            "node (training is never stopped).")
+    gather_delete_local: bool = key(
+        parse_bool, default=False,
+        doc="`gather: traces` deletes a node's copy once the controller's copy is verified (same size and SHA-256).")
     finish_hook_cmd: str | None = key(
         parse_command, mirrored=True,
         doc="A shell command run once after the last profiled step; `null`: none.")

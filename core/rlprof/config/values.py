@@ -136,3 +136,29 @@ def parse_optional_bool(value: Any, key: str) -> bool | None:
     """``true``/``false``, or ``None`` when absent or ``null``: for a key whose absence means "let
     another setting decide" (``global_profiler.discrete``), not ``false``."""
     return None if value is None else parse_bool(value, key)
+
+
+GATHER_MODES = ("none", "traces")
+"""``global_profiler.gather``: ``none`` leaves artifacts on their node (the manifest says where), ``traces``
+streams them to the controller's ``save_path`` through Ray."""
+
+
+def parse_gather(value: Any, key: str) -> str:
+    """One of :data:`GATHER_MODES`; ``null`` is ``none``."""
+    if value is None:
+        return "none"
+    if not isinstance(value, str) or value.strip().lower() not in GATHER_MODES:
+        raise fail(key, value, " or ".join(GATHER_MODES))
+    return value.strip().lower()
+
+
+DEFAULT_GATHER_BUDGET_GB = 50.0
+
+
+def parse_gather_budget(value: Any, key: str) -> float:
+    """A size in GB (a number > 0); ``null`` is :data:`DEFAULT_GATHER_BUDGET_GB`."""
+    if value is None:
+        return DEFAULT_GATHER_BUDGET_GB
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise fail(key, value, "a size in GB (a number > 0, e.g. 50 or 0.5)")
+    return float(value)

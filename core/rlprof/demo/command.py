@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
                    help="sample iterations inside each role region (each role's profiler.schedule)")
     p.add_argument("--save-path", default=DEFAULT_SAVE_PATH, help=f"where profiles go (default: ./{DEFAULT_SAVE_PATH})")
     p.add_argument("--workers", type=int, default=2, help="worker actors, one rank each (default: 2)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="simulated Ray nodes (ray.cluster_utils.Cluster), workers spread over them, each node writing "
+                        "under its own root beside --save-path; the report reads --save-path alone (default: 1)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for any worker call (default: 120)")
     p.add_argument("--rollout", choices=("torch", "vllm"), default="torch",
                    help="where rollout runs: torch, in the workers (default); vllm, in real vLLM engine replicas, "
@@ -107,8 +110,8 @@ def _run(opts: argparse.Namespace) -> int:
 
     began = time.perf_counter()
     try:
-        preflight.check_flags(opts.workers, opts.train_steps, opts.timeout)
-        replicas = preflight.check_rollout(opts.rollout, opts.replicas)
+        preflight.check_flags(opts.workers, opts.train_steps, opts.timeout, opts.nodes)
+        replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
         except (ConfigError, ValueError) as exc:
@@ -138,7 +141,7 @@ def _run(opts: argparse.Namespace) -> int:
     from rlprof.demo.trainer import train  # imports torch and ray: not needed for --help or a refusal
 
     try:
-        run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout,
+        run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
                     say=lambda line: print(line, flush=True), replicas=replicas)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)

@@ -42,20 +42,29 @@ class Preflight:
     """Backend -> why it will capture nothing on this machine (its ``check_environment``)."""
 
 
-def check_flags(workers: int, train_steps: int | None, timeout_s: float) -> None:
+def check_flags(workers: int, train_steps: int | None, timeout_s: float, nodes: int = 1) -> None:
     """The numeric flags, before any configuration is read."""
     if workers < 1:
         raise Refusal(f"--workers: got {workers}; allowed: 1 or more worker processes (each one rank hosting actor, rollout and ref)")
+    if not 1 <= nodes <= workers:
+        raise Refusal(f"--nodes: got {nodes}; allowed: 1 to --workers ({workers}) simulated Ray nodes, each running "
+                      "at least one worker")
     if train_steps is not None and train_steps < 1:
         raise Refusal(f"--train-steps: got {train_steps}; allowed: 1 or more training steps")
     if not timeout_s > 0:
         raise Refusal(f"--timeout: got {timeout_s:g}; allowed: a number of seconds above 0")
 
 
-def check_rollout(rollout: str, replicas: int) -> int:
-    """``--rollout``/``--replicas``: how many vLLM replicas the run has (0: rollout in the workers)."""
+def check_rollout(rollout: str, replicas: int, nodes: int = 1) -> int:
+    """``--rollout``/``--replicas``: how many vLLM replicas the run has (0: rollout in the workers).
+
+    Not with ``--nodes`` > 1 yet: the replicas' manifests are written by the replicas themselves, not
+    sent back through the controller's worker calls, so on a simulated node they would stay there."""
     if rollout != "vllm":
         return 0
+    if nodes > 1:
+        raise Refusal(f"--rollout vllm with --nodes {nodes}: not supported yet (the replicas' records reach the "
+                      "controller only on one node); use --nodes 1 with --rollout vllm")
     if replicas < 1:
         raise Refusal(f"--replicas: got {replicas}; allowed: 1 or more vLLM replicas")
     try:

@@ -53,11 +53,14 @@ class DemoRun:
 
 
 def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Sizes = Sizes(), timeout_s: float = 120.0,
-          say: Callable[[str], None] = print, replicas: int = 0) -> DemoRun:
+          nodes: int = 1, say: Callable[[str], None] = print, replicas: int = 0) -> DemoRun:
     """Start a local Ray cluster (unless one is up), run the loop, shut the cluster down again.
 
     ``replicas``: 0, the workers generate themselves (hybrid engine); N, rollout runs in N vLLM replicas
     (:mod:`rlprof.demo.replicas`, agent-loop mode) and the workers host actor and ref.
+    ``nodes`` > 1: a simulated cluster of that many Ray nodes on this machine (:func:`node_roots` says
+    where each writes), the workers spread over them; the controller's ``save_path`` receives every
+    node's manifest records (and, with ``gather: traces``, their files).
 
     :raises rlprof.ConfigError: the configuration is invalid for some worker (checked before Ray starts).
     """
@@ -70,15 +73,35 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
                         group="actor_rollout_ref") for rank in range(workers)]
     options = [controller.worker_options(spec) for spec in specs]  # every worker's plan, resolved up front
     started_here = not ray.is_initialized()
+    cluster = None
     try:
         if started_here:
             began = time.perf_counter()
-            start_ray(num_cpus=2)
-            say(f"ray started in {time.perf_counter() - began:.1f} s")
+            if nodes > 1:
+                from rlprof.integrations.nodes import pinned, simulated_cluster
+
+                roots = node_roots(config.global_.save_path, nodes)
+                cluster = simulated_cluster(roots)
+                options = [{**opts, **pinned(cluster.node_ids[rank % nodes])} for rank, opts in enumerate(options)]
+                say(f"ray started in {time.perf_counter() - began:.1f} s: {nodes} simulated nodes, each writing under "
+                    f"its own root in {roots[0].parent}")
+            else:
+                start_ray(num_cpus=2)
+                say(f"ray started in {time.perf_counter() - began:.1f} s")
         return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas)
     finally:
         if started_here:
             ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def node_roots(save_path: str, nodes: int) -> list[Path]:
+    """Where each simulated node of ``rlprof demo --nodes N`` keeps its files: ``<save_path>-nodes/node<i>``,
+    beside the save path rather than in it, so that ``rlprof report <save_path>`` reads only what
+    reached the controller (as it would on a real cluster)."""
+    base = Path(save_path).absolute()
+    return [base.parent / f"{base.name}-nodes" / f"node{i}" for i in range(nodes)]
 
 
 RAY_TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -155,6 +178,11 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
         run.artifacts.extend(records)
     if not run.failures and run.interrupted_at is None:
         ray.get([w.close.remote() for w in controller.handles], timeout=timeout_s)
+        if controller.pending:  # files a tool writes at process exit (nsys with capture-range-end=repeat)
+            began = time.perf_counter()
+            controller.exit_workers()
+            controller.after_exit()
+            say(f"workers exited; files written at exit moved into the run in {time.perf_counter() - began:.1f} s")
     return run
 
 

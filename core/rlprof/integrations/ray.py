@@ -17,6 +17,11 @@ rlprof follows that shape:
   costs the timeout once per run, not once per step. A hung worker that answers again (its stuck
   call finished) rejoins at the next fan-out; ``finalize`` is still sent to it, without waiting, so
   it can write its captures if it ever gets there.
+* **Many nodes** (:mod:`rlprof.integrations.nodes`): every reply a worker sends at ``setup``, a
+  profiled step's end and ``finalize`` carries the lines its manifest gained since, which the
+  controller appends in its own run directory, so one ``rlprof report`` sees every node; a dead
+  node is recorded as lost; ``gather: traces`` streams the files too (:mod:`rlprof.integrations.gather`);
+  ``finish_hook_cmd`` runs once per node.
 
 A run, end to end::
 
@@ -42,13 +47,17 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import BackendError
 from rlprof.layout import hostname, new_run_id, safe_name
-from rlprof.manifest import FAILURE_RECORD
+from rlprof.integrations.gather import RunFiles
+from rlprof.integrations.nodes import (ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node,
+                                       finish_hook_runners, node_save_path)
+from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
 from rlprof.runtime.plan import primary_role, resolve_plan
 
 log = logging.getLogger("rlprof")
@@ -170,7 +179,7 @@ def _merged(base: dict[str, Any], fragment: Mapping[str, Any], source: str, path
 # ------------------------------------------------------------------------------ worker side
 
 
-class ProfiledWorker:
+class ProfiledWorker(RunFiles):
     """Mixin for a Ray actor class hosting roles on one rank: it owns that rank's Profiler.
 
     The controller calls the ``rlprof_*`` methods (through :class:`ProfilingController`); the
@@ -180,6 +189,8 @@ class ProfiledWorker:
     """
 
     _rlprof_profiler = None
+    _rlprof_cursor = None
+    _rlprof_node_hook = None
 
     @property
     def profiler(self):
@@ -202,20 +213,28 @@ class ProfiledWorker:
         run_id: str | None = None,
         overrides: Iterable[str] = (),
         backends: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        send_manifest: bool = False,
+    ) -> Any:
         """Build this rank's Profiler; returns :meth:`rlprof_info`. ``backends`` maps names to
-        backend instances or classes (instantiated here), replacing entry points (tests)."""
+        backend instances or classes (instantiated here), replacing entry points (tests).
+        ``send_manifest`` (the controller sets it on every call): the reply is a
+        :class:`~rlprof.integrations.nodes.Sent` carrying the manifest lines written since the last
+        reply, so the controller's run directory holds every node's records."""
         from rlprof.runtime.profiler import Profiler
 
         if self._rlprof_profiler is not None:
             self._rlprof_profiler.finalize(reason="replaced")
+        here = node_save_path()
+        if here is not None:  # this node writes under its own root (rlprof.integrations.nodes)
+            config, overrides = load_config(config, overrides).with_overrides(save_path=here), ()
         instances = None if backends is None else {n: b() if isinstance(b, type) else b for n, b in backends.items()}
         self._rlprof_profiler = Profiler(
             config, rank=rank, world_size=world_size, roles=tuple(roles), stages=stages,
             replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id, overrides=overrides,
             backends=instances,
         )
-        return self.rlprof_info()
+        self._rlprof_cursor = None
+        return self._rlprof_reply(self.rlprof_info(), send_manifest)
 
     def rlprof_info(self) -> dict[str, Any]:
         """Where this worker runs and what it profiles (for the controller's reports)."""
@@ -227,17 +246,63 @@ class ProfiledWorker:
             "active": prof.active,
             "selected_roles": list(prof.plan.selected_roles),
             "run_dir": str(prof.run.run_dir),
+            "node": current_node(),
+            "manifest": str(prof.manifest_path) if prof.manifest_path is not None else None,
         }
 
     def rlprof_start_step(self, step: int) -> None:
         self.profiler.start_step(step)
 
-    def rlprof_step_boundary(self) -> None:
+    def rlprof_step_boundary(self, send_manifest: bool = False) -> Any:
         self.profiler.step_boundary()
+        return self._rlprof_reply(None, send_manifest)
 
-    def rlprof_finalize(self, reason: str = "end") -> list[dict[str, Any]]:
+    def rlprof_finalize(self, reason: str = "end", send_manifest: bool = False) -> Any:
         """Finalize this rank's Profiler; returns its artifact records."""
-        return self.profiler.finalize(reason)
+        return self._rlprof_reply(self.profiler.finalize(reason), send_manifest)
+
+    def _rlprof_run_dir(self):
+        return self.profiler.run.run_dir
+
+    def rlprof_exit(self) -> None:
+        """End this worker's process (after ``finalize``): tools that write at exit (nsys) write now."""
+        import ray
+
+        ray.actor.exit_actor()
+
+    def rlprof_start_finish_hook(self, command: str, node_env: Mapping[str, str]) -> None:
+        """Start ``finish_hook_cmd`` for this worker's whole node (the controller picked this worker:
+        :func:`~rlprof.integrations.nodes.finish_hook_runners`), in a background thread, with this
+        rank's usual environment plus ``node_env``; returns at once, so training calls are not held up."""
+        from rlprof.runtime.finish_hook import FinishHook
+
+        prof = self.profiler
+        config = prof.config.with_overrides(finish_hook_cmd=command, finish_hook_all_ranks=True)
+        hook = FinishHook.for_process(config, prof.plan, prof.run)
+        if hook is None:
+            return
+        hook.env.update(node_env)
+        hook.synchronous = False
+        self._rlprof_node_hook = hook
+        hook.start()
+
+    def rlprof_wait_finish_hook(self) -> int | None:
+        """Wait for the node's finish hook (at most ``RLPROF_FINISH_HOOK_TIMEOUT`` s); its exit status."""
+        hook = self._rlprof_node_hook
+        if hook is None:
+            return None
+        hook.wait()
+        return hook.returncode
+
+    def _rlprof_reply(self, value: Any, send_manifest: bool) -> Any:
+        if not send_manifest:
+            return value
+        path = self.profiler.manifest_path
+        if path is None:
+            return Sent(value, None)
+        if self._rlprof_cursor is None or self._rlprof_cursor.path != path:
+            self._rlprof_cursor = ManifestCursor(path)
+        return Sent(value, batch_of(self.profiler, self._rlprof_cursor))
 
 
 # ------------------------------------------------------------------------------ controller side
@@ -307,7 +372,25 @@ class ProfilingController:
         self.unresponsive: dict[str, _Stuck] = {}
         """Workers that did not answer within the timeout: not waited for until their stuck call ends."""
         self._step: int | None = None
+        self._last_step: int | None = None
+        """The last profiled step whose ``step_boundary`` fan-out returned."""
         self._manifest = None
+        self.placement: dict[str, NodeInfo] = {}
+        """Ray node id -> the node's host and workers (from ``setup``'s replies)."""
+        self.collector: RunCollector | None = None
+        """Where the workers' manifest batches go (the controller's run directory); built at ``setup``."""
+        self.gathered = None
+        """What ``finalize`` gathered (``global_profiler.gather: traces``): a :class:`~rlprof.integrations.gather.Gathered`."""
+        self._finals: dict[str, list[dict[str, Any]]] = {}
+        self.infos: dict[str, dict[str, Any]] = {}
+        """Each worker's :meth:`ProfiledWorker.rlprof_info` from ``setup``."""
+        g = self.config.global_
+        self._hook_command = g.finish_hook_cmd if self.config.enabled and g.steps and not g.caller_steps else None
+        """``finish_hook_cmd``, run by the controller's choice once per node (not by every worker)."""
+        self._hook_runners: dict[str, dict[str, str]] = {}
+        self._hooks_started: dict[str, Any] = {}
+        self.finish_hooks: dict[str, int | None] = {}
+        """After :meth:`finalize`: each node's finish hook exit status, by the worker that ran it."""
         self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
         for spec, handle in workers:
             self.add(spec, handle)
@@ -338,8 +421,25 @@ class ProfilingController:
 
     def setup(self, *, backends: Mapping[str, Any] | None = None) -> FanOut:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
-        return self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
-            self.config, run_id=self.run_id, backends=backends, **spec.profiler_kwargs()))
+        if self.collector is None and self.config.enabled:
+            self.collector = RunCollector(self.run_dir, current_node())
+        shipped = self.config.with_overrides(finish_hook_cmd=None) if self._hook_command else self.config
+        result = self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
+            shipped, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
+        for label, info in result.results.items():
+            if isinstance(info, Mapping):
+                self.infos[label] = dict(info)
+                node = info.get("node")
+                if node:
+                    self.placement.setdefault(node, NodeInfo(node, str(info.get("host")))).workers.append(label)
+        if self._hook_command:
+            self._hook_runners = finish_hook_runners(self.config, self.workers, self.infos)
+        return result
+
+    @property
+    def run_dir(self):
+        """The controller's run directory: every node's manifest records end up here."""
+        return Path(self.config.global_.save_path).absolute() / self.run_id
 
     def start_step(self, step: int) -> FanOut:
         """Step ``step`` begins; a no-op (no remote call) unless it is profiled."""
@@ -355,13 +455,133 @@ class ProfilingController:
         step, self._step = self._step, None
         if step is None:
             return FanOut("step_boundary", None)
-        return self._fan_out("step_boundary", step, lambda spec, handle: handle.rlprof_step_boundary.remote())
+        result = self._fan_out("step_boundary", step,
+                               lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
+        self._last_step = step
+        if self._hook_runners and step == max(self._profiled_steps):
+            self._start_finish_hooks()
+        return result
+
+    def _wait_finish_hooks(self) -> dict[str, int | None]:
+        """Each node's finish hook exit status by the worker that ran it (None: it did not answer)."""
+        import ray
+
+        refs = {}
+        for label in self._hooks_started:
+            if label not in self.dead:
+                try:
+                    refs[self.workers[label][1].rlprof_wait_finish_hook.remote()] = label
+                except Exception:  # the worker is gone: nothing to wait for
+                    pass
+        timeout = float(os.environ.get("RLPROF_FINISH_HOOK_TIMEOUT", "600")) + self.timeout_s
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+        status: dict[str, int | None] = dict.fromkeys(refs.values())
+        for ref in ready:
+            try:
+                status[refs[ref]] = ray.get(ref)
+            except Exception as exc:
+                log.error("rlprof: the finish hook on %s: %s", refs[ref], describe_error(exc))
+        return status
+
+    def _start_finish_hooks(self) -> None:
+        """After the last profiled step's captures are written on every node: the finish hook on one
+        worker per node, not waited for (training goes on); :meth:`finalize` waits."""
+        for label, node_env in self._hook_runners.items():
+            if label in self.dead or label in self._hooks_started:
+                continue
+            handle = self.workers[label][1]
+            try:
+                self._hooks_started[label] = handle.rlprof_start_finish_hook.remote(self._hook_command, node_env)
+            except Exception as exc:
+                log.error("rlprof: could not start the finish hook on %s: %s", label, describe_error(exc))
 
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
         if self._step is not None:
             self.step_boundary()
-        return self._fan_out("finalize", None, lambda spec, handle: handle.rlprof_finalize.remote(reason))
+        result = self._fan_out("finalize", None,
+                               lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
+        if self._hooks_started:
+            self.finish_hooks = self._wait_finish_hooks()
+        if self.config.enabled and self.config.global_.gather == "traces":
+            from rlprof.integrations.gather import gather_traces, worker_sources
+
+            self.gathered = gather_traces(self, worker_sources(self, result))
+        self._finals = {label: records for label, records in result.results.items() if isinstance(records, list)}
+        return result
+
+    @property
+    def pending(self) -> dict[str, list[dict[str, Any]]]:
+        """After :meth:`finalize`: the artifacts each worker listed as ``pending`` (a tool writes them
+        when the process exits, e.g. nsys with ``capture-range-end=repeat``), by worker label."""
+        found = {label: [r for r in records if isinstance(r, dict) and r.get("kind") == "pending"]
+                 for label, records in self._finals.items()}
+        return {label: records for label, records in found.items() if records}
+
+    def exit_workers(self, timeout_s: float | None = None) -> None:
+        """Ask every live worker's process to exit (:meth:`ProfiledWorker.rlprof_exit`) and wait, at most
+        ``timeout_s``, for them to be gone: what tools write at exit is then written."""
+        import ray
+
+        refs = []
+        for handle in self.handles:
+            try:
+                refs.append(handle.rlprof_exit.remote())
+            except Exception:
+                pass
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s if timeout_s is None else timeout_s)
+
+    def after_exit(self, timeout_s: float = 120.0) -> None:
+        """Once the workers have exited (:meth:`exit_workers`, or the trainer ended them): move what
+        tools wrote at exit into the run on each node, add those records to the controller's run
+        directory, and with ``gather: traces`` stream those files too
+        (:mod:`rlprof.integrations.after_exit`). Does nothing when no worker listed a pending file."""
+        import ray
+
+        from rlprof.integrations.after_exit import NodeAgent
+        from rlprof.integrations.gather import Source, gather_traces, gathered_paths
+        from rlprof.integrations.nodes import ManifestBatch, pinned
+
+        groups: dict[tuple[str | None, str], list[str]] = {}
+        for label in self.pending:
+            info = self.infos.get(label) or {}
+            if info.get("run_dir") and info.get("manifest"):
+                groups.setdefault((info.get("node"), info["run_dir"]), []).append(label)
+        agents, asked = [], {}
+        tools = list(self.config.global_.tools)
+        for (node, run_dir), labels in groups.items():
+            agent = ray.remote(NodeAgent).options(num_cpus=0, **(pinned(node) if node else {})).remote(run_dir)
+            agents.append(agent)
+            offsets = {self.infos[l]["manifest"]: self.collector.received.get(self.infos[l]["manifest"], 0)
+                       if self.collector is not None else 0 for l in labels}
+            asked[agent.after_exit.remote(tools, [int(self.infos[l]["pid"]) for l in labels], offsets, timeout_s)] = \
+                (agent, node, run_dir, labels)
+        sources = []
+        ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=timeout_s + self.timeout_s) if asked else ([], [])
+        for ref in ready:
+            agent, node, run_dir, labels = asked[ref]
+            try:
+                gained = ray.get(ref)
+            except Exception as exc:
+                log.error("rlprof: the after-exit step on node %s failed: %s", short_node(node), describe_error(exc))
+                continue
+            moved = []
+            for label in labels:
+                info = self.infos[label]
+                offset, lines = gained.get(info["manifest"], (0, b""))
+                if lines and self.collector is not None:
+                    self.collector.receive(ManifestBatch(
+                        name=os.path.basename(info["manifest"]), path=info["manifest"], node=node, host=info["host"],
+                        run=self.run_id, rank=info["rank"], pid=info["pid"], run_dir=run_dir, offset=offset, lines=lines))
+                moved += _artifacts_in(lines)
+            if self.config.global_.gather == "traces" and self.collector is not None \
+                    and not any(self.infos[l]["manifest"] in self.collector.visible for l in labels):
+                sources.append(Source(agent, node, Path(run_dir), gathered_paths(moved)))
+        if sources:
+            self.gathered = gather_traces(self, sources, self.gathered)
+        for agent in agents:
+            ray.kill(agent)
 
     def _fan_out(self, call: str, step: int | None, submit) -> FanOut:
         import ray
@@ -388,7 +608,7 @@ class ProfilingController:
         for ref in ready:
             label = pending[ref]
             try:
-                result.results[label] = ray.get(ref)
+                result.results[label] = self._received(ray.get(ref))
             except ray.exceptions.RayActorError as exc:
                 self._fail(result, label, "died", exc)
             except Exception as exc:
@@ -400,6 +620,14 @@ class ProfilingController:
         result.seconds = time.perf_counter() - started
         return result
 
+    def _received(self, value: Any) -> Any:
+        """A worker's reply without the manifest batch riding on it (handed to the collector)."""
+        if not isinstance(value, Sent):
+            return value
+        if value.batch is not None and self.collector is not None:
+            self.collector.receive(value.batch)
+        return value.value
+
     def _readmit(self, ray) -> None:
         """Workers whose stuck call has ended answer again: take them back (one ``ray.wait`` that
         does not wait, for all of them)."""
@@ -408,6 +636,10 @@ class ProfilingController:
         for ref in ready:
             label = refs[ref]
             stuck = self.unresponsive.pop(label)
+            try:
+                self._received(ray.get(ref, timeout=0))  # the manifest lines its late reply carries
+            except Exception:  # the late call raised: nothing rode on it
+                pass
             log.warning("rlprof: worker %s answered again %.1f s after it stopped answering (%s); the controller "
                         "waits for it again", label, time.monotonic() - stuck.since, stuck.failure.call)
 
@@ -430,6 +662,7 @@ class ProfilingController:
         if kind == "died":
             self.dead.add(label)
             self.unresponsive.pop(label, None)
+            self._check_node(label)
         result.failures.append(failure)
         self.failures.append(failure)
         if kind == "error":
@@ -439,22 +672,35 @@ class ProfilingController:
         self._record(failure)
         return failure
 
+    def _check_node(self, label: str) -> None:
+        """A worker died: if its Ray node is gone, say once that the node was lost (and which workers
+        it took), in the log and the run's manifest. Its records up to its last step are already here."""
+        where = next((info for info in self.placement.values() if label in info.workers), None)
+        if where is None or where.lost_at_step is not None or _node_alive(where.node):
+            return
+        where.lost_at_step = self._last_step if self._last_step is not None else 0
+        log.error("rlprof: node %s (%s) was lost with workers %s; its records up to step %s are in %s",
+                  short_node(where.node), where.host, ", ".join(where.workers), where.lost_at_step, self.run_dir)
+        self.write(NODE_LOST_RECORD, node=where.node, node_host=where.host, workers=list(where.workers),
+                   step=self._last_step)
+
     def _record(self, failure: WorkerFailure) -> None:
         """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""
+        self.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
+                   step=failure.step, kind=failure.kind, error=failure.error)
+
+    def write(self, record_type: str, **fields: Any) -> None:
+        """Append one record to the controller's own manifest (``manifest/controller-<host>-<pid>.jsonl``)."""
         if not self.config.enabled:
             return
         if self._manifest is None:
-            from pathlib import Path
-
             from rlprof.manifest import ManifestWriter
 
-            host, pid = hostname(), os.getpid()
-            run_dir = Path(self.config.global_.save_path).absolute() / self.run_id
+            host, pid, run_dir = hostname(), os.getpid(), self.run_dir
             self._manifest = ManifestWriter(run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
                                             {"run": self.run_id, "rank": None, "host": host, "pid": pid},
                                             root=run_dir)  # no link followed from the run directory down
-        self._manifest.write(FAILURE_RECORD, worker=failure.worker, worker_rank=failure.rank, call=failure.call,
-                             step=failure.step, kind=failure.kind, error=failure.error)
+        self._manifest.write(record_type, **fields)
 
 
 @dataclass
@@ -465,6 +711,31 @@ class _Stuck:
     failure: WorkerFailure
     since: float
     said: bool = False
+
+
+def _artifacts_in(lines: bytes) -> list[dict[str, Any]]:
+    """The ``artifact`` records among manifest lines."""
+    import json
+
+    found = []
+    for line in lines.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("type") == "artifact":
+            found.append(record)
+    return found
+
+
+def _node_alive(node: str) -> bool:
+    """Whether Ray still lists ``node`` as alive (asked only when a worker died)."""
+    try:
+        import ray
+
+        return any(n.get("NodeID") == node and n.get("Alive") for n in ray.nodes())
+    except Exception:  # cannot tell: do not claim a loss
+        return True
 
 
 def _send_without_waiting(submit, spec: WorkerSpec, handle: Any) -> None:

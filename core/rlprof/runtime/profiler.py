@@ -227,6 +227,12 @@ class Profiler:
         return self._session.environment if self._session is not None else {}
 
     @property
+    def manifest_path(self) -> Path | None:
+        """The process manifest this Profiler's records go to (shared by colocated Profilers), or None
+        when this process does not profile (the Ray glue sends what it gains to the controller)."""
+        return self._session.manifest.path if self._session is not None else None
+
+    @property
     def artifacts(self) -> list[dict[str, Any]]:
         """Artifact records of the process session so far (colocated Profilers share them)."""
         return self._session.artifacts if self._session is not None else []

@@ -198,3 +198,32 @@ def test_demo_discrete_one_report_per_role_region(tmp_path):
             assert names == {record["region"]}
             regions.append(record["region"])
         assert sorted(regions) == sorted(DEMO_ROLE_RANGES)
+
+
+@pytest.mark.slow
+def test_demo_on_two_simulated_nodes_every_report_reaches_the_controllers_layout(tmp_path):
+    # capture-range-end=repeat: nsys writes every report when the worker exits, after finalize, into Ray's
+    # nsight folder of that node. The demo ends its workers, the controller's after-exit step relocates
+    # the reports on each node, and gather: traces streams them to the controller's save path: no
+    # `rlprof relocate`, no copying by hand
+    save = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--tool", "nsys", "--workers", "2", "--nodes", "2",
+                           "--save-path", str(save), "global_profiler.gather=traces", "global_profiler.gather_delete_local=true",
+                           "+global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range-end=repeat"],
+                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "files written at exit moved into the run" in proc.stdout
+    (run_dir,) = [p for p in save.iterdir() if p.is_dir()]
+    records = list(read_records([save]))
+    gathered = {r["path"]: r for r in records if r.get("type") == "gathered"}
+    reports = [r for r in records if r.get("type") == "artifact" and r.get("backend") == "nsys" and r["kind"] == "file"]
+    assert len(reports) == 4 and len({r["_manifest"] for r in reports}) == 2  # 2 steps x 2 ranks, one rank per node
+    assert all(r.get("relocated_from") for r in reports)  # moved after the workers exited
+    assert len({r["node"] for r in records if r.get("type") == "node"}) == 2
+    for r in reports:
+        assert gathered[r["path"]]["status"] == "verified"
+        assert set(ranges(run_dir / r["path"])) >= {f"step{r['step']}", "actor_update"}
+    assert not list((tmp_path / "demo-nodes").rglob("*.nsys-rep"))  # verified, then deleted on the nodes
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True,
+                            timeout=120)
+    assert "problems: none" in report.stdout and report.stdout.count("NVTX rlprof:actor_update") == 4
