@@ -9,6 +9,8 @@ GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop r
 
 --rlprof     run under ``python -m rlprof.verl`` (rlprof's drop-in for verl's profiler classes)
 --critic     GAE with a critic, plus a reference policy through the KL loss
+--nsys       with --rlprof: Nsight Systems on this CPU, workers under ``nsys profile`` with rlprof's NVTX
+             capture windows (see ``nsys_overrides``; add ``global_profiler.steps`` and the capture-range-end)
 Extra arguments are hydra overrides appended last (they win). The exit status is verl's.
 """
 
@@ -102,6 +104,39 @@ def overrides(assets: dict, out: str, steps: int, critic: bool) -> list[str]:
     return ov
 
 
+NSIGHT = "global_profiler.global_tool_config.nsys.worker_nsight_options"
+
+
+def nsys_overrides() -> list[str]:
+    """``global_profiler.tool=nsys`` for a machine without CUDA, under rlprof (with ``--rlprof``).
+
+    verl's default worker options wait for cudaProfilerStart and trace CUDA; here the workers trace
+    NVTX and capture rlprof's NVTX windows (the range ``rlprof_capture`` in the domain ``rlprof``;
+    rlprof-nsys opens its windows as the nsys around the worker waits for them). Without rlprof
+    nothing opens such a window, so verl's own nsys profiler writes nothing. On a host without
+    hardware performance counters nsys 2022.4's CPU sampling never finishes: sampling is then off.
+    ``capture-range-end`` is left to the caller: ``repeat-shutdown:N``, N the windows a worker opens
+    (one per profiled step end-to-end), else verl's default of 6 per step.
+    """
+    ov = [
+        "global_profiler.tool=nsys",
+        f"{NSIGHT}.trace=nvtx",
+        f"{NSIGHT}.capture-range=nvtx",
+        f"+{NSIGHT}.nvtx-capture=rlprof_capture@rlprof",
+        f"~{NSIGHT}.cuda-memory-usage",
+        f"~{NSIGHT}.cuda-graph-trace",
+    ]
+    try:
+        from rlprof_nsys.cpu_sampling import sampling_problem
+    except ImportError:  # without rlprof-nsys: assume the worst, a run that never ends is worse
+        problem = "rlprof-nsys is not installed"
+    else:
+        problem = sampling_problem()
+    if problem:
+        ov += [f"+{NSIGHT}.sample=none", f"+{NSIGHT}.cpuctxsw=none"]
+    return ov
+
+
 def environment(out: str) -> dict:
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
@@ -114,6 +149,8 @@ def environment(out: str) -> dict:
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
         RAY_DEDUP_LOGS="0",
         HYDRA_FULL_ERROR="1",
+        # Ray's nsight plugin starts a worker as `nsys profile ... python ...`: this interpreter's python
+        PATH=os.pathsep.join(p for p in (os.path.dirname(sys.executable), env.get("PATH", "")) if p),
     )
     env.setdefault("RAY_TMPDIR", os.path.join(out, "ray"))
     return env
@@ -125,6 +162,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--rlprof", action="store_true", help="run under python -m rlprof.verl")
     p.add_argument("--critic", action="store_true", help="GAE with a critic and a reference policy (KL loss)")
+    p.add_argument("--nsys", action="store_true", help="Nsight Systems on this CPU (NVTX capture windows)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the assets")
     a, extra = p.parse_known_args(argv)
 
@@ -142,7 +180,7 @@ def main(argv=None) -> int:
 
     cmd = [sys.executable, "-m"]
     cmd += ["rlprof.verl", "verl.trainer.main_ppo"] if a.rlprof else ["verl.trainer.main_ppo"]
-    cmd += overrides(assets, out, a.steps, a.critic) + list(extra)
+    cmd += overrides(assets, out, a.steps, a.critic) + (nsys_overrides() if a.nsys else []) + list(extra)
     env = environment(out)
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     print("+ " + shlex.join(cmd), flush=True)

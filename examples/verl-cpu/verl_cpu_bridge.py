@@ -14,7 +14,9 @@ three gaps without editing verl:
 Plus two found with a critic and a reference policy: verl's ``load_valuehead_model`` (the critic's
 value model) asks transformers for ``flash_attention_2`` unconditionally (here: ``eager``), and the
 forward-only reference engine builds ``CPUOffloadPolicy(pin_memory=True)``, which needs an
-accelerator to pin memory for (here: ``pin_memory=False``).
+accelerator to pin memory for (here: ``pin_memory=False``). And one found with nsys: verl starts
+profiled workers under Nsight Systems (Ray's ``nsight`` runtime_env) only on cuda; the cpu platform
+gets the same rule.
 
 The rollout registration and the value-model loader live in verl modules that cannot be imported
 while ``verl/__init__`` is still running; they are patched by an import hook right after verl
@@ -24,6 +26,7 @@ first imports those modules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import os
 import sys
@@ -239,7 +242,7 @@ _verl_device.get_device_id = _get_device_id
 
 
 # --------------------------------------------------------------------------------------------
-# 2. the hf rollout (and the critic/ref fixes), applied when verl imports the modules
+# 2. the hf rollout (and the critic/ref and nsys fixes), applied when verl imports the modules
 # --------------------------------------------------------------------------------------------
 HF_SERVER_MODULE = "verl_cpu_hf_server"
 
@@ -273,6 +276,26 @@ def _unpinned_offload_policy(policy_cls):
     return UnpinnedCPUOffloadPolicy
 
 
+def _nsight_on_cpu(create_worker):
+    """``RayWorkerGroup._create_worker`` that starts profiled workers under Nsight Systems on the cpu
+    platform too. verl attaches Ray's ``nsight`` runtime_env (``global_tool_config.nsys.worker_nsight_options``)
+    to every worker of a group with ``profile_steps`` only when ``device_name == "cuda"``; on this
+    platform the same rule applies to ``"cpu"``. Nothing else of the worker changes: ``device_name`` is
+    read only for that decision here (``RayClassWithInitArgs.__call__`` ignores it)."""
+
+    @functools.wraps(create_worker)
+    def _create_worker(self, *args, **kwargs):
+        if self.device_name != "cpu" or not self.profile_steps or not self.worker_nsight_options:
+            return create_worker(self, *args, **kwargs)
+        self.device_name = "cuda"
+        try:
+            return create_worker(self, *args, **kwargs)
+        finally:
+            self.device_name = "cpu"
+
+    return _create_worker
+
+
 def _patch_module(module: types.ModuleType) -> None:
     if module.__name__ == "verl.workers.rollout.base":
         module._ROLLOUT_REGISTRY[("hf", "async")] = f"{HF_SERVER_MODULE}.HFServerAdapter"
@@ -282,6 +305,8 @@ def _patch_module(module: types.ModuleType) -> None:
         module.load_valuehead_model = _load_valuehead_model
     elif module.__name__ == "verl.utils.fsdp_utils" and module.CPUOffloadPolicy is not None:
         module.CPUOffloadPolicy = _unpinned_offload_policy(module.CPUOffloadPolicy)
+    elif module.__name__ == "verl.single_controller.ray.base":
+        module.RayWorkerGroup._create_worker = _nsight_on_cpu(module.RayWorkerGroup._create_worker)
 
 
 _TARGETS = (
@@ -289,6 +314,7 @@ _TARGETS = (
     "verl.workers.rollout.replica",
     "verl.utils.model",
     "verl.utils.fsdp_utils",
+    "verl.single_controller.ray.base",
 )
 
 

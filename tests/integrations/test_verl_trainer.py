@@ -7,6 +7,11 @@ must get: training exits 0, and ``rlprof report`` says ok — every process fina
 actors are force-killed when the job ends), every profiled step has ``actor_update`` on every
 training rank and ``rollout_generate`` on every replica, and the replica's process carries its
 ``replica_rank``. Each run takes about 60-90 s here.
+
+With ``global_profiler.tool=nsys`` (``run.py --nsys``) and the real Nsight Systems on PATH, the training
+worker runs under ``nsys profile`` with rlprof's NVTX capture windows: one report per profiled step, moved
+into the run, holding the actor's role ranges. verl's agent-loop replica server accepts only torch and npu,
+so the replica runs unprofiled there (verl's rule).
 """
 
 import json
@@ -50,11 +55,13 @@ def workdir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def train(workdir: Path, save: Path, *extra: str, critic: bool = False) -> dict:
-    """Run the trainer under rlprof; return ``rlprof report --json``'s run after checking its verdict."""
+def train(workdir: Path, save: Path, *extra: str, critic: bool = False, profile=PROFILE, flags=()) -> dict:
+    """Run the trainer under rlprof; return ``rlprof report --json``'s run after checking its verdict.
+    The trainer's output is kept beside ``save`` as ``trainer.log``."""
     cmd = [sys.executable, str(RUN), "--out", str(workdir), "--steps", str(STEPS), "--rlprof",
-           *(["--critic"] if critic else []), *PROFILE, f"global_profiler.save_path={save}", *extra]
+           *(["--critic"] if critic else []), *flags, *profile, f"global_profiler.save_path={save}", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=workdir)
+    save.parent.joinpath("trainer.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
     assert report.returncode == 0, report.stdout[-4000:] + report.stderr[-2000:]
@@ -114,3 +121,36 @@ def test_ppo_with_critic_and_reference_policy(workdir, tmp_path):
     names = {r["region"] for s in run["steps"] for r in s["regions"]}
     assert any(n.startswith("critic_") for n in names) and any(n.startswith("ref_") for n in names), names
     check_participants(run, save, PROFILED)
+
+
+NSYS = shutil.which("nsys")
+
+
+@pytest.mark.skipif(NSYS is None, reason="nsys (Nsight Systems CLI) is not on PATH: run scripts/install-nsys.sh as root")
+def test_nsys_reports_with_the_actors_role_ranges(workdir, tmp_path):
+    from rlprof_nsys.nvtx_summary import nvtx_ranges
+
+    save = tmp_path / "profile"
+    profile = [p for p in PROFILE if not p.startswith("global_profiler.tool=") and ".tool_config.torch." not in p]
+    # the worker opens one NVTX window per profiled step (end-to-end): nsys writes both reports when the
+    # second closes; verl's default would be 6 per step
+    windows = f"global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range-end=repeat-shutdown:{len(PROFILED)}"
+    run = train(workdir, save, "global_profiler.relocate_results=true", windows, profile=profile, flags=["--nsys"])
+    assert run["tools"] == ["nsys"] and run["modes"] == ["e2e"]
+    trainers = {p["pid"] for p in run["processes"]}
+    # verl's agent-loop server takes torch and npu only: the replica runs, unprofiled, and says why
+    assert all(p["replica_rank"] is None for p in run["processes"]), run["processes"]
+    assert "agent loop only supports torch and npu profilers, got nsys" in (tmp_path / "trainer.log").read_text()
+    by_step = {s["step"]: {r["region"] for r in s["regions"]} for s in run["steps"]}
+    assert sorted(by_step) == PROFILED
+    reports = [f for f in run["files"] if f["backend"] == "nsys"]
+    assert sorted((f["pid"], f["capture"]) for f in reports) == sorted((pid, f"step{s}") for pid in trainers for s in PROFILED)
+    for f in reports:
+        (step,) = f["steps"]
+        path = Path(f["path"])
+        # moved out of Ray's log dir into the run: <run>/step<N>/rank<r>-<host>-<pid>/nsys/
+        assert path.is_file() and path.is_relative_to(save) and path.parts[-4] == f"step{step}", path
+        ranges = {r.name: r.count for r in nvtx_ranges(path, NSYS) if r.domain == "rlprof"}
+        assert ranges == {"rlprof_capture": 1, f"step{step}": 1, "actor_compute_log_prob": 1, "actor_update": 1}, (path, ranges)
+        assert {"actor_compute_log_prob", "actor_update"} <= by_step[step]
+    assert not list((workdir / "ray").rglob("*.nsys-rep"))  # nothing left behind in Ray's session

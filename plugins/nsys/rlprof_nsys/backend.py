@@ -12,6 +12,8 @@ Systems understands. For one process the translation is::
     finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
                    out of Ray's nsight directory (see rlprof_nsys.relocation)
 
+Windows are cudaProfilerStart/Stop or, with ``capture_range: nvtx``, the NVTX range ``rlprof_capture``;
+a process started by ``nsys profile --capture-range=...`` follows that command line (:func:`capture_range`).
 A window opens before its first range starts and closes after its last range ends, so the ranges
 sit inside the report. Each window boundary is also an NVTX mark (``capture <id> start``/``end``),
 which makes the windows visible to any NVTX tool, not only to nsys.
@@ -24,17 +26,44 @@ On the Ray controller, ``worker_runtime_env`` starts each profiled worker under
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Mapping
 
 from rlprof import hookimpl
 from rlprof.notices import say_once
 
 from . import launch, options, relocation
-from .ranges import STEP_COLOR, RangeStack, role_color
-from .reports import nsys_ancestor, reports_of, running_under_nsys
+from .ranges import NVTX_CAPTURE, STEP_COLOR, RangeStack, role_color
+from .reports import nsys_ancestor, nsys_option, reports_of, running_under_nsys
 from .windows import CaptureWindows, NvtxWindowRange
 
 log = logging.getLogger("rlprof")
+
+
+def capture_range(tool_config) -> str:
+    """How this process's capture windows open: as the ``nsys profile`` that started it waits for them
+    (its ``--capture-range``), else ``tool_config``'s ``capture_range``.
+
+    The nsys command line is the truth: a window of the other kind is never captured. The two differ
+    when the worker's launch options and its backend's section come from different places, as under
+    verl, which launches workers with ``global_tool_config.nsys.worker_nsight_options`` but hands each
+    worker only its role's section (where ``capture_range`` is then the default, cudaProfilerApi).
+    """
+    configured = tool_config.get(options.RANGE) or options.CAPTURE_RANGE
+    launched = nsys_option("c", "capture-range")
+    if launched not in options.CAPTURE_RANGES or launched == configured:
+        return configured
+    say_once("nsys: capture range from launch", log,
+             "rlprof nsys: process %d runs under nsys --capture-range=%s: capture windows follow it (capture_range "
+             "in this process's tool_config says %s)", os.getpid(), launched, configured, level=logging.INFO)
+    if launched == options.NVTX:
+        given = nsys_option(None, "nvtx-capture")
+        if given != NVTX_CAPTURE:
+            say_once("nsys: nvtx-capture", log,
+                     "rlprof nsys: this process's nsys captures NVTX range %r, but rlprof's windows are %r: "
+                     "set worker_nsight_options nvtx-capture to %s", given, NVTX_CAPTURE, NVTX_CAPTURE,
+                     level=logging.WARNING)
+    return launched
 
 
 class NsysBackend:
@@ -137,7 +166,7 @@ class NsysBackend:
     def _open_window(self, ctx, region: str | None) -> None:
         capture = ctx.capture
         nsys_ancestor()  # remembered now: after the last window nsys may be gone (see rlprof_nsys.reports)
-        if ctx.tool_config.get(options.RANGE) == options.NVTX:
+        if capture_range(ctx.tool_config) == options.NVTX:
             self.windows.use(NvtxWindowRange(self.ranges))
         window = self.windows.open(capture.capture_id, ctx.step, region, capture.directory / ctx.backend)
         self.ranges.mark(f"capture {window.capture_id} start")

@@ -168,16 +168,27 @@ def nsys_ancestor() -> tuple[bytes, ...] | None:
 def nsys_output_option() -> str | None:
     """The ``-o``/``--output`` of the ``nsys profile`` command that started this process, or None
     when it was not started by one or gave no output."""
+    return nsys_option("o", "output")
+
+
+def nsys_option(short: str | None, long: str) -> str | None:
+    """The value of one option (``-<short> v``, ``-<short>v``, ``--<long>=v``, ``--<long> v``) of the
+    ``nsys profile`` command that started this process; None when not under nsys or not given.
+    Words from the profiled program on (its first word naming ``python``) are not nsys' options."""
     words = nsys_ancestor()
-    if words is not None:
-        for index, word in enumerate(words):
-            text = word.decode(errors="replace")
-            if text in ("-o", "--output") and index + 1 < len(words):
-                return words[index + 1].decode(errors="replace")
-            if text.startswith("--output="):
-                return text.split("=", 1)[1]
-            if text.startswith("-o") and len(text) > 2 and not text.startswith("--"):
-                return text[2:]
+    if words is None:
+        return None
+    for index, word in enumerate(words):
+        text = word.decode(errors="replace")
+        if os.path.basename(text).startswith("python"):
+            return None
+        following = words[index + 1].decode(errors="replace") if index + 1 < len(words) else None
+        if text == f"--{long}" or (short and text == f"-{short}"):
+            return following
+        if text.startswith(f"--{long}="):
+            return text.split("=", 1)[1]
+        if short and text.startswith(f"-{short}") and len(text) > 2 and not text.startswith("--"):
+            return text[2:]
     return None
 
 

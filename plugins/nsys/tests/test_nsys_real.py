@@ -99,6 +99,23 @@ def test_nvtx_windows_one_report_per_profiled_step_moved_into_the_run(tmp_path):
     assert not list((tmp_path / "run").glob("*.nsys-rep"))  # nothing left behind
 
 
+def test_windows_follow_the_capture_range_nsys_was_launched_with(tmp_path):
+    # verl's case: the worker is launched with global_tool_config.nsys.worker_nsight_options
+    # (capture-range=nvtx), but its backend sees only its role's section, where capture_range is the
+    # default cudaProfilerApi: the windows must still be the NVTX ranges nsys waits for
+    launched = verl_config(tmp_path / "unused", steps=[1, 3], nsys={"capture_range": "nvtx"})
+    config = verl_config(tmp_path / "out", steps=[1, 3], relocate=True)
+    assert "capture_range" not in config["global_profiler"]["global_tool_config"]["nsys"]
+    (result,) = profile_loops(tmp_path / "run", (spec(config), windowed_options(launched, expected=2)))
+
+    assert result["windows_opened"] == result["windows_started"] == 2
+    files = sorted(nsys_files(tmp_path / "out"), key=lambda r: r["window"])
+    assert [(r["kind"], r["capture"]) for r in files] == [("file", "step1"), ("file", "step3")]
+    run_dir = next((tmp_path / "out").iterdir())
+    assert ranges(run_dir / files[1]["path"]) == {"rlprof_capture": 1, "step3": 1, "ref_compute_log_prob": 1,
+                                                  "actor_update": 1}
+
+
 def test_reports_written_at_exit_are_pending_then_relocated(tmp_path):
     # an explicit capture-range-end=repeat (what rlprof uses when the plan cannot count): nsys writes
     # the reports when the process exits, after finalize; `rlprof relocate` moves them afterwards
