@@ -17,10 +17,11 @@ OUR_PACKAGES = {"torch": "rlprof-torch", "torch_memory": "rlprof-torch", "nsys":
 """Backends this project ships, and the package that provides each (named when one is missing)."""
 
 
-def discover() -> dict[str, metadata.EntryPoint]:
-    """Installed backends by name; reads metadata only, imports nothing."""
+def discover(group: str = GROUP) -> dict[str, metadata.EntryPoint]:
+    """Installed backends (or the entry points of another rlprof ``group``, e.g. engine adapters) by
+    name, the first of each name; reads metadata only, imports nothing."""
     found: dict[str, metadata.EntryPoint] = {}
-    for ep in metadata.entry_points(group=GROUP):
+    for ep in metadata.entry_points(group=group):
         found.setdefault(ep.name, ep)
     return found
 

@@ -166,13 +166,18 @@ def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_r
     assert not [r for r in recs if r["type"] in ("error", "skip")]
 
 
-def test_an_engine_that_cannot_start_its_profiler_is_an_error_record_and_generate_goes_on(save_path):
-    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
-    engine = RecordingEngine(save_path / "x", fail_start=RuntimeError("Profiler is not enabled"))
+def generate_twice(replica, engine):
+    """Steps 1 and 2, one generate call each through a sync engine, then the end of the run."""
     for step in (1, 2):
         replica.start(engine, step)
         replica.stop(engine)
     replica.finalize()
+
+
+def test_an_engine_that_cannot_start_its_profiler_is_an_error_record_and_generate_goes_on(save_path):
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(save_path / "x", fail_start=RuntimeError("Profiler is not enabled"))
+    generate_twice(replica, engine)
     _, recs = records(save_path)
     errors = [r for r in recs if r["type"] == "error"]
     assert [(e["backend"], e["hook"], e["kind"], e["step"], e["lost"]) for e in errors] == [
@@ -186,10 +191,7 @@ def test_a_dead_engine_is_recorded_once_and_never_asked_again(save_path):
     EngineDeadError = type("EngineDeadError", (RuntimeError,), {})
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
     engine = RecordingEngine(save_path / "x", fail_stop=EngineDeadError("EngineCore encountered an issue"))
-    for step in (1, 2):
-        replica.start(engine, step)
-        replica.stop(engine)
-    replica.finalize()
+    generate_twice(replica, engine)
     _, recs = records(save_path)
     errors = [r for r in recs if r["type"] == "error"]
     assert [(e["hook"], e["lost"]) for e in errors] == [("stop_profile", True)]

@@ -38,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Awaitable, Mapping, Protocol, runtime_checkable
 
+from rlprof import installed
 from rlprof.errors import BackendError
 
 GROUP = "rlprof.engines"
@@ -120,10 +121,7 @@ class EngineAdapter(Protocol):
 
 def discover() -> dict[str, metadata.EntryPoint]:
     """Installed engine adapters by name; reads metadata only, imports nothing."""
-    found: dict[str, metadata.EntryPoint] = {}
-    for ep in metadata.entry_points(group=GROUP):
-        found.setdefault(ep.name, ep)
-    return found
+    return installed.discover(GROUP)
 
 
 def load_engine(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
