@@ -289,6 +289,33 @@ def test_exit_finalizes_before_python_waits_for_a_backends_non_daemon_thread(tes
     assert [r["reason"] for r in read_records([save_path]) if r["type"] == "finalized"] == ["exit"]
 
 
+SIGTERM_DURING_EXIT_SCRIPT = textwrap.dedent("""
+    import os, signal
+    import rlprof
+    from rlprof.runtime import exits
+
+    class Quiet:
+        @rlprof.hookimpl
+        def start_step(self, ctx):
+            pass
+
+    prof = rlprof.Profiler(None, roles=("actor",), backends={{"quiet": Quiet()}}, overrides=[
+        "global_profiler.tool=quiet", "global_profiler.save_path={save}", "global_profiler.steps=[1]",
+        "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true"])
+    prof.start_step(1)
+    with exits._lock:  # where finalize_all is when SIGTERM comes (a pool terminating its forked worker at exit)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("handler returned", flush=True)
+""")
+
+
+def test_sigterm_while_exit_finalizes_ends_the_process_instead_of_hanging(save_path):
+    code = SIGTERM_DURING_EXIT_SCRIPT.format(save=save_path)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert [r["reason"] for r in read_records([save_path]) if r["type"] == "finalized"] == ["signal"]
+
+
 def test_timing_records_cover_steps_and_every_region_with_nesting(test_backends, save_path):
     prof = recorder_profiler(save_path, roles=("actor", "ref"))
     for step in (1, 2, 3):

@@ -30,7 +30,9 @@ from typing import Any
 
 log = logging.getLogger("rlprof")
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+"""Re-entrant: SIGTERM may arrive while this thread holds it (a forked child running finalize_all at exit
+when its pool terminates it), and the handler takes it again."""
 _registered: dict[int, "weakref.ref[Any]"] = {}
 """id(obj) -> a weak reference to obj with ``finalize(reason=...)``, in registration order."""
 _installed_pid: int | None = None
@@ -60,7 +62,7 @@ def finalize_all(reason: str) -> None:
     """Finalize everything registered by this process, newest first (colocated Profilers finalize
     their shared session with the last one). Never raises."""
     with _lock:
-        pending = [obj for obj in (ref() for ref in _registered.values()) if obj is not None and _owned_here(obj)]
+        pending = [obj for obj in (ref() for ref in list(_registered.values())) if obj is not None and _owned_here(obj)]
     for obj in reversed(pending):
         try:
             obj.finalize(reason=reason)
