@@ -336,11 +336,53 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _open_existing_dir(name: str, dir_fd: int) -> int | None:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
+class _HeldDirs:
+    """Directories :func:`_open_dir_chain` walked to, kept open so that the next walk costs less: the
+    last run directory (every capture's chain starts there) and the last other directory walked to (a
+    capture's directory: made when the capture opens, written into when it closes), by path.
+
+    A descriptor handed out from here leads where a walk would: it was reached by a walk (no link
+    followed), and it is only reused while ``stat(path)`` still names the same directory (not removed,
+    not renamed, not replaced) and in the process that opened it (after a fork its number may belong to
+    something else there). Under a lock: Ray and engine threads write too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._held: dict[tuple[str, str], tuple[int, int, int]] = {}
+        """``(path, run directory) -> (fd, st_dev, st_ino)``."""
+
+    def reuse(self, path: str, root: str) -> int | None:
+        """A new descriptor of ``path`` when it is held and still that directory, else None."""
+        with self._lock:
+            held = self._held.get((path, root)) if self._pid == os.getpid() else None
+            if held is None:
+                return None
+            try:
+                seen = os.stat(path)
+            except OSError:
+                return None
+            if (seen.st_dev, seen.st_ino) != held[1:] or not stat.S_ISDIR(seen.st_mode):
+                return None
+            return os.dup(held[0])
+
+    def hold(self, path: str, root: str, fd: int) -> None:
+        """Keep a duplicate of ``fd`` (the directory ``path`` a walk just opened); the run directory
+        stays held, the other directory held before is dropped."""
+        info = os.fstat(fd)
+        kept = os.dup(fd)
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the numbers are not ours to close
+                self._pid, self._held = os.getpid(), {}
+            kind = path == root  # one run directory and one other directory at a time
+            dropped = [entry[0] for key, entry in self._held.items() if (key[0] == key[1]) == kind]
+            self._held = {key: entry for key, entry in self._held.items() if (key[0] == key[1]) != kind}
+            self._held[(path, root)] = (kept, info.st_dev, info.st_ino)
+        for old in dropped:
+            os.close(old)
+
+
+_HELD = _HeldDirs()
 
 
 def _open_dir_chain(path: Path, root: Path) -> int:
@@ -348,33 +390,62 @@ def _open_dir_chain(path: Path, root: Path) -> int:
     missing and opened with ``O_NOFOLLOW`` relative to its parent's descriptor.
 
     Paths are handled as strings here, not :class:`~pathlib.Path` objects: every capture walks its
-    directory at least twice, and pathlib's parsing was two thirds of a walk's time."""
+    directory at least twice, and pathlib's parsing was two thirds of a walk's time. The run directory
+    and the last directory walked to stay open (:class:`_HeldDirs`): a capture's second walk costs a
+    ``stat`` and a ``dup``, and a new capture's chain is walked from the run directory down."""
     path, root = os.path.abspath(path), os.path.abspath(root)
+    fd = _HELD.reuse(path, root)
+    if fd is not None:
+        return fd
     if root == os.sep:
         raise UnsafePathError(errno.EINVAL, "refusing to use the file-system root as a run directory", root)
     if path != root and not path.startswith(root + os.sep):
         raise UnsafePathError(errno.EXDEV, f"not under the run directory {root}", path)
-    parent, root_name = os.path.split(root)
-    if not os.path.isdir(parent):
-        os.makedirs(parent, exist_ok=True)  # the user's part of the path: links there are theirs
-    fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
-    current = parent
-    below = path[len(root) + 1:].split(os.sep) if path != root else []
-    # Once this call has made a directory, the components below it are made without first trying
-    # to open them (it was empty a moment ago): a new capture's chain costs one failed open, not three.
-    made = False
+    base = _HELD.reuse(root, root)
+    if base is None:
+        parent, root_name = os.path.split(root)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)  # the user's part of the path: links there are theirs
+        base = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        base = _descend(base, parent, [root_name])
+        _keep(root, root, base)
+    fd = _descend(base, root, path[len(root) + 1:].split(os.sep)) if path != root else base
+    if path != root:
+        _keep(path, root, fd)
+    return fd
+
+
+def _keep(path: str, root: str, fd: int) -> None:
     try:
-        for name in (root_name, *below):
+        _HELD.hold(path, root, fd)
+    except OSError:
+        pass  # out of descriptors: the next call walks again
+
+
+def _descend(fd: int, current: str, names: list[str]) -> int:
+    """From the directory ``fd`` (at ``current``; the descriptor is consumed), open or create each of
+    ``names`` in turn with ``O_NOFOLLOW``; the last one's descriptor.
+
+    Each name is made first and opened after (a new capture's chain is new: one ``mkdir`` and one
+    ``open`` per level); a name that exists (another rank made it, or a link was planted) gives
+    ``EEXIST``, and the ``O_NOFOLLOW`` open then refuses a link."""
+    try:
+        for name in names:
             current = os.path.join(current, name)
             try:
-                child = None if made else _open_existing_dir(name, fd)
-                if child is None:
-                    try:
-                        _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
-                        made = True
-                    except FileExistsError:
-                        made = False  # created meanwhile (another rank), or a link: the open below tells
+                denied = None
+                try:
+                    _audited(current, os.mkdir, name, 0o777, dir_fd=fd)  # a link at ``name``: EEXIST
+                except FileExistsError:
+                    pass  # made meanwhile (another rank), or a link: the open below tells
+                except PermissionError as exc:
+                    denied = exc  # perhaps there already, in a directory we may not write to
+                try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if denied is not None:
+                        raise denied from None
+                    raise
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     what = "a symbolic link" if _is_link(name, fd) else "not a directory"

@@ -121,6 +121,37 @@ def test_link_planted_as_manifest_name_is_refused(save_path, victim):
     assert tree(victim) == before
 
 
+def test_directory_swapped_for_a_link_after_it_was_made_is_not_followed(save_path, victim):
+    # The run directory and the last directory walked to stay open between calls (a capture's directory
+    # is made when it opens and written into when it closes): a swap in between must still be refused.
+    before = tree(victim)
+    run = save_path / "run"
+    capture = run / "step1" / "rank0-h-1" / "torch"
+    ensure_dir(capture, run)
+    capture.rename(capture.with_name("torch.moved"))
+    capture.symlink_to(victim, target_is_directory=True)
+    exc = attempt(lambda: open_file(capture / "rank0.pt.trace.json.gz", run, "wb"))
+    assert exc.filename == str(capture)
+    run.rename(save_path / "run.moved")
+    run.symlink_to(victim, target_is_directory=True)
+    exc = attempt(lambda: ensure_dir(run / "step2" / "rank0-h-1" / "torch", run))
+    assert exc.filename == str(run)
+    assert tree(victim) == before
+
+
+def test_directory_removed_after_it_was_made_is_made_again(save_path):
+    run = save_path / "run"
+    capture = run / "step1" / "rank0-h-1" / "torch"
+    ensure_dir(capture, run)
+    shutil.rmtree(run / "step1")
+    with open_file(capture / "trace.json", run, "wb") as handle:
+        handle.write(b"{}")
+    assert (capture / "trace.json").read_bytes() == b"{}"
+    shutil.rmtree(run)
+    ensure_dir(run / "step2", run)
+    assert (run / "step2").is_dir()
+
+
 def test_hard_link_and_fifo_are_refused(save_path, victim):
     run = save_path / "run"
     ensure_dir(run / "manifest", run)
