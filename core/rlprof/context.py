@@ -65,6 +65,16 @@ RESERVED_FIELDS = frozenset({"type", "run", "rank", "host", "pid", "time", "back
 """Manifest fields of an artifact record that only the core fills (see :meth:`HookContext.add_artifact`)."""
 
 
+def context_field(ctx: Any, name: str) -> Any:
+    """``ctx.<name>`` when the context's class has that field, else None: ``getattr(ctx, name, None)``
+    without the ``AttributeError`` that :meth:`HookContext.__getattr__` builds for a missing name (the
+    core asks every artifact's context for its step, role, region and iterations)."""
+    fields = getattr(type(ctx), "__dataclass_fields__", None)
+    if fields is None:
+        return getattr(ctx, name, None)
+    return getattr(ctx, name) if name in fields else None
+
+
 @dataclass(kw_only=True, slots=True)
 class HookContext:
     """Base of every context: the run, the backend's own validated config, and an artifact sink."""
@@ -108,10 +118,9 @@ class HookContext:
             directory = self.run.run_dir / "_process" / f"rank{self.run.rank}-{self.run.host}-{self.run.pid}" / self.backend
         else:
             directory = self.capture.directory / self.backend
-        if not directory.is_dir():
-            from rlprof.layout import ensure_dir
+        from rlprof.layout import ensure_dir
 
-            ensure_dir(directory, self.run.run_dir)
+        ensure_dir(directory, self.run.run_dir)  # a directory made or walked to a moment ago costs a stat and a dup
         return directory
 
     def add_artifact(self, path: os.PathLike | str, kind: str = "file", **extra: Any) -> None:

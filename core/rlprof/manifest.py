@@ -49,10 +49,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from rlprof.context import context_field
 
 log = logging.getLogger("rlprof")
 FAILURE_RECORD = "worker_failure"
@@ -76,11 +79,13 @@ _ENCODER = json.JSONEncoder(default=str, check_circular=False)
 are plain data; anything else (a path, an exception) is written as its ``str``."""
 
 
-def path_size(path: Path) -> int:
+def path_size(path: os.PathLike | str) -> int:
+    """Bytes in a file, or in all files under a directory; 0 when it cannot be read."""
     try:
-        if path.is_dir():
-            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        return path.stat().st_size
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+        return info.st_size
     except OSError:
         return 0
 
@@ -201,30 +206,32 @@ def error_record(backend: str | None, hook: str | None, kind: str, error: str, *
     return {"kind": kind, "backend": backend, "hook": hook, "error": error, **details}
 
 
-def artifact_record(backend: str, ctx: Any, path: Path, kind: str, extra: dict[str, Any], *, run_dir: Path,
+def artifact_record(backend: str, ctx: Any, path: os.PathLike | str, kind: str, extra: dict[str, Any], *, run_dir: Path,
                     world_size: int, mode: str, selected_roles: Iterable[str]) -> dict[str, Any]:
     """One artifact; what the file belongs to comes from the call's context (its capture's steps,
     else its step; its role, else the process's selected roles), unless ``extra`` names it."""
     capture = ctx.capture
-    step = getattr(ctx, "step", None)
+    step = context_field(ctx, "step")
     steps = list(capture.steps) if capture else ([step] if step is not None else [])
-    role = getattr(ctx, "role", None)
-    iterations = getattr(ctx, "iterations", None)
-    path = path if path.is_absolute() else (Path.cwd() / path)
+    role = context_field(ctx, "role")
+    iterations = context_field(ctx, "iterations")
+    text = os.path.abspath(path)  # relative: to the working directory, as the backend meant it
+    root = os.path.abspath(run_dir)
+    within = text.startswith(root + os.sep) or text == root
     entry = {
         "backend": backend,
         "step": steps[0] if steps else None,
         "steps": steps,
         "roles": [role] if role else list(selected_roles),
-        "region": getattr(ctx, "region", None),
+        "region": context_field(ctx, "region"),
         "capture": capture.capture_id if capture else None,
         "mode": mode,
         "iterations": list(iterations) if iterations else None,
         "world_size": world_size,
-        "path": _relative(path, run_dir),
-        "size": path_size(path),
+        "path": text[len(root) + 1:] if within and text != root else _relative(Path(text), run_dir),
+        "size": path_size(text),
         "kind": kind,
-        "outside_output_dir": not _is_within(path, run_dir),
+        "outside_output_dir": not within,
         **extra,
     }
     if "step" in extra and "steps" not in extra:

@@ -44,7 +44,6 @@ import threading
 import time
 import weakref
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
@@ -469,10 +468,10 @@ class ProcessSession:
                 log.error("rlprof: backend %r on rank %d: %s", backend, self.run.rank, message)
                 self._record_error(error_record(backend, hook, "return", message))
             else:
-                produced.extend((Path(p), "file", {}) for p in paths)
+                produced.extend((p, "file", {}) for p in paths)
         selected = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
         for path, kind, extra in produced:
-            entry = artifact_record(backend, ctx, Path(path), kind, extra, run_dir=self.run.run_dir,
+            entry = artifact_record(backend, ctx, path, kind, extra, run_dir=self.run.run_dir,
                                     world_size=self.run.world_size, mode="discrete" if self.plan.discrete else "e2e",
                                     selected_roles=selected)
             self.artifacts.append(entry)
