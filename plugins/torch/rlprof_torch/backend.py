@@ -41,6 +41,12 @@ class TorchBackend:
         self._scratch: ScratchDir | None = None
         """Where torch exports each capture's plain JSON before it is compressed (made at the first
         export, in that capture's directory, and reused: see :class:`rlprof.layout.ScratchDir`)."""
+        self._record_function = None
+        """``torch.autograd.profiler.record_function``, imported at the first range (importing this
+        module does not import torch)."""
+        self._arguments: dict[tuple[str, ...], dict] = {}
+        """``contents`` -> profiler arguments, worked out at a capture's first opening (whether CUDA is
+        there does not change while the process runs)."""
 
     # ------------------------------------------------------------------ hooks
 
@@ -70,9 +76,7 @@ class TorchBackend:
             self._session.begin_step(ctx.step)
         if self._session is not None:
             self._session.saw(ctx.step, ctx.role, ctx.region)
-        from torch.autograd.profiler import record_function
-
-        marker = record_function(ctx.region)
+        marker = (self._record_function or self._load_record_function())(ctx.region)
         marker.__enter__()
         self._ranges.append(marker)
 
@@ -105,17 +109,24 @@ class TorchBackend:
             if scratch is not None:
                 scratch.close()
 
+    def _load_record_function(self):
+        from torch.autograd.profiler import record_function
+
+        self._record_function = record_function
+        return record_function
+
     # ------------------------------------------------------------------ capture windows
 
     def _open(self, ctx) -> None:
-        import torch
+        contents = tuple(ctx.tool_config.get("contents", ()))
+        arguments = self._arguments.get(contents)
+        if arguments is None:
+            import torch
 
-        contents = ctx.tool_config.get("contents", ())
-        cuda_available = torch.cuda.is_available()
-        # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
-        session = TraceSession(
-            ctx.capture.capture_id, ctx.run, ctx.output_dir(), options.profile_arguments(contents, cuda_available)
-        )
+            # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
+            arguments = self._arguments[contents] = options.profile_arguments(contents, torch.cuda.is_available())
+        session = TraceSession(ctx.capture.capture_id, ctx.run, ctx.output_dir(),
+                               dict(arguments, activities=list(arguments["activities"])))
         session.start()
         self._session = session
 
