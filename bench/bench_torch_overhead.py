@@ -47,6 +47,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw_dir = Path(tmp) / "raw"
         raw_dir.mkdir()
+        mkdir_us = mkdir_cost_us(Path(tmp))
         config = {
             "global_profiler": {"tool": "torch", "steps": list(range(1, ROUNDS + WARMUP + 1)), "save_path": str(Path(tmp) / "rlprof")},
             "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}},
@@ -101,6 +102,18 @@ def main() -> None:
         print(f"{'rlprof / ' + raw:28}{ratio[0]:>10.3f}{ratio[1]:>10.3f}   ratio (target <= 1.05); "
               f"median difference {extra[0]:+.2f} ms wall, {extra[1]:+.2f} ms CPU per step")
     print(f"Profiler creation (once per process, not in the ratio): {creation * 1e3:.1f} ms")
+    print(f"mkdir in {tempfile.gettempdir()} (rlprof makes 3 directories per capture; raw writes into one): "
+          f"{mkdir_us:.1f} us median (TMPDIR picks the file system)")
+
+
+def mkdir_cost_us(base: Path, count: int = 30) -> float:
+    """The median cost of one ``mkdir`` where both sides write (it differs by file system)."""
+    costs = []
+    for index in range(count):
+        started = time.perf_counter()
+        (base / f"mkdir-probe-{index}").mkdir()
+        costs.append(time.perf_counter() - started)
+    return statistics.median(costs) * 1e6
 
 
 if __name__ == "__main__":
