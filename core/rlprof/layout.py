@@ -381,8 +381,31 @@ class _HeldDirs:
         for old in dropped:
             os.close(old)
 
+    def close(self) -> None:
+        """Close every held descriptor (the next walk starts from scratch)."""
+        with self._lock:
+            held, self._held = (self._held if self._pid == os.getpid() else {}), {}
+        for fd, _, _ in held.values():
+            os.close(fd)
+
 
 _HELD = _HeldDirs()
+
+
+def release_held_dirs() -> None:
+    """Close the directories kept open between walks: called when a process's profiling session ends,
+    so that no descriptor of rlprof stays open after finalize."""
+    _HELD.close()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with a fresh lock (a thread of the parent may have held it at the fork) and
+    no held descriptors of its own (the inherited numbers are left alone)."""
+    _HELD._lock, _HELD._pid, _HELD._held = threading.Lock(), os.getpid(), {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _open_dir_chain(path: Path, root: Path) -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.layout import (MAX_NAME, ScratchDir, UnsafePathError, check_save_path, ensure_dir, open_file, place, safe_name,
-                           tool_output)
+from rlprof.layout import (MAX_NAME, ScratchDir, UnsafePathError, check_save_path, ensure_dir, open_file, place,
+                           release_held_dirs, safe_name, tool_output)
 
 
 def digest(path: Path) -> str:
@@ -150,6 +150,36 @@ def test_directory_removed_after_it_was_made_is_made_again(save_path):
     shutil.rmtree(run)
     ensure_dir(run / "step2", run)
     assert (run / "step2").is_dir()
+
+
+def test_a_forked_child_walks_on_its_own_and_leaves_its_parents_held_directories_open(save_path):
+    run = save_path / "run"
+    ensure_dir(run / "step1" / "rank0-h-1" / "torch", run)  # the parent now holds the run directory open
+    pid = os.fork()
+    if pid == 0:  # the child: its own walk works, and release_held_dirs closes nothing of the parent's
+        code = 1
+        try:
+            ensure_dir(run / "step2" / "rank0-h-1" / "torch", run)
+            release_held_dirs()
+            code = 0 if (run / "step2" / "rank0-h-1" / "torch").is_dir() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with open_file(run / "step1" / "rank0-h-1" / "torch" / "trace.json", run, "wb") as handle:
+        handle.write(b"{}")
+
+
+def test_release_held_dirs_leaves_no_descriptor_under_the_run(save_path):
+    run = save_path / "run"
+    with open_file(run / "step1" / "rank0-h-1" / "torch" / "trace.json", run, "wb") as handle:
+        handle.write(b"{}")
+    def under_run():
+        return [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith(str(run))]
+    assert under_run()  # held between walks
+    release_held_dirs()
+    assert under_run() == []
 
 
 def test_hard_link_and_fifo_are_refused(save_path, victim):

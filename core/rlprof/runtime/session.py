@@ -425,6 +425,9 @@ class ProcessSession:
         with _sessions_lock:
             if _sessions.get(self.key) is self:
                 del _sessions[self.key]
+        from rlprof.layout import release_held_dirs
+
+        release_held_dirs()  # no directory descriptor of rlprof outlives the session (the conformance suite checks)
         from rlprof.runtime import exits
 
         exits.unregister(self)
