@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rlprof.context import context_field
+from rlprof.layout import relative
 
 log = logging.getLogger("rlprof")
 FAILURE_RECORD = "worker_failure"
@@ -215,9 +216,7 @@ def artifact_record(backend: str, ctx: Any, path: os.PathLike | str, kind: str, 
     steps = list(capture.steps) if capture else ([step] if step is not None else [])
     role = context_field(ctx, "role")
     iterations = context_field(ctx, "iterations")
-    text = os.path.abspath(path)  # relative: to the working directory, as the backend meant it
-    root = os.path.abspath(run_dir)
-    within = text.startswith(root + os.sep) or text == root
+    shown, within = _in_run(path, run_dir)
     entry = {
         "backend": backend,
         "step": steps[0] if steps else None,
@@ -228,8 +227,8 @@ def artifact_record(backend: str, ctx: Any, path: os.PathLike | str, kind: str, 
         "mode": mode,
         "iterations": list(iterations) if iterations else None,
         "world_size": world_size,
-        "path": text[len(root) + 1:] if within and text != root else _relative(Path(text), run_dir),
-        "size": path_size(text),
+        "path": shown,
+        "size": path_size(path),
         "kind": kind,
         "outside_output_dir": not within,
         **extra,
@@ -258,17 +257,14 @@ def note_records(backend: str, hook: str, ctx: Any, selected_roles: Iterable[str
     return records
 
 
-def _relative(path: Path, run_dir: Path) -> str:
-    try:
-        return os.path.relpath(path, run_dir)
-    except ValueError:
-        return str(path)
-
-
-def _is_within(path: Path, root: Path) -> bool:
-    """Lexically (no file-system calls: this runs for every artifact): is ``path`` under ``root``?"""
-    path_text, root_text = os.path.normpath(path), os.path.normpath(root)
-    return path_text == root_text or path_text.startswith(root_text + os.sep)
+def _in_run(path: os.PathLike | str, run_dir: Path) -> tuple[str, bool]:
+    """``path`` as an artifact record names it (relative to the run directory) and whether it lies
+    under the run directory. Lexical, no file-system calls: this runs for every artifact. A relative
+    ``path`` is taken from the working directory, as the backend meant it."""
+    text, root = os.path.abspath(path), os.path.abspath(run_dir)
+    if text.startswith(root + os.sep):
+        return text[len(root) + 1:], True
+    return relative(Path(text), run_dir), text == root
 
 
 def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
@@ -316,7 +312,7 @@ def record_relocation(pending: dict[str, Any], target: Path, source: Path) -> bo
                                              "source", "relocate_to", "outside_output_dir")}
     writer = ManifestWriter(Path(pending["_manifest"]), common, root=run_dir)
     try:
-        return writer.write("artifact", **kept, path=_relative(target, run_dir), size=path_size(target), kind="file",
+        return writer.write("artifact", **kept, path=relative(target, run_dir), size=path_size(target), kind="file",
                             relocated_from=str(source), outside_output_dir=False)
     finally:
         writer.close()
