@@ -339,54 +339,49 @@ def _is_link(name: str, dir_fd: int) -> bool:
 class _HeldDirs:
     """Directories :func:`_open_dir_chain` walked to, kept open so that the next walk costs less: the
     last run directory (every capture's chain starts there) and the last other directory walked to (a
-    capture's directory: made when the capture opens, written into when it closes), by path.
+    capture's directory: made when the capture opens, written into when it closes).
 
     A descriptor handed out from here leads where a walk would: it was reached by a walk (no link
     followed), and it is only reused while ``stat(path)`` still names the same directory (not removed,
-    not renamed, not replaced) and in the process that opened it (after a fork its number may belong to
-    something else there). Under a lock: Ray and engine threads write too."""
+    not renamed, not replaced). Under a lock: Ray and engine threads write too. A forked child starts
+    empty (:func:`_after_fork_in_child`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._held: dict[tuple[str, str], tuple[int, int, int]] = {}
-        """``(path, run directory) -> (fd, st_dev, st_ino)``."""
+        self._slots: dict[bool, tuple[str, str, int, int, int]] = {}
+        """Is it a run directory -> ``(path, run directory, fd, st_dev, st_ino)``."""
 
     def reuse(self, path: str, root: str) -> int | None:
         """A new descriptor of ``path`` when it is held and still that directory, else None."""
         with self._lock:
-            held = self._held.get((path, root)) if self._pid == os.getpid() else None
-            if held is None:
+            held = self._slots.get(path == root)
+            if held is None or held[:2] != (path, root):
                 return None
             try:
                 seen = os.stat(path)
             except OSError:
                 return None
-            if (seen.st_dev, seen.st_ino) != held[1:] or not stat.S_ISDIR(seen.st_mode):
+            if (seen.st_dev, seen.st_ino) != held[3:] or not stat.S_ISDIR(seen.st_mode):
                 return None
-            return os.dup(held[0])
+            return os.dup(held[2])
 
     def hold(self, path: str, root: str, fd: int) -> None:
-        """Keep a duplicate of ``fd`` (the directory ``path`` a walk just opened); the run directory
-        stays held, the other directory held before is dropped."""
+        """Keep a duplicate of ``fd`` (the directory ``path`` a walk just opened) in its slot, dropping
+        the one held there before."""
         info = os.fstat(fd)
         kept = os.dup(fd)
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: the numbers are not ours to close
-                self._pid, self._held = os.getpid(), {}
-            kind = path == root  # one run directory and one other directory at a time
-            dropped = [entry[0] for key, entry in self._held.items() if (key[0] == key[1]) == kind]
-            self._held = {key: entry for key, entry in self._held.items() if (key[0] == key[1]) != kind}
-            self._held[(path, root)] = (kept, info.st_dev, info.st_ino)
-        for old in dropped:
-            os.close(old)
+            dropped = self._slots.get(path == root)
+            self._slots[path == root] = (path, root, kept, info.st_dev, info.st_ino)
+        if dropped is not None:
+            os.close(dropped[2])
 
     def close(self) -> None:
         """Close every held descriptor (the next walk starts from scratch)."""
         with self._lock:
-            held, self._held = (self._held if self._pid == os.getpid() else {}), {}
-        for fd, _, _ in held.values():
-            os.close(fd)
+            held, self._slots = self._slots, {}
+        for entry in held.values():
+            os.close(entry[2])
 
 
 _HELD = _HeldDirs()
@@ -400,8 +395,8 @@ def release_held_dirs() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked child starts with a fresh lock (a thread of the parent may have held it at the fork) and
-    no held descriptors of its own (the inherited numbers are left alone)."""
-    _HELD._lock, _HELD._pid, _HELD._held = threading.Lock(), os.getpid(), {}
+    no held descriptors of its own (the inherited numbers are left alone: they may be reused there)."""
+    _HELD._lock, _HELD._slots = threading.Lock(), {}
 
 
 if hasattr(os, "register_at_fork"):
