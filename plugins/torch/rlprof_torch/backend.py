@@ -125,8 +125,7 @@ class TorchBackend:
 
             # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
             arguments = self._arguments[contents] = options.profile_arguments(contents, torch.cuda.is_available())
-        session = TraceSession(ctx.capture.capture_id, ctx.run, ctx.output_dir(),
-                               dict(arguments, activities=list(arguments["activities"])))
+        session = TraceSession(ctx.capture.capture_id, ctx.run, ctx.output_dir(), arguments)  # torch copies them
         session.start()
         self._session = session
 
