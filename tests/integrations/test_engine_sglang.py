@@ -367,6 +367,15 @@ def _forwards(path: Path) -> list[str]:
                   key=lambda n: int(n.split("_")[1]))
 
 
+def _traced_forwards(sglang, engine, capture: EngineCapture, tokens: int) -> list[str]:
+    """Start the capture, generate ``tokens``, stop it: the forward passes in the one trace it wrote."""
+    sglang.start(engine, capture)
+    engine.generate(tokens)
+    sglang.stop(engine, capture)
+    [trace] = sglang.written(capture)
+    return _forwards(trace)
+
+
 @pytest.fixture
 def sglang():
     adapter = load_engine("sglang")
@@ -423,18 +432,10 @@ def test_a_capture_through_the_core_writes_a_real_trace(sglang, tmp_path):
 def test_token_window_on_a_fresh_engine_and_after(sglang, tmp_path):
     engine = StandInSglangEngine()
     first = _capture(tmp_path, prefix="step1_replica0", window=(2, 4))
-    sglang.start(engine, first)
-    engine.generate(16)
-    sglang.stop(engine, first)
-    [trace] = sglang.written(first)
-    assert _forwards(trace) == ["forward_2", "forward_3", "forward_4", "forward_5"]  # steps [2, 6), as vLLM
+    assert _traced_forwards(sglang, engine, first, 16) == ["forward_2", "forward_3", "forward_4", "forward_5"]  # steps [2, 6), as vLLM
     # later captures: start_step counts from the engine's start, so the window starts at once (the warning)
     later = _capture(tmp_path, prefix="step2_replica0", window=(2, 4))
-    sglang.start(engine, later)
-    engine.generate(16)
-    sglang.stop(engine, later)
-    [trace] = sglang.written(later)
-    assert _forwards(trace) == ["forward_17", "forward_18", "forward_19", "forward_20"]
+    assert _traced_forwards(sglang, engine, later, 16) == ["forward_17", "forward_18", "forward_19", "forward_20"]
 
 
 def test_lost_tells_a_dead_engine_from_a_failed_call(sglang, tmp_path):
