@@ -11,7 +11,10 @@
    backend, the region's timing kept for the manifest (target: <= 5 us; the step's own start_step and
    step_boundary are outside the timed part). Printed beside it: what the step's end costs per region
    (closing the capture, writing the buffered timing records in one go).
-3. ``python -c "import rlprof"`` over ``python -c pass`` (target: at most 40 ms).
+3. A step that is not profiled (``start_step`` + ``step_boundary``) on a process whose role is
+   selected, with 3 and with 10,000 steps listed in ``global_profiler.steps``: the cost must not
+   grow with the list (printed side by side; no target of its own).
+4. ``python -c "import rlprof"`` over ``python -c pass`` (target: at most 40 ms).
 
 Run: ``.venv/bin/python bench/bench_core.py``. The host's speed drifts between runs (a bare call
 measured 37-53 ns on the same VM within minutes), so every case is paired with the bare call of the
@@ -32,6 +35,7 @@ import rlprof
 N = 20_000
 REPEATS = 61
 REGIONS_PER_STEP = 100
+LISTED = (3, 10_000)
 
 
 class DoNothing:
@@ -164,14 +168,31 @@ def main() -> None:
             timed += ended - started
         return timed
 
+    # 3. a step that is not profiled (step 1), with few and with many profiled steps listed (even steps)
+    listed = {count: rlprof.Profiler(None, rank=0, world_size=2, roles=("actor",), backends={"noop": DoNothing()},
+                                     run_id=f"bench-listed-{count}",
+                                     overrides=[*base[:2], f"global_profiler.steps=[{','.join(str(2 * i) for i in range(1, count + 1))}]",
+                                                *base[3:]])
+              for count in LISTED}
+
+    def unprofiled_step(prof):
+        def case(n):
+            for _ in range(n):
+                prof.start_step(1)
+                prof.step_boundary()
+        return case
+
     t = interleaved({"bare": bare, "with_region": with_region, "with_minimal": with_minimal,
                      "decorated": decorated_call, "passthrough": passthrough_call}, N)
     d = interleaved({"bare": bare, "dispatched": dispatched}, N // 20)
+    u = interleaved({"bare": bare, **{f"listed {count}": unprofiled_step(prof) for count, prof in listed.items()}}, N // 10)
     flush_ns = statistics.median(flushes)
+    for prof in listed.values():
+        prof.finalize()
     busy.finalize()
     idle.finalize()
 
-    # 3. import time
+    # 4. import time
     runs = {"pass": [], "import rlprof": []}
     for _ in range(15):
         for name, code in (("pass", "pass"), ("import rlprof", "import rlprof")):
@@ -193,6 +214,9 @@ def main() -> None:
           f"   (fastest repeat: {d['_min']['dispatched'] / 1000:.2f} us = {d['_min']['dispatched'] / d['_min']['bare']:.0f} bare calls)")
     print(f"{'  step_boundary (capture closed, timing records written), per region':<62}{flush_ns / 1000:>9.2f} us"
           f"   ({REGIONS_PER_STEP} regions a step)")
+    for count in LISTED:
+        label = f"step not profiled, {count:,} steps listed: start_step + step_boundary"
+        print(f"{label:<62}{u[f'listed {count}'] / 1000:>9.2f} us")
     print(f"{'python -c pass':<62}{imp['pass']:>9.1f} ms")
     label = 'python -c "import rlprof": added over pass'
     print(f"{label:<62}{imp['import rlprof'] - imp['pass']:>9.1f} ms{'<= 40 ms':>14}")

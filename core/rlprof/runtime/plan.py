@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping, Sequence
 
 from rlprof.config.schema import ROLES, ProfilerConfig, RoleConfig
@@ -51,7 +52,10 @@ class ProcessPlan:
     every_step: bool = False
     """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
 
-    @property
+    # The answers below are asked on every training step (``start_step`` of a step that is not profiled
+    # included: the hot path), so each is worked out once per plan; a plan never changes.
+
+    @cached_property
     def active(self) -> bool:
         """This process makes hook calls at all."""
         return bool(self.runs or self.every_step) and any(r.selected for r in self.roles.values())
@@ -60,18 +64,21 @@ class ProcessPlan:
     def steps(self) -> tuple[int, ...]:
         return tuple(s for run in self.runs for s in run) if self.active else ()
 
-    @property
+    @cached_property
     def selected_roles(self) -> tuple[str, ...]:
         return tuple(name for name, r in self.roles.items() if r.selected)
 
+    @cached_property
+    def _run_by_step(self) -> dict[int, tuple[int, ...]]:
+        """Each listed step -> its run: a lookup per step whatever the length of ``steps`` (a scan of
+        the runs cost ~25 us per step with 1,000 profiled steps listed, ~240 us with 10,000)."""
+        return {step: run for run in self.runs for step in run}
+
     def is_profiled(self, step: int) -> bool:
-        return self.active and (self.every_step or any(step in run for run in self.runs))
+        return self.active and (self.every_step or step in self._run_by_step)
 
     def run_of(self, step: int) -> tuple[int, ...]:
-        for run in self.runs:
-            if step in run:
-                return run
-        return (step,)
+        return self._run_by_step.get(step) or (step,)
 
     def expected_captures(self, stages: Mapping[str, Sequence[str]] | None = None) -> int | None:
         """How many capture windows this process opens over the whole run.
