@@ -75,7 +75,7 @@ def steps_label(steps: tuple[int, ...]) -> str:
 
 
 def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid: int) -> Path:
-    return run_dir / capture_id / process_tag(rank, host, pid)
+    return run_dir / f"{capture_id}{os.sep}{process_tag(rank, host, pid)}"  # one Path operation, not two
 
 
 def relative(path: Path, run_dir: Path) -> str:
@@ -129,9 +129,9 @@ def ensure_dir(path: Path, root: Path) -> Path:
     for a link, a non-directory in the chain, or a ``path`` outside ``root``; other OS errors
     (permissions, disk full) as they come.
     """
-    fd = _open_dir_chain(Path(path), Path(root))
+    fd = _open_dir_chain(path, root)
     os.close(fd)
-    return Path(path)
+    return path if isinstance(path, Path) else Path(path)
 
 
 def open_file(path: Path, root: Path, mode: str = "w") -> IO:
@@ -147,15 +147,15 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
         flags = _FILE_FLAGS[mode]
     except KeyError:
         raise ValueError(f"open_file: mode {mode!r} is not one of {', '.join(_FILE_FLAGS)}") from None
-    path = Path(path)
-    dir_fd = _open_dir_chain(path.parent, Path(root))
+    parent, name = os.path.split(os.path.normpath(path))  # strings, not Path: this runs for every file a capture writes
+    dir_fd = _open_dir_chain(parent, root)
     try:
         try:
             # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
-            fd = _audited(path, os.open, path.name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
+            fd = _audited(path, os.open, name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
                           dir_fd=dir_fd)
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(path.name, dir_fd)):
+            if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(name, dir_fd)):
                 raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
             if exc.errno == errno.ENXIO:  # a FIFO without a reader
                 raise UnsafePathError(exc.errno, "refusing to write into a FIFO", str(path)) from None

@@ -86,8 +86,8 @@ class TraceSession:
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
         self._profile.stop()
-        packed = self.directory / f"rank{self.run.rank}.pt.trace.json.gz"
-        name = packed.name[: -len(".gz")]
+        name = f"rank{self.run.rank}.pt.trace.json"
+        packed = self.directory / f"{name}.gz"
         plain = scratch.path_for(name)
         try:
             self._profile.export_chrome_trace(str(plain))
