@@ -105,14 +105,15 @@ def main() -> None:
     for side, times in main_block.items():
         wall, cpu = (statistics.median(t[i] for t in times) * 1e3 for i in (0, 1))
         print(f"{side:28}{wall:>10.2f}{cpu:>10.2f}")
-    for block, side, raw, what in ((main_block, "rlprof", "raw (same gz)", "ratio (target <= 1.05)"),
-                                   (main_block, "rlprof", "raw (same output)", "rlprof's machinery alone"),
-                                   (main_block, "raw (same output)", "raw (same gz)", "the files beside the trace alone"),
-                                   (torch_gz_block, "rlprof", "raw (torch gz)", "ratio")):
+    for label, block, side, raw, what in (
+        ("rlprof / same gz", main_block, "rlprof", "raw (same gz)", "ratio (target <= 1.05)"),
+        ("rlprof / same output", main_block, "rlprof", "raw (same output)", "rlprof's machinery alone"),
+        ("same output / same gz", main_block, "raw (same output)", "raw (same gz)", "the files beside the trace alone"),
+        ("rlprof / torch gz", torch_gz_block, "rlprof", "raw (torch gz)", "ratio"),
+    ):
         pairs = list(zip(block[side], block[raw]))
         ratio = [statistics.median(o[i] / r[i] for o, r in pairs) for i in (0, 1)]
         extra = [statistics.median((o[i] - r[i]) * 1e3 for o, r in pairs) for i in (0, 1)]
-        label = f"{'rlprof' if side == 'rlprof' else 'same output'} / {raw[4:].strip('()')}"
         print(f"{label:28}{ratio[0]:>10.3f}{ratio[1]:>10.3f}   {what}; "
               f"median difference {extra[0]:+.2f} ms wall, {extra[1]:+.2f} ms CPU per step")
     print(f"Profiler creation (once per process, not in the ratio): {creation * 1e3:.1f} ms")
@@ -127,6 +128,8 @@ class SameOutput:
         self.root, self.manifest, self.training = root, manifest, training
         root.mkdir()
         self.common = {"run": "20261123-000000-abcdef", "rank": 0, "host": "host", "pid": os.getpid()}
+        self.regions: list[dict] = []
+        """The timing records of the unit's regions so far (one unit at a time)."""
 
     def region(self, role: str, stage: str):
         return TimedRegion(self, role, stage)
