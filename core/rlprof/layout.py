@@ -78,7 +78,7 @@ def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid:
     return run_dir / f"{capture_id}{os.sep}{process_tag(rank, host, pid)}"  # one Path operation, not two
 
 
-def relative(path: Path, run_dir: Path) -> str:
+def relative(path: os.PathLike | str, run_dir: os.PathLike | str) -> str:
     try:
         return os.path.relpath(path, run_dir)
     except ValueError:

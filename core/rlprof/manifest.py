@@ -264,7 +264,7 @@ def _in_run(path: os.PathLike | str, run_dir: Path) -> tuple[str, bool]:
     text, root = os.path.abspath(path), os.path.abspath(run_dir)
     if text.startswith(root + os.sep):
         return text[len(root) + 1:], True
-    return relative(Path(text), run_dir), text == root
+    return relative(text, run_dir), text == root
 
 
 def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
