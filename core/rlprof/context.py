@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlprof import notices
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -57,8 +58,6 @@ REMOVED_ATTRIBUTES: dict[tuple[str, str], tuple[str, int]] = {
 (:data:`rlprof.hookspecs.CONTRACT`): reading one raises an ``AttributeError`` that says so."""
 
 _log = logging.getLogger("rlprof")
-_WARNED: set[tuple[str, ...]] = set()
-"""What ``ctx.warn``/``ctx.skip`` already logged in this process (each said once; still recorded each time)."""
 
 RESERVED_FIELDS = frozenset({"type", "run", "rank", "host", "pid", "time", "backend", "path", "size",
                              "world_size", "mode", "outside_output_dir"})
@@ -139,16 +138,20 @@ class HookContext:
             self._artifacts = []
         self._artifacts.append((Path(path), kind, extra))
 
+    def added_artifacts(self) -> tuple[tuple[Path, str, dict[str, Any]], ...]:
+        """What :meth:`add_artifact` recorded during this call, in order, as ``(path, kind, extra
+        fields)``: for code that calls a hook itself (the testing kit's second finalize) and must see
+        what the backend added besides what it returned. The core reads the same record."""
+        return tuple(self._artifacts or ())
+
     def warn(self, message: str) -> None:
         """Tell the user something about this backend's capture (a tool that fell back, an option it
         ignored). Logged once per process on the ``rlprof`` logger (the worker's log) and recorded as
         a ``warning`` record (kind ``backend``) with this call's step, capture and region, which
         ``rlprof report`` and the verdict show. It never fails the run."""
         message = str(message).strip()
-        said = (self.backend, message)
-        if said not in _WARNED:
-            _WARNED.add(said)
-            _log.warning("rlprof: backend %r on rank %d: %s", self.backend, self.run.rank, message)
+        notices.say_once(f"{self.backend}: ctx.warn: {message}", _log, "rlprof: backend %r on rank %d: %s",
+                         self.backend, self.run.rank, message)
         self._note("warning", message)
 
     def skip(self, reason: str) -> None:
@@ -157,11 +160,9 @@ class HookContext:
         the reason beside the capture, and a capture skipped with a reason counts as explained, not
         missing. Call it from any hook of that capture (e.g. at its open, or at its close)."""
         reason = str(reason).strip()
-        said = (self.backend, "skip", reason)
-        if said not in _WARNED:
-            _WARNED.add(said)
-            _log.warning("rlprof: backend %r on rank %d skipped capture %s: %s", self.backend, self.run.rank,
-                         self.capture.capture_id if self.capture is not None else "(none)", reason)
+        notices.say_once(f"{self.backend}: ctx.skip: {reason}", _log, "rlprof: backend %r on rank %d skipped capture %s: %s",
+                         self.backend, self.run.rank, self.capture.capture_id if self.capture is not None else "(none)",
+                         reason)
         self._note("skip", reason)
 
     def _note(self, record_type: str, text: str) -> None:
@@ -256,12 +257,14 @@ class RuntimeEnvContext:
 
 # --------------------------------------------------------------------------- the core's constructors
 #
-# The one place each context class is built by the core (the registry's hook calls, the testing kit):
-# a new field is one edit here. The core builds a context for every backend on every hook call, two
-# per profiled region; calling a class with a dozen keyword arguments goes through CPython's slow
-# keyword-matching path (about 6x the cost of the same call with positional arguments,
-# bench/bench_core.py), so these set the fields positionally. Backends never need them. Every one
-# ends with the base fields' ``ends_group``, the last argument.
+# The one place each context class is built by the core (the registry's hook calls, the testing kit).
+# A class's own fields are keyword-only, so a field added to a class cannot silently take another's
+# value; the five fields of :class:`HookContext` come first, positional-only, in the order of
+# :func:`_base` (a new base field changes every constructor's signature: a call that misses it fails
+# loudly). The core builds a context for every backend on every hook call, two per profiled region;
+# calling the dataclass itself with a dozen keywords goes through CPython's slow keyword-matching path
+# for classes (about 6x the cost, bench/bench_core.py), while a plain function called with keywords
+# costs what a positional call does. Backends never need these.
 
 _new = object.__new__
 
@@ -275,31 +278,34 @@ def _base(cls: type, run: RunInfo, backend: str, tool_config: Mapping[str, Any],
     return ctx
 
 
-def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
-                 opens_capture: bool, closes_capture: bool, ends_step: bool, ends_group: tuple[int, ...]) -> StepContext:
+def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+                 ends_group: tuple[int, ...], /, *, step: int, opens_capture: bool, closes_capture: bool,
+                 ends_step: bool) -> StepContext:
     ctx = _base(StepContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.opens_capture, ctx.closes_capture, ctx.ends_step = step, opens_capture, closes_capture, ends_step
     return ctx
 
 
-def role_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
-                 role: str, region: str, opens_capture: bool, closes_capture: bool,
-                 iterations: tuple[int, int] | None, error: BaseException | None, ends_group: tuple[int, ...]) -> RoleContext:
+def role_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+                 ends_group: tuple[int, ...], /, *, step: int, role: str, region: str, opens_capture: bool,
+                 closes_capture: bool, iterations: tuple[int, int] | None, error: BaseException | None) -> RoleContext:
     ctx = _base(RoleContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, region, opens_capture, closes_capture
     ctx.iterations, ctx.error = iterations, error
     return ctx
 
 
-def iteration_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, step: int,
-                      role: str, region: str, iteration: int, ends_group: tuple[int, ...]) -> IterationContext:
+def iteration_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+                      ends_group: tuple[int, ...], /, *, step: int, role: str, region: str,
+                      iteration: int) -> IterationContext:
     ctx = _base(IterationContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.role, ctx.region, ctx.iteration = step, role, region, iteration
     return ctx
 
 
-def finalize_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None, reason: str,
-                     profiled_steps: tuple[int, ...], relocate_results: bool, ends_group: tuple[int, ...]) -> FinalizeContext:
+def finalize_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+                     ends_group: tuple[int, ...], /, *, reason: str, profiled_steps: tuple[int, ...],
+                     relocate_results: bool) -> FinalizeContext:
     ctx = _base(FinalizeContext, run, backend, tool_config, capture, ends_group)
     ctx.reason, ctx.profiled_steps, ctx.relocate_results = reason, profiled_steps, relocate_results
     return ctx
@@ -307,4 +313,5 @@ def finalize_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any],
 
 CONSTRUCTORS = {StepContext: step_context, RoleContext: role_context, IterationContext: iteration_context,
                 FinalizeContext: finalize_context}
-"""Each lifecycle context class -> its one constructor (the registry picks by the class the spec names)."""
+"""Each lifecycle context class -> its one constructor (tests/runtime/test_registry.py checks each
+takes exactly its class's fields)."""

@@ -22,7 +22,7 @@ from rlprof.testing.scenario import Scenario
 def test_the_spec_speaks_contract_1_and_step_context_has_no_iteration():
     assert hookspecs.CONTRACT == 1 and hookspecs.CONTRACT in hookspecs.SUPPORTED_CONTRACTS
     ctx = step_context(RunInfo("r", 0, 1, "h", 1, __import__("pathlib").Path("/nonexistent"), ("actor",)),
-                       "b", {}, None, 1, False, False, True, ())
+                       "b", {}, None, (), step=1, opens_capture=False, closes_capture=False, ends_step=True)
     with pytest.raises(AttributeError, match=r"removed in rlprof hook contract 1, use the iteration_boundary hook"):
         ctx.iteration
     with pytest.raises(AttributeError, match=r"^'StepContext' object has no attribute 'nonsense'$"):

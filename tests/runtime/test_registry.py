@@ -92,3 +92,23 @@ def test_a_hookimpl_option_the_core_cannot_honour_is_refused_at_load(option, sav
     message = str(info.value)
     assert 'backend "ordered"' in message and "stop_role" in message and f"{option}=True" in message
     assert info.value.key == "global_profiler.tool"
+
+
+def test_each_context_constructor_takes_its_class_fields_by_keyword_only():
+    """A field added to a context class cannot silently take another field's value: every constructor
+    takes the five base fields first (in HookContext's order) and the class's own fields by keyword,
+    exactly those, and sets each to what it was given."""
+    import dataclasses
+    import inspect
+
+    base = [f.name for f in dataclasses.fields(context.HookContext) if not f.name.startswith("_")]
+    for cls, build in context.CONSTRUCTORS.items():
+        params = inspect.signature(build).parameters.values()
+        positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+        keywords = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        own = {f.name for f in dataclasses.fields(cls)} - set(base) - {"_artifacts", "_notes"}
+        assert positional == base and keywords == own, cls.__name__
+        values = {name: object() for name in own}
+        ctx = build(*(object() for _ in base), **values)
+        assert type(ctx) is cls and all(getattr(ctx, name) is value for name, value in values.items())
+        assert ctx.added_artifacts() == ()

@@ -208,8 +208,6 @@ class Backends:
         self._calls: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {
             hook: [(impl.backend, self._ctx_caller(impl, hook)) for impl in self.impls[hook]] for hook in LIFECYCLE}
         """Lifecycle hook -> ``(backend, call(ctx))`` in ``names`` order: what the typed methods loop over."""
-        self._constructors = {hook: context.CONSTRUCTORS[CONTEXT_CLASSES[hook]] for hook in LIFECYCLE}
-        """Lifecycle hook -> the one constructor of the context class its spec names."""
         self.groups = StepGroups()
         """Which closes end a group of captures (``ctx.ends_group``): the core's step grouping."""
         self.watchdog: Any = None
@@ -228,56 +226,84 @@ class Backends:
     #
     # One method per lifecycle hook of the spec (tests/runtime/test_registry.py keeps the two in step):
     # these are the calls the capture state machine makes (rlprof.runtime.capture: it is the machine's
-    # hooks object), each a line that maps the machine's arguments onto the fields of the context class
-    # the spec names; :meth:`_each` does the rest. ``region`` is the machine's OpenRegion (its role, name
-    # and the role's configs); step-level calls use :attr:`primary` configs. ``only``: call that backend
-    # alone, failed or not (the session releasing it).
+    # hooks object). Each builds every called backend's context with the constructor of the class the
+    # spec names, the class's own fields by keyword; :meth:`_callees` says whom to call and
+    # :meth:`_call` calls one. ``region`` is the machine's OpenRegion (its role, name and the role's
+    # configs); step-level calls use :attr:`primary` configs. ``only``: call that backend alone,
+    # failed or not (the session releasing it). A loop per method, not one generic loop taking the
+    # fields as a tuple or a mapping: keyword calls keep each field named, and on this hot path (two
+    # calls per profiled region) a closure or a ``**fields`` mapping per call would cost more than
+    # the dispatch it serves (bench/bench_core.py).
 
     def start_step(self, step: int, capture: Any, opens: bool, only: str | None = None) -> None:
-        self._each("start_step", self.primary, only, None, capture, step, opens, False, True)
+        for backend, call in self._callees("start_step", only):
+            tool_config = self.primary.get(backend, _EMPTY)
+            self._call(backend, "start_step", call, context.step_context(
+                self.run, backend, tool_config, capture, (),
+                step=step, opens_capture=opens, closes_capture=False, ends_step=True))
 
     def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
                    only: str | None = None) -> None:
-        self._each("start_role", region.configs, only, None, capture, step, region.role, region.name, opens, False,
-                   iterations, None)
+        for backend, call in self._callees("start_role", only):
+            tool_config = region.configs.get(backend, _EMPTY)
+            self._call(backend, "start_role", call, context.role_context(
+                self.run, backend, tool_config, capture, (),
+                step=step, role=region.role, region=region.name, opens_capture=opens, closes_capture=False,
+                iterations=iterations, error=None))
 
     def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
-        self._each("iteration_boundary", region.configs, only, None, capture, step, region.role, region.name, iteration)
+        for backend, call in self._callees("iteration_boundary", only):
+            tool_config = region.configs.get(backend, _EMPTY)
+            self._call(backend, "iteration_boundary", call, context.iteration_context(
+                self.run, backend, tool_config, capture, (),
+                step=step, role=region.role, region=region.name, iteration=iteration))
 
     def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
                   error: BaseException | None, only: str | None = None) -> None:
-        self._each("stop_role", region.configs, only, self.groups.close if closes else None, capture, step,
-                   region.role, region.name, False, closes, iterations, error)
+        for backend, call in self._callees("stop_role", only):
+            tool_config = region.configs.get(backend, _EMPTY)
+            ends_group = self.groups.close(backend, tool_config, capture) if closes else ()
+            self._call(backend, "stop_role", call, context.role_context(
+                self.run, backend, tool_config, capture, ends_group,
+                step=step, role=region.role, region=region.name, opens_capture=False, closes_capture=closes,
+                iterations=iterations, error=error))
 
     def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
-        self._each("step_boundary", self.primary, only, self.groups.close if closes else None, capture, step, False,
-                   closes, ends_step)
+        for backend, call in self._callees("step_boundary", only):
+            tool_config = self.primary.get(backend, _EMPTY)
+            ends_group = self.groups.close(backend, tool_config, capture) if closes else ()
+            self._call(backend, "step_boundary", call, context.step_context(
+                self.run, backend, tool_config, capture, ends_group,
+                step=step, opens_capture=False, closes_capture=closes, ends_step=ends_step))
 
     def finalize(self, reason: str, profiled_steps: tuple[int, ...], relocate_results: bool,
                  only: str | None = None) -> None:
-        self._each("finalize", self.primary, only, self.groups.finish, None, reason, profiled_steps, relocate_results)
+        for backend, call in self._callees("finalize", only):
+            tool_config = self.primary.get(backend, _EMPTY)
+            self._call(backend, "finalize", call, context.finalize_context(
+                self.run, backend, tool_config, None, self.groups.finish(backend, tool_config, None),
+                reason=reason, profiled_steps=profiled_steps, relocate_results=relocate_results))
 
-    def _each(self, hook: str, configs: Mapping[str, Mapping[str, Any]], only: str | None,
-              grouping: Callable[[str, Mapping[str, Any], Any], tuple[int, ...]] | None, capture: Any,
-              *fields: Any) -> None:
-        """Call ``hook`` on each backend (or ``only`` that one) with its own context: the spec's context
-        class built from ``capture``, ``fields`` (that class's own fields, in order) and what
-        ``grouping`` says this call ends (``ctx.ends_group``); each call isolated and watched, what it
-        produced handed to ``on_result``. The hot path of every profiled region (two calls each)."""
-        run, failed, watchdog, build = self.run, self.failed, self.watchdog, self._constructors[hook]
-        for backend, call in self._calls[hook]:
-            if (backend in failed if only is None else backend != only):
-                continue
-            tool_config = configs.get(backend, _EMPTY)
-            ctx = build(run, backend, tool_config, capture, *fields,
-                        () if grouping is None else grouping(backend, tool_config, capture))
-            try:
-                result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
-            except Exception as exc:
-                self._failed(backend, hook, exc)
-                result = None
-            if (result is not None or ctx._artifacts or ctx._notes) and self.on_result is not None:
-                self.on_result(backend, hook, ctx, result)
+    def _callees(self, hook: str, only: str | None) -> list[tuple[str, Callable[[Any], Any]]]:
+        """``(backend, call(ctx))`` for each backend to call with ``hook`` now, in ``names`` order:
+        every one that has not failed, or ``only`` that one (failed or not). While none failed, the
+        list built at load (nothing allocated on the hot path)."""
+        calls, failed = self._calls[hook], self.failed
+        if only is None and not failed:
+            return calls
+        return [(backend, call) for backend, call in calls if (backend not in failed if only is None else backend == only)]
+
+    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> None:
+        """One backend's ``hook`` with ``ctx``, isolated (a raise fails that backend only) and watched;
+        what it produced handed to ``on_result``."""
+        watchdog = self.watchdog
+        try:
+            result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
+        except Exception as exc:
+            self._failed(backend, hook, exc)
+            result = None
+        if (result is not None or ctx._artifacts or ctx._notes) and self.on_result is not None:
+            self.on_result(backend, hook, ctx, result)
 
     def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
         """``call(ctx)`` for a lifecycle hookimpl, whatever arguments it names (pluggy passes only those)."""

@@ -547,8 +547,9 @@ def _finalize_again(run: BackendRun) -> SecondFinalize:
     if not pm.hook.finalize.get_hookimpls():
         return outcome
     role = primary_role(prof.plan)
-    ctx = finalize_context(prof.run, run.name, prof.tool_configs.get(role, {}).get(run.name, {}), None, "end",
-                           tuple(prof.plan.steps), prof.config.global_.relocate_results, ())
+    ctx = finalize_context(prof.run, run.name, prof.tool_configs.get(role, {}).get(run.name, {}), None, (),
+                           reason="end", profiled_steps=tuple(prof.plan.steps),
+                           relocate_results=prof.config.global_.relocate_results)
     before = _snapshot(run.run_dir)
     try:
         results = pm.hook.finalize(ctx=ctx)
@@ -556,7 +557,7 @@ def _finalize_again(run: BackendRun) -> SecondFinalize:
         outcome.error = exc
         results = []
     listed = {str(run.run_dir / a["path"]) for a in prof.artifacts if a["backend"] == run.name}
-    returned = [path for path, _, _ in (ctx._artifacts or ())]
+    returned = [path for path, _, _ in ctx.added_artifacts()]
     for result in results:
         if result is not None:
             returned.extend([result] if isinstance(result, (str, os.PathLike)) else list(result))
