@@ -33,6 +33,14 @@ from rlprof.tool_config import parse_bool
 from rlprof.config.values import parse_ranks, parse_steps
 
 LEGACY_ROLE_ALIASES = {"actor_rollout_ref.critic": "critic", "actor_rollout_ref.rm": "reward"}
+"""Sections of the nsys guide that held a role's keys where verl no longer has that role -> the role."""
+LEGACY_ROLE_KEYS = ("profile_ranks", "profile_ranks_all", "profile_discrete")
+"""The nsys guide's keys directly in a role's section (``actor_rollout_ref.actor.profile_ranks``)."""
+NPU_SECTIONS = ("trainer.npu_profile", "npu_profile")
+"""Where the NPU guide's worker-wide ``npu_profile`` section may be."""
+LEGACY_SELECTIONS = ("trainer.profile_steps", *NPU_SECTIONS, "actor_rollout_ref.profiler", *LEGACY_ROLE_ALIASES)
+"""Every key path outside today's profiler sections that :func:`migrate` reads: the loader selects
+these from a trainer config, as they are, into ``raw["legacy"]``."""
 NPU_OPTION_CONTENTS = {
     "with_npu": "npu",
     "with_cpu": "cpu",
@@ -88,13 +96,13 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             continue
         if not isinstance(section, dict):
             raise fail(path, section, "a mapping with profile_ranks, profile_ranks_all, profile_discrete")
-        entry = {k: section[k] for k in ("profile_ranks", "profile_ranks_all", "profile_discrete") if k in section}
+        entry = {k: section[k] for k in LEGACY_ROLE_KEYS if k in section}
         if entry:
             roles.setdefault(role, {}).update({f"_{k}": (path, v) for k, v in entry.items()})
 
     for role, entry in roles.items():
         old_keys = {}
-        for key in ("profile_ranks", "profile_ranks_all", "profile_discrete"):
+        for key in LEGACY_ROLE_KEYS:
             if key in entry:
                 old_keys[key] = (ROLE_PATHS[role], entry.pop(key))
             if f"_{key}" in entry:
@@ -133,7 +141,7 @@ def migrate(raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
                       if isinstance((roles.get(role) or {}).get("profiler"), dict) and "enable" in roles[role]["profiler"]}
     arr = legacy.get("actor_rollout_ref.profiler")
     npu_options = None
-    for path in ("trainer.npu_profile", "npu_profile"):
+    for path in NPU_SECTIONS:
         if legacy.get(path) is None:
             continue
         if not isinstance(legacy[path], dict):

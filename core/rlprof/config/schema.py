@@ -26,8 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
 from rlprof.config.fields import read_section, shape, yaml_name
-from rlprof.config.legacy import migrate, to_verl_layout
-from rlprof.config.limits import check_tree
+from rlprof.config.legacy import LEGACY_ROLE_KEYS, LEGACY_SELECTIONS, migrate, to_verl_layout
 from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
                                     VERL_TOOLS_WITHOUT_BACKEND, GlobalConfig, RoleConfig)
 from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
@@ -77,34 +76,29 @@ class ProfilerConfig:
 def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerConfig:
     """Read a configuration from a YAML path, a mapping or a ``DictConfig``, apply dotted overrides.
 
+    The input's size is checked once, where it enters (:func:`~rlprof.config.sources.read_source`,
+    each override's value); a loaded :class:`ProfilerConfig` given again with overrides starts from
+    its :attr:`~ProfilerConfig.source`, already checked and migrated, and is not read again.
+
     :raises ConfigError: for anything wrong, naming the key path, the value and what is allowed.
     """
-    if isinstance(source, ProfilerConfig):
-        if not overrides:
-            return source
-        # re-read its verl-layout source with the overrides; keep what YAML cannot say
-        reloaded = load_config(dict(source.source), overrides)
-        return reloaded.with_overrides(caller_steps=source.global_.caller_steps)
+    if isinstance(source, ProfilerConfig) and not overrides:
+        return source
     from omegaconf import OmegaConf  # imported here: keeps ``import rlprof`` light
 
     from rlprof.config.sources import apply_overrides, read_source
 
-    root = apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf)
-    raw = _relevant_sections(root, OmegaConf)
-    check_tree(raw, "")
-    raw, warnings = migrate(raw)
-    return parse(raw, warnings=warnings)
+    if isinstance(source, ProfilerConfig):
+        # its verl-layout source, built by rlprof from checked input: only the overrides are new
+        root = apply_overrides(OmegaConf.create(dict(source.source)), overrides, OmegaConf)
+        return _read(root, OmegaConf).with_overrides(caller_steps=source.global_.caller_steps)  # what YAML cannot say
+    return _read(apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf), OmegaConf)
 
 
-_LEGACY_SELECTIONS = (
-    "trainer.profile_steps",
-    "trainer.npu_profile",
-    "npu_profile",
-    "actor_rollout_ref.profiler",
-    "actor_rollout_ref.critic",
-    "actor_rollout_ref.rm",
-)
-_LEGACY_ROLE_KEYS = ("profile_ranks", "profile_ranks_all", "profile_discrete")
+def _read(root: Any, OmegaConf) -> ProfilerConfig:
+    """The configuration in ``root`` (a whole trainer config as a DictConfig, overrides applied)."""
+    raw, warnings = migrate(_relevant_sections(root, OmegaConf))
+    return parse(raw, installed=installed_backend_names(), warnings=warnings)
 
 
 def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
@@ -138,14 +132,14 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
         if section is _ABSENT or not OmegaConf.is_dict(section):
             continue
         for key in _keys(section, path, OmegaConf):
-            if (isinstance(key, str) and key != "profiler" and key not in _LEGACY_ROLE_KEYS
+            if (isinstance(key, str) and key != "profiler" and key not in LEGACY_ROLE_KEYS
                     and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85)):
                 raise ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}")
         entry: dict[str, Any] = {}
         prof = select(f"{path}.profiler")
         if prof is not _ABSENT:
             entry["profiler"] = prof
-        for legacy_key in _LEGACY_ROLE_KEYS:
+        for legacy_key in LEGACY_ROLE_KEYS:
             legacy_value = select(f"{path}.{legacy_key}")
             if legacy_value is not _ABSENT:
                 entry[legacy_key] = legacy_value
@@ -154,7 +148,7 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
     mode = select("actor_rollout_ref.rollout.mode")
     if mode is not _ABSENT:
         raw["rollout_mode"] = mode
-    for path in _LEGACY_SELECTIONS:
+    for path in LEGACY_SELECTIONS:
         legacy = select(path)
         if legacy is not _ABSENT:
             raw.setdefault("legacy", {})[path] = legacy
@@ -185,8 +179,10 @@ _ABSENT = _Absent()
 # ----------------------------------------------------------------------------------- parsing
 
 
-def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerConfig:
-    """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends.
+def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterable[str] = ()) -> ProfilerConfig:
+    """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends; the
+    names of the installed backends (``installed``) are the caller's to find
+    (:func:`installed_backend_names`).
 
     Each section's keys are read through their declarations (:func:`~rlprof.config.fields.read_section`);
     what spans keys is checked here: tool names in ``tool_config`` mappings, discrete and sampling
@@ -199,7 +195,7 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
     tools, steps, continuous = values["tools"], values["steps"], values["profile_continuous_steps"]
     global_sections = values["global_tool_config"]  # as written: the roles merge it, core keys and all
     global_generated = written_by_verl(g_raw)
-    installed = installed_backend_names()
+    installed = set(installed)
     known_tools = set(VERL_TOOLS) | set(tools) | installed
     _check_tool_sections("global_profiler.global_tool_config", global_sections, tools, known_tools, warnings,
                          generated=global_generated)
