@@ -332,11 +332,12 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
                                               backends={name: registered, RECORDER: recorder}))
             run.profiler = run.profilers[0]
             _play(run.profilers, run, work)
-            for each in run.profilers:
-                each.finalize()
-        finally:
+        except BaseException:
             for each in run.profilers:  # the loop itself failed: leave no exit or SIGTERM handler behind
                 each.finalize()
+            raise
+        for each in run.profilers:  # once: the repeat below checks what a second finalize does
+            each.finalize()
 
     with _sandbox(cwd, tmp, strict, scenario.hook_timeout_s), _logged(run.log), footprint:
         if scenario.blocked_signals:
