@@ -131,22 +131,42 @@ def test_rlprof_check_accepts_it(name, verl_generated_config, tmp_path):
 @pytest.mark.parametrize("name", list(SHIPPED))
 def test_drop_in_worker_construction_accepts_it(name, verl_generated_config, tmp_path, monkeypatch):
     """As verl's ActorRolloutRefWorker (save_file_prefix = its role) and the critic's TrainingWorker
-    (``value_model``) build their profilers; then one profiled step runs on every rank."""
+    (``value_model``) build their profilers from the resolved trainer config (verl's TaskRunner
+    resolves it before it makes workers: a role section alone no longer reaches ``global_profiler``);
+    then one profiled step runs on every rank, and exactly the selected ranks of an enabled role with
+    an installed tool profile it."""
+    from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
     from verl.utils.profiler import ProfilerConfig
 
+    from rlprof.installed import discover
     from rlprof.verl import DistProfiler
 
     monkeypatch.setenv("RLPROF_RUN_ID", "shipped")
     monkeypatch.setenv("WORLD_SIZE", str(WORLD))
+    monkeypatch.chdir(tmp_path)
     cfg, _ = composed(verl_generated_config, SHIPPED[name], tmp_path)
+    OmegaConf.resolve(cfg)
     workers = [("actor_rollout_ref", cfg.actor_rollout_ref.actor.profiler), ("value_model", cfg.critic.profiler)]
-    for prefix, section in workers:
-        config = omega_conf_to_dataclass(section, dataclass_type=ProfilerConfig)
-        tool = section.get("tool")
-        tool_config = omega_conf_to_dataclass(section.tool_config.get(tool)) if tool in section.tool_config else None
-        for rank in range(WORLD):
-            profiler = DistProfiler(rank=rank, config=config, tool_config=tool_config, save_file_prefix=prefix)
-            profiler.start(role="train", profile_step=1)
-            profiler.stop(run_command=False)
+    made = []
+    try:
+        for prefix, section in workers:
+            config = omega_conf_to_dataclass(section, dataclass_type=ProfilerConfig)
+            tool = section.get("tool")
+            tool_config = omega_conf_to_dataclass(section.tool_config.get(tool)) if tool in section.tool_config else None
+            for rank in range(WORLD):
+                profiler = DistProfiler(rank=rank, config=config, tool_config=tool_config, save_file_prefix=prefix)
+                made.append(profiler)
+                selected = bool(section.enable) and (section.all_ranks or rank in section.ranks)
+                assert profiler.check_enable() == bool(section.enable)
+                assert profiler.check_this_rank() == bool(section.all_ranks or rank in section.ranks)
+                assert profiler.profiler.active == (selected and tool in discover()), (prefix, rank)
+                profiler.start(role="train", profile_step=1)
+                assert profiler.check_this_step() == selected, (prefix, rank)
+                profiler.stop(run_command=False)
+                assert not profiler.check_this_step()
+                profiler.finalize()
+    finally:
+        for profiler in made:  # a failed assertion must not leave live profilers (exit handlers) to later tests
             profiler.finalize()
+    assert len(made) == 2 * WORLD
