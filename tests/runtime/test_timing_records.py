@@ -2,7 +2,8 @@
 
 A backend that is slow to open and close its captures (torch.profiler start, a trace export) must
 not make the training look slow in ``rlprof report``: the core takes a region's start after its
-capture opened and its end before the capture closes, and likewise for a step."""
+capture opened and its end before the capture closes, and likewise for a step. The sessions' clock
+is a fake one here that the slow backend and the region's work advance: the durations are exact."""
 
 import time
 
@@ -10,51 +11,85 @@ import pytest
 
 import rlprof
 from rlprof.manifest import read_records
+from rlprof.runtime.session import ProcessSession
 
-SLOW_S = 0.15
+SLOW_MS = 150
+WORK_MS = 20
+
+
+class FakeClock:
+    """A nanosecond clock that moves only when told (a callable object: read through the session
+    class without being bound to the session)."""
+
+    def __init__(self):
+        self.now_ns = 1_700_000_000 * 10**9
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance_ms(self, ms: float) -> None:
+        self.now_ns += int(ms * 1_000_000)
 
 
 class SlowCaptures:
-    """Takes SLOW_S to open or close any capture; marking a range is free."""
+    """Takes ``slow`` (a callable) to open or close any capture; marking a range is free."""
+
+    def __init__(self, slow):
+        self.slow = slow
 
     @rlprof.hookimpl
     def start_step(self, ctx):
         if ctx.opens_capture:
-            time.sleep(SLOW_S)
+            self.slow()
 
     @rlprof.hookimpl
     def step_boundary(self, ctx):
         if ctx.closes_capture:
-            time.sleep(SLOW_S)
+            self.slow()
 
     @rlprof.hookimpl
     def start_role(self, ctx):
         if ctx.opens_capture:
-            time.sleep(SLOW_S)
+            self.slow()
 
     @rlprof.hookimpl
     def stop_role(self, ctx):
         if ctx.closes_capture:
-            time.sleep(SLOW_S)
+            self.slow()
 
 
-@pytest.mark.parametrize("discrete", [False, True], ids=["e2e", "discrete"])
-def test_opening_and_closing_captures_is_not_counted_as_training_time(tmp_path, discrete):
-    prof = rlprof.Profiler(None, roles=("actor",), backends={"slow": SlowCaptures()}, overrides=[
-        "global_profiler.tool=slow", f"global_profiler.save_path={tmp_path}", "global_profiler.steps=[1]",
+def one_profiled_step(save_path, discrete, slow, work):
+    prof = rlprof.Profiler(None, roles=("actor",), backends={"slow": SlowCaptures(slow)}, overrides=[
+        "global_profiler.tool=slow", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1]",
         "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
         f"actor_rollout_ref.actor.profiler.tool_config.slow.discrete={str(discrete).lower()}"])
     prof.start_step(1)
     with prof.role("actor", "update"):
-        time.sleep(0.02)
+        work()
     prof.step_boundary()
     prof.finalize()
-    records = list(read_records([tmp_path]))
+    records = list(read_records([save_path]))
     (region,) = [r for r in records if r["type"] == "region"]
     (step,) = [r for r in records if r["type"] == "step"]
+    return region, step
+
+
+@pytest.mark.parametrize("discrete", [False, True], ids=["e2e", "discrete"])
+def test_opening_and_closing_captures_is_not_counted_as_training_time(tmp_path, discrete, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
+    region, step = one_profiled_step(tmp_path, discrete, lambda: clock.advance_ms(SLOW_MS),
+                                     lambda: clock.advance_ms(WORK_MS))
     # the region's own 20 ms are there; none of the 150 ms opens or closes
-    assert 20 <= region["duration_ms"] < 20 + SLOW_S * 1000 / 2, region
+    assert region["duration_ms"] == WORK_MS, region
     if discrete:  # the region's capture opens and closes inside the step
-        assert step["duration_ms"] >= 20 + 2 * SLOW_S * 1000 * 0.9, step
+        assert step["duration_ms"] == WORK_MS + 2 * SLOW_MS, step
     else:
-        assert 20 <= step["duration_ms"] < 20 + SLOW_S * 1000 / 2, step
+        assert step["duration_ms"] == WORK_MS, step
+
+
+def test_real_clock_smoke(tmp_path):
+    """The same with the real clock, once: the records' times come from it, slow opens left out."""
+    region, step = one_profiled_step(tmp_path, False, lambda: time.sleep(SLOW_MS / 1000), lambda: time.sleep(WORK_MS / 1000))
+    assert WORK_MS <= region["duration_ms"] < WORK_MS + SLOW_MS / 2, region
+    assert WORK_MS <= step["duration_ms"] < WORK_MS + SLOW_MS / 2, step

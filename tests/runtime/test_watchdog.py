@@ -29,6 +29,7 @@ def a_backend_hook_that_hangs(seconds):
 
 
 def test_hook_sleeping_past_limit_is_reported_within_the_limit():
+    """The one real-time smoke test: the watchdog's own thread and clock report a hook that sleeps."""
     reports = Reports()
     watchdog = HookWatchdog(0.5, reports)
     try:
@@ -51,41 +52,83 @@ def test_hook_sleeping_past_limit_is_reported_within_the_limit():
     assert stack.index("test_hook_sleeping") < stack.index("a_backend_hook_that_hangs")  # most recent last
 
 
+class FakeClock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def driven(limit_s, report):
+    """A watchdog without its thread, on a fake clock: the test ticks it and moves time."""
+    clock = FakeClock()
+    return HookWatchdog(limit_s, report, clock=clock, ticking=False), clock
+
+
+def test_a_stuck_call_is_reported_once_when_the_limit_has_passed():
+    reports = Reports()
+    watchdog, clock = driven(10, reports)
+
+    def a_backend_hook_that_hangs(_):
+        watchdog.tick()  # first seen
+        clock.now += 9.9
+        watchdog.tick()  # not yet
+        assert reports.items == []
+        clock.now += 0.1
+        watchdog.tick()  # reported, with the stack of this (stuck) thread
+        clock.now += 100
+        watchdog.tick()  # once per call
+
+    watchdog.call("slowpoke", "stop_role", 3, a_backend_hook_that_hangs, None)
+    assert [(b, h, r, elapsed) for b, h, r, elapsed, _ in reports.items] == [("slowpoke", "stop_role", 3, 10.0)]
+    assert "a_backend_hook_that_hangs" in reports.items[0][4]
+
+
 def test_quick_hooks_are_never_reported():
     reports = Reports()
-    watchdog = HookWatchdog(0.2, reports)
-    try:
-        for _ in range(2000):
-            with watchdog.watch("fast", "start_role", 0):
-                pass
-        with watchdog.watch("fast", "step_boundary", 0):
-            time.sleep(0.1)
-        time.sleep(0.4)
-    finally:
-        watchdog.close()
+    watchdog, clock = driven(10, reports)
+    for _ in range(2000):
+        with watchdog.watch("fast", "start_role", 0):
+            pass
+    with watchdog.watch("fast", "step_boundary", 0):
+        watchdog.tick()
+        clock.now += 9
+        watchdog.tick()
+    clock.now += 100
+    watchdog.tick()
     assert reports.items == []
 
 
 def test_each_stuck_call_is_reported_and_threads_are_told_apart():
     reports = Reports()
-    watchdog = HookWatchdog(0.2, reports)
+    watchdog, clock = driven(10, reports)
+    inside, release = threading.Barrier(3), threading.Event()
 
     def worker(rank):
         with watchdog.watch("hangs", "finalize", rank):
-            time.sleep(0.5)
+            inside.wait()
+            release.wait()
 
+    threads = [threading.Thread(target=worker, args=(r,)) for r in (1, 2)]
+    for t in threads:
+        t.start()
     try:
-        threads = [threading.Thread(target=worker, args=(r,)) for r in (1, 2)]
-        for t in threads:
-            t.start()
         with watchdog.watch("hangs", "start_step", 0):
-            time.sleep(0.5)
+            inside.wait()
+            watchdog.tick()
+            clock.now += 10
+            watchdog.tick()
+    finally:
+        release.set()
         for t in threads:
             t.join()
-        with watchdog.watch("hangs", "start_step", 0):  # a second stuck call of the same hook
-            time.sleep(0.4)
-    finally:
-        watchdog.close()
+    with watchdog.watch("hangs", "start_step", 0):  # a second stuck call of the same hook
+        watchdog.tick()
+        clock.now += 10
+        watchdog.tick()
     assert sorted((r[1], r[2]) for r in reports.items) == [
         ("finalize", 1), ("finalize", 2), ("start_step", 0), ("start_step", 0)]
     for backend, hook, rank, elapsed, stack in reports.items:
@@ -94,27 +137,25 @@ def test_each_stuck_call_is_reported_and_threads_are_told_apart():
 
 def test_nested_watched_calls_restore_the_outer_one():
     reports = Reports()
-    watchdog = HookWatchdog(0.3, reports)
-    try:
-        with watchdog.watch("outer", "finalize", 0):
-            with watchdog.watch("inner", "stop_role", 0):
-                pass
-            time.sleep(0.6)
-    finally:
-        watchdog.close()
+    watchdog, clock = driven(10, reports)
+    with watchdog.watch("outer", "finalize", 0):
+        with watchdog.watch("inner", "stop_role", 0):
+            pass
+        watchdog.tick()
+        clock.now += 10
+        watchdog.tick()
     assert [(r[0], r[1]) for r in reports.items] == [("outer", "finalize")]
 
 
 def test_exception_in_hook_passes_through_and_clears_the_call():
     reports = Reports()
-    watchdog = HookWatchdog(0.2, reports)
-    try:
-        with pytest.raises(KeyError):
-            with watchdog.watch("raises", "start_role", 0):
-                raise KeyError("x")
-        time.sleep(0.4)
-    finally:
-        watchdog.close()
+    watchdog, clock = driven(10, reports)
+    with pytest.raises(KeyError):
+        with watchdog.watch("raises", "start_role", 0):
+            watchdog.tick()
+            raise KeyError("x")
+    clock.now += 10
+    watchdog.tick()
     assert reports.items == []
 
 
@@ -125,13 +166,12 @@ def test_failing_report_does_not_end_the_watchdog(caplog):
         calls.append(args)
         raise RuntimeError("report broke")
 
-    watchdog = HookWatchdog(0.1, report)
-    try:
-        for _ in range(2):
-            with watchdog.watch("b", "h", 0):
-                time.sleep(0.3)
-    finally:
-        watchdog.close()
+    watchdog, clock = driven(10, report)
+    for _ in range(2):
+        with watchdog.watch("b", "h", 0):
+            watchdog.tick()
+            clock.now += 10
+            watchdog.tick()
     assert len(calls) == 2
     assert "report failed" in caplog.text
 
@@ -169,16 +209,18 @@ def test_limit_from_env():
 
 def test_call_form_reports_and_passes_results_and_errors_through():
     reports = Reports()
-    watchdog = HookWatchdog(0.2, reports)
-    try:
-        assert watchdog.call("b", "finalize", 5, lambda ctx: ctx * 2, 21) == 42
-        with pytest.raises(ZeroDivisionError):
-            watchdog.call("b", "finalize", 5, lambda ctx: 1 / 0, None)
-        assert watchdog.call("slow", "finalize", 5, a_backend_hook_that_hangs, 0.5) is None
-        with watchdog.watch("outer", "step_boundary", 5):
-            watchdog.call("inner", "step_boundary", 5, lambda ctx: None, None)  # nested: outer stays watched
-            time.sleep(0.4)
-    finally:
-        watchdog.close()
+    watchdog, clock = driven(10, reports)
+
+    def stuck(_):
+        watchdog.tick()
+        clock.now += 10
+        watchdog.tick()
+
+    assert watchdog.call("b", "finalize", 5, lambda ctx: ctx * 2, 21) == 42
+    with pytest.raises(ZeroDivisionError):
+        watchdog.call("b", "finalize", 5, lambda ctx: 1 / 0, None)
+    assert watchdog.call("slow", "finalize", 5, stuck, None) is None
+    with watchdog.watch("outer", "step_boundary", 5):
+        watchdog.call("inner", "step_boundary", 5, stuck, None)  # nested: outer stays watched
     assert [(r[0], r[1], r[2]) for r in reports.items] == [("slow", "finalize", 5), ("outer", "step_boundary", 5)]
-    assert "a_backend_hook_that_hangs" in reports.items[0][4]
+    assert "stuck" in reports.items[0][4]

@@ -57,7 +57,6 @@ log = logging.getLogger("rlprof")
 
 _sessions: dict[tuple[str, int, int], "ProcessSession"] = {}
 _sessions_lock = threading.Lock()
-_time_ns = time.time_ns
 _new_region = object.__new__
 
 
@@ -138,6 +137,11 @@ def join(participant: Participant, instances: Mapping[str, Any] | None = None
 
 class ProcessSession:
     """Backends, capture machine, manifest and timings of one process (see the module docstring)."""
+
+    clock_ns: Callable[[], int] = time.time_ns
+    """The clock of the step and region timing records (wall time in ns, as the manifest's other
+    times). A class attribute so a test can give every session a fake clock that a slow backend
+    advances, instead of sleeping and bounding real time."""
 
     def __init__(self, first: Any, instances: Mapping[str, Any] | None):
         from rlprof.runtime.registry import Backends
@@ -275,7 +279,7 @@ class ProcessSession:
             if not self.in_step:
                 self._guarded(self.machine.start_step, step, profiled)
                 if profiled:
-                    self._step_start_ns = _time_ns()  # after the capture opened: opening is not the step's time
+                    self._step_start_ns = self.clock_ns()  # after the capture opened: opening is not the step's time
             if profiled:
                 self.in_step.add(prof)
             return profiled
@@ -297,11 +301,11 @@ class ProcessSession:
 
     def _end_step(self) -> None:
         step = self.machine.step
-        end_ns = _time_ns()  # before the capture closes: exporting a trace is not the step's time
+        end_ns = self.clock_ns()  # before the capture closes: exporting a trace is not the step's time
         self._guarded(self.machine.end_step)
         if step is None:
             return
-        closed_ns = _time_ns()  # the step's captures are written: [end_ns, closed_ns] is profiling's own time
+        closed_ns = self.clock_ns()  # the step's captures are written: [end_ns, closed_ns] is profiling's own time
         self.profiled_steps.append(step)
         self._flush_regions(("step", step_record(step, self._step_start_ns, end_ns, closed_ns)))
         for participant in list(self._members.values()):
@@ -321,7 +325,7 @@ class ProcessSession:
                     self.machine.iteration_begins()
             except CaptureStateError as exc:
                 self._machine_failed(exc)
-            region.start_ns = _time_ns()  # after its capture opened (discrete): the region's own time only
+            region.start_ns = self.clock_ns()  # after its capture opened (discrete): the region's own time only
             return region
 
     def exit(self, region: OpenRegion, error: BaseException | None) -> None:
@@ -333,12 +337,12 @@ class ProcessSession:
                 inner = stack[stack.index(region) + 1:]
             else:
                 return
-            region.end_ns = end_ns = _time_ns()  # before its capture closes and its trace is written
+            region.end_ns = end_ns = self.clock_ns()  # before its capture closes and its trace is written
             try:
                 self.machine.exit(region, error)
             except CaptureStateError as exc:
                 self._machine_failed(exc)
-            region.closed_ns = _time_ns()  # after the capture it closed (discrete) was written
+            region.closed_ns = self.clock_ns()  # after the capture it closed (discrete) was written
             self._closed.append(region)
             region.owner = None  # closed: the buffered timing record must not keep its Profiler alive
             if inner or region.schedule is not None:

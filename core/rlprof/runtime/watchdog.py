@@ -91,6 +91,9 @@ class HookWatchdog:
     :param limit_s: the limit; None or ``<= 0`` turns watching off.
     :param report: called once per call past the limit, from the watchdog's daemon thread, with
         ``(backend, hook, rank, elapsed_s, stack_text)``; an exception it raises is logged, never raised.
+    :param clock: seconds, read once per :meth:`tick` (default :func:`time.monotonic`).
+    :param ticking: start the daemon thread that calls :meth:`tick` a few times per limit (default);
+        False: the owner calls :meth:`tick` itself (a test with a fake ``clock`` decides when time passes).
 
     Use::
 
@@ -103,16 +106,22 @@ class HookWatchdog:
     covered by the outer call's watch.
     """
 
-    def __init__(self, limit_s: float | None, report: Report):
+    def __init__(self, limit_s: float | None, report: Report, *, clock: Callable[[], float] = monotonic,
+                 ticking: bool = True):
         self.limit_s = limit_s if limit_s is not None and limit_s > 0 else None
         self._report = report
+        self._clock = clock
+        self._seen: dict[_Slot, list] = {}
+        """Slot -> ``[call, first seen, reported]``; holding the call tuple keeps its identity from being
+        reused by a later call's tuple, so "the same object" means "the same call"."""
         self._local = threading.local()
         self._slots: list[_Slot] = []
         self._slots_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._interval = 1.0
-        if self.limit_s is not None:
+        self._watching = self.limit_s is not None
+        if self._watching and ticking:
             # Look a few times per limit: a report comes at most ~1/5 of the limit (<= 1 s) late,
             # and a watchdog with nothing to do wakes at most once a second.
             self._interval = min(max(self.limit_s / 5, 0.01), 1.0)
@@ -121,11 +130,11 @@ class HookWatchdog:
 
     @property
     def active(self) -> bool:
-        return self._thread is not None and not self._stop.is_set()
+        return self._watching and not self._stop.is_set()
 
     def watch(self, backend: str, hook: str, rank: int):
         """A context manager around one hook call of ``backend`` on ``rank``."""
-        if self._thread is None:
+        if not self._watching:
             return _UNWATCHED
         try:
             slot = self._local.slot
@@ -143,7 +152,7 @@ class HookWatchdog:
             slot = self._local.slot
         except AttributeError:
             slot = self._new_slot()
-        if slot.call is not None or self._thread is None:
+        if slot.call is not None or not self._watching:
             return fn(arg)
         slot.call = (backend, hook, rank)
         try:
@@ -154,6 +163,7 @@ class HookWatchdog:
     def close(self) -> None:
         """Stop the watchdog thread (calls still in flight are no longer watched). Idempotent."""
         self._stop.set()
+        self._watching = False
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * self._interval + 1)
@@ -167,25 +177,29 @@ class HookWatchdog:
     # ------------------------------------------------------------------ the watchdog's thread
 
     def _run(self) -> None:
-        stop, limit = self._stop, self.limit_s
-        # slot -> [call, first seen, reported]; holding the call tuple keeps its identity from being
-        # reused by a later call's tuple, so "the same object" means "the same call".
-        seen: dict[_Slot, list] = {}
-        while not stop.wait(self._interval):
-            with self._slots_lock:
-                slots = list(self._slots)
-            now = monotonic()
-            for slot in slots:
-                call = slot.call
-                state = seen.get(slot)
-                if call is None:
-                    if state is not None:
-                        del seen[slot]
-                elif state is None or state[0] is not call:
-                    seen[slot] = [call, now, False]
-                elif not state[2] and now - state[1] >= limit:
-                    state[2] = True
-                    self._emit(slot.ident, call, now - state[1])
+        while not self._stop.wait(self._interval):
+            self.tick()
+
+    def tick(self) -> None:
+        """Look at the calls in flight once (the thread does this a few times per limit): a call not
+        seen before is noted at the clock's now; one seen since at least ``limit_s`` ago is reported,
+        once."""
+        if not self._watching:
+            return
+        with self._slots_lock:
+            slots = list(self._slots)
+        now, seen, limit = self._clock(), self._seen, self.limit_s
+        for slot in slots:
+            call = slot.call
+            state = seen.get(slot)
+            if call is None:
+                if state is not None:
+                    del seen[slot]
+            elif state is None or state[0] is not call:
+                seen[slot] = [call, now, False]
+            elif not state[2] and now - state[1] >= limit:
+                state[2] = True
+                self._emit(slot.ident, call, now - state[1])
 
     def _emit(self, ident: int, call: tuple, elapsed: float) -> None:
         backend, hook, rank = call
