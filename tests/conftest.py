@@ -41,3 +41,26 @@ def verl_generated_config(tmp_path_factory) -> Path:
     with zipfile.ZipFile(wheel) as zf:
         target.write_bytes(zf.read("verl/trainer/config/_generated_ppo_trainer.yaml"))
     return target
+
+
+@pytest.fixture
+def rlprof_cli(capsys):
+    """``rlprof ARGS`` run in this process through :func:`rlprof.cli.main`, the function the
+    ``rlprof`` script calls: returns ``(returncode, stdout, stderr)`` named as a CompletedProcess's
+    fields. A subprocess costs an interpreter start and the imports (about a second each); keep one
+    only where the test is about the process itself (signals, a pipe, the installed script, a fresh
+    interpreter's imports, a hang guarded by a timeout)."""
+    from types import SimpleNamespace
+
+    from rlprof.cli import main
+
+    def run(*args) -> SimpleNamespace:
+        capsys.readouterr()  # what the test printed before is not the command's
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:  # a command's own --help
+            code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
+    return run

@@ -1,7 +1,6 @@
 """The ``rlprof`` command: backends, check, exit codes, and that the core stays light."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,11 +9,11 @@ import pytest
 RLPROF = [sys.executable, "-m", "rlprof.cli"]
 
 
-def cli(*args, site=None):
-    env = dict(os.environ)
-    if site is not None:
-        env["PYTHONPATH"] = str(site) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([*RLPROF, *args], capture_output=True, text=True, env=env)
+@pytest.fixture
+def cli(rlprof_cli):
+    """``rlprof ARGS`` in this process (tests/conftest.py); the test backends are discoverable when
+    the test asks for the ``test_backends`` fixture."""
+    return rlprof_cli
 
 
 def test_import_rlprof_imports_nothing_big():
@@ -34,8 +33,8 @@ def test_profiler_on_an_unselected_rank_imports_no_backend(test_backends, tmp_pa
     assert out.strip() == "False False False"
 
 
-def test_backends_lists_name_distribution_version_hooks_and_import_errors(test_backends):
-    proc = cli("backends", "--json", site=test_backends)
+def test_backends_lists_name_distribution_version_hooks_and_import_errors(test_backends, cli):
+    proc = cli("backends", "--json")
     assert proc.returncode == 0, proc.stderr
     infos = {i["name"]: i for i in json.loads(proc.stdout)}
     rec = infos["recorder"]
@@ -44,16 +43,16 @@ def test_backends_lists_name_distribution_version_hooks_and_import_errors(test_b
                             "step_boundary", "finalize"]
     assert infos["broken"]["imports"] is False
     assert "No module named 'rlprof_this_module_does_not_exist'" in infos["broken"]["error"]
-    text = cli("backends", site=test_backends).stdout
+    text = cli("backends").stdout
     assert "broken" in text and "IMPORT FAILED" in text and "recorder       rlprof-test-backends 0.0.1" in text
 
 
-def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path):
+def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("global_profiler: {tool: recorder, steps: [1, 2]}\n"
                    "actor_rollout_ref: {actor: {profiler: {enable: true, ranks: [0, 2, 3], tool_config: {recorder: {discrete: true}}}}}\n"
                    "critic: {profiler: {enable: true, all_ranks: true}}\n")
-    proc = cli("check", str(cfg), "global_profiler.steps=[2]", "--world-size", "4", site=test_backends)
+    proc = cli("check", str(cfg), "global_profiler.steps=[2]", "--world-size", "4")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "tools: recorder   steps: [2]   save_path: outputs/profile   world size: 4",
@@ -64,7 +63,7 @@ def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path):
         "  critic  e2e       ranks 0-3",
         "  reward  off       (enable=false)",
     ]
-    plan = json.loads(cli("check", str(cfg), "--world-size", "4", "--json", site=test_backends).stdout)
+    plan = json.loads(cli("check", str(cfg), "--world-size", "4", "--json").stdout)
     assert plan["roles"]["critic"] == {"ranks": [[0, 3]], "mode": "e2e", "schedule": None}
     assert plan["roles"]["actor"]["ranks"] == [[0, 0], [2, 3]]
     assert plan["captures"] == [[1], [2]]
@@ -82,20 +81,20 @@ def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path):
      "actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in: got 'x'; allowed: start_step"),
     (["global_profiler.tool=broken", "global_profiler.steps=[1]"], 'Error importing backend "broken"'),
 ])
-def test_check_invalid_exits_2_with_the_message(test_backends, args, message):
-    proc = cli("check", *args, site=test_backends)
+def test_check_invalid_exits_2_with_the_message(test_backends, args, message, cli):
+    proc = cli("check", *args)
     assert proc.returncode == 2
     assert message in proc.stderr
 
 
-def test_check_prints_warnings_to_stderr_once(test_backends):
-    proc = cli("check", "global_profiler.tool=recorder", "global_profiler.steps=[1]", "critic.profiler.enable=true", site=test_backends)
+def test_check_prints_warnings_to_stderr_once(test_backends, cli):
+    proc = cli("check", "global_profiler.tool=recorder", "global_profiler.steps=[1]", "critic.profiler.enable=true")
     assert proc.returncode == 0
     assert "warning: critic.profiler: enable=true but ranks=[] and all_ranks=false: this role collects nothing" in proc.stderr
     assert "warning" not in proc.stdout
     # rollout and ref follow the actor: one warning for the section the user wrote, not three
     proc = cli("check", "global_profiler.tool=recorder", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
-               "actor_rollout_ref.actor.profiler.schedule={active: 1}", site=test_backends)
+               "actor_rollout_ref.actor.profiler.schedule={active: 1}")
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
@@ -107,7 +106,7 @@ def test_check_prints_warnings_to_stderr_once(test_backends):
     ]
 
 
-def test_migrate_prints_yaml_to_stdout_and_warnings_to_stderr(tmp_path):
+def test_migrate_prints_yaml_to_stdout_and_warnings_to_stderr(tmp_path, cli):
     legacy = tmp_path / "legacy.yaml"
     legacy.write_text("trainer: {profile_steps: [1]}\nactor_rollout_ref: {actor: {profile_ranks: [0]}}\n")
     proc = cli("check", str(legacy), "--migrate")
@@ -118,14 +117,14 @@ def test_migrate_prints_yaml_to_stdout_and_warnings_to_stderr(tmp_path):
     assert yaml.safe_load(proc.stdout)["global_profiler"]["steps"] == [1]
 
 
-def test_no_arguments_prints_short_help_and_exits_2():
+def test_no_arguments_prints_short_help_and_exits_2(cli):
     proc = cli()
     assert proc.returncode == 2
     assert proc.stderr.startswith("usage: rlprof")
     assert "  check " in proc.stderr and "  backends " in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_help_is_plain_text_and_shows_every_command_and_check_option():
+def test_help_is_plain_text_and_shows_every_command_and_check_option(cli):
     proc = cli("--help")
     assert proc.returncode == 0
     assert "``" not in proc.stdout
@@ -136,14 +135,14 @@ def test_help_is_plain_text_and_shows_every_command_and_check_option():
     assert "--replicas N" in check_help and "--json" in check_help and "``" not in check_help
 
 
-def test_version():
+def test_version(cli):
     from rlprof import __version__
 
     proc = cli("--version")
     assert (proc.returncode, proc.stdout.strip()) == (0, f"rlprof {__version__}")
 
 
-def test_unknown_command_has_did_you_mean():
+def test_unknown_command_has_did_you_mean(cli):
     proc = cli("chek")
     assert proc.returncode == 2
     assert proc.stderr.startswith("rlprof: unknown command 'chek' (did you mean 'check'?); commands: check, backends")
@@ -152,7 +151,7 @@ def test_unknown_command_has_did_you_mean():
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
-def test_check_world_size_must_be_positive(value):
+def test_check_world_size_must_be_positive(value, cli):
     proc = cli("check", "global_profiler.tool=torch", "--world-size", value)
     assert proc.returncode == 2
     assert "argument --world-size: got" in proc.stderr and "allowed: a positive whole number" in proc.stderr
@@ -160,7 +159,8 @@ def test_check_world_size_must_be_positive(value):
 
 
 def test_check_cost_does_not_depend_on_the_largest_rank():
-    """A plan per rank made rank 123456789 hang; ranks that resolve alike are resolved once."""
+    """A plan per rank made rank 123456789 hang; ranks that resolve alike are resolved once. (A
+    subprocess: its timeout turns a hang back into a failure.)"""
     proc = subprocess.run([*RLPROF, "check", "global_profiler.tool=torch", "global_profiler.steps=[1]",
                            "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[0,123456789]"],
                           capture_output=True, text=True, timeout=60)
@@ -172,7 +172,7 @@ def test_check_cost_does_not_depend_on_the_largest_rank():
     assert "actor   e2e       ranks 0-123456788" in proc.stdout
 
 
-def test_check_unusable_save_path_exits_2(tmp_path):
+def test_check_unusable_save_path_exits_2(tmp_path, cli):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     proc = cli("check", "global_profiler.tool=torch", "global_profiler.steps=[1]", f"global_profiler.save_path={a_file}",
@@ -182,7 +182,7 @@ def test_check_unusable_save_path_exits_2(tmp_path):
     assert a_file.read_text() == "x"
 
 
-def test_hydra_delete_override_is_not_taken_for_a_file(tmp_path):
+def test_hydra_delete_override_is_not_taken_for_a_file(tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("global_profiler: {tool: torch, steps: [1]}\n")
     proc = cli("check", str(cfg), "~global_profiler.tool")
@@ -193,13 +193,13 @@ def test_hydra_delete_override_is_not_taken_for_a_file(tmp_path):
     assert "override '~global_profiler.save_path': global_profiler.save_path is not set, so there is nothing to delete" in proc.stderr
 
 
-def test_a_bad_override_is_named(tmp_path):
+def test_a_bad_override_is_named(tmp_path, cli):
     proc = cli("check", "global_profiler.tool=torch", "global_profiler.steps=[1,", "critic.profiler.enable=true")
     assert proc.returncode == 2
     assert "override 'global_profiler.steps=[1,': not valid YAML" in proc.stderr
 
 
-def test_yaml_top_level_list_is_a_plain_error(tmp_path):
+def test_yaml_top_level_list_is_a_plain_error(tmp_path, cli):
     cfg = tmp_path / "list.yaml"
     cfg.write_text("- global_profiler\n- tool\n")
     proc = cli("check", str(cfg))
@@ -208,14 +208,15 @@ def test_yaml_top_level_list_is_a_plain_error(tmp_path):
     assert "Index" not in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_backends_columns_align_for_long_names(tmp_path):
+def test_backends_columns_align_for_long_names(tmp_path, cli, monkeypatch):
     """A backend name longer than the old fixed 14-character column still lines up."""
     site = tmp_path / "site"
     dist = site / "rlprof_long_name_backend-0.0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlprof-long-name-backend\nVersion: 0.0.1\n")
     (dist / "entry_points.txt").write_text("[rlprof.backends]\na_very_long_backend_name_indeed = rlprof_long_missing:B\n")
-    proc = cli("backends", site=site)
+    monkeypatch.syspath_prepend(str(site))
+    proc = cli("backends")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     head = [line for line in lines if line and not line.startswith(" ")]
@@ -236,7 +237,8 @@ def test_report_counts_one_profiling_process_in_the_singular(tmp_path, capsys):
 
 
 def test_output_piped_into_a_reader_that_stops_early_is_not_a_failure(tmp_path):
-    """`rlprof report RUN | head -3`: the reader closing the pipe ends the command quietly, exit 0."""
+    """`rlprof report RUN | head -3`: the reader closing the pipe ends the command quietly, exit 0.
+    (A subprocess: the closed pipe and the interpreter's last flush are the process's own.)"""
     from rlprof.testing.generated_run import generate_run
 
     run_dir = generate_run(tmp_path, ranks=32, steps=(1, 2, 3))

@@ -10,20 +10,13 @@ import rlprof
 from rlprof.runtime.checking import check_config
 from rlprof.manifest import read_records
 
-RLPROF = [sys.executable, "-m", "rlprof.cli"]
-
-
-def rlprof_cli(*args, env=None):
-    return subprocess.run([*RLPROF, *args], capture_output=True, text=True, env=env)
-
-
-def test_verl_config_passes_with_profiler_off(verl_generated_config):
+def test_verl_config_passes_with_profiler_off(verl_generated_config, rlprof_cli):
     proc = rlprof_cli("check", str(verl_generated_config))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("profiling is off (no global_profiler.tool); the configuration is valid")
 
 
-def test_verl_config_passes_with_torch_on_all_ranks(verl_generated_config):
+def test_verl_config_passes_with_torch_on_all_ranks(verl_generated_config, rlprof_cli):
     proc = rlprof_cli("check", str(verl_generated_config), "global_profiler.tool=torch", "global_profiler.steps=[1]",
                       "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
                       "--world-size", "4")
@@ -52,13 +45,13 @@ def test_every_verl_profiler_key_is_understood(verl_generated_config):
     assert "precision_debugger" in result.config.roles["critic"].tool_config
 
 
-def test_a_key_verl_does_not_define_is_still_an_error(verl_generated_config):
+def test_a_key_verl_does_not_define_is_still_an_error(verl_generated_config, rlprof_cli):
     proc = rlprof_cli("check", str(verl_generated_config), "actor_rollout_ref.actor.profiler.enabel=true")
     assert proc.returncode == 2
     assert "actor_rollout_ref.actor.profiler.enabel: unknown key (did you mean 'enable'?)" in proc.stderr
 
 
-def test_selecting_precision_debugger_which_no_backend_provides(verl_generated_config):
+def test_selecting_precision_debugger_which_no_backend_provides(verl_generated_config, rlprof_cli):
     """verl accepts its fifth tool (msprobe's PrecisionDebugger); rlprof has no backend for it: one
     warning naming the package, nothing profiled for it, the other selected tools still run."""
     proc = rlprof_cli("check", str(verl_generated_config), "global_profiler.tool=[torch,precision_debugger]",
@@ -70,14 +63,14 @@ def test_selecting_precision_debugger_which_no_backend_provides(verl_generated_c
     assert len(warned) == 1 and "pip install mindstudio-probe" in warned[0] and "(torch) still run" in warned[0]
 
 
-def test_a_tool_nobody_provides_is_still_refused(verl_generated_config):
+def test_a_tool_nobody_provides_is_still_refused(verl_generated_config, rlprof_cli):
     proc = rlprof_cli("check", str(verl_generated_config), "global_profiler.tool=recorder", "global_profiler.steps=[1]",
                       "actor_rollout_ref.actor.profiler.enable=true")
     assert proc.returncode == 2
     assert "global_profiler.tool: got 'recorder', but no installed backend has that name." in proc.stderr
 
 
-def test_check_migrate_prints_todays_keys(tmp_path):
+def test_check_migrate_prints_todays_keys(tmp_path, rlprof_cli):
     legacy = tmp_path / "legacy.yaml"
     legacy.write_text(textwrap.dedent("""
         trainer:

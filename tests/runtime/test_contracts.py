@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 
 import pytest
 
@@ -52,9 +50,9 @@ def test_run_start_refuses_the_contract_0_backend(test_backends, tmp_path):
         Profiler(config, roles=("actor", "ref"), run_id="refused")
 
 
-def test_rlprof_backends_shows_each_contract_and_the_refusal(test_backends):
-    listing = subprocess.run([sys.executable, "-m", "rlprof.cli", "backends"], capture_output=True, text=True,
-                             env={**__import__("os").environ, "PYTHONPATH": str(test_backends)}, check=True)
+def test_rlprof_backends_shows_each_contract_and_the_refusal(test_backends, rlprof_cli):
+    listing = rlprof_cli("backends")
+    assert listing.returncode == 0, listing.stderr
     out = listing.stdout
     block = out[out.index("contract0 "):]
     assert "REFUSED" in block.splitlines()[0]
@@ -63,8 +61,7 @@ def test_rlprof_backends_shows_each_contract_and_the_refusal(test_backends):
     assert "contract: 1\n" in recorder
     undeclared = out[out.index("\nundeclared "):]
     assert "contract: 1 (assumed: the backend declares none)" in undeclared
-    as_json = subprocess.run([sys.executable, "-m", "rlprof.cli", "backends", "--json"], capture_output=True, text=True,
-                             env={**__import__("os").environ, "PYTHONPATH": str(test_backends)}, check=True)
+    as_json = rlprof_cli("backends", "--json")
     info = {b["name"]: b for b in json.loads(as_json.stdout)}
     assert info["contract0"]["refused"] and not info["contract0"]["imports"]
     assert (info["recorder"]["contract"], info["recorder"]["contract_declared"]) == (1, True)

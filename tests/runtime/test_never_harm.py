@@ -7,17 +7,11 @@ from __future__ import annotations
 import gc
 import gzip
 import json
-import subprocess
-import sys
 
 import rlprof
 from rlprof.manifest import read_records
 
 ACTOR = ["actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true"]
-
-
-def report(save_path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save_path)], capture_output=True, text=True)
 
 
 def train(prof, steps=(1, 2)):
@@ -30,7 +24,8 @@ def train(prof, steps=(1, 2)):
         prof.step_boundary()
 
 
-def test_a_crashing_validate_tool_config_releases_that_backend_and_torch_captures_on(test_backends, save_path):
+def test_a_crashing_validate_tool_config_releases_that_backend_and_torch_captures_on(test_backends, save_path,
+                                                                                    rlprof_cli):
     prof = rlprof.Profiler(None, run_id="crash", overrides=[
         "global_profiler.tool=[faulty,torch]", "global_profiler.steps=[1,2]", f"global_profiler.save_path={save_path}",
         "global_profiler.global_tool_config.faulty.crash_validating=true", *ACTOR])  # no exception at start-up
@@ -46,7 +41,7 @@ def test_a_crashing_validate_tool_config_releases_that_backend_and_torch_capture
     assert [(e["backend"], e["hook"]) for e in errors] == [("faulty", "validate_tool_config")]
     assert "crashes on purpose" in errors[0]["error"]
     assert [r["backend"] for r in records if r["type"] == "cleanup"] == ["faulty"]  # released: finalized once
-    shown = report(save_path)
+    shown = rlprof_cli("report", save_path)
     assert "faulty" in shown.stdout and "validate_tool_config" in shown.stdout, shown.stdout
 
 
@@ -70,7 +65,8 @@ def test_rlprof_check_still_reports_a_crashing_validator(test_backends, tmp_path
     assert "failed to validate it: RuntimeError" in str(info.value)
 
 
-def test_a_dropped_profiler_ends_its_session_and_the_next_one_profiles_with_its_own_config(test_backends, save_path):
+def test_a_dropped_profiler_ends_its_session_and_the_next_one_profiles_with_its_own_config(test_backends, save_path,
+                                                                                          rlprof_cli):
     """verl's tests (and a worker rebuilt in the same process) build DistProfilers with other tools and
     finalize none: once the first is garbage-collected, the next one gets a session of its own."""
     first = rlprof.Profiler(None, run_id="rebuilt", overrides=[
@@ -90,4 +86,4 @@ def test_a_dropped_profiler_ends_its_session_and_the_next_one_profiles_with_its_
     assert finalized == ["collected", "end"]
     assert [r["backend"] for r in records if r["type"] == "artifact"] == ["recorder", "torch"]  # nothing lost
     assert not [r for r in records if r["type"] in ("warning", "error")]
-    assert report(save_path).returncode == 0
+    assert rlprof_cli("report", save_path).returncode == 0
