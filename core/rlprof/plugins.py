@@ -154,22 +154,40 @@ def plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
-def hook_of(plugin: Plugin, hook: str) -> Callable[..., Any] | None:
-    """``plugin``'s implementation of ``hook``, to be called with the spec's keywords (each passed only
-    if the implementation names it, as pluggy does); None when it does not implement it.
+def implemented_hooks(obj: Any) -> list[str]:
+    """The hooks of the spec that ``obj`` implements, in spec order (``rlprof backends`` lists them).
 
-    :raises PluginError: the object does not register (a misspelled hook or argument name)."""
+    :raises pluggy.PluginValidationError: it does not register (a hook argument the spec lacks)."""
     pm = plugin_manager()
-    try:
-        pm.register(plugin.obj, name=plugin.name)
+    pm.register(obj)
+    return [hook for hook in hookspecs.HOOKS if getattr(pm.hook, hook).get_hookimpls()]
+
+
+def hook_call(obj: Any, hook: str, *, check_pending: bool = True) -> Callable[..., Any] | None:
+    """``obj``'s implementation of ``hook``, to be called with the spec's keywords (each passed only if
+    the implementation names it, as pluggy does); None when it does not implement it.
+
+    :raises pluggy.PluginValidationError: it does not register, or (``check_pending``) implements a
+        hook the spec does not have (a misspelled name; the conformance kit reports that on its own)."""
+    pm = plugin_manager()
+    pm.register(obj)
+    if check_pending:
         pm.check_pending()
-    except Exception as exc:  # pluggy.PluginValidationError
-        raise PluginError(plugin.problem(f"does not register: {exc}"), key=plugin.kind.key) from exc
     impls = getattr(pm.hook, hook).get_hookimpls()
     if not impls:
         return None
     function, argnames = impls[0].function, tuple(impls[0].argnames)
     return lambda **kwargs: function(**{name: kwargs[name] for name in argnames})
+
+
+def hook_of(plugin: Plugin, hook: str) -> Callable[..., Any] | None:
+    """:func:`hook_call` for a loaded plugin, a registration failure said in the loader's shape.
+
+    :raises PluginError: the object does not register (a misspelled hook or argument name)."""
+    try:
+        return hook_call(plugin.obj, hook)
+    except Exception as exc:  # pluggy.PluginValidationError
+        raise PluginError(plugin.problem(f"does not register: {exc}"), key=plugin.kind.key) from exc
 
 
 # ----------------------------------------------------------------------------- hooks outside a run

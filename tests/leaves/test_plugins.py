@@ -10,6 +10,7 @@ entries as third parties wrote them.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -129,3 +130,10 @@ def test_a_built_in_command_loads_no_plugin_command(test_plugins, capsys):
     captured = capsys.readouterr()
     assert "unimportable" in captured.out and "IMPORT FAILED" in captured.out
     assert 'rlprof: command "' not in captured.err  # no command plugin was looked for
+
+
+def test_rlprof_backends_lists_the_hooks_outside_a_run(test_plugins, capsys):
+    assert main(["backends", "--json"]) == 0
+    info = {b["name"]: b for b in json.loads(capsys.readouterr().out)}
+    assert info["outside"]["hooks"] == ["start_step", "report_details", "after_exit", "cli_commands"]
+    assert info["unimportable"]["error"].startswith(f'backend "unimportable" ({DIST}): import failed: ')

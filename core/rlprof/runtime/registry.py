@@ -22,7 +22,7 @@ import pluggy
 from rlprof import context, hookspecs, plugins
 from rlprof.errors import BackendError, ConfigError
 from rlprof.installed import discover, distribution_of, not_installed_error
-from rlprof.plugins import ContractRefused, plugin_manager  # noqa: F401 (ContractRefused: callers catch it here)
+from rlprof.plugins import ContractRefused, implemented_hooks, plugin_manager  # noqa: F401 (callers import them here)
 from rlprof.runtime.groups import StepGroups
 
 HOOKS = hookspecs.HOOKS
@@ -79,13 +79,6 @@ def refuse_ordering_options(pm: pluggy.PluginManager, name: str) -> None:
                     f'backend "{name}": its {impl.name} hookimpl is marked {", ".join(f"{o}=True" for o in used)}; '
                     f"rlprof calls each backend's hooks on its own, in global_profiler.tool order, so it cannot honour "
                     f"that; allowed: a plain @rlprof.hookimpl", key="global_profiler.tool")
-
-
-def implemented_hooks(plugin: Any) -> list[str]:
-    """The hooks of the spec that ``plugin`` implements, in spec order."""
-    pm = plugin_manager()
-    pm.register(plugin)
-    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
 
 
 @dataclass

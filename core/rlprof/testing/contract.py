@@ -49,6 +49,7 @@ from typing import Any, Callable, Mapping
 
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import ConfigError
+from rlprof.plugins import hook_call, implemented_hooks
 from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
 from rlprof.testing.scenario import BackendRun
 
@@ -73,29 +74,22 @@ class Subject:
 
 def implemented(plugin) -> list[str]:
     """The hooks ``plugin`` implements (empty when it cannot even be registered)."""
-    pm = plugin_manager()
     try:
-        pm.register(plugin)
+        return implemented_hooks(plugin)
     except Exception:
         return []
-    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
 
 
 def _hook(subject: Subject, hook: str, note: bool = True):
     """The backend's implementation of ``hook``, called with keywords as pluggy would, or None.
     ``note``: count the hook as exercised."""
-    pm = plugin_manager()
     try:
-        pm.register(subject.plugin)
+        call = hook_call(subject.plugin, hook, check_pending=False)
     except Exception:
         return None  # cannot even be registered: the registers check says why
-    impls = getattr(pm.hook, hook).get_hookimpls()
-    if not impls:
-        return None
-    if note:
+    if call is not None and note:
         subject.exercised.add(hook)
-    impl = impls[0]
-    return lambda **kwargs: impl.function(**{k: kwargs[k] for k in impl.argnames})
+    return call
 
 
 def registers(subject: Subject) -> list[str]:
