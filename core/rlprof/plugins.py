@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import pluggy
 
@@ -211,12 +211,13 @@ class Implementation:
 
 @dataclass(frozen=True)
 class _Deprecated:
-    """An entry-point group a hook replaced, and how one of its entries becomes the hook's call."""
+    """An entry-point group a hook replaced (its :class:`Kind`), and how one of its entries becomes the hook's call."""
 
-    group: str
     kind: Kind
     adapt: Callable[[Any, str], Callable[..., Any]]
     """``(the entry's function, its entry-point name) -> a call taking the hook's keywords``."""
+    named_for_backend: bool = True
+    """Entries are named as the backend they serve (so a backend's own hook wins); else as what they add."""
 
 
 def _summary(function: Any) -> str:
@@ -224,21 +225,26 @@ def _summary(function: Any) -> str:
     return doc.splitlines()[0] if doc else "(its author wrote no help line)"
 
 
+def _deprecated(label: str, group: str, adapt: Callable[[Any, str], Callable[..., Any]],
+                named_for_backend: bool = True) -> _Deprecated:
+    return _Deprecated(Kind(label, group, key=group, instantiate=False), adapt, named_for_backend)
+
+
 DEPRECATED: dict[str, _Deprecated] = {
-    "report_details": _Deprecated("rlprof.report_details",
-                                  Kind("report details", "rlprof.report_details", "rlprof.report_details"),
+    "report_details": _deprecated("report details", "rlprof.report_details",
                                   lambda function, name: lambda path: function(path)),
-    "after_exit": _Deprecated("rlprof.after_exit", Kind("after-exit hook", "rlprof.after_exit", "rlprof.after_exit"),
+    "after_exit": _deprecated("after-exit hook", "rlprof.after_exit",
                               lambda function, name: lambda run_dirs: function(run_dirs)),
-    "cli_commands": _Deprecated("rlprof.commands", Kind("command", "rlprof.commands", "rlprof.commands"),
-                                lambda function, name: lambda: {name: hookspecs.CliCommand(_summary(function), function)}),
+    "cli_commands": _deprecated("command", "rlprof.commands",
+                                lambda function, name: lambda: {name: hookspecs.CliCommand(_summary(function), function)},
+                                named_for_backend=False),
 }
-"""Hook -> the entry-point group it replaces (still read, with one deprecation message per distribution)."""
+"""Hook -> the entry-point group it replaces (still read, with one deprecation message per distribution).
+An entry there is a plain function taking the hook's one argument (``rlprof.commands``: ``main(argv)``,
+its docstring's first line the help)."""
 
 
-def implementations(hook: str, names: Iterable[str] | None = None,
-                    backends: Mapping[str, metadata.EntryPoint] | None = None
-                    ) -> tuple[list[Implementation], list[tuple[str, str]]]:
+def implementations(hook: str, names: Iterable[str] | None = None) -> tuple[list[Implementation], list[tuple[str, str]]]:
     """Every installed backend's implementation of ``hook`` (one of :data:`hookspecs.OUTSIDE_A_RUN`),
     then the entries of the deprecated group it replaces for names no backend answered; only
     ``names`` when given. Imports only those.
@@ -248,7 +254,7 @@ def implementations(hook: str, names: Iterable[str] | None = None,
     wanted = None if names is None else set(names)
     found: list[Implementation] = []
     problems: list[tuple[str, str]] = []
-    for name, ep in sorted((discover() if backends is None else backends).items()):
+    for name, ep in sorted(discover().items()):
         if wanted is not None and name not in wanted:
             continue
         try:
@@ -259,9 +265,9 @@ def implementations(hook: str, names: Iterable[str] | None = None,
             continue
         if call is not None:
             found.append(Implementation(name, plugin.distribution, plugin.version, call))
-    answered = {i.owner for i in found}
     deprecated = DEPRECATED[hook]
-    for name, ep in sorted(discover(deprecated.group).items()):
+    answered = {i.owner for i in found} if deprecated.named_for_backend else set()
+    for name, ep in sorted(discover(deprecated.kind.group).items()):
         if name in answered or (wanted is not None and name not in wanted):
             continue
         try:
@@ -269,7 +275,7 @@ def implementations(hook: str, names: Iterable[str] | None = None,
         except PluginError as exc:
             problems.append((name, str(exc)))
             continue
-        _say_deprecated(deprecated.group, hook, plugin)
+        _say_deprecated(deprecated.kind.group, hook, plugin)
         found.append(Implementation(name, plugin.distribution, plugin.version, deprecated.adapt(plugin.obj, name),
                                     deprecated.kind.label))
     return found, problems

@@ -9,8 +9,8 @@ first:
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
 * the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
-  file), and per-file details from the backend where it offers them (entry-point group
-  ``rlprof.report_details``, e.g. rlprof-nsys' NVTX summary);
+  file), and per-file details from the backend where it offers them (its ``report_details`` hook,
+  e.g. rlprof-nsys' NVTX summary);
 * the **verdict** (:func:`verdict`): what the plan expected but did not get — a step x role a
   backend wrote nothing for, fewer capture windows than planned, processes that never finalized,
   backend errors, workers the Ray controller lost — and, when nothing was captured at all, why.
