@@ -10,6 +10,7 @@ from installing import discoverable, private_site  # tests/installing.py
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIST = ROOT / "tests" / "fixtures" / "rlprof-test-backends"
+PLUGINS_DIST = ROOT / "tests" / "fixtures" / "rlprof-test-plugins"
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +23,23 @@ def test_backends_site(tmp_path_factory) -> Path:
 def test_backends(test_backends_site, monkeypatch) -> Path:
     """Makes the test backends discoverable through ``importlib.metadata`` for one test."""
     return discoverable(test_backends_site, monkeypatch, "rlprof_test_backends")
+
+
+@pytest.fixture(scope="session")
+def test_plugins_site(tmp_path_factory) -> Path:
+    """``rlprof-test-plugins`` (the hooks called outside a run, the deprecated groups, a broken plugin of
+    each kind), pip-installed privately (:func:`private_site`)."""
+    return private_site(tmp_path_factory, PLUGINS_DIST, "test-plugins")
+
+
+@pytest.fixture
+def test_plugins(test_plugins_site, monkeypatch) -> Path:
+    """Makes the loader's test plugins discoverable through ``importlib.metadata`` for one test, with
+    nothing said yet in this process (:func:`rlprof.notices.forget`): each message is seen exactly once."""
+    from rlprof import notices
+
+    notices.forget()
+    return discoverable(test_plugins_site, monkeypatch, "rlprof_test_plugins")
 
 
 @pytest.fixture

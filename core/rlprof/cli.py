@@ -2,10 +2,13 @@
 
 Built-in commands live in their own modules, each exposing ``main(argv) -> int`` with its own
 argparse parser (``rlprof.demo``, ``rlprof.analysis.report``, ``rlprof.analysis.timeline``, ``rlprof.analysis.compare``);
-``check`` and ``backends`` are here. Plugins add commands through the ``rlprof.commands``
-entry-point group (``name = "module:function"``, the function takes the remaining arguments and
-returns an exit status), e.g. ``rlprof relocate`` from rlprof-nsys. Only the command that runs is
-imported, so a broken plugin cannot break ``rlprof --help``.
+``check`` and ``backends`` are here. Backends add commands through their ``cli_commands`` hook
+(:func:`rlprof.hookspecs.cli_commands`: name -> :class:`~rlprof.hookspecs.CliCommand`, its own
+one-line help and a function of the remaining arguments returning an exit status), e.g.
+``rlprof relocate`` from rlprof-nsys; the deprecated ``rlprof.commands`` entry points still work.
+Backends are loaded for that (by the one plugin loader, :mod:`rlprof.plugins`) only to list the
+commands or to run one that is not built in, never for a built-in command; a broken plugin is one
+line naming its distribution and version, and never breaks ``rlprof --help``.
 
 Exit status: 0 success; 1 something failed; 2 invalid usage or configuration. Results go to
 stdout, warnings and errors to stderr.
@@ -22,17 +25,14 @@ from typing import Callable, Sequence
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 
-COMMAND_GROUP = "rlprof.commands"
-
-
 @dataclass(frozen=True)
 class Command:
     name: str
     summary: str
     usage: str
     """One line of synopsis shown in ``rlprof --help`` (the command's own ``--help`` has the rest)."""
-    target: str
-    """``module:function`` run with the remaining arguments."""
+    target: str | Callable[[list[str]], int]
+    """Run with the remaining arguments: the function, or ``module:function`` imported when it runs."""
     origin: str = "rlprof"
 
 
@@ -57,8 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rlprof ARGV``; returns the exit status (``python -m rlprof.cli`` exits with it)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {c.name: c for c in BUILTIN}
-    for command in _plugin_commands():
-        commands.setdefault(command.name, command)
+    if not argv or argv[0].startswith("-") or argv[0] not in commands:  # listing, or a command plugins may add
+        for command in _plugin_commands():
+            commands.setdefault(command.name, command)
     parser = build_parser(commands)
     if not argv:
         parser.print_usage(sys.stderr)
@@ -109,7 +110,7 @@ def _command_list(commands: dict[str, Command]) -> str:
 
 def _run(command: Command, args: list[str]) -> int:
     try:
-        func = _load(command.target)
+        func = command.target if callable(command.target) else _load(command.target)
     except Exception as exc:  # a missing optional module or a broken plugin: say which, never a traceback
         print(f"rlprof {command.name}: cannot be loaded ({command.target} from {command.origin}): "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
@@ -140,14 +141,30 @@ def _load(target: str) -> Callable[[list[str]], int]:
 
 
 def _plugin_commands() -> list[Command]:
-    """Commands from the ``rlprof.commands`` entry points (metadata only: nothing is imported)."""
-    from importlib import metadata
+    """Commands the installed backends add (their ``cli_commands`` hook, or the deprecated
+    ``rlprof.commands`` entry points). A backend that cannot be loaded, or whose hook fails or answers
+    something else, costs one line on stderr naming its distribution and version; the rest stay."""
+    from rlprof.hookspecs import CliCommand
+    from rlprof.plugins import implementations
 
+    found, problems = implementations("cli_commands")
+    lines = [line for _, line in problems]
     out = []
-    for ep in metadata.entry_points(group=COMMAND_GROUP):
-        dist = getattr(ep, "dist", None)
-        origin = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
-        out.append(Command(ep.name, f"plugin command {ep.value}", "[...]", ep.value, origin))
+    for impl in found:
+        try:
+            offered = dict(impl.call() or {})
+        except Exception as exc:
+            lines.append(impl.problem(f"cli_commands failed: {type(exc).__name__}: {exc}"))
+            continue
+        for name, command in offered.items():
+            if isinstance(command, CliCommand):
+                out.append(Command(str(name), command.summary, command.usage, command.run,
+                                   f"{impl.distribution} {impl.version}"))
+            else:
+                lines.append(impl.problem(f"cli_commands answered {command!r} for {name!r}, not a "
+                                          "rlprof.hookspecs.CliCommand"))
+    for line in lines:
+        print(f"rlprof: {line}", file=sys.stderr)
     return out
 
 

@@ -68,6 +68,15 @@ Order and time: with several backends selected, each hook runs them one after an
 ``start_role`` returned and its end before the first ``stop_role`` runs, so time spent in hooks shows
 as "(outside regions)" in the report. Log with ``logging.getLogger("rlprof.<backend>")``.
 
+Outside a profiling process: three hooks are not part of a capture's life. The core calls them in a
+fresh instance of the backend class, in another process and often on another day: ``report_details``
+(``rlprof report``, for each file the backend wrote that is still on disk), ``after_exit`` (on each
+node of a Ray run, once the workers there have exited) and ``cli_commands`` (``rlprof --help`` and
+``rlprof <command>``). So a distribution registers one object, its backend class, and everything it
+adds to rlprof arrives through hooks of this spec (:data:`OUTSIDE_A_RUN`). They replace the entry-point
+groups ``rlprof.report_details``, ``rlprof.after_exit`` and ``rlprof.commands``, which still work,
+with a deprecation message (docs/migration.md).
+
 Artifacts: any lifecycle hook may return paths (``str``/``os.PathLike``, or a list of them) or call
 ``ctx.add_artifact(path)``; the core lists each in the manifest with the call's run, step,
 role, rank, host and pid. Write only under ``ctx.output_dir()``.
@@ -75,7 +84,9 @@ role, rank, host and pid. Write only under ``ctx.output_dir()``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pluggy
 
@@ -238,6 +249,68 @@ def worker_runtime_env(ctx: RuntimeEnvContext) -> Mapping[str, Any] | None:
     :returns: a runtime_env fragment such as ``{"nsight": {...}}``, or None.
     """
 
+
+@_hookspec
+def report_details(path: Path) -> Sequence[str] | None:
+    """Lines to print under one file this backend wrote, in ``rlprof report``.
+
+    Called by ``rlprof report`` (not with ``--no-details``) once per file of the run whose backend is
+    this one and that is still on disk, in a fresh instance of the backend class (the report may run
+    on any machine, long after the run). rlprof-nsys summarises the NVTX ranges of a report here.
+
+    :param path: the file, absolute.
+    :returns: lines to print under the file (shown as given, one per line), or None for none. Raising
+        shows one "details unavailable: ..." line for the file; the report goes on.
+    """
+
+
+@_hookspec
+def after_exit(run_dirs: Sequence[Path]) -> int:
+    """Move what the tool wrote at process exit into the run, on one node, after the workers exited.
+
+    For a tool that writes its output only when the profiled process exits (nsys with
+    ``capture-range-end=repeat``), after ``finalize``: the files are listed as ``pending``. Called by
+    the Ray controller's ``after_exit()`` on each node that has pending files, once the workers there
+    have exited, in a fresh instance of the backend class; called again every half second until it
+    returns 0 or the time is up.
+
+    :param run_dirs: the run's directories on this node.
+    :returns: how many files the tool is still writing (0: done). Move what is complete into the
+        layout and record it with :func:`rlprof.manifest.record_relocation`. Raising leaves the
+        files where the tool wrote them, logged once; nothing else fails.
+    """
+
+
+@dataclass(frozen=True)
+class CliCommand:
+    """One command a backend adds to ``rlprof`` (the values :func:`cli_commands` returns)."""
+
+    summary: str
+    """One line shown by ``rlprof --help`` next to the command's name."""
+    run: Callable[[list[str]], int]
+    """Runs the command with the arguments after its name; returns the exit status (0 ok, 1 failed,
+    2 invalid usage). It parses its own arguments (and its own ``--help``)."""
+    usage: str = "[...]"
+    """The synopsis after ``rlprof <name>`` in ``rlprof --help``."""
+
+
+@_hookspec
+def cli_commands() -> Mapping[str, CliCommand]:
+    """Commands this backend adds to the ``rlprof`` command line.
+
+    Called by ``rlprof`` when it lists its commands (``rlprof``, ``rlprof --help``) or runs one that is
+    not built in, in a fresh instance of the backend class; never for ``rlprof report`` and the other
+    built-in commands. Keep it cheap: import what a command needs inside its ``run``.
+
+    :returns: command name -> :class:`CliCommand`. A built-in command's name is never replaced. Raising
+        (or a backend that fails to import) drops its commands with one line naming the distribution
+        and version; every other command still works.
+    """
+
+
+OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands")
+"""The hooks called outside a profiling process, each in a fresh instance of the backend class
+(see the module doc); the others belong to a process session."""
 
 HOOKS: tuple[str, ...] = tuple(name for name, spec in list(globals().items()) if hasattr(spec, f"{PROJECT}_spec"))
 """Every hook of this spec, in the order written above (the lifecycle's order): the one list the

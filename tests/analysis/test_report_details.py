@@ -1,8 +1,9 @@
-"""``rlprof report`` asks backends for per-file details through the ``rlprof.report_details`` entry points.
+"""``rlprof report`` still asks the deprecated ``rlprof.report_details`` entry points for per-file details
+(the backends' ``report_details`` hook replaced them: tests/leaves/test_plugins.py).
 
 A small distribution is pip-installed into a private directory (real entry points, found by
-``importlib.metadata`` the way rlprof-nsys' ``nvtx_details`` is): one backend's function works, one
-raises, one fails to import. The report shows the lines, and never breaks.
+``importlib.metadata``): one function works, one raises, one fails to import. The report shows the
+lines, and never breaks; a failed import is the loader's one line naming distribution and version.
 """
 
 import importlib
@@ -63,8 +64,9 @@ def test_backend_details_are_shown_and_failures_contained(tmp_path, with_details
     captured = capsys.readouterr()
     assert "rank0.pt.trace.json.gz: 100 bytes on disk" in captured.out
     assert "details unavailable: RuntimeError: nsys stats crashed" in captured.out
-    assert "details unavailable: rlprof_test_details_missing:nothing failed to import" in captured.out
-    assert "rlprof.report_details entry point absent" in captured.err
+    assert ('details unavailable: report details "absent" (rlprof-test-details 0.0.1): import failed: '
+            "ModuleNotFoundError") in captured.out
+    assert 'rlprof report: report details "absent" (rlprof-test-details 0.0.1): import failed' in captured.err
     assert main([str(tmp_path), "--json"]) == 0
     files = {f["backend"]: f for f in json.loads(capsys.readouterr().out)["runs"][0]["files"]}
     assert files["good"]["details"] == ["rank0.pt.trace.json.gz: 100 bytes on disk"]

@@ -79,7 +79,7 @@ def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path, cli):
     (["global_profiler.tool=faulty", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=true",
       "actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in=[x]"],
      "actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in: got 'x'; allowed: start_step"),
-    (["global_profiler.tool=broken", "global_profiler.steps=[1]"], 'Error importing backend "broken"'),
+    (["global_profiler.tool=broken", "global_profiler.steps=[1]"], 'backend "broken" (rlprof-test-backends 0.0.1): import failed'),
 ])
 def test_check_invalid_exits_2_with_the_message(test_backends, args, message, cli):
     proc = cli("check", *args)

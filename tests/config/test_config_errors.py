@@ -130,8 +130,9 @@ def test_broken_backend_import_names_entry_point_distribution_version(test_backe
     with pytest.raises(rlprof.BackendError) as info:
         load_backend("broken")
     msg = str(info.value)
-    assert msg.startswith('Error importing backend "broken" (entry point \'rlprof_test_backends.broken:Broken\' in rlprof-test-backends 0.0.1)')
+    assert msg.startswith('backend "broken" (rlprof-test-backends 0.0.1): import failed: ')
     assert "ModuleNotFoundError: No module named 'rlprof_this_module_does_not_exist'" in msg
+    assert "(entry point rlprof_test_backends.broken:Broken)" in msg
 
 
 def test_misspelled_hook_fails_at_load(test_backends, save_path):

@@ -1,48 +1,51 @@
-"""Per-file details from backends in ``rlprof report`` (the ``rlprof.report_details`` entry points).
+"""Per-file details from backends in ``rlprof report``: the ``report_details`` hook.
 
-A backend distribution registers ``<backend name> = module:function`` in the group; the function
-takes a file's path and returns lines to print under it (rlprof-nsys: an NVTX summary from ``nsys
-stats``). The report calls it only for files still on disk; an entry point that fails to import or a
-function that raises gives one "details unavailable" line, never a broken report.
+A backend implements ``report_details(path) -> lines`` (:func:`rlprof.hookspecs.report_details`;
+rlprof-nsys: an NVTX summary from ``nsys stats``); the deprecated ``rlprof.report_details`` entry
+point of the backend's name still works. The report asks only the backends of files still on disk,
+loaded by the one plugin loader (:func:`rlprof.plugins.implementations`); a backend that cannot be
+loaded or whose hook raises gives one "details unavailable" line, never a broken report.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
+from rlprof import plugins
 from rlprof.analysis.runs import RunReport
 
-DETAILS_GROUP = "rlprof.report_details"
-"""Entry-point group: ``<backend name> = module:function``, ``function(path) -> list[str]``."""
+DETAILS_HOOK = "report_details"
+"""The hook asked (``rlprof report --no-details`` skips it)."""
 
 
 def add_details(reports: Sequence[RunReport], *, warn: Callable[[str], None] | None = None) -> None:
-    """Ask each file's backend for detail lines through the ``rlprof.report_details`` entry points.
+    """Ask each file's backend for detail lines (its ``report_details`` hook).
 
-    Only backends that registered a function are asked, only for files still on disk; a function
-    that fails to import or raises gives one line saying so instead of breaking the report."""
-    from importlib import metadata
-
-    points = {ep.name: ep for ep in metadata.entry_points(group=DETAILS_GROUP)}
-    wanted = {f.backend for r in reports for f in r.files if f.exists} & set(points)
-    functions: dict[str, Any] = {}
-    for name in sorted(wanted):
-        try:
-            functions[name] = points[name].load()
-        except Exception as exc:  # a broken plugin must not break the report
-            functions[name] = f"details unavailable: {points[name].value} failed to import: {type(exc).__name__}: {exc}"
-            if warn:
-                warn(f"rlprof report: {DETAILS_GROUP} entry point {name} = {points[name].value} failed to import: {exc}")
+    Only backends whose files are still on disk are loaded; one that cannot be loaded gives its files
+    one line saying why (and ``warn`` the loader's line naming distribution and version); a hook that
+    raises gives one line instead of breaking the report."""
+    wanted = {f.backend for r in reports for f in r.files if f.exists}
+    if not wanted:
+        return
+    found, problems = plugins.implementations(DETAILS_HOOK, wanted)
+    hooks = {impl.owner: impl for impl in found}
+    unavailable = {}
+    for name, line in problems:
+        if warn:
+            warn(f"rlprof report: {line}")
+        unavailable[name] = f"details unavailable: {line}"
     for report in reports:
         for f in report.files:
-            func = functions.get(f.backend)
-            if func is None or not f.exists:
+            if not f.exists:
                 continue
-            if isinstance(func, str):
-                f.details = [func]
+            if f.backend in unavailable and f.backend not in hooks:
+                f.details = [unavailable[f.backend]]
+                continue
+            impl = hooks.get(f.backend)
+            if impl is None:
                 continue
             try:
-                f.details = [str(line) for line in (func(Path(f.path)) or [])]
+                f.details = [str(line) for line in (impl.call(path=Path(f.path)) or [])]
             except Exception as exc:
                 f.details = [f"details unavailable: {type(exc).__name__}: {exc}"]

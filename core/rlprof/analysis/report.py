@@ -9,8 +9,8 @@ first:
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
 * the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
-  file), and per-file details from the backend where it offers them (entry-point group
-  ``rlprof.report_details``, e.g. rlprof-nsys' NVTX summary);
+  file), and per-file details from the backend where it offers them (its ``report_details`` hook,
+  e.g. rlprof-nsys' NVTX summary);
 * the **verdict** (:func:`verdict`): what the plan expected but did not get — a step x role a
   backend wrote nothing for, fewer capture windows than planned, processes that never finalized,
   backend errors, workers the Ray controller lost — and, when nothing was captured at all, why.
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
-from rlprof.analysis.details import DETAILS_GROUP, add_details
+from rlprof.analysis.details import DETAILS_HOOK, add_details
 from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default=None, metavar="FILE", help="where --html writes")
     parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
                         help=f"flag a rank more than this many percent over a region's median (default {STRAGGLER_PCT:g})")
-    parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details ({DETAILS_GROUP})")
+    parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details (their {DETAILS_HOOK} hook)")
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if opts.html and not opts.output:
         parser.error("--html needs -o FILE")

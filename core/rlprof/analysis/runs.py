@@ -85,7 +85,7 @@ class File:
     replica_rank: int | None = None
     """Set when a rollout replica's process wrote it."""
     details: list[str] = field(default_factory=list)
-    """Lines from the backend's ``rlprof.report_details`` function (filled by :func:`add_details`)."""
+    """Lines from the backend's ``report_details`` hook (filled by :func:`add_details`)."""
     node: str | None = None
     """The Ray node that wrote it (a manifest the controller gathered); ``path`` is on that node unless
     ``gathered_from`` is set."""

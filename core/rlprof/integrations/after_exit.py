@@ -5,15 +5,16 @@ nsys with ``capture-range-end=repeat`` writes every report then, into Ray's nsig
 node; the manifest lists them as ``pending``. Without help the user runs ``rlprof relocate`` on
 each node. :meth:`~rlprof.integrations.ray.ProfilingController.after_exit` does it for them: for
 each node with pending files it starts a :class:`NodeAgent` actor there (no CPU reserved), which
-waits for the workers' processes to be gone, calls every selected tool's ``rlprof.after_exit``
-entry point on the node's run directories until nothing is still being written (or the time is
+waits for the workers' processes to be gone, calls every selected tool's ``after_exit`` hook
+on the node's run directories until nothing is still being written (or the time is
 up), and returns what the workers' manifests gained (the relocation records), which the controller
 appends to its run directory as it does with every batch. With ``gather: traces`` the files just
 moved are then streamed to the controller through the same agent (:class:`~rlprof.integrations.gather.RunFiles`).
 
-The entry point (group :data:`AFTER_EXIT_GROUP`, named as the backend) is ``function(run_dirs) ->
-int``: move what is complete, record it in the manifests, return how many files are still being
-written (0: done). Only the selected tools' entry points are loaded.
+What runs there is each selected backend's ``after_exit`` hook (:func:`rlprof.hookspecs.after_exit`:
+``after_exit(run_dirs) -> int``, how many files are still being written), found by the one plugin
+loader (:func:`rlprof.plugins.implementations`), or the deprecated ``rlprof.after_exit`` entry point
+of that name. Only the selected tools are loaded.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from rlprof import plugins
 from rlprof.integrations.gather import RunFiles
 from rlprof.integrations.nodes import ManifestCursor
 
 log = logging.getLogger("rlprof")
 
-AFTER_EXIT_GROUP = "rlprof.after_exit"
 POLL_S = 0.5
 
 
@@ -49,17 +50,17 @@ class NodeAgent(RunFiles):
         deadline = time.monotonic() + timeout_s
         while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        for tool, function in after_exit_functions(tools):
+        for step in after_exit_steps(tools):
             while True:
                 try:
-                    waiting = int(function([self.run_dir]) or 0)
+                    waiting = int(step.call(run_dirs=[self.run_dir]) or 0)
                 except Exception as exc:  # one tool's failure leaves its files where they are, nothing more
-                    log.error("rlprof: %s's after-exit step failed on this node: %s: %s", tool, type(exc).__name__, exc)
+                    log.error("rlprof: %s", step.problem(f"after_exit failed on this node: {type(exc).__name__}: {exc}"))
                     break
                 if not waiting or time.monotonic() >= deadline:
                     if waiting:
                         log.warning("rlprof: %s still writes %d file(s) after %.0f s; they stay where the tool "
-                                    "writes them", tool, waiting, timeout_s)
+                                    "writes them", step.owner, waiting, timeout_s)
                     break
                 time.sleep(POLL_S)
         gained = {}
@@ -70,17 +71,13 @@ class NodeAgent(RunFiles):
         return gained
 
 
-def after_exit_functions(tools: Sequence[str]) -> list[tuple[str, object]]:
-    """The selected tools' ``rlprof.after_exit`` functions (a broken one is logged and skipped)."""
-    from importlib.metadata import entry_points
-
-    found = []
-    for ep in entry_points(group=AFTER_EXIT_GROUP):
-        if ep.name in tools:
-            try:
-                found.append((ep.name, ep.load()))
-            except Exception as exc:
-                log.error("rlprof: cannot load %s entry point %r (%s): %s", AFTER_EXIT_GROUP, ep.name, ep.value, exc)
+def after_exit_steps(tools: Sequence[str]) -> list[plugins.Implementation]:
+    """The selected tools' after-exit steps: each backend's ``after_exit`` hook (or its deprecated
+    ``rlprof.after_exit`` entry point). One that cannot be loaded is logged, in the loader's one line
+    naming distribution and version, and skipped."""
+    found, problems = plugins.implementations("after_exit", tools)
+    for _, line in problems:
+        log.error("rlprof: after-exit step skipped on this node: %s", line)
     return found
 
 

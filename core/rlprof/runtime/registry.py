@@ -1,7 +1,8 @@
 """Backend discovery through the ``rlprof.backends`` entry-point group, and the typed facade over pluggy.
 
-Only the backends the config selects are imported (a broken unrelated plugin cannot break a run);
-a failing import names the entry point, its distribution and version. Every hook implementation is
+Only the backends the config selects are imported (a broken unrelated plugin cannot break a run),
+through the one plugin loader (:mod:`rlprof.plugins`): a failing import names the backend, its
+distribution and version. Every hook implementation is
 called on its own (:class:`Backends`), so one raising backend loses nobody else's data.
 """
 
@@ -18,9 +19,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
-from rlprof import context, hookspecs
+from rlprof import context, hookspecs, plugins
 from rlprof.errors import BackendError, ConfigError
 from rlprof.installed import discover, distribution_of, not_installed_error
+from rlprof.plugins import ContractRefused, implemented_hooks, plugin_manager  # noqa: F401 (callers import them here)
 from rlprof.runtime.groups import StepGroups
 
 HOOKS = hookspecs.HOOKS
@@ -36,72 +38,24 @@ log = logging.getLogger("rlprof")
 
 
 def load_backend(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
-    """Import the entry point ``name``, check the hook contract it declares (:func:`contract_of`) and
-    instantiate its backend class.
+    """The backend ``name``, loaded by the one plugin loader (:func:`rlprof.plugins.load`: guarded import,
+    the contract rule, one message shape) and instantiated.
 
-    :raises BackendError: the import failed, or the backend declares a contract the core no longer speaks."""
+    :raises BackendError: not installed, the import or creation failed, or (:class:`ContractRefused`)
+        the backend declares a contract the core no longer speaks."""
     eps = discover() if eps is None else eps
     if name not in eps:
         raise not_installed_error(name, eps)
-    ep = eps[name]
-    dist, version = distribution_of(ep)
-    try:
-        obj = ep.load()
-    except Exception as exc:
-        raise BackendError(
-            f'Error importing backend "{name}" (entry point {ep.value!r} in {dist} {version}): '
-            f"{type(exc).__name__}: {exc}",
-            key="global_profiler.tool",
-        ) from exc
-    contract_of(obj, name, dist, version)
-    try:
-        return obj() if isinstance(obj, type) else obj
-    except Exception as exc:
-        raise BackendError(
-            f'Error creating backend "{name}" (entry point {ep.value!r} in {dist} {version}): '
-            f"{type(exc).__name__}: {exc}",
-            key="global_profiler.tool",
-        ) from exc
-
-
-class ContractRefused(BackendError):
-    """A backend declares a hook contract this core no longer speaks (refused at load)."""
-
-
-_UNDECLARED_SAID: set[str] = set()
-"""Backends already told (once per process) to declare their contract."""
+    return plugins.load(plugins.BACKEND, name, eps[name]).obj
 
 
 def contract_of(obj: Any, name: str, dist: str = "?", version: str = "?") -> tuple[int, bool]:
-    """``(contract, declared)`` of a backend object (its class attribute ``rlprof_contract``).
+    """``(contract, declared)`` of a backend object, by the loader's one contract rule
+    (:func:`rlprof.plugins.contract_of`).
 
-    No declaration is taken as the current :data:`~rlprof.hookspecs.CONTRACT`, and said once per
-    process (a removed context attribute then explains itself when read).
-
-    :raises BackendError: a declared contract the core no longer speaks (or not an int), in one
-        message naming the backend, its distribution and version, both contracts and the migration notes."""
-    declared = getattr(obj, "rlprof_contract", None)
-    if declared is None:
-        if name not in _UNDECLARED_SAID:
-            _UNDECLARED_SAID.add(name)
-            log.warning("rlprof: backend %r (%s %s) declares no hook contract; taken as contract %d. Its author "
-                        "should add rlprof_contract = %d to the backend class (docs/migration.md)",
-                        name, dist, version, hookspecs.CONTRACT, hookspecs.CONTRACT)
-        return hookspecs.CONTRACT, False
-    if isinstance(declared, bool) or not isinstance(declared, int) or declared not in hookspecs.SUPPORTED_CONTRACTS:
-        raise ContractRefused(
-            f'backend "{name}" ({dist} {version}) was written for rlprof hook contract {declared!r}, which this '
-            f"rlprof no longer speaks (it speaks contract {hookspecs.CONTRACT}; supported: "
-            f"{', '.join(map(str, hookspecs.SUPPORTED_CONTRACTS))}); update the backend, or ask its author to, "
-            f"following docs/migration.md", key="global_profiler.tool")
-    return declared, True
-
-
-def plugin_manager() -> pluggy.PluginManager:
-    """A fresh manager with the spec loaded; one per Profiler (no global state)."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    return pm
+    :raises ContractRefused: a declared contract the core no longer speaks (or not an int)."""
+    contract, declared = plugins.contract_of(plugins.BACKEND, obj, name, dist, version)
+    return int(contract or hookspecs.CONTRACT), declared
 
 
 _ORDERING_OPTIONS = ("tryfirst", "trylast", "hookwrapper", "wrapper")
@@ -125,13 +79,6 @@ def refuse_ordering_options(pm: pluggy.PluginManager, name: str) -> None:
                     f'backend "{name}": its {impl.name} hookimpl is marked {", ".join(f"{o}=True" for o in used)}; '
                     f"rlprof calls each backend's hooks on its own, in global_profiler.tool order, so it cannot honour "
                     f"that; allowed: a plain @rlprof.hookimpl", key="global_profiler.tool")
-
-
-def implemented_hooks(plugin: Any) -> list[str]:
-    """The hooks of the spec that ``plugin`` implements, in spec order."""
-    pm = plugin_manager()
-    pm.register(plugin)
-    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
 
 
 @dataclass
@@ -455,12 +402,13 @@ def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
     info: dict[str, Any] = {"name": name, "entry_point": ep.value, "distribution": dist, "version": version}
     started = time.perf_counter()
     try:
-        plugin = load_backend(name, {name: ep})
+        loaded = plugins.load(plugins.BACKEND, name, ep)
     except Exception as exc:
         info.update(imports=False, refused=isinstance(exc, ContractRefused), error=str(exc), hooks=[], problems=[])
         return info
+    plugin = loaded.obj
     info["imports"] = True
-    info["contract"], info["contract_declared"] = contract_of(plugin, name, dist, version)
+    info["contract"], info["contract_declared"] = loaded.contract, loaded.declared
     info["import_ms"] = round((time.perf_counter() - started) * 1000, 1)
     info["hooks"] = implemented_hooks(plugin)
     pm = plugin_manager()

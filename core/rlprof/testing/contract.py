@@ -5,7 +5,9 @@ Two kinds, each a function returning a list of problems (empty: the promise is k
 * :data:`STATIC_CHECKS` look at the backend object: it registers (no misspelled hook such as
   ``start_stepp``), ``check_environment`` returns strings and never raises, ``validate_tool_config``
   returns the config and rejects an unknown key with an :class:`~rlprof.ConfigError` naming its
-  path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None.
+  path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None, ``cli_commands`` returns
+  name -> :class:`~rlprof.hookspecs.CliCommand`, ``report_details``/``after_exit`` answer quietly for
+  a file and a run directory that are not theirs.
 * :data:`RUN_CHECKS` look at one scripted run (a :class:`~rlprof.testing.scenario.BackendRun`):
 
   - **every hook it implements is handled**: no hook raised (the core would have logged it and
@@ -47,6 +49,7 @@ from typing import Any, Callable, Mapping
 
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import ConfigError
+from rlprof.plugins import hook_call, implemented_hooks
 from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
 from rlprof.testing.scenario import BackendRun
 
@@ -71,29 +74,22 @@ class Subject:
 
 def implemented(plugin) -> list[str]:
     """The hooks ``plugin`` implements (empty when it cannot even be registered)."""
-    pm = plugin_manager()
     try:
-        pm.register(plugin)
+        return implemented_hooks(plugin)
     except Exception:
         return []
-    return [h for h in HOOKS if getattr(pm.hook, h).get_hookimpls()]
 
 
 def _hook(subject: Subject, hook: str, note: bool = True):
     """The backend's implementation of ``hook``, called with keywords as pluggy would, or None.
     ``note``: count the hook as exercised."""
-    pm = plugin_manager()
     try:
-        pm.register(subject.plugin)
+        call = hook_call(subject.plugin, hook, check_pending=False)
     except Exception:
         return None  # cannot even be registered: the registers check says why
-    impls = getattr(pm.hook, hook).get_hookimpls()
-    if not impls:
-        return None
-    if note:
+    if call is not None and note:
         subject.exercised.add(hook)
-    impl = impls[0]
-    return lambda **kwargs: impl.function(**{k: kwargs[k] for k in impl.argnames})
+    return call
 
 
 def registers(subject: Subject) -> list[str]:
@@ -192,11 +188,69 @@ def runtime_env_is_shippable(subject: Subject) -> list[str]:
     return problems
 
 
+def commands_are_listable(subject: Subject) -> list[str]:
+    """cli_commands returns command name -> CliCommand (a one-line summary, a callable), without raising."""
+    from rlprof.hookspecs import CliCommand
+
+    call = _hook(subject, "cli_commands")
+    if call is None:
+        return []
+    try:
+        offered = call()
+    except Exception as exc:
+        return [f"cli_commands raised {type(exc).__name__}: {exc}; `rlprof --help` would drop its commands\n"
+                f"{_short_traceback(exc)}"]
+    if not isinstance(offered, Mapping):
+        return [f"cli_commands returned {offered!r}; it must return a mapping of command name -> rlprof.hookspecs.CliCommand"]
+    problems = []
+    for name, command in offered.items():
+        if not isinstance(command, CliCommand) or not callable(command.run):
+            problems.append(f"cli_commands: {name!r} maps to {command!r}, not a rlprof.hookspecs.CliCommand with a callable run")
+        elif not command.summary.strip() or "\n" in command.summary:
+            problems.append(f"cli_commands: {name!r} has the summary {command.summary!r}; `rlprof --help` needs one line")
+    return problems
+
+
+def outside_hooks_are_quiet(subject: Subject) -> list[str]:
+    """report_details on a file that is not the backend's and after_exit on a run directory with nothing
+    pending answer (lines; 0) without raising, as ``rlprof report`` and the Ray controller call them."""
+    import tempfile
+
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="rlprof-conformance-outside-") as scratch:
+        other = Path(scratch) / "unrelated.bin"
+        other.write_bytes(b"not a file this backend wrote")
+        details = _hook(subject, "report_details")
+        if details is not None:
+            try:
+                lines = details(path=other)
+                if lines is not None and (isinstance(lines, str) or not all(isinstance(x, str) for x in lines)):
+                    problems.append(f"report_details returned {lines!r}; it must return a list of strings or None")
+            except Exception as exc:
+                problems.append(f"report_details raised {type(exc).__name__} for a file it did not write: {exc}\n"
+                                f"{_short_traceback(exc)}")
+        after_exit = _hook(subject, "after_exit")
+        if after_exit is not None:
+            run_dir = Path(scratch) / "run"
+            run_dir.mkdir()
+            try:
+                waiting = after_exit(run_dirs=[run_dir])
+                if isinstance(waiting, bool) or not isinstance(waiting, int) or waiting != 0:
+                    problems.append(f"after_exit returned {waiting!r} for a run directory with nothing pending; "
+                                    "it must return how many files are still being written (0 here)")
+            except Exception as exc:
+                problems.append(f"after_exit raised {type(exc).__name__} for a run directory with nothing pending: "
+                                f"{exc}\n{_short_traceback(exc)}")
+    return problems
+
+
 STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
     "registers": registers,
     "check_environment": environment_check_is_quiet,
     "validate_tool_config": tool_config_is_validated,
     "worker_runtime_env": runtime_env_is_shippable,
+    "cli_commands": commands_are_listable,
+    "outside_a_run": outside_hooks_are_quiet,
 }
 """Checks of the backend object itself, without a run, by name."""
 

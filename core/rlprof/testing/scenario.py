@@ -369,13 +369,13 @@ def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBa
     """A stand-in registered in place of ``plugin``: each hook calls the backend's own implementation;
     the first call of ``injected.hook`` then raises :class:`ScriptedHookFailure` (after listing what
     the call returned with ``ctx.add_artifact``, so nothing the backend wrote goes unlisted)."""
-    from rlprof.hookspecs import hookimpl
+    from rlprof.hookspecs import OUTSIDE_A_RUN, hookimpl
     from rlprof.runtime.registry import plugin_manager
 
     pm = plugin_manager()
     pm.register(plugin)
     members: dict[str, Any] = {}
-    for hook in HOOKS:
+    for hook in (h for h in HOOKS if h not in OUTSIDE_A_RUN):  # a run calls only these (never in a stand-in)
         impls = getattr(pm.hook, hook).get_hookimpls()
         if impls:
             members[hook] = hookimpl(_delegate(hook, impls[0].function, tuple(impls[0].argnames), injected, recorder))

@@ -18,6 +18,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.hookspecs import CliCommand
 from rlprof.notices import mark_said, say_once
 
 from .capture import NpuCapture, range_end, range_start
@@ -44,6 +45,13 @@ class NpuBackend:
         self._capture_id: str | None = None
         self._ranges: list[int] = []
         """Ids of the open mstx ranges, innermost last."""
+
+    # ------------------------------------------------------------------ outside a run
+
+    @hookimpl
+    def cli_commands(self) -> Mapping[str, CliCommand]:
+        return {"npu-analyse": CliCommand("parse NPU captures collected with analysis: false (needs torch_npu and "
+                                          "CANN, no device)", _analyse, "PATH [--all] [--list]")}
 
     # ------------------------------------------------------------------ configuration and environment
 
@@ -121,3 +129,10 @@ class NpuBackend:
         self._capture = self._capture_id = None
         for path in capture.stop():
             ctx.add_artifact(path, kind=ARTIFACT_KIND, analysis=capture.analysis)
+
+
+def _analyse(argv: list[str]) -> int:
+    """``rlprof npu-analyse``: :func:`rlprof_npu.analyse.main`, imported when it runs (it imports this module)."""
+    from .analyse import main
+
+    return main(argv)

@@ -12,7 +12,7 @@ Helpers for the driver and for after the run:
 
 * :func:`controller_runtime_env`, :func:`controller_command`, :func:`controller_nsight_options`
 * :func:`relocate_pending` (also ``rlprof relocate <run dir>`` / ``python -m rlprof_nsys relocate``)
-* ``rlprof report`` shows each report's NVTX ranges (:func:`rlprof_nsys.reports.nvtx_details`)
+* ``rlprof report`` shows each report's NVTX ranges (:func:`rlprof_nsys.nvtx_summary.nvtx_details`, the backend's ``report_details`` hook)
 """
 
 from __future__ import annotations

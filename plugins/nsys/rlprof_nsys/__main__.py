@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def relocate_command(argv: list[str]) -> int:
-    """``rlprof relocate PATH... [--wait S]`` (the ``rlprof.commands`` entry point)."""
+    """``rlprof relocate PATH... [--wait S]`` (the backend's ``cli_commands`` hook offers it)."""
     parser = argparse.ArgumentParser(prog="rlprof relocate", description="move pending nsys reports into the run layout "
                                      "(run on each node after the profiled workers exited)")
     _relocate_arguments(parser)

@@ -12,6 +12,10 @@ Systems understands. For one process the translation is::
     finalize       close whatever is open; with ctx.relocate_results, move this pid's reports
                    out of Ray's nsight directory (see rlprof_nsys.relocation)
 
+Outside a run: ``report_details`` (``rlprof report``: a report's NVTX summary), ``after_exit`` (the
+Ray controller, on each node once the workers exited: move the reports nsys wrote at exit) and
+``cli_commands`` (``rlprof relocate``, the same by hand).
+
 Windows are cudaProfilerStart/Stop or, with ``capture_range: nvtx``, the NVTX range ``rlprof_capture``;
 a process started by ``nsys profile --capture-range=...`` follows that command line (:func:`capture_range`).
 A window opens before its first range starts and closes after its last range ends, so the ranges
@@ -30,6 +34,7 @@ import os
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.hookspecs import CliCommand
 from rlprof.notices import say_once
 
 from . import launch, options, relocation
@@ -161,6 +166,23 @@ class NsysBackend:
             who=f"rank {ctx.rank}, roles {'+'.join(ctx.roles)}", rank=ctx.rank,
         )
 
+    # ------------------------------------------------------------------ outside a run
+
+    @hookimpl
+    def report_details(self, path) -> list[str]:
+        from .nvtx_summary import nvtx_details  # sqlite3 and nsys stats: only when a report asks
+
+        return nvtx_details(path)
+
+    @hookimpl
+    def after_exit(self, run_dirs) -> int:
+        return relocation.relocate_after_exit(run_dirs)
+
+    @hookimpl
+    def cli_commands(self) -> Mapping[str, CliCommand]:
+        return {"relocate": CliCommand("move pending nsys reports into the run layout (run on each node after the "
+                                       "profiled workers exited)", _relocate, "PATH... [--wait S] [--settle S]")}
+
     # ------------------------------------------------------------------ windows
 
     def _open_window(self, ctx, region: str | None) -> None:
@@ -176,3 +198,10 @@ class NsysBackend:
         if window is not None:
             self.ranges.mark(f"capture {window.capture_id} end")
             self.windows.close()
+
+
+def _relocate(argv: list[str]) -> int:
+    """``rlprof relocate``: :func:`rlprof_nsys.__main__.relocate_command`, imported when it runs."""
+    from .__main__ import relocate_command
+
+    return relocate_command(argv)

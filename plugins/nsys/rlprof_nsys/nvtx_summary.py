@@ -1,6 +1,6 @@
 """The NVTX ranges of an nsys report, summarised: what ``rlprof report`` prints under each report.
 
-Registered as the ``rlprof.report_details`` entry point ``nsys`` (:func:`nvtx_details`). The report
+The backend's ``report_details`` hook (:func:`nvtx_details`). The report
 is exported with ``nsys export --type sqlite`` into a temporary directory (never beside the user's
 file: ``nsys stats`` would leave a ``.sqlite`` there), then read with Python's sqlite3: per range
 name, how many instances and their total and mean duration. Without ``nsys`` on PATH, or for a

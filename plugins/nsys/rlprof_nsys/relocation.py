@@ -170,7 +170,7 @@ def relocate_pending(paths: Path | str | Iterable[Path | str], *, settle_seconds
 
 
 def relocate_after_exit(run_dirs: Iterable[Path | str]) -> int:
-    """rlprof's after-exit step on one node (entry point ``rlprof.after_exit``: the Ray controller calls
+    """rlprof's after-exit step on one node (the backend's ``after_exit`` hook: the Ray controller calls
     it there once the workers have exited): :func:`relocate_pending` for this host; returns how many
     reports nsys is still writing (0: every pending report of this host is moved or accounted for)."""
     return sum(1 for outcome in relocate_pending(run_dirs) if outcome.status == "waiting")

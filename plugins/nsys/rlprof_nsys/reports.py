@@ -207,8 +207,6 @@ def _ancestor_commands(depth: int = 4):
             return
 
 
-from .nvtx_summary import nvtx_details  # noqa: E402,F401  (the rlprof.report_details entry point, contract C7)
-
 UNDER_NSYS_ENV = "RLPROF_NSYS_WORKER"
 """Set to 1 in the runtime_env of every worker rlprof starts under nsys (see rlprof_nsys.launch)."""
 

@@ -196,7 +196,7 @@ def test_demo_end_to_end_on_the_selected_rank(tmp_path):
     for record in by_rank[1]:
         names = ranges(run_dir / record["path"])
         assert set(names) - {"rlprof_capture"} == {f"step{record['step']}"} | DEMO_ROLE_RANGES
-    # rlprof report shows each report's NVTX summary (C7: the rlprof.report_details entry point)
+    # rlprof report shows each report's NVTX summary (C7: the backend's report_details hook)
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(run_dir)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stdout + report.stderr
     assert report.stdout.count("NVTX rlprof:actor_update") == 2

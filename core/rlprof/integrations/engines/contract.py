@@ -12,8 +12,9 @@ adapter**, found like a backend: by name, in the entry-point group :data:`GROUP`
     myengine = "my_package.engine:MyEngine"
 
 An adapter is a class (instantiated without arguments) or an object with the attributes and methods
-of :class:`EngineAdapter`. It declares the contract it was written for (``rlprof_contract = 1``); a
-contract the core no longer speaks is refused when the adapter loads, as for backends
+of :class:`EngineAdapter`. It declares the contract it was written for (``rlprof_contract = 1``); it is
+loaded by the same loader and rule as a backend (:mod:`rlprof.plugins`): a contract the core no longer
+speaks is refused when the adapter loads, none declared is taken as the current one and said once
 (docs/migration.md). Adapters must import their engine lazily: ``settings`` is called where the
 engine may not be installed (``rlprof check``).
 
@@ -38,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Awaitable, Mapping, Protocol, runtime_checkable
 
-from rlprof import installed
+from rlprof import installed, plugins
 from rlprof.errors import BackendError
 
 GROUP = "rlprof.engines"
@@ -124,28 +125,21 @@ def discover() -> dict[str, metadata.EntryPoint]:
     return installed.discover(GROUP)
 
 
-def load_engine(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
-    """Import the adapter ``name``, check the contract it declares and instantiate it.
+KIND = plugins.Kind("engine adapter", GROUP, "rollout engine", CONTRACT, SUPPORTED_CONTRACTS, "engine contract",
+                    required=("settings", "start", "stop", "written", "lost"))
+"""How the one plugin loader (:mod:`rlprof.plugins`) loads an adapter: its own contract number, the
+methods of :class:`EngineAdapter` required."""
 
-    :raises BackendError: not installed, the import failed, or a contract this core does not speak."""
+
+def load_engine(name: str, eps: Mapping[str, metadata.EntryPoint] | None = None) -> Any:
+    """The adapter ``name``, loaded by the one plugin loader (guarded import, the contract rule, the
+    required methods, one message shape naming the distribution and version) and instantiated.
+
+    :raises BackendError: not installed, the import failed, a method is missing, or a contract this
+        core does not speak (:class:`rlprof.plugins.ContractRefused`)."""
     eps = discover() if eps is None else eps
     if name not in eps:
         raise BackendError(f"rollout engine: got {name!r}, but no installed engine adapter has that name. "
                            f"Installed: {', '.join(sorted(eps)) or '(none)'} (entry-point group {GROUP})",
                            key="rollout engine")
-    ep = eps[name]
-    try:
-        obj = ep.load()
-        adapter = obj() if isinstance(obj, type) else obj
-    except Exception as exc:
-        raise BackendError(f"rollout engine {name!r}: loading {ep.value!r} failed: {type(exc).__name__}: {exc}",
-                           key="rollout engine") from exc
-    declared = getattr(adapter, "rlprof_contract", None)
-    if isinstance(declared, bool) or declared not in SUPPORTED_CONTRACTS:
-        raise BackendError(f"rollout engine {name!r} ({ep.value}) was written for engine contract {declared!r}; "
-                           f"this rlprof speaks {CONTRACT} (docs/migration.md)", key="rollout engine")
-    missing = [m for m in ("settings", "start", "stop", "written", "lost") if not callable(getattr(adapter, m, None))]
-    if missing:
-        raise BackendError(f"rollout engine {name!r} ({ep.value}) lacks {', '.join(missing)} (see "
-                           f"rlprof.integrations.engines.contract.EngineAdapter)", key="rollout engine")
-    return adapter
+    return plugins.load(KIND, name, eps[name]).obj
