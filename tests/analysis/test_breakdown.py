@@ -83,6 +83,14 @@ def test_the_worked_example_of_the_docs():
             row.memory_ms, row.idle_ms) == (10, 6, 3, 1, 2, 1, 1)
     assert (whole.region, whole.window_ms, whole.compute_ms) == (TRACE_REGION, 12, 7)
 
+    peer = TraceEvents(path="p", rank=1, device="cuda", group="job", regions=[Region("actor_update", 1, 0, 10)])
+    peer.add(8, 9, COMMUNICATION, 7.5)
+    trace.group = "job"
+    trace.collectives.append(Collective("ncclDevKernel_AllReduce", 0, 6, 9, 5.5))
+    peer.collectives.append(Collective("ncclDevKernel_AllReduce", 0, 8, 9, 7.5))
+    apportion_waits([(trace, [row, whole]), (peer, split(peer))])
+    assert (row.communication_wait_ms, row.communication_transfer_ms, row.waited_for_rank) == (2, 1, 1)
+
 
 def test_a_late_rank_makes_the_others_wait_and_is_named():
     """Rank 1 enters the all-reduce at 2 ms, rank 0 at 5 ms; both finish at 8: rank 1 waited 3 ms for rank 0."""
