@@ -15,7 +15,7 @@ import math
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
 
@@ -136,13 +136,14 @@ def split(trace: TraceEvents) -> list[Row]:
 
 
 def _split_device(trace: TraceEvents) -> list[Row]:
-    order = sorted(range(len(trace.kinds)), key=trace.launches.__getitem__)
-    launches = [trace.launches[i] for i in order]
+    launch = trace.launches.__getitem__
+    order = sorted(range(len(trace.kinds)), key=launch)
     rows = []
     for region in trace.regions:
-        chosen = order[bisect.bisect_left(launches, region.start):bisect.bisect_right(launches, region.end)]
+        chosen = order[bisect.bisect_left(order, region.start, key=launch):bisect.bisect_right(order, region.end, key=launch)]
         end = max([region.end] + [trace.ends[i] for i in chosen])
         rows.append(_device_row(trace, region, (region.start, end), chosen))
+    del order
     if len(trace.kinds):
         everything = range(len(trace.kinds))
         span = (min(trace.starts), max(trace.ends))
@@ -150,11 +151,11 @@ def _split_device(trace: TraceEvents) -> list[Row]:
     return rows
 
 
-def _device_row(trace: TraceEvents, region: Region, window: tuple[float, float], chosen: Iterable[int]) -> Row:
-    by_kind: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for i in chosen:
-        by_kind[trace.kinds[i]].append((trace.starts[i], trace.ends[i]))
-    compute, communication, memory = (clip(union(by_kind[k]), *window) for k in (COMPUTE, COMMUNICATION, MEMORY))
+def _device_row(trace: TraceEvents, region: Region, window: tuple[float, float], chosen: Sequence[int]) -> Row:
+    def of_kind(kind: int) -> Union:  # one class at a time: a whole trace's intervals are never all held at once
+        return clip(union((trace.starts[i], trace.ends[i]) for i in chosen if trace.kinds[i] == kind), *window)
+
+    compute, communication, memory = of_kind(COMPUTE), of_kind(COMMUNICATION), of_kind(MEMORY)
     kernels = union(compute + communication)
     overlap = length(intersection(compute, communication))
     busy = length(union(kernels + memory))

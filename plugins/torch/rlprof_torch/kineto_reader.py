@@ -120,7 +120,7 @@ class _Reading:
             self.launched_at[_correlation(event)] = start
             return
         collective = is_host_collective(name)
-        if category == "cpu_op" or collective:
+        if (category == "cpu_op" or collective) and not len(self.trace.kinds):  # host ops matter only without device events
             self.host.add(start, end, COMMUNICATION if collective else COMPUTE)
             if collective:
                 self.host_collectives.append((event.get("tid"), start, end, name))
@@ -133,6 +133,7 @@ class _Reading:
     def finish(self) -> TraceEvents:
         trace = self.trace
         if len(trace.kinds):
+            self.host = TraceEvents(path=trace.path, rank=None, device="cpu")
             for index, correlation in enumerate(self.correlations):
                 trace.launches[index] = self.launched_at.get(correlation, math.inf)
             trace.collectives = _ordinals((trace.starts[i], trace.ends[i], trace.launches[i], name)
