@@ -119,14 +119,15 @@ class _Reading:
         if category in RUNTIME_CATEGORIES:
             self.launched_at[_correlation(event)] = start
             return
+        step = STEP_NAME.match(name)
+        if step and category in REGION_CATEGORIES:  # a region, never an op (older Kineto files it as a cpu_op)
+            self.steps.append(Region(name, int(step.group(1)), start, end))
+            return
         collective = is_host_collective(name)
         if (category == "cpu_op" or collective) and not len(self.trace.kinds):  # host ops matter only without device events
             self.host.add(start, end, COMMUNICATION if collective else COMPUTE)
             if collective:
                 self.host_collectives.append((event.get("tid"), start, end, name))
-        step = STEP_NAME.match(name)
-        if step and category in REGION_CATEGORIES:
-            self.steps.append(Region(name, int(step.group(1)), start, end))
         elif category == "user_annotation" and not collective:
             self.annotations.append((name, start, end))
 

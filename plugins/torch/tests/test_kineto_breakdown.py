@@ -73,8 +73,10 @@ def test_ranks_are_read_from_the_trace_and_a_late_rank_is_named(tmp_path):
 
 
 def test_json_has_one_row_per_step_per_trace_with_every_field(tmp_path, capsys):
+    from rlprof.cli import main as rlprof
+
     write_traces(tmp_path, world=2, steps=3)
-    assert main([str(tmp_path), "--json", "--steps"]) == 0
+    assert rlprof(["breakdown", str(tmp_path), "--json", "--steps"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert sorted((r["rank"], r["region"]) for r in rows) == [(rank, f"ProfilerStep#{n}") for rank in (0, 1) for n in (1, 2, 3)]
     for field in ("path", "rank", "step", "region", "wall_ms", "window_ms", "compute_ms", "communication_ms", "memory_ms",
@@ -162,3 +164,15 @@ def test_compute_and_overlap_agree_with_hta_on_the_steps_it_keeps(tmp_path):
         ratio = sum(r.overlap_ms for r in kept) / sum(r.communication_ms for r in kept)
         assert compute_us == pytest.approx(temporal.loc[rank, "compute_time(us)"], rel=0.01)
         assert 100 * ratio == pytest.approx(overlap.loc[rank, "comp_comm_overlap_pctg"], rel=0.01)
+
+
+def test_a_profiler_step_filed_as_a_cpu_op_is_a_region_and_not_compute(tmp_path):
+    """Older Kineto writes ProfilerStep#N as a cpu_op: it bounds the step, it is not work done in it."""
+    trace = tmp_path / "old.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000, "dur": 2000},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 5000, "dur": 1000}]}))
+    rows, errors = breakdown([trace], workers=1)
+    step = next(r for r in rows if r.region == "ProfilerStep#1")
+    assert (step.window_ms, step.compute_ms, step.communication_ms, step.idle_ms) == (10, 2, 1, 7)
