@@ -1,7 +1,8 @@
 """The ``rlprof`` command: one argparse parser whose subcommands are loaded only when run.
 
 Built-in commands live in their own modules, each exposing ``main(argv) -> int`` with its own
-argparse parser (``rlprof.demo``, ``rlprof.analysis.report``, ``rlprof.analysis.timeline``, ``rlprof.analysis.compare``);
+argparse parser (``rlprof.demo``, ``rlprof.analysis.report``, ``rlprof.analysis.timeline``, ``rlprof.analysis.compare``,
+``rlprof.analysis.breakdown_files``);
 ``check`` and ``backends`` are here. Backends add commands through their ``cli_commands`` hook
 (:func:`rlprof.hookspecs.cli_commands`: name -> :class:`~rlprof.hookspecs.CliCommand`, its own
 one-line help and a function of the remaining arguments returning an exit status), e.g.
@@ -48,6 +49,8 @@ BUILTIN = (
             "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.analysis.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
             "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
+    Command("breakdown", "inside each region of trace files: compute, exposed communication, copies, idle",
+            "PATH [PATH ...] [--json] [--steps] [--regions]", "rlprof.analysis.breakdown_files:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
             "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.analysis.compare:main"),
 )

@@ -1,0 +1,221 @@
+"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool, cached beside each file.
+
+Each file goes to the reader of the backend that writes its format (:data:`READERS`), in a pool of
+worker processes; a worker returns only the rows and the file's collective calls (kilobytes),
+which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
+cannot be read costs one line naming it and the reason; every other file is still reported.
+
+The rows of a file are cached in ``<file>.rlprof-breakdown.json`` beside it, keyed to the file's
+size and mtime, when its directory is writable, so a second run reads no trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rlprof.analysis.breakdown import TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, row_fields, split
+from rlprof.analysis.traces import chrome_traces
+from rlprof.errors import EXIT_FAILED, EXIT_OK
+
+READERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "torch": ("rlprof_torch.kineto_reader:read_trace", ("*.json", "*.json.gz")),
+}
+"""Backend name -> (``module:function`` turning a path into ``TraceEvents``, file name patterns it reads).
+
+The seam a backend's analysis hook replaces: a reader is named by a plain function reference, so it
+runs in the pool's worker processes and is imported only when a file of its format is read.
+"""
+
+CACHE_SUFFIX = ".rlprof-breakdown.json"
+CACHE_VERSION = 1
+WORKERS = 2
+
+
+@dataclass
+class FileRows:
+    """What a worker sends back for one file: its rows and what matching its collectives needs."""
+
+    trace: TraceEvents
+    """Without its event columns: path, rank, device, group, clock and collectives only."""
+    rows: list[Row]
+
+
+def reader_for(path: Path, readers: dict[str, tuple[str, tuple[str, ...]]] = READERS) -> str | None:
+    for target, patterns in readers.values():
+        if any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
+            return target
+    return None
+
+
+def trace_files(paths: Sequence[str]) -> list[Path]:
+    """The files named, and the traces inside the directories named (their Chrome traces, else every
+    ``.json``/``.json.gz``), each once; rlprof's own caches never."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            inside = chrome_traces(path, limit=100_000) or sorted(
+                p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+            found.extend(p for p in inside if not p.name.endswith(CACHE_SUFFIX))
+        else:
+            found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def file_rows(path: str, target: str) -> FileRows:
+    """Read one file (in a worker): from its cache when the file has not changed, else through ``target``."""
+    cached = _cached(path)
+    if cached is not None:
+        return cached
+    trace = _load(target)(path)
+    result = FileRows(trace=_without_events(trace), rows=split(trace))
+    _store(path, result)
+    return result
+
+
+def breakdown(paths: Sequence[Path], workers: int = WORKERS) -> tuple[list[Row], list[tuple[str, str]]]:
+    """Rows of every file (waits matched across the files' ranks) and ``(path, reason)`` for those that failed."""
+    jobs, errors = [], []
+    for path in paths:
+        target = reader_for(path)
+        if not path.is_file():
+            errors.append((str(path), "no such file"))
+        elif target is None:
+            errors.append((str(path), "no installed reader for this kind of file"))
+        else:
+            jobs.append((str(path), target))
+    results: list[FileRows] = []
+    for (path, _), outcome in zip(jobs, _run(jobs, workers)):
+        if isinstance(outcome, FileRows):
+            results.append(outcome)
+        else:
+            errors.append((path, outcome))
+    apportion_waits([(result.trace, result.rows) for result in results])
+    return [row for result in results for row in result.rows], errors
+
+
+def _run(jobs: list[tuple[str, str]], workers: int) -> list[FileRows | str]:
+    if len(jobs) <= 1 or workers <= 1:
+        return [_attempt(path, target) for path, target in jobs]
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        return list(pool.map(_attempt, *zip(*jobs)))
+
+
+def _attempt(path: str, target: str) -> FileRows | str:
+    """The file's rows, or the reason it has none (in one line: a bad file never stops the others)."""
+    try:
+        return file_rows(path, target)
+    except MemoryError:
+        return "too large to read here (out of memory)"
+    except Exception as exc:  # truncated gzip (EOFError), bad JSON (ValueError), a reader's own error
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        return f"{type(exc).__name__}: {reason}"[:300]
+
+
+def _load(target: str) -> Callable[[str], TraceEvents]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _without_events(trace: TraceEvents) -> TraceEvents:
+    return TraceEvents(path=trace.path, rank=trace.rank, device=trace.device, group=trace.group,
+                       clock_ms=trace.clock_ms, collectives=trace.collectives)
+
+
+def _key(path: str) -> dict[str, int]:
+    stat = os.stat(path)
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "version": CACHE_VERSION}
+
+
+def _cached(path: str) -> FileRows | None:
+    try:
+        with open(path + CACHE_SUFFIX, encoding="utf-8") as handle:
+            data = json.load(handle)
+        if data.get("key") != _key(path):
+            return None
+        meta = data["trace"]
+        trace = TraceEvents(path=path, rank=meta["rank"], device=meta["device"], group=meta["group"],
+                            clock_ms=meta["clock_ms"], collectives=[Collective(*c) for c in meta["collectives"]])
+        rows = [Row(**{**row, "path": path}) for row in data["rows"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no cache, another version's, or damaged: read the trace again
+    return FileRows(trace, rows)
+
+
+def _store(path: str, result: FileRows) -> None:
+    """Write the cache beside the trace, only where that directory is writable (never elsewhere)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.access(directory, os.W_OK):
+        return
+    trace = result.trace
+    data = {"key": _key(path), "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
+                                          "clock_ms": trace.clock_ms,
+                                          "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch]
+                                                          for c in trace.collectives]},
+            "rows": [vars(row) for row in result.rows]}
+    temporary = f"{path}{CACHE_SUFFIX}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        os.replace(temporary, path + CACHE_SUFFIX)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+
+
+def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
+    """``--steps``: the ``ProfilerStep#N`` rows; ``--regions``: the other named regions; neither: all rows."""
+    if not steps and not regions:
+        return rows
+    is_step = lambda row: row.region.startswith("ProfilerStep#")  # noqa: E731
+    return [row for row in rows if (steps and is_step(row)) or (regions and not is_step(row) and row.region != TRACE_REGION)]
+
+
+def _table(rows: list[Row]) -> str:
+    columns = ("window_ms", "compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms", "overlap_ms",
+               "communication_wait_ms")
+    heads = ("window", "compute", "exposed comm", "memory", "idle", "overlap", "comm wait")
+    lines = []
+    for path in dict.fromkeys(row.path for row in rows):
+        mine = [row for row in rows if row.path == path]
+        lines.append(f"{path} (rank {mine[0].rank}, {mine[0].device})")
+        width = max(len(row.region) for row in mine) + 2
+        lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>14}" for h in heads))
+        for row in mine:
+            cells = "".join(f"{'-' if getattr(row, c) is None else format(getattr(row, c), '.2f'):>14}" for c in columns)
+            lines.append(f"  {row.region:<{width}}{'' if row.step is None else row.step:>5}{cells}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="rlprof breakdown",
+        description="Inside each region of trace files: compute, exposed communication, copies and idle "
+                    "(ms; definitions in docs/analysis.md, 'Inside a region').")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or directories holding them")
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "errors": [...]}')
+    parser.add_argument("--steps", action="store_true", help="only the ProfilerStep#N rows")
+    parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
+    parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
+    args = parser.parse_args(argv)
+    rows, errors = breakdown(trace_files(args.paths), workers=args.workers)
+    rows = _chosen(rows, args.steps, args.regions)
+    for path, reason in errors:
+        print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"rows": [row_fields(row) for row in rows],
+                          "errors": [{"path": path, "reason": reason} for path, reason in errors]}, indent=1))
+    elif rows:
+        print(_table(rows))
+    return EXIT_OK if rows or not errors else EXIT_FAILED

@@ -1,0 +1,193 @@
+"""Kineto traces (torch.profiler, and vLLM/SGLang engine traces, which are Kineto too) read for the breakdown.
+
+:func:`read_trace` turns one ``.json`` / ``.json.gz`` into the analysis's neutral
+:class:`~rlprof.analysis.breakdown.TraceEvents`. It streams: ijson's C parser yields one event at a
+time and only what the breakdown needs is kept (times in 8-byte columns), so memory follows the
+number of kernels and ops, not the size of the file; a 2 GB file on one line reads like any other.
+
+What is read, as Kineto writes it (torch 2.x, checked on traces this machine records):
+
+* the header before ``traceEvents``: ``distributedInfo.rank``, ``baseTimeNanoseconds`` (``ts`` is µs
+  after it), and rlprof's own ``rlprof`` block (rank, run, capture, training steps);
+* complete events (``ph: X``): device events of category ``kernel``, ``gpu_memcpy``, ``gpu_memset``,
+  launched by a ``cuda_runtime`` / ``cuda_driver`` call with the same ``args.correlation``;
+  host ops of category ``cpu_op`` and collectives of any category (``gloo:*``, ``c10d::*``, ...);
+  regions: ``ProfilerStep#N`` and every other ``user_annotation``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+from array import array
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import ijson
+
+from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Collective, Region, TraceEvents, device_kind,
+                                       is_host_collective)
+
+DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
+"""Device event categories -> whether the event is a copy (memory) rather than a kernel."""
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+REGION_CATEGORIES = ("user_annotation", "cpu_op")  # ProfilerStep#N is a cpu_op in older Kineto
+HEADER_TOKENS = 100_000
+"""Kineto writes a few dozen fields before ``traceEvents``; a file with this many is something else."""
+STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+HEADER_KEYS = {"distributedInfo.rank", "baseTimeNanoseconds", "rlprof.global_rank", "rlprof.run_id", "rlprof.capture",
+               "rlprof.training_steps.item"}
+
+
+class NotKineto(ValueError):
+    """The file is JSON but not a Kineto trace, or holds nothing the breakdown can split."""
+
+
+def read_trace(path: str) -> TraceEvents:
+    """The trace at ``path`` in the breakdown's neutral form.
+
+    :raises NotKineto: JSON without ``traceEvents``, or with neither device events nor host ops.
+    :raises OSError, EOFError, ValueError: unreadable, truncated, not JSON (ijson's errors are ValueErrors).
+    """
+    header, prefix = _header(path)
+    reading = _Reading(path, header)
+    with _open(path) as handle:
+        for event in ijson.items(handle, prefix, use_float=True):
+            if isinstance(event, dict) and event.get("ph") == "X":
+                reading.take(event)
+    return reading.finish()
+
+
+def _open(path: str) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _header(path: str) -> tuple[dict[str, Any], str]:
+    """The top-level fields written before ``traceEvents``, and the ijson prefix of the events."""
+    header: dict[str, Any] = {}
+    tokens = 0
+    with _open(path) as handle:
+        for prefix, kind, value in ijson.parse(handle, use_float=True):
+            if prefix == "" and kind == "start_array":
+                return header, "item"  # a bare list of events
+            if prefix == "traceEvents" and kind == "start_array":
+                return header, "traceEvents.item"
+            if prefix in HEADER_KEYS and prefix.endswith(".item"):
+                header.setdefault(prefix, []).append(value)
+            elif prefix in HEADER_KEYS:
+                header[prefix] = value
+            if (prefix == "" and kind in ("string", "number", "boolean", "null")) or tokens > HEADER_TOKENS:
+                break
+            tokens += 1
+    raise NotKineto("not a Kineto trace (no traceEvents list at its top)")
+
+
+class _Reading:
+    """What one pass over the events keeps."""
+
+    def __init__(self, path: str, header: dict[str, Any]):
+        rank = header.get("rlprof.global_rank", header.get("distributedInfo.rank"))
+        group = (f"{header['rlprof.run_id']}/{header['rlprof.capture']}" if "rlprof.capture" in header
+                 else str(Path(path).resolve().parent))
+        base = header.get("baseTimeNanoseconds")
+        self.trace = TraceEvents(path=path, rank=int(rank) if isinstance(rank, (int, float)) else None, device="cuda",
+                                 group=group, clock_ms=float(base) / 1e6 if isinstance(base, (int, float)) else 0.0)
+        steps = header.get("rlprof.training_steps.item", [])
+        self.only_step = int(steps[0]) if len(steps) == 1 else None
+        self.correlations = array("q")
+        self.launched_at: dict[int, float] = {}
+        self.device_names: list[str] = []
+        self.host = TraceEvents(path=path, rank=None, device="cpu")
+        self.host_collectives: list[tuple[Any, float, float, str]] = []
+        self.annotations: list[tuple[str, float, float]] = []
+        self.steps: list[Region] = []
+
+    def take(self, event: dict[str, Any]) -> None:
+        category, name = event.get("cat", ""), event.get("name", "")
+        ts, dur = event.get("ts"), event.get("dur", 0.0)
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not isinstance(name, str):
+            return
+        start, end = ts / 1000.0, (ts + dur) / 1000.0
+        if category in DEVICE_CATEGORIES:
+            kind = device_kind(name, DEVICE_CATEGORIES[category])
+            self.trace.add(start, end, kind, math.inf)
+            self.correlations.append(_correlation(event))
+            if kind == COMMUNICATION:
+                self.device_names.append(name)
+            return
+        if category in RUNTIME_CATEGORIES:
+            self.launched_at[_correlation(event)] = start
+            return
+        step = STEP_NAME.match(name)
+        if step and category in REGION_CATEGORIES:  # a region, never an op (older Kineto files it as a cpu_op)
+            self.steps.append(Region(name, int(step.group(1)), start, end))
+            return
+        collective = is_host_collective(name)
+        if (category == "cpu_op" or collective) and not len(self.trace.kinds):  # host ops matter only without device events
+            self.host.add(start, end, COMMUNICATION if collective else COMPUTE)
+            if collective:
+                self.host_collectives.append((event.get("tid"), start, end, name))
+        elif category == "user_annotation" and not collective:
+            self.annotations.append((name, start, end))
+
+    def finish(self) -> TraceEvents:
+        trace = self.trace
+        if len(trace.kinds):
+            self.host = TraceEvents(path=trace.path, rank=None, device="cpu")
+            for index, correlation in enumerate(self.correlations):
+                trace.launches[index] = self.launched_at.get(correlation, math.inf)
+            trace.collectives = _ordinals((trace.starts[i], trace.ends[i], trace.launches[i], name)
+                                          for i, name in zip(self._communication_indices(), self.device_names))
+        elif len(self.host.kinds):
+            trace.device = "cpu"
+            trace.starts, trace.ends, trace.kinds, trace.launches = (self.host.starts, self.host.ends, self.host.kinds,
+                                                                     self.host.launches)
+            trace.collectives = _ordinals((start, end, None, name) for start, end, name in _outermost(self.host_collectives))
+        else:
+            raise NotKineto("no device events and no host ops")
+        self.steps.sort(key=lambda r: r.start)
+        starts = [r.start for r in self.steps]
+        regions = list(self.steps)
+        for name, start, end in self.annotations:
+            regions.append(Region(name, self._step_at(start, starts), start, end))
+        trace.regions = sorted(regions, key=lambda r: (r.start, -r.end))
+        return trace
+
+    def _communication_indices(self) -> Iterator[int]:
+        return (i for i, kind in enumerate(self.trace.kinds) if kind == COMMUNICATION)
+
+    def _step_at(self, time: float, starts: list[float]) -> int | None:
+        import bisect
+
+        index = bisect.bisect_right(starts, time) - 1
+        if index >= 0 and time <= self.steps[index].end:
+            return self.steps[index].step
+        return self.only_step
+
+
+def _correlation(event: dict[str, Any]) -> int:
+    args = event.get("args") or {}
+    value = args.get("correlation", -1) if isinstance(args, dict) else -1
+    return int(value) if isinstance(value, (int, float)) else -1
+
+
+def _outermost(calls: list[tuple[Any, float, float, str]]) -> Iterator[tuple[float, float, str]]:
+    """The collectives no other collective of the same thread contains (``c10d::allreduce_`` and not the
+    ``record_param_comms`` inside it): one per call, as every rank records it."""
+    kept_end: dict[Any, float] = {}
+    for tid, start, end, name in sorted(calls, key=lambda c: (str(c[0]), c[1], -c[2])):
+        if start < kept_end.get(tid, -math.inf):
+            continue
+        kept_end[tid] = end
+        yield start, end, name
+
+
+def _ordinals(calls: Iterator[tuple[float, float, float | None, str]]) -> list[Collective]:
+    """Number each collective name's calls in start order: the n-th on one rank is the n-th on the others."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for start, end, launch, name in sorted(calls, key=lambda c: c[0]):
+        numbered.append(Collective(name, seen.get(name, 0), start, end, launch if launch != math.inf else None))
+        seen[name] = seen.get(name, 0) + 1
+    return numbered

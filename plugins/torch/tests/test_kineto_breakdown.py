@@ -1,0 +1,178 @@
+"""``rlprof breakdown`` on Kineto traces: a real torch.profiler trace recorded here, hand-written GPU
+traces checked against Holistic Trace Analysis, and bad files that must cost one line each."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlprof.analysis import breakdown_files
+from rlprof.analysis.breakdown_files import CACHE_SUFFIX, breakdown, main
+from rlprof_torch.kineto_reader import read_trace
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kineto_synthetic import write_trace, write_traces  # noqa: E402
+
+
+def record_gloo_trace(path: Path) -> Path:
+    """A torch.profiler trace of two steps, each a matmul and a gloo all_reduce inside ``actor_update``."""
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        x = torch.randn(128, 128)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(2):
+                with record_function("actor_update"):
+                    y = x @ x
+                    dist.all_reduce(y)
+                    y.sum()
+                prof.step()
+        prof.export_chrome_trace(str(path))
+    finally:
+        dist.destroy_process_group()
+    return path
+
+
+@pytest.fixture(scope="module")
+def gloo_trace(tmp_path_factory) -> Path:
+    return record_gloo_trace(tmp_path_factory.mktemp("gloo") / "rank0.pt.trace.json")
+
+
+def test_a_real_cpu_trace_splits_its_region_into_compute_and_gloo_communication(gloo_trace):
+    rows, errors = breakdown([gloo_trace], workers=1)
+    assert errors == []
+    updates = [row for row in rows if row.region == "actor_update"]
+    assert len(updates) == 2 and all(row.device == "cpu" for row in updates)
+    for row in updates:
+        assert row.communication_ms > 0 and row.compute_ms > 0
+        assert row.compute_ms + row.exposed_communication_ms + row.memory_ms + row.idle_ms == pytest.approx(row.window_ms, rel=0.01)
+    assert [row.region for row in rows].count("(trace)") == 1
+
+
+def test_ranks_are_read_from_the_trace_and_a_late_rank_is_named(tmp_path):
+    paths = write_traces(tmp_path, world=2, steps=3, lag_us=40)
+    rows, errors = breakdown(paths, workers=2)
+    assert errors == []
+    by_rank = {rank: [r for r in rows if r.rank == rank and r.region.startswith("ProfilerStep")] for rank in (0, 1)}
+    assert len(by_rank[0]) == len(by_rank[1]) == 3
+    assert all(r.waited_for_rank == 1 and r.communication_wait_ms > 0 for r in by_rank[0])  # rank 1 launches late
+    for row in rows:
+        assert row.communication_wait_ms + row.communication_transfer_ms == pytest.approx(row.communication_ms)
+
+
+def test_json_has_one_row_per_step_per_trace_with_every_field(tmp_path, capsys):
+    from rlprof.cli import main as rlprof
+
+    write_traces(tmp_path, world=2, steps=3)
+    assert rlprof(["breakdown", str(tmp_path), "--json", "--steps"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted((r["rank"], r["region"]) for r in rows) == [(rank, f"ProfilerStep#{n}") for rank in (0, 1) for n in (1, 2, 3)]
+    for field in ("path", "rank", "step", "region", "wall_ms", "window_ms", "compute_ms", "communication_ms", "memory_ms",
+                  "overlap_ms", "exposed_communication_ms", "idle_ms", "communication_wait_ms",
+                  "communication_transfer_ms", "device"):
+        assert all(field in r for r in rows), field
+
+
+def test_a_second_run_reads_the_cache_and_no_trace(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "rank0.json", 0, steps=2)
+    first, _ = breakdown([path], workers=1)
+    assert (tmp_path / ("rank0.json" + CACHE_SUFFIX)).is_file()
+    monkeypatch.setattr(breakdown_files, "_load", lambda target: pytest.fail("the trace was read again"))
+    second, _ = breakdown([path], workers=1)
+    assert [vars(r) for r in second] == [vars(r) for r in first]
+
+
+def test_a_changed_trace_is_read_again(tmp_path):
+    path = write_trace(tmp_path / "rank0.json", 0, steps=2)
+    breakdown([path], workers=1)
+    write_trace(path, 0, steps=3)
+    os.utime(path, ns=(1, 1))  # a different mtime even on a coarse clock
+    rows, _ = breakdown([path], workers=1)
+    assert sum(r.region.startswith("ProfilerStep") for r in rows) == 3
+
+
+def test_no_cache_is_written_where_the_directory_is_read_only(tmp_path, monkeypatch):
+    path = write_trace(tmp_path / "rank0.json", 0, steps=2)
+    monkeypatch.setattr(breakdown_files.os, "access", lambda where, mode: False)  # as a user who cannot write there
+    rows, errors = breakdown([path], workers=1)
+    assert rows and errors == [] and not list(tmp_path.glob("*" + CACHE_SUFFIX))
+
+
+def bad_files(directory: Path) -> dict[str, Path]:
+    good = write_trace(directory / "good.json", 0, steps=2)
+    truncated = directory / "truncated.json.gz"
+    truncated.write_bytes(gzip.compress(good.read_bytes())[:2000])
+    not_kineto = directory / "config.json"
+    not_kineto.write_text(json.dumps({"model": "llama", "layers": list(range(10))}))
+    empty = directory / "empty.json"
+    empty.write_text(json.dumps({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}]}))
+    one_line = directory / "one_line.json"  # a large single-line value before any traceEvents
+    with open(one_line, "w") as out:
+        out.write('{"values": [' + ",".join(["1"] * 3_000_000) + "]}")
+    return {"good": good, "truncated": truncated, "not_kineto": not_kineto, "empty": empty, "one_line": one_line}
+
+
+def test_each_bad_file_costs_one_line_naming_it_and_the_rest_is_reported(tmp_path, capsys):
+    files = bad_files(tmp_path)
+    status = main([str(p) for p in files.values()] + ["--json"])
+    captured = capsys.readouterr()
+    assert status == 0
+    rows = json.loads(captured.out)["rows"]
+    assert {Path(r["path"]).name for r in rows} == {"good.json"}
+    lines = captured.err.splitlines()
+    assert len(lines) == 4
+    for name, expected in (("truncated", "EOFError"), ("not_kineto", "not a Kineto trace"),
+                           ("empty", "no device events and no host ops"), ("one_line", "not a Kineto trace")):
+        assert [line for line in lines if str(files[name]) in line and expected in line], (name, lines)
+
+
+def test_a_kineto_trace_written_on_one_line_is_read(tmp_path):
+    spread = write_trace(tmp_path / "spread.json", 0, steps=2)
+    one_line = tmp_path / "one_line.json"
+    one_line.write_text(json.dumps(json.loads(spread.read_text()), separators=(",", ":")))
+    assert "\n" not in one_line.read_text()
+    assert len(read_trace(str(one_line)).kinds) == len(read_trace(str(spread)).kinds) > 0
+
+
+@pytest.mark.slow
+def test_compute_and_overlap_agree_with_hta_on_the_steps_it_keeps(tmp_path):
+    """HTA 0.5.0 drops each trace's last ProfilerStep; over the others, our per-step compute and
+    comm/compute overlap add up to its temporal breakdown and get_comm_comp_overlap within 1%."""
+    pytest.importorskip("hta")
+    from hta.trace_analysis import TraceAnalysis
+
+    paths = write_traces(tmp_path, world=4, steps=5, kernels_per_step=120)
+    analysis = TraceAnalysis(trace_dir=str(tmp_path))
+    temporal = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+    overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
+    rows, _ = breakdown(paths, workers=2)
+    for rank in range(4):
+        kept = sorted((r for r in rows if r.rank == rank and r.region.startswith("ProfilerStep")), key=lambda r: r.step)[:-1]
+        compute_us = 1000 * sum(r.compute_ms for r in kept)
+        ratio = sum(r.overlap_ms for r in kept) / sum(r.communication_ms for r in kept)
+        assert compute_us == pytest.approx(temporal.loc[rank, "compute_time(us)"], rel=0.01)
+        assert 100 * ratio == pytest.approx(overlap.loc[rank, "comp_comm_overlap_pctg"], rel=0.01)
+
+
+def test_a_profiler_step_filed_as_a_cpu_op_is_a_region_and_not_compute(tmp_path):
+    """Older Kineto writes ProfilerStep#N as a cpu_op: it bounds the step, it is not work done in it."""
+    trace = tmp_path / "old.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000, "dur": 2000},
+        {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 5000, "dur": 1000}]}))
+    rows, errors = breakdown([trace], workers=1)
+    step = next(r for r in rows if r.region == "ProfilerStep#1")
+    assert (step.window_ms, step.compute_ms, step.communication_ms, step.idle_ms) == (10, 2, 1, 7)
