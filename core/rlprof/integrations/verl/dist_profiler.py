@@ -46,8 +46,10 @@ class _Process:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.members: "weakref.WeakKeyDictionary[DistProfiler, None]" = weakref.WeakKeyDictionary()
+        self._members: "weakref.WeakKeyDictionary[DistProfiler, None]" = weakref.WeakKeyDictionary()
         """Every DistProfiler built in this process, in building order (weak: never keeps one alive)."""
+        self._members_lock = threading.Lock()
+        """The watcher thread reads the members while a worker may build one."""
         self.ending = threading.RLock()
         """Taken while the process's profiling is finalized (the trainer's call and the watcher thread may race)."""
         self.hooks_due: list[DistProfiler] = []
@@ -55,13 +57,22 @@ class _Process:
         ``stop(run_command=True)`` (at once, unless a colocated one is still inside its step) and a
         replica's, after its first step (it never hears the last one)."""
 
+    def add(self, profiler: "DistProfiler") -> None:
+        with self._members_lock:
+            self._members[profiler] = None
+
+    def members(self) -> list["DistProfiler"]:
+        """Every DistProfiler of this process still alive, in building order."""
+        with self._members_lock:
+            return list(self._members)
+
     def live(self) -> list["DistProfiler"]:
         """The DistProfilers that profile and are not finalized (colocated workers build several)."""
-        return [p for p in list(self.members) if p._prof.active and not p._prof.finalized]
+        return [p for p in self.members() if p._prof.active and not p._prof.finalized]
 
     def in_step(self) -> list["DistProfiler"]:
         """The DistProfilers between ``start()`` and ``stop()``, in building order."""
-        return [p for p in list(self.members) if p._prof.current_step is not None]
+        return [p for p in self.members() if p._prof.current_step is not None]
 
     def due(self, profiler: "DistProfiler") -> None:
         """``profiler``'s finish hook runs when this process's profiling is finalized (once)."""
@@ -127,7 +138,7 @@ class DistProfiler:
         self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id(),
                               replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"),
                               backends=self._backends(cfg))
-        _process().members[self] = None
+        _process().add(self)
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
             run_id = self._prof.run.run_id
