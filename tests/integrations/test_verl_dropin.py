@@ -114,6 +114,16 @@ def test_start_and_stop_set_this_step_only_on_selected_ranks(tmp_path):
     assert {(r["rank"], r["step"]) for r in read_records([tmp_path]) if r["type"] == "artifact"} == {(0, 1)}
 
 
+def test_ranks_outside_the_world_are_an_error_naming_key_value_and_world(tmp_path):
+    from rlprof.errors import ConfigError
+
+    config, tool_config = torch_config(tmp_path, ranks=[0, 9])
+    with pytest.raises(ConfigError) as raised:
+        DistProfiler(rank=0, config=config, tool_config=tool_config, save_file_prefix="actor", world_size=8)
+    message = str(raised.value)
+    assert "profiler.ranks" in message and "[0, 9]" in message and "world of 8" in message
+
+
 def test_tool_config_left_at_verl_default_and_schedule_name_are_accepted(tmp_path):
     """``ProfilerConfig(tool=..., enable=True)`` leaves tool_config at "???"; verl's schedule dataclass
     carries ``name``: neither is configuration, neither is rejected."""
@@ -253,6 +263,9 @@ def test_rollout_ranks_are_global_gpu_ranks(replica, world, ranks, selected):
 
 
 def test_all_ranks_profiles_every_replica_and_empty_ranks_none(caplog):
+    from rlprof import notices
+
+    notices.forget()  # an earlier test of this process may have said it already
     every = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, all_ranks=True, ranks=[0])
     assert all(build_rollout_dist_profiler(r, 8, config=every).check_this_rank() for r in range(4))
     # rlprof's one rule, from verl's guides: ranks [] collects nothing (verl 0.9 picks replica 0); said once
@@ -261,7 +274,7 @@ def test_all_ranks_profiles_every_replica_and_empty_ranks_none(caplog):
         chosen = [build_rollout_dist_profiler(r, 8, config=empty).check_this_rank() for r in range(3)]
     assert chosen == [False, False, False]
     warnings = [r.getMessage() for r in caplog.records if "ranks is []" in r.getMessage()]
-    assert len(warnings) <= 1 and all("actor_rollout_ref.rollout.profiler.ranks" in w for w in warnings)
+    assert len(warnings) == 1 and "actor_rollout_ref.rollout.profiler.ranks" in warnings[0]
 
 
 # ------------------------------------------------------------------------ finish hook

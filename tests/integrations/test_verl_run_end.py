@@ -68,6 +68,19 @@ def test_a_stop_without_run_command_is_not_the_end(tmp_path):
     assert len(records(tmp_path, "finalized")) == 1
 
 
+def test_after_the_run_end_watcher_finalized_the_process_no_step_is_in_progress(tmp_path, monkeypatch):
+    from rlprof.integrations.verl import run_signals
+
+    watchers = []
+    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize: watchers.append(finalize))
+    profiler = DistProfiler(rank=0, config=section(tmp_path), tool_config=TOOL, save_file_prefix="actor")
+    profiler.start(profile_step=1)
+    assert profiler.check_this_step()
+    assert watchers[0](run_signals.EXIT)  # the driver's entry point returned: the watcher finalizes at once
+    assert len(records(tmp_path, "finalized")) == 1
+    assert not profiler.check_this_step()
+
+
 def test_a_replica_is_a_participant_with_its_replica_rank_and_a_generate_region(tmp_path):
     replica = build_rollout_dist_profiler(1, 2, config=section(tmp_path), tool_config=TOOL)
     for step in (1, 2):

@@ -144,3 +144,23 @@ def test_next_iteration_marks_iterations_torch_profiler_step_style(test_backends
     assert windows == [("start_role", (1, 1), None), ("iteration_boundary", None, 1), ("stop_role", (1, 2), None)] * 2
     regions = [r for r in read_records([save_path]) if r["type"] == "region"]
     assert [(r["iterations"], r["marked_iterations"]) for r in regions] == [([1, 2], 4), ([1, 2], 4)]
+
+
+def test_a_disagreement_is_said_once_per_process_through_notices(test_backends, save_path, caplog):
+    import logging
+
+    from rlprof import notices
+
+    notices.forget()
+    extra = ["critic.profiler.tool_config.recorder.discrete=true"]
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        actor, critic = pair(save_path, run_id="said-once", critic_extra=extra)
+        again = rlprof.Profiler(None, roles=("critic",), run_id="said-once", overrides=[
+            "global_profiler.tool=recorder", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1,2]",
+            *BOTH, *extra])
+    warned = [r.getMessage() for r in caplog.records if "disagree" in r.getMessage()]
+    assert len(warned) == 1 and again.backends is None
+    records = [r for r in read_records([save_path]) if r["type"] == "warning"]
+    assert len(records) == 2  # each idle Profiler is recorded in the manifest, the log says it once
+    for prof in (actor, critic, again):
+        prof.finalize()

@@ -34,7 +34,9 @@ _lock = threading.RLock()
 """Re-entrant: SIGTERM may arrive while this thread holds it (a forked child running finalize_all at exit
 when its pool terminates it), and the handler takes it again."""
 _registered: dict[int, "weakref.ref[Any]"] = {}
-"""id(obj) -> a weak reference to obj with ``finalize(reason=...)``, in registration order."""
+"""id(obj) -> a weak reference to obj with ``finalize(reason=...)``, in registration order: what to
+finalize at exit, not whether it was finalized (the object owns that: ``Profiler.finalized``,
+``ProcessSession.finished``; its ``finalize`` is idempotent). Unregistering only prunes the list."""
 _installed_pid: int | None = None
 _previous_sigterm: Any = None
 _our_sigterm = False

@@ -171,8 +171,12 @@ class Profiler:
         self._iteration_cm = _Iteration(self)
         self._step: int | None = None
         """The step this Profiler began and has not ended (profiled or not): its own, since colocated
-        Profilers each call start_step/step_boundary; the process session owns the shared step."""
+        Profilers each call start_step/step_boundary; the process session owns the shared step. The one
+        owner of "which step is this caller in": every integration asks :attr:`current_step`."""
+        self._starts = 0
+        """How many times :meth:`start_step` was called: the step of a caller never told its step."""
         self._finalized = False
+        """The one owner of "is this Profiler finalized" (read it through :attr:`finalized`)."""
         self._lock = threading.RLock()
         """Guards this Profiler's own state (``_step``, ``_finalized``, live roles) against a finalize
         from the exit handler's thread; taken before the session's lock, never inside it."""
@@ -213,6 +217,25 @@ class Profiler:
     def active(self) -> bool:
         """This process profiles at all (some hosted role selected, a tool and steps set)."""
         return self.plan.active
+
+    @property
+    def current_step(self) -> int | None:
+        """The step this Profiler began (:meth:`start_step`) and has not ended, profiled or not; None
+        between steps and once finalized. Integrations ask this instead of keeping their own flag."""
+        return self._step
+
+    @property
+    def finalized(self) -> bool:
+        """:meth:`finalize` ran (by the caller, at exit, or by an integration's end-of-run watcher)."""
+        return self._finalized
+
+    @property
+    def open_capture_id(self) -> str | None:
+        """The id of the capture open now in this process's session (the capture machine's record),
+        or None: what a participant asks instead of mirroring the machine (a rollout replica)."""
+        session = self._session
+        opened = session.machine.open_capture if session is not None else None
+        return opened.capture.capture_id if opened is not None else None
 
     @property
     def backends(self):
@@ -297,9 +320,14 @@ class Profiler:
         if session is not None and self._live:
             session.next_iteration()
 
-    def start_step(self, step: int) -> None:
-        """A training step begins. Call on every step; only profiled ones make hook calls."""
+    def start_step(self, step: int | None = None) -> None:
+        """A training step begins. Call on every step; only profiled ones make hook calls. ``step``
+        left out: the count of ``start_step`` calls so far, this one included (callers that are never
+        told the step, such as a rollout replica's server; the one place steps are numbered that way)."""
         with self._lock:
+            self._starts += 1
+            if step is None:
+                step = self._starts
             if self._step is not None:
                 log.warning("rlprof: start_step(%s) before step_boundary() of step %s; closing step %s first",
                             step, self._step, self._step)

@@ -49,6 +49,7 @@ from typing import Any, Callable, Mapping
 from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
 from rlprof.context import Capture
 from rlprof.errors import ConfigError
+from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
 from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
                        region_record, step_record)
@@ -56,6 +57,9 @@ from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, no
 log = logging.getLogger("rlprof")
 
 _sessions: dict[tuple[str, int, int], "ProcessSession"] = {}
+"""(run id, rank, pid) -> its session: an index to find a session by, not the answer to "has it
+ended" (:attr:`ProcessSession.finished` owns that; an ended session is delisted just after, outside
+its lock). Read it through :func:`_open_session`."""
 _sessions_lock = threading.Lock()
 _new_region = object.__new__
 
@@ -94,10 +98,6 @@ class Disagreement(ConfigError):
     """A Profiler's config disagrees with the live session of its process (see the module docstring)."""
 
 
-_said: set[tuple[Any, ...]] = set()
-"""Disagreements already warned about in this process (each is said once)."""
-
-
 def join(participant: Participant, instances: Mapping[str, Any] | None = None
          ) -> tuple["ProcessSession | None", dict[str, dict[str, Mapping[str, Any]]]]:
     """The session ``participant`` takes part in: the open one of its process with the same run id and
@@ -110,12 +110,12 @@ def join(participant: Participant, instances: Mapping[str, Any] | None = None
     prof = participant.profiler
     key = (prof.run.run_id, prof.run.rank, os.getpid())
     with _sessions_lock:
-        previous = _sessions.get(key)
+        previous = _open_session(key)
     if previous is not None:
         previous.finalize("collected")  # only does something when all its Profilers were collected unfinalized
     with _sessions_lock:
-        session = _sessions.get(key)
-        created = session is None or session.finished  # (a finished one may not be delisted yet)
+        session = _open_session(key)
+        created = session is None
         if created:
             session = ProcessSession(prof, instances)
         try:
@@ -133,6 +133,12 @@ def join(participant: Participant, instances: Mapping[str, Any] | None = None
 
             exits.register(session)  # finalizes it at exit if every Profiler of it was collected unfinalized
     return session, tool_configs
+
+
+def _open_session(key: tuple[str, int, int]) -> "ProcessSession | None":
+    """The session of ``key`` that has not ended, or None (under ``_sessions_lock``)."""
+    session = _sessions.get(key)
+    return session if session is not None and not session.finished else None
 
 
 class ProcessSession:
@@ -165,6 +171,7 @@ class ProcessSession:
         self.profiled_steps: list[int] = []
         """The profiled steps ended so far (history for ``finalize``, not the step in progress)."""
         self.finished = False
+        """The session ended (backends finalized, manifest closed): the one owner of that fact."""
         self._primary: Mapping[str, Mapping[str, Any]] = {}
         """Tool configs of step-level calls: the first participant's first selected role's."""
         self._step_start_ns = 0
@@ -238,10 +245,8 @@ class ProcessSession:
         """``prof`` disagrees with this session: say so once per process, record it, and let it stay idle."""
         message = (f"{exc}. The later Profiler stays idle (profiling goes on with the first one's config); finalize "
                    f"the first Profiler before building one with another config, or give them the same")
-        said = (self.key, str(exc))
-        if said not in _said:
-            _said.add(said)
-            log.warning("rlprof: %s", message)
+        run_id, rank, pid = self.key
+        say_once(f"colocated: run {run_id} rank {rank} pid {pid}: {exc}", log, "rlprof: %s", message)
         with self.lock:
             self.manifest.write("warning", kind="colocated", key=exc.key, message=message,
                                 roles=list(prof.run.roles))

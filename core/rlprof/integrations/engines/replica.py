@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+from enum import Enum, unique
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -58,6 +59,18 @@ ENGINE_TOOLS = ("torch", "npu")
 
 REGION = ("rollout", "generate")
 """The region a replica's generate call is: ``rollout_generate``."""
+
+
+@unique
+class ReplicaState(Enum):
+    """Whether a replica profiles: :attr:`EngineReplica.state`, the one field every question reads."""
+
+    UNPROFILED = "this replica's rollout is never profiled (not selected, or no profiling): steps run, nothing is captured"
+    FOREIGN = ("the Profiler's rollout backend is not the engine's stand-in: the replica leaves the Profiler alone "
+               "(no step, no region)")
+    CAPTURES = "the engine's profiler captures on the profiled steps"
+    ENGINE_OFF = ("the engine does not profile (its directory is not writable, or it died): steps and the "
+                  "rollout_generate region are still recorded, each capture is skipped with a reason")
 
 
 class EngineReplica:
@@ -88,26 +101,25 @@ class EngineReplica:
                                 replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id,
                                 backends=engine_backends(loaded))
         self.profiler = profiler
+        """The owner of this replica's step (``current_step``) and open capture (``open_capture_id``)."""
         self.adapter: Any = None
-        self._stand_in: EngineStandIn | None = None
+        self.state = ReplicaState.UNPROFILED
+        """Whether this replica profiles: the one answer (see :class:`ReplicaState`)."""
         self._settings: EngineSettings | None = None
+        """The adapter's settings for the engine (from :attr:`ReplicaState.CAPTURES` on)."""
         self._request: EngineRequest | None = None
-        self._capture: EngineCapture | None = None
-        """The capture of the generate call in progress (between begin and end), or None."""
+        self._directory: Path | None = None
+        """The engine's own directory inside the run directory (removed at the end when empty)."""
+        self._captures_by_id: dict[str, EngineCapture] = {}
+        """The machine's capture id -> the engine's capture for it, while the machine holds it open."""
         self._failed: str | None = None
         """Why the capture in progress wrote nothing (its start or stop failed), or None."""
-        self._dead = False
-        """The engine died (``adapter.lost``): no further capture is attempted."""
         self._generating: Any = None
         self._engine: Any = None
         """A sync engine between :meth:`start` and :meth:`stop`: the stand-in's hooks call its profiler, so
         the region's time is the generate call's own (the session stamps it after the capture opened and
         before it closes, as for any backend)."""
-        self._step: int | None = None
-        self._begins = 0
         self._captures = 0
-        self._usable = True
-        """False when the given Profiler's rollout backend is not the engine's stand-in: nothing is entered."""
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 
@@ -122,7 +134,7 @@ class EngineReplica:
         if not isinstance(stand_in, EngineStandIn):
             # verl: "agent loop only support torch and npu profiler". A Profiler built with the real backends
             # would run torch.profiler beside the engine's: this replica then leaves it alone entirely.
-            self._usable = False
+            self.state = ReplicaState.FOREIGN
             message = (f"rollout replica {self.replica_rank}: the engine's profiler stands in for global_profiler.tool "
                        f"{' or '.join(ENGINE_TOOLS)} only, in a Profiler built with backends=engine_backends(config); "
                        f"tools here: {', '.join(prof.plan.tools)}: the replica's rollout is not profiled")
@@ -130,13 +142,12 @@ class EngineReplica:
             log.warning("rlprof: %s", message)
             return
         stand_in.participant = self
-        self._stand_in = stand_in
         self.adapter = load_engine(self.engine_name)
         run = prof.run
-        directory = run.run_dir / "_engine" / f"replica{self.replica_rank}-{run.host}-{run.pid}"
+        directory = self._directory = run.run_dir / "_engine" / f"replica{self.replica_rank}-{run.host}-{run.pid}"
         problem = _unwritable(directory, run.run_dir)
         if problem is not None:
-            self._dead = True
+            self.state = ReplicaState.ENGINE_OFF
             prof.record_error(self.engine_name, "settings", f"rollout replica {self.replica_rank}: the engine's "
                               f"profiler directory {directory} is not writable ({problem}): this replica is not profiled")
             return
@@ -147,6 +158,7 @@ class EngineReplica:
                                       window=token_window_of(prof.plan.roles["rollout"].schedule),
                                       config_key=f"{role.key_path}.tool_config.{tool}")
         self._settings = self.adapter.settings(self._request)
+        self.state = ReplicaState.CAPTURES
         for key, message in self._settings.warnings:
             prof.record_warning(self.engine_name, f"{key}: {message}", key=key)
             log.warning("rlprof: rollout engine %s: %s: %s", self.engine_name, key, message)
@@ -167,34 +179,34 @@ class EngineReplica:
         ``rollout_generate`` (timed whenever the step is profiled here). Returns the capture to start on
         the engine, or None when nothing is to be captured (not this replica, not this step, the engine
         is dead). Pair with :meth:`end`."""
-        if not self._usable:
+        if self.state is ReplicaState.FOREIGN:
             return None
-        if self._step is not None:
-            self.end()
-        self._begins += 1
-        step = self._begins if step is None else int(step)
-        self._step = step
-        self._capture, self._failed = None, None
         prof = self.profiler
-        prof.start_step(step)
+        if prof.current_step is not None:
+            self.end()
+        self._failed = None
+        prof.start_step(None if step is None else int(step))  # None: the Profiler counts the calls
         region = prof.unsampled_role(*REGION)  # the engine's own window samples, not rlprof's machine
         if region.live:
-            region.__enter__()  # the stand-in's start_role sets self._capture when the capture opens
+            region.__enter__()  # the stand-in's start_role builds the engine's capture when the machine opens one
             self._generating = region
-        return self._capture
+        return self.capture
+
+    @property
+    def capture(self) -> EngineCapture | None:
+        """The engine's capture of the capture the machine holds open now, or None (asked, not mirrored)."""
+        opened = self.profiler.open_capture_id
+        return self._captures_by_id.get(opened) if opened is not None else None
 
     def end(self, error: BaseException | None = None) -> None:
         """The generate call ended (``error``: it raised), after the engine's profiler stopped: closes
         the region (the stand-in moves the engine's files into the layout) and the step."""
-        if self._step is None:
+        if self.profiler.current_step is None:
             return
         generating, self._generating = self._generating, None
-        try:
-            if generating is not None:
-                generating.__exit__(type(error) if error else None, error, None)
-            self.profiler.step_boundary()
-        finally:
-            self._step, self._capture = None, None
+        if generating is not None:
+            generating.__exit__(type(error) if error else None, error, None)
+        self.profiler.step_boundary()
 
     def start(self, engine: Any, step: int | None = None) -> EngineCapture | None:
         """:meth:`begin` with the engine's profiler started as the capture opens (a sync engine: vLLM
@@ -225,8 +237,9 @@ class EngineReplica:
 
     async def stop_async(self, engine: Any, error: BaseException | None = None) -> None:
         """:meth:`stop` for an async engine."""
-        if self._capture is not None and self._failed is None:
-            await self._call_async("stop", engine, self._capture)
+        capture = self.capture
+        if capture is not None and self._failed is None:
+            await self._call_async("stop", engine, capture)
         self.end(error)
 
     def failed(self, call: str, exc: BaseException) -> None:
@@ -237,10 +250,11 @@ class EngineReplica:
             lost = bool(self.adapter.lost(exc)) if self.adapter is not None else False
         except Exception:  # an adapter's own bug must not reach training
             pass
-        self._dead = self._dead or lost
+        if lost:
+            self.state = ReplicaState.ENGINE_OFF
         what = "the engine is gone, no further capture on this replica" if lost else "this capture is lost"
         self._failed = f"{call}_profile failed: {type(exc).__name__}: {exc}"
-        step = self._step
+        step = self.profiler.current_step
         self.profiler.record_error(self.engine_name, f"{call}_profile",
                                    f"rollout replica {self.replica_rank}, step {step}: {type(exc).__name__}: {exc} "
                                    f"({what}); training goes on", kind="engine", replica_rank=self.replica_rank,
@@ -268,22 +282,21 @@ class EngineReplica:
 
     def _opened(self, ctx: Any) -> None:
         """The session opened the capture of this generate call (the stand-in's start_role)."""
-        if self._dead or self._request is None:
-            if self._dead:
-                ctx.skip(f"rollout engine {self.engine_name} of replica {self.replica_rank} is not profiling "
-                         "(its profiler failed earlier, see the error records)")
+        if self.state is not ReplicaState.CAPTURES:
+            ctx.skip(f"rollout engine {self.engine_name} of replica {self.replica_rank} is not profiling "
+                     "(its profiler failed earlier, see the error records)")
             return
         self._captures += 1
         prefix = f"step{ctx.step}_replica{self.replica_rank}_c{self._captures}"
-        self._capture = EngineCapture(prefix=prefix, directory=self._request.directory, request=self._request,
-                                      window=self._request.window)
+        capture = self._captures_by_id[ctx.capture.capture_id] = EngineCapture(
+            prefix=prefix, directory=self._request.directory, request=self._request, window=self._request.window)
         if self._engine is not None:
-            self._call("start", self._engine, self._capture)
+            self._call("start", self._engine, capture)
 
     def _closed(self, ctx: Any) -> list[Path]:
         """The capture closes (the stand-in's stop_role): move what the engine wrote into the capture's
         directory; returns the moved files (the session lists them)."""
-        capture = self._capture
+        capture = self._captures_by_id.pop(ctx.capture.capture_id, None)
         if capture is None:
             return []
         if self._engine is not None and self._failed is None:
@@ -305,12 +318,12 @@ class EngineReplica:
         """End the replica's run: close what is open, finalize the Profiler, remove the engine's (empty)
         directory. Idempotent."""
         try:
-            if self._step is not None:
+            if self.profiler.current_step is not None:
                 self.end()
         finally:
             self.profiler.finalize(reason)
-            if self._request is not None:
-                _remove_empty(Path(self._request.directory))
+            if self._directory is not None:
+                _remove_empty(self._directory)
 
 
 def token_window_of(schedule: Any) -> tuple[int, int] | None:

@@ -27,39 +27,83 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from rlprof.integrations.verl import run_signals
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
+from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
-_WARNED: set[str] = set()
-"""Keys already warned about in this process (the ranks=[] rule is said once, not per worker)."""
-_STARTED: list["DistProfiler"] = []
-"""The DistProfilers of this process between ``start()`` and ``stop()``: verl's update loop calls
-``step()`` on the inner TrainingWorker's profiler, which the trainer never starts (it starts the outer
-ActorRolloutRefWorker's); that ``step()`` advances the started one of the same rank."""
-_LIVE: "weakref.WeakSet[DistProfiler]" = weakref.WeakSet()
-"""The DistProfilers of this process that profile (colocated workers build several): finalized together."""
-_ENDING = threading.RLock()
-"""Taken while a process's profiling is finalized (the trainer's call and the watcher thread may race)."""
-_HOOKS_DUE: list["DistProfiler"] = []
-"""DistProfilers whose finish hook runs when this process's profiling is finalized: those told
-``stop(run_command=True)`` (at once, unless a colocated one is still inside its step) and a replica's,
-after its first step (it never hears the last one)."""
+
+
+class _Process:
+    """What this process keeps about its DistProfilers: one instance (:func:`_process`), a new one in
+    a forked child. It holds only what no Profiler knows; the rest it asks them:
+
+    * whether a DistProfiler is inside a step: its Profiler's :attr:`~rlprof.Profiler.current_step`;
+    * whether it still profiles: its Profiler is active and not :attr:`~rlprof.Profiler.finalized`.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._members: "weakref.WeakKeyDictionary[DistProfiler, None]" = weakref.WeakKeyDictionary()
+        """Every DistProfiler built in this process, in building order (weak: never keeps one alive)."""
+        self._members_lock = threading.Lock()
+        """The watcher thread reads the members while a worker may build one."""
+        self.ending = threading.RLock()
+        """Taken while the process's profiling is finalized (the trainer's call and the watcher thread may race)."""
+        self.hooks_due: list[DistProfiler] = []
+        """DistProfilers whose finish hook runs when this process's profiling is finalized: those told
+        ``stop(run_command=True)`` (at once, unless a colocated one is still inside its step) and a
+        replica's, after its first step (it never hears the last one)."""
+
+    def add(self, profiler: "DistProfiler") -> None:
+        with self._members_lock:
+            self._members[profiler] = None
+
+    def members(self) -> list["DistProfiler"]:
+        """Every DistProfiler of this process still alive, in building order."""
+        with self._members_lock:
+            return list(self._members)
+
+    def live(self) -> list["DistProfiler"]:
+        """The DistProfilers that profile and are not finalized (colocated workers build several)."""
+        return [p for p in self.members() if p._prof.active and not p._prof.finalized]
+
+    def in_step(self) -> list["DistProfiler"]:
+        """The DistProfilers between ``start()`` and ``stop()``, in building order."""
+        return [p for p in self.members() if p._prof.current_step is not None]
+
+    def due(self, profiler: "DistProfiler") -> None:
+        """``profiler``'s finish hook runs when this process's profiling is finalized (once)."""
+        if profiler not in self.hooks_due:
+            self.hooks_due.append(profiler)
+
+
+_PROCESS = _Process()
+
+
+def _process() -> _Process:
+    """This process's :class:`_Process` (a forked child starts with an empty one: its parent's
+    profilers and lock are not its own)."""
+    global _PROCESS
+    if _PROCESS.pid != os.getpid():
+        _PROCESS = _Process()
+    return _PROCESS
 
 
 class DistProfiler:
     """verl's ``DistProfiler`` surface over an :class:`rlprof.Profiler` (see the module doc)."""
 
     _rlprof_live = False
-    """True only between ``start()`` and ``stop()`` of a step this process profiles: the one flag the
-    decorated methods read when idle. Always set on the instance too: an instance attribute is found
-    faster than a class attribute, and this read is the whole idle cost of ``annotate``."""
+    """A cache, derived from the Profiler (active, inside a step) and written only by :meth:`_sync_live`:
+    the one attribute the decorated methods read when idle (asking the Profiler would cost a property
+    call, and this read is the whole idle cost of ``annotate``, bench/bench_verl_annotate.py). Always
+    set on the instance too: an instance attribute is found faster than a class attribute."""
 
     def __init__(self, rank: int, config: Any = None, tool_config: Any = None, save_file_prefix: str | None = None,
                  **kwargs: Any):
-        from rlprof.config.schema import ROLES, load_config
+        from rlprof.config.schema import load_config
         from rlprof.runtime.plan import role_selected
         from rlprof.runtime.profiler import Profiler
         from rlprof.integrations.verl.run_id import shared_run_id
@@ -75,22 +119,18 @@ class DistProfiler:
         self.roles = hosted_roles(save_file_prefix)
         self.role = self.roles[0]
         self._enable = bool(field(config, "enable", False))
-        self._this_step = False
-        self._steps_started = 0
         self._regions: dict[Any, Any] = {}
 
-        ranks = list(field(config, "ranks", None) or [])
-        world = int(kwargs.get("world_size") or os.environ.get("WORLD_SIZE") or 0)
-        world = max([world, rank + 1] + [int(r) + 1 for r in ranks if isinstance(r, int)])
+        world = self._world(rank, config, kwargs)
         cfg = load_config(rlprof_source(config, tool_config, self.roles)).with_overrides(caller_steps=True)
         role_cfg = cfg.roles[self.role]
         role_selected(role_cfg, rank, world)  # ranks outside the world: an error naming the key (when enabled)
         # verl's check_this_rank: rank selection alone, whatever enable and tool say (its calls pair it
         # with check_enable()); ranks=[] selects no rank here (the guides' rule, warned about below)
         self._this_rank = role_cfg.all_ranks or rank in role_cfg.ranks
-        if self._enable and not role_cfg.all_ranks and not role_cfg.ranks and role_cfg.key_path not in _WARNED:
-            _WARNED.add(role_cfg.key_path)
-            log.warning(
+        if self._enable and not role_cfg.all_ranks and not role_cfg.ranks:
+            say_once(
+                f"verl: {role_cfg.key_path}.ranks is []", log,
                 "rlprof: %s.ranks is [] and all_ranks is false, so this role collects nothing on any rank (the rule of "
                 "verl's profiling guides; verl 0.9's own DistProfiler would profile rank 0): set ranks=[0] or all_ranks=true",
                 role_cfg.key_path)
@@ -98,15 +138,29 @@ class DistProfiler:
         self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id(),
                               replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"),
                               backends=self._backends(cfg))
+        _process().add(self)
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
-            _LIVE.add(self)
             run_id = self._prof.run.run_id
             run_signals.watch(run_id, functools.partial(_finalize_process, run_id))
+
+    def _world(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
+        """The number of ranks: what the caller or the environment says (``world_size``, ``WORLD_SIZE``),
+        so that ranks outside it are an error naming the key (DESIGN.md); when neither says it, as
+        large as the ranks named."""
+        known = int(kwargs.get("world_size") or os.environ.get("WORLD_SIZE") or 0)
+        if known:
+            return max(known, rank + 1)
+        return _covering(rank, config)
 
     def _backends(self, config: Any) -> Any:
         """The backends of this process's Profiler: None, the selected tools' entry points."""
         return None
+
+    def _sync_live(self) -> None:
+        """Refresh the :attr:`_rlprof_live` cache from the Profiler (its only writer)."""
+        prof = self._prof
+        self._rlprof_live = prof.active and prof.current_step is not None and not prof.finalized
 
     # ------------------------------------------------------------------ verl's queries
 
@@ -119,8 +173,8 @@ class DistProfiler:
         return self._this_rank
 
     def check_this_step(self) -> bool:
-        """Between ``start()`` and ``stop()`` on a selected rank."""
-        return self._this_step
+        """Between ``start()`` and ``stop()`` on a selected rank (and not finalized since): the Profiler's step."""
+        return self._prof.current_step is not None
 
     def is_discrete_mode(self) -> bool:
         """One capture per annotated region (``tool_config.<tool>.discrete``) instead of one per step."""
@@ -140,12 +194,8 @@ class DistProfiler:
             run_signals.publish_step(self._prof.run.run_id, step)
         if not (self._enable and self._this_rank):
             return
-        self._steps_started += 1
-        self._this_step = True
-        self._prof.start_step(int(step) if step is not None else self._steps_started)
-        self._rlprof_live = self._prof.active
-        if self not in _STARTED:
-            _STARTED.append(self)
+        self._prof.start_step(int(step) if step is not None else None)  # None: the Profiler counts starts
+        self._sync_live()
 
     def stop(self, run_command: bool | None = None) -> None:
         """The profiled step ends.
@@ -156,11 +206,8 @@ class DistProfiler:
         ranks that did not profile. Left out (verl's default ``True``, used by callers that do not know
         the last step) the finish hook runs as in verl, but nothing is finalized; ``False``: neither."""
         if self._enable and self._this_rank:
-            self._this_step = False
-            self._rlprof_live = False
-            if self in _STARTED:
-                _STARTED.remove(self)
             self._prof.step_boundary()
+            self._sync_live()
         if run_command is None:
             if self._enable:
                 self._finish_hook()
@@ -170,8 +217,8 @@ class DistProfiler:
 
     def _end_of_profiling(self) -> None:
         """The trainer's last profiled step ended here: finalize the process, then the finish hook."""
-        if self._enable and self not in _HOOKS_DUE:
-            _HOOKS_DUE.append(self)
+        if self._enable:
+            _process().due(self)
         run_id = self._prof.run.run_id
         if self._prof.plan.active:
             run_signals.publish_done(run_id, run_signals.LAST)  # for the processes the trainer does not tell
@@ -198,18 +245,18 @@ class DistProfiler:
         if not (self._enable and self._this_rank):
             return
         target = self
-        if not self._this_step:  # the inner TrainingWorker's profiler: advance the started one of this rank
-            target = next((p for p in reversed(_STARTED) if p.rank == self.rank), None)
+        if self._prof.current_step is None:  # the inner TrainingWorker's profiler: advance the started one of this rank
+            target = next((p for p in reversed(_process().in_step()) if p.rank == self.rank), None)
             if target is None:
                 return
         target._prof.next_iteration()
 
     def finalize(self) -> list[dict[str, Any]]:
         """End this process's run (also happens at exit): backends write, the manifest closes."""
-        if self in _STARTED:
-            _STARTED.remove(self)
-        _LIVE.discard(self)
-        return self._prof.finalize()
+        try:
+            return self._prof.finalize()
+        finally:
+            self._sync_live()
 
     # ------------------------------------------------------------------ annotate
 
@@ -275,19 +322,26 @@ def _finalize_process(run_id: str, how: str, rank: int | None = None) -> bool:
     def mine(p: DistProfiler) -> bool:
         return p._prof.run.run_id == run_id and (rank is None or p.rank == rank)
 
-    with _ENDING:
-        if how == run_signals.LAST and any(mine(p) for p in _STARTED):
+    process = _process()
+    with process.ending:
+        if how == run_signals.LAST and any(mine(p) for p in process.in_step()):
             return False
-        for profiler in [p for p in list(_LIVE) if mine(p)]:
+        for profiler in [p for p in process.live() if mine(p)]:
             profiler.finalize()
-        if not any(p._prof.run.run_id == run_id for p in list(_LIVE)):
+        if not any(p._prof.run.run_id == run_id for p in process.live()):
             run_signals.mark_finalized(run_id)
-        due = [p for p in _HOOKS_DUE if mine(p)]
+        due = [p for p in process.hooks_due if mine(p)]
         for profiler in due:
-            _HOOKS_DUE.remove(profiler)
+            process.hooks_due.remove(profiler)
     for profiler in due:  # outside the lock: a slow upload must not hold up the watcher
         profiler._finish_hook()
     return True
+
+
+def _covering(rank: int, config: Any) -> int:
+    """The smallest world holding ``rank`` and every rank the section names."""
+    ranks = list(field(config, "ranks", None) or [])
+    return max([rank + 1] + [int(r) + 1 for r in ranks if isinstance(r, int)])
 
 
 def _split(name: str) -> tuple[str | None, str | None]:
@@ -334,6 +388,12 @@ class RolloutDistProfiler(DistProfiler):
         profiler captures; no backend runs here), else None (generation runs in this process)."""
         super().__init__(*args, **kwargs)
 
+    def _world(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
+        """No replica is told how many replicas there are (``WORLD_SIZE`` counts GPU ranks): at least
+        as many as that and the replica ranks named, so none of them is outside."""
+        known = int(kwargs.get("world_size") or os.environ.get("WORLD_SIZE") or 0)
+        return max(known, _covering(rank, config))
+
     def _backends(self, config: Any) -> Any:
         if self.engine is None:
             return None
@@ -356,8 +416,8 @@ class RolloutDistProfiler(DistProfiler):
         if generating is not None:
             generating.__exit__(None, None, None)
         super().stop(run_command=False)
-        if self._enable and self not in _HOOKS_DUE:
-            _HOOKS_DUE.append(self)  # runs once, when the replica's profiling is finalized
+        if self._enable:
+            _process().due(self)  # runs once, when the replica's profiling is finalized
 
     # ------------------------------------------------------------------ an engine's own profiler
 
@@ -407,9 +467,8 @@ class RolloutDistProfiler(DistProfiler):
         step = kwargs.get("profile_step")
         if step is None:
             step = run_signals.current_step(self._prof.run.run_id)
-        self._steps_started += 1
-        try:
-            await replica.start_async(engine, step=int(step) if step is not None else self._steps_started)
+        try:  # no step said: the Profiler counts starts
+            await replica.start_async(engine, step=int(step) if step is not None else None)
         except Exception as exc:  # the participant contains the engine's failures; this is for its own
             self._contain("start_profile", exc)
 
@@ -423,8 +482,7 @@ class RolloutDistProfiler(DistProfiler):
             await replica.stop_async(engine)
         except Exception as exc:
             self._contain("stop_profile", exc)
-        if self not in _HOOKS_DUE:
-            _HOOKS_DUE.append(self)
+        _process().due(self)
 
     def finalize(self) -> list[dict[str, Any]]:
         if self._engine is not None:
