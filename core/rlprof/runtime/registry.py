@@ -239,7 +239,7 @@ class Backends:
     def start_role(self, region: Any, step: int, capture: Any, opens: bool, iterations: tuple[int, int] | None,
                    only: str | None = None) -> None:
         self._each("start_role", region.configs, only, None, capture, step, region.role, region.name, opens, False,
-                   iterations, None)
+                   iterations, None, region.module)
 
     def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
         self._each("iteration_boundary", region.configs, only, None, capture, step, region.role, region.name, iteration)
@@ -247,7 +247,7 @@ class Backends:
     def stop_role(self, region: Any, step: int, capture: Any, closes: bool, iterations: tuple[int, int] | None,
                   error: BaseException | None, only: str | None = None) -> None:
         self._each("stop_role", region.configs, only, self.groups.close if closes else None, capture, step,
-                   region.role, region.name, False, closes, iterations, error)
+                   region.role, region.name, False, closes, iterations, error, region.module)
 
     def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
         self._each("step_boundary", self.primary, only, self.groups.close if closes else None, capture, step, False,
