@@ -29,7 +29,7 @@ from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import migrate, to_verl_layout
 from rlprof.config.limits import check_tree
 from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
-                                    VERL_TOOLS_WITHOUT_BACKEND, GlobalConfig, RoleConfig)
+                                    GlobalConfig, RoleConfig)
 from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
 from rlprof.roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from rlprof.config.schedule import Schedule, parse_schedule, token_window
@@ -260,26 +260,8 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
         sections = [written[role] for role in roles_raw if role in written] + [(global_sections, global_generated)]
         hint_how_to_switch_on(sections, enabled=any(r.enable for r in roles.values()), steps=global_.steps,
                               warnings=warnings)
-    global_ = _without_unimplemented_tools(global_, installed, warnings)
     return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
                           source=to_verl_layout(dict(raw)))
-
-
-def _without_unimplemented_tools(global_: GlobalConfig, installed: set[str], warnings: list[str]) -> GlobalConfig:
-    """``global_`` without the selected verl tools no installed backend implements
-    (:data:`VERL_TOOLS_WITHOUT_BACKEND`), one warning each: verl accepts them, so rlprof does, and
-    profiles nothing for them. Done last: every check above saw the tools as written (their
-    ``tool_config`` sections are the selected tool's, not an unselected one's)."""
-    missing = [t for t in global_.tools if t in VERL_TOOLS_WITHOUT_BACKEND and t not in installed]
-    if not missing:
-        return global_
-    rest = tuple(t for t in global_.tools if t not in missing)
-    for tool in missing:
-        what, package = VERL_TOOLS_WITHOUT_BACKEND[tool]
-        others = f"the other selected tools ({', '.join(rest)}) still run" if rest else "profiling is off"
-        warnings.append(f"global_profiler.tool: {tool} (verl runs {what} for it, from the package {package!r}: "
-                        f"pip install {package}) has no rlprof backend: nothing is profiled for it; {others}")
-    return replace(global_, tools=rest)
 
 
 def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],

@@ -32,11 +32,6 @@ from rlprof.tool_config import parse_bool
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 """Tool names verl's config defines sections for; their sections are never "unknown"."""
 
-VERL_TOOLS_WITHOUT_BACKEND = {"precision_debugger": ("msprobe's PrecisionDebugger", "mindstudio-probe")}
-"""verl tools no rlprof backend implements yet: what verl runs for each and the package that provides it.
-Selecting one (with no backend of that name installed) is accepted with a warning and profiles
-nothing for it; the other selected tools still run."""
-
 CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).
 :func:`rlprof.config.load_config` removes them from every tool section it hands on
