@@ -28,8 +28,8 @@ from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key  # noqa: 
 from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import migrate, to_verl_layout
 from rlprof.config.limits import check_tree
-from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
-                                    GlobalConfig, RoleConfig)
+from rlprof.config.sections import (CORE_TOOL_KEYS, EVERY_RANK_TOOLS, GLOBAL_KEYS, ROLE_KEYS,  # noqa: F401  (re-exported)
+                                    VERL_TOOLS, GlobalConfig, RoleConfig)
 from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
 from rlprof.roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from rlprof.config.schedule import Schedule, parse_schedule, token_window
@@ -248,7 +248,7 @@ def parse(raw: Mapping[str, Any], *, warnings: Iterable[str] = ()) -> ProfilerCo
         if r.follows:
             continue
         suffix = also if r.name == "actor" else ""
-        if r.enable and not r.all_ranks and not r.ranks and tools and steps:
+        if r.enable and not r.all_ranks and not r.ranks and tools and steps and not set(tools) & set(EVERY_RANK_TOOLS):
             warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing "
                             f"(set ranks or all_ranks=true){suffix}")
         if r.enable and r.schedule is not None and not r.discrete and tools and steps:

@@ -32,6 +32,12 @@ from rlprof.tool_config import parse_bool
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 """Tool names verl's config defines sections for; their sections are never "unknown"."""
 
+EVERY_RANK_TOOLS = ("precision_debugger",)
+"""Tools for which verl selects every rank of an enabled role, whatever ``ranks``/``all_ranks`` say
+(verl's DistProfiler keeps the rank gate open for msprobe, whose own ``config.json`` filters ranks; its
+precision guide's configs write ``ranks: []``). rlprof follows verl: the plan
+(:func:`rlprof.runtime.plan.resolve_plan`) selects those ranks, and ``ranks: []`` is not "collects nothing"."""
+
 CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).
 :func:`rlprof.config.load_config` removes them from every tool section it hands on
