@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 from pathlib import Path
 
 import torch
@@ -16,6 +18,13 @@ def write_config(directory: Path, **changes) -> Path:
     path = Path(directory) / "msprobe_config.json"
     path.write_text(json.dumps({**STATISTICS, "dump_path": str(Path(directory) / "msprobe-default"), **changes}))
     return path
+
+
+@functools.lru_cache(maxsize=None)
+def shared_config() -> Path:
+    """One statistics config for every test of a process: msprobe's debugger is one per process and keeps
+    the config it was first made with (rlprof_msprobe.debugger), so tests that dump share this one."""
+    return write_config(Path(tempfile.mkdtemp(prefix="rlprof-msprobe-config-")))
 
 
 def tiny_model() -> torch.nn.Module:

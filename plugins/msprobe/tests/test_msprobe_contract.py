@@ -4,17 +4,15 @@ included; and once without a model, where every region says why it dumps nothing
 
 from __future__ import annotations
 
-import tempfile
-
 import pytest
 
 pytest.importorskip("msprobe")
 
-from msprobe_workload import run, tiny_model, write_config  # noqa: E402
+from msprobe_workload import run, shared_config, tiny_model  # noqa: E402
 from rlprof.testing.conformance import BackendConformance, check_backend  # noqa: E402
 
 MODEL = tiny_model()
-CONFIG = write_config(tempfile.mkdtemp(prefix="rlprof-msprobe-config-"))
+CONFIG = shared_config()
 
 
 def forward_backward() -> None:
