@@ -269,12 +269,13 @@ class Profiler:
         ``module``: the model the region runs (a ``torch.nn.Module``), for backends that hook into it
         (``precision_debugger`` dumps its layers); they read it as ``ctx.module``. Given once, it stays
         the region's until another is given."""
-        try:
-            region = self._regions[role][stage]
-        except KeyError:
-            region = self._new_region(role, stage, stage, sampled=True)
-        if module is not None:
-            region.module = module
+        if module is None:  # the idle path: as cheap as before regions carried a model
+            try:
+                return self._regions[role][stage]
+            except KeyError:
+                return self._new_region(role, stage, stage, sampled=True)
+        region = self.role(role, stage)
+        region.module = module
         return region
 
     def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
