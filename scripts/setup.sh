@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up everything rlprof needs in ./.venv: the core, the three backend plugins (editable, so their
+# Set up everything rlprof needs in ./.venv: the core, the four backend plugins (editable, so their
 # entry points are real), torch 2.13 (CPU), ray, pytest and Hypothesis, and verl 0.9.1 (its worker
 # classes, for the drop-in's tests), and vLLM's CPU build (scripts/install-vllm.sh: the rollout-engine tests
 # and `rlprof demo --rollout vllm`; about 45-70 s and 2.2 GB more). Safe to run again.
@@ -16,6 +16,7 @@ pip install -q --upgrade pip
 pip install -q "torch==2.13.0"
 pip install -q "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6" "py-spy>=0.3"   # py-spy: the rlprof-pyspy example backend's tool
 pip install -q -e . -e plugins/torch -e plugins/nsys -e plugins/npu
+pip install -q "mindstudio-probe==26.2.0" && pip install -q --no-deps -e plugins/msprobe   # precision_debugger (msprobe dumps on CPU)
 # Holistic Trace Analysis, to check that rlprof's traces load as one multi-rank job. Its metadata asks
 # for jupyterlab and an unpinned torch; install it alone, then only what it imports.
 pip install -q --no-deps "HolisticTraceAnalysis==0.5.0"

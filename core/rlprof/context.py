@@ -221,6 +221,11 @@ class RoleContext(HookContext):
     error: BaseException | None = None
     """stop_role only: the exception the region raised, if it did. The core re-raises it afterwards;
     a backend must still close what it opened."""
+    module: Any = None
+    """The model the region runs, when the trainer named one (``prof.role("actor", "update",
+    module=model)``; the verl drop-in passes the module verl's worker holds for the role), else None.
+    For backends that hook into the model (``precision_debugger``); the same object at start and stop.
+    Added within contract 1: a backend that needs it must handle None (say so with ``ctx.skip``)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -288,10 +293,11 @@ def step_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], cap
 
 def role_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
                  ends_group: tuple[int, ...], /, *, step: int, role: str, region: str, opens_capture: bool,
-                 closes_capture: bool, iterations: tuple[int, int] | None, error: BaseException | None) -> RoleContext:
+                 closes_capture: bool, iterations: tuple[int, int] | None, error: BaseException | None,
+                 module: Any) -> RoleContext:
     ctx = _base(RoleContext, run, backend, tool_config, capture, ends_group)
     ctx.step, ctx.role, ctx.region, ctx.opens_capture, ctx.closes_capture = step, role, region, opens_capture, closes_capture
-    ctx.iterations, ctx.error = iterations, error
+    ctx.iterations, ctx.error, ctx.module = iterations, error, module
     return ctx
 
 

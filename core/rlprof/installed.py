@@ -13,7 +13,8 @@ from typing import Iterable
 from rlprof.errors import BackendError
 
 GROUP = "rlprof.backends"
-OUR_PACKAGES = {"torch": "rlprof-torch", "torch_memory": "rlprof-torch", "nsys": "rlprof-nsys", "npu": "rlprof-npu"}
+OUR_PACKAGES = {"torch": "rlprof-torch", "torch_memory": "rlprof-torch", "nsys": "rlprof-nsys", "npu": "rlprof-npu",
+                "precision_debugger": "rlprof-msprobe"}
 """Backends this project ships, and the package that provides each (named when one is missing)."""
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +211,68 @@ def test_a_refusal_written_to_a_file_is_whole_lines_each_ending_with_a_newline(t
     lines = text.splitlines()
     assert lines[-1].startswith("rlprof demo: --steps: step 9 is after the last training step (3)"), text
     assert all(line.count("rlprof demo:") <= 1 for line in lines), text
+
+
+# ------------------------------------------------------------------ --tool precision_debugger (rlprof-msprobe)
+
+
+def test_precision_debugger_flags_name_the_demos_msprobe_config_unless_the_user_gives_one(tmp_path):
+    from rlprof.demo.precision import default_config_path
+
+    config = flags("--tool", "precision_debugger", "--save-path", str(tmp_path / "d"))
+    assert config.global_.global_tool_config["precision_debugger"]["config_path"] == default_config_path(str(tmp_path / "d"))
+    mine = flags("--tool", "precision_debugger", "global_profiler.global_tool_config.precision_debugger.config_path=my.json")
+    assert mine.global_.global_tool_config["precision_debugger"]["config_path"] == "my.json"
+    assert "precision_debugger" not in flags("--tool", "torch").global_.global_tool_config
+
+
+def precision_demo(save, *extra):
+    return subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--tool", "precision_debugger", "--workers", "2",
+                           "--steps", "1,2", "--save-path", str(save), *extra],
+                          capture_output=True, text=True, timeout=400, cwd=save.parent)
+
+
+@pytest.fixture(scope="module")
+def precision_demos(tmp_path_factory):
+    """Two ``rlprof demo --tool precision_debugger`` runs, the second with the policy's GRU perturbed."""
+    pytest.importorskip("ray")
+    pytest.importorskip("rlprof_msprobe")
+    pytest.importorskip("msprobe")
+    cwd = tmp_path_factory.mktemp("precision")
+    return precision_demo(cwd / "plain"), precision_demo(cwd / "perturbed", "--perturb", "rnn"), cwd
+
+
+@pytest.mark.slow
+def test_precision_debugger_demo_dumps_every_profiled_step_stage_rank_listed_in_manifest_and_report(precision_demos):
+    from rlprof.manifest import read_records
+    from rlprof_msprobe.dumps import details
+
+    (proc, _, cwd) = precision_demos
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rlprof demo: ok" in proc.stdout
+    dumps = [r for r in read_records([cwd / "plain"]) if r.get("type") == "artifact" and r.get("kind") == "msprobe_dump"]
+    stages = ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob")
+    assert sorted((r["step"], r["region"], r["rank"]) for r in dumps) == [
+        (step, region, rank) for step in (1, 2) for region in stages for rank in (0, 1)]
+    for r in dumps:
+        [line] = details(Path(r["_run_dir"]) / r["path"])
+        assert re.match(r"step\d+/rank\d: \d+ tensors dumped, [\d.]+ KB of tensor data, \d+ calls", line), line
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(cwd / "plain")], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    listed = [line for line in report.stdout.splitlines() if "precision_debugger" in line and "/precision_debugger/" in line]
+    assert len(listed) == len(dumps) == 12
+
+
+@pytest.mark.slow
+def test_precision_debugger_compare_names_the_perturbed_layer_first(precision_demos):
+    from rlprof_msprobe.compare import compare_runs
+
+    plain, perturbed, cwd = precision_demos
+    assert perturbed.returncode == 0, perturbed.stdout[-3000:] + perturbed.stderr[-3000:]
+    results = compare_runs(cwd / "perturbed", cwd / "plain", tolerance=1e-6)
+    assert len(results) == 12
+    for (step, region, rank), result in results.items():
+        if region.startswith("actor_"):  # the policy was perturbed: it departs at the GRU, after identical embeddings
+            assert result.layers[0].layer == "Module.rnn.GRU", (step, region, rank, result.method, result.layers[:2])
+        else:  # the reference model is a copy made before the perturbation
+            assert result.layers == [], (step, region, rank)

@@ -1,6 +1,6 @@
 """Keys verl accepts that rlprof used to refuse (issue 24): the legacy ``npu_profile.options.roles``
-filter, ``global_profiler.discrete`` from verl's nsight guide, and the ``precision_debugger`` tool,
-for which no rlprof backend exists."""
+filter, ``global_profiler.discrete`` from verl's nsight guide, and the ``precision_debugger`` tool
+(msprobe's PrecisionDebugger: the ``rlprof-msprobe`` backend, refused naming it when not installed)."""
 
 import pytest
 
@@ -121,26 +121,27 @@ def test_global_discrete_must_be_a_boolean():
 # ------------------------------------------------------------------ precision_debugger
 
 
-def test_precision_debugger_is_accepted_with_one_warning_and_the_other_tools_run():
+def test_precision_debugger_is_a_tool_like_the_others():
+    """It used to be dropped from the tools with a warning (no backend); rlprof-msprobe provides it now."""
     cfg = load_config(None, ["global_profiler.tool=[torch,precision_debugger]", "global_profiler.steps=[1]",
                              f"{A}.enable=true", f"{A}.all_ranks=true",
                              f"{A}.tool_config.precision_debugger.stages=[actor_update]"])
-    assert cfg.global_.tools == ("torch",)
-    said = [w for w in cfg.warnings if "precision_debugger" in w]
-    assert said == ["global_profiler.tool: precision_debugger (verl runs msprobe's PrecisionDebugger for it, from the "
-                    "package 'mindstudio-probe': pip install mindstudio-probe) has no rlprof backend: nothing is "
-                    "profiled for it; the other selected tools (torch) still run"]
+    assert cfg.global_.tools == ("torch", "precision_debugger")
+    assert [w for w in cfg.warnings if "precision_debugger" in w] == []
 
 
-def test_precision_debugger_alone_profiles_nothing():
-    cfg = load_config(None, ["global_profiler.tool=precision_debugger", "global_profiler.steps=[1]",
-                             f"{A}.enable=true", f"{A}.all_ranks=true"])
-    assert cfg.global_.tools == ()
-    assert any(w.endswith("nothing is profiled for it; profiling is off") for w in cfg.warnings)
+def test_precision_debugger_without_its_plugin_is_refused_before_training_naming_the_package(monkeypatch):
+    import rlprof.installed
+    import rlprof.runtime.registry
 
+    def without_msprobe(group=rlprof.installed.GROUP):
+        return {n: ep for n, ep in found(group).items() if n != "precision_debugger"}
 
-def test_ranks_empty_keeps_its_rule_and_warning_next_to_precision_debugger():
-    cfg = load_config(None, ["global_profiler.tool=[torch,precision_debugger]", "global_profiler.steps=[1]",
-                             f"{A}.enable=true", f"{A}.ranks=[]"])
-    assert cfg.roles["actor"].ranks == () and not cfg.roles["actor"].all_ranks
-    assert any("enable=true but ranks=[] and all_ranks=false: this role collects nothing" in w for w in cfg.warnings)
+    found = rlprof.installed.discover
+    monkeypatch.setattr(rlprof.installed, "discover", without_msprobe)
+    monkeypatch.setattr(rlprof.runtime.registry, "discover", without_msprobe)
+    with pytest.raises(ConfigError) as info:
+        check_config(None, ["global_profiler.tool=precision_debugger", "global_profiler.steps=[1]",
+                            f"{A}.enable=true", f"{A}.all_ranks=true"], world_size=1)
+    assert ("global_profiler.tool: got 'precision_debugger', but no installed backend has that name. It is provided "
+            "by the package 'rlprof-msprobe': pip install rlprof-msprobe.") in str(info.value)

@@ -119,8 +119,8 @@ def test_rlprof_check_accepts_it(name, verl_generated_config, tmp_path):
     result = check_config(verl_generated_config, dotlist, world_size=WORLD)  # backends' own validation included
     given = dict(o.split("=", 1) for o in dotlist if o.startswith("global_profiler.") and "=" in o)
     tool = given.get("global_profiler.tool")
-    # verl's default: no tool, profiling off; precision_debugger has no rlprof backend: accepted, nothing runs
-    assert result.config.global_.tools == ((tool,) if tool and tool != "precision_debugger" else ())
+    # verl's default: no tool, profiling off
+    assert result.config.global_.tools == ((tool,) if tool else ())
     if "global_profiler.discrete" in given:
         assert all(r.discrete for r in result.config.roles.values() if r.enable)
     steps = given.get("global_profiler.steps")

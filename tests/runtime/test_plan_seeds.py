@@ -296,3 +296,42 @@ def test_legacy_npu_profile_options_map_to_contents():
     assert result.config.global_.save_path == "./profiler_data"
     assert any("use actor_rollout_ref.actor.profiler.tool_config.npu.contents=[shapes, npu, cpu]" in w for w in result.config.warnings)
     assert "trainer.npu_profile.options.level is deprecated: use actor_rollout_ref.actor.profiler.tool_config.npu.level=level1" in result.config.warnings
+
+
+# ---- verl's precision guide: precision_debugger selects every rank of an enabled role ------------------
+
+
+PRECISION_GUIDE = y("""
+    global_profiler:
+      tool: precision_debugger
+      steps: [1, 2]
+      global_tool_config:
+        precision_debugger: {config_path: ./config.json, stages: [actor_update], strict: false}
+    actor_rollout_ref:
+      actor: {profiler: {enable: true, all_ranks: false, ranks: []}}
+    critic: {profiler: {enable: false, ranks: [0]}}
+    """)
+
+
+def test_precision_debugger_selects_every_rank_of_an_enabled_role_whatever_ranks_says():
+    """verl's DistProfiler keeps its rank gate open for this tool (msprobe's config.json filters ranks),
+    and its precision guide writes ``ranks: []``; before, rlprof selected no rank and warned."""
+    roles, runs, warnings = outcome(PRECISION_GUIDE)
+    assert roles == {"actor": (ALL4, "e2e"), "rollout": (ALL4, "e2e"), "ref": (ALL4, "e2e"), "critic": OFF, "reward": OFF}
+    assert runs == [[1], [2]]
+    assert not [w for w in warnings if "collects nothing" in w]
+    roles, _, _ = outcome(PRECISION_GUIDE, ["actor_rollout_ref.actor.profiler.ranks=[1]"])
+    assert roles["actor"] == (ALL4, "e2e")
+
+
+def test_rlprof_check_says_the_precision_debugger_rank_rule():
+    result = check_config(PRECISION_GUIDE, (), world_size=2, validate_backends=False)
+    lines = result.render().splitlines()
+    assert "  actor   e2e       ranks 0-1  (every rank of the role: precision_debugger follows verl, ranks/all_ranks not read)" in lines
+    assert "  critic  off       (enable=false)" in lines
+
+
+def test_other_tools_keep_the_ranks_rule():
+    roles, _, warnings = outcome(PRECISION_GUIDE, ["global_profiler.tool=torch"])
+    assert roles["actor"] is OFF
+    assert any("enable=true but ranks=[] and all_ranks=false: this role collects nothing" in w for w in warnings)

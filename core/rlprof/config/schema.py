@@ -27,8 +27,8 @@ from typing import Any, Iterable, Mapping
 from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
 from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import LEGACY_ROLE_KEYS, LEGACY_SELECTIONS, migrate, to_verl_layout
-from rlprof.config.sections import (CORE_TOOL_KEYS, GLOBAL_KEYS, ROLE_KEYS, VERL_TOOLS,  # noqa: F401  (re-exported)
-                                    VERL_TOOLS_WITHOUT_BACKEND, GlobalConfig, RoleConfig)
+from rlprof.config.sections import (CORE_TOOL_KEYS, EVERY_RANK_TOOLS, GLOBAL_KEYS, ROLE_KEYS,  # noqa: F401  (re-exported)
+                                    VERL_TOOLS, GlobalConfig, RoleConfig)
 from rlprof.config.unselected import hint_how_to_switch_on, warn_unselected_tool, written_by_verl
 from rlprof.roles import FOLLOWS_ACTOR, ROLE_PATHS, ROLES, profiler_path  # noqa: F401  (re-exported: older imports)
 from rlprof.config.schedule import Schedule, parse_schedule, token_window
@@ -244,7 +244,7 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
         if r.follows:
             continue
         suffix = also if r.name == "actor" else ""
-        if r.enable and not r.all_ranks and not r.ranks and tools and steps:
+        if r.enable and not r.all_ranks and not r.ranks and tools and steps and not set(tools) & set(EVERY_RANK_TOOLS):
             warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing "
                             f"(set ranks or all_ranks=true){suffix}")
         if r.enable and r.schedule is not None and not r.discrete and tools and steps:
@@ -256,26 +256,8 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
         sections = [written[role] for role in roles_raw if role in written] + [(global_sections, global_generated)]
         hint_how_to_switch_on(sections, enabled=any(r.enable for r in roles.values()), steps=global_.steps,
                               warnings=warnings)
-    global_ = _without_unimplemented_tools(global_, installed, warnings)
     return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
                           source=to_verl_layout(dict(raw)))
-
-
-def _without_unimplemented_tools(global_: GlobalConfig, installed: set[str], warnings: list[str]) -> GlobalConfig:
-    """``global_`` without the selected verl tools no installed backend implements
-    (:data:`VERL_TOOLS_WITHOUT_BACKEND`), one warning each: verl accepts them, so rlprof does, and
-    profiles nothing for them. Done last: every check above saw the tools as written (their
-    ``tool_config`` sections are the selected tool's, not an unselected one's)."""
-    missing = [t for t in global_.tools if t in VERL_TOOLS_WITHOUT_BACKEND and t not in installed]
-    if not missing:
-        return global_
-    rest = tuple(t for t in global_.tools if t not in missing)
-    for tool in missing:
-        what, package = VERL_TOOLS_WITHOUT_BACKEND[tool]
-        others = f"the other selected tools ({', '.join(rest)}) still run" if rest else "profiling is off"
-        warnings.append(f"global_profiler.tool: {tool} (verl runs {what} for it, from the package {package!r}: "
-                        f"pip install {package}) has no rlprof backend: nothing is profiled for it; {others}")
-    return replace(global_, tools=rest)
 
 
 def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],

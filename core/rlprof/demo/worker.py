@@ -1,7 +1,8 @@
 """The demo's worker actor: one rank of a hybrid engine (actor + rollout + ref in one process).
 
 Each public method is one phase of a GRPO step, called by the controller (:mod:`rlprof.demo.trainer`)
-and wrapped in the role region it belongs to, exactly as a verl worker would be. The batch stays on
+and wrapped in the role region it belongs to, exactly as a verl worker would be, naming the model the
+region runs (``module=``: the policy, or the reference copy) for backends that dump it (``precision_debugger``). The batch stays on
 the worker between phases; only prompts, responses and advantages travel.
 """
 
@@ -18,12 +19,16 @@ from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_lo
 
 
 class PolicyWorker(ProfiledWorker):
-    def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0):
+    def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0, perturb: str | None = None):
         torch.set_num_threads(1)  # several workers share few cores
         torch.manual_seed(seed)  # the same initial weights on every rank, as after a broadcast
         self.rank, self.world_size, self.sizes = rank, world_size, sizes
         self.policy = TinyPolicy(sizes)
         self.ref = copy.deepcopy(self.policy).requires_grad_(False)
+        if perturb is not None:  # rlprof demo --perturb: the policy departs from an unperturbed run at that layer
+            with torch.no_grad():
+                for weight in self.policy.get_submodule(perturb).parameters():
+                    weight.mul_(1.0001)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=1e-2)
         self.sampler = torch.Generator().manual_seed(seed + 1000 * (rank + 1))
         self.batch: dict[str, torch.Tensor] = {}
@@ -36,7 +41,7 @@ class PolicyWorker(ProfiledWorker):
     def generate(self, prompts: torch.Tensor) -> torch.Tensor:
         """Rollout: sample ``group_size`` responses per prompt, one decode step per iteration."""
         prompts = prompts.repeat_interleave(self.sizes.group_size, dim=0)
-        with self.profiler.role("rollout", "generate"):
+        with self.profiler.role("rollout", "generate", module=self.policy):
             responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration)
         self.batch = {"prompts": prompts, "responses": responses}
         return responses
@@ -47,12 +52,12 @@ class PolicyWorker(ProfiledWorker):
         self.batch = {"prompts": prompts.repeat_interleave(self.sizes.group_size, dim=0), "responses": responses}
 
     def compute_ref_log_prob(self) -> None:
-        with self.profiler.role("ref", "compute_log_prob"), torch.no_grad():
+        with self.profiler.role("ref", "compute_log_prob", module=self.ref), torch.no_grad():
             self.batch["ref_log_probs"] = self._log_probs(self.ref)
 
     def compute_log_prob(self) -> None:
         """The actor's log-probs before the update (GRPO's "old" policy)."""
-        with self.profiler.role("actor", "compute_log_prob"), torch.no_grad():
+        with self.profiler.role("actor", "compute_log_prob", module=self.policy), torch.no_grad():
             self.batch["old_log_probs"] = self._log_probs(self.policy)
 
     def update_actor(self, advantages: torch.Tensor) -> dict[str, float]:
@@ -60,7 +65,7 @@ class PolicyWorker(ProfiledWorker):
         batch = self.batch
         rows = batch["prompts"].shape[0]
         losses, kls = [], []
-        with self.profiler.role("actor", "update"):
+        with self.profiler.role("actor", "update", module=self.policy):
             self.optimizer.zero_grad()
             for part in self._micro_batches():
                 with self.profiler.iteration():

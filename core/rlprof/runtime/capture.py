@@ -112,6 +112,8 @@ class OpenRegion:
     """When its exit finished (the capture it closed written): set by the session."""
     step: int | None = None
     configs: Any = None
+    module: Any = None
+    """The model the region runs (``prof.role(..., module=model)``), for the backends' ``ctx.module``."""
 
     def __init__(self, role: str, name: str, schedule: Any = None, owner: Any = None):
         self.role = role

@@ -159,6 +159,9 @@ class CheckResult:
                         s = entry["schedule"]
                         extra = f"  sampled: skip_first={s['skip_first']} wait={s['wait']} warmup={s['warmup']} active={s['active']} repeat={s['repeat']}"
                     counts = "replica ranks" if name == "rollout" and self.config.agent_loop else "ranks"
+                    chosen_by = next((p.roles[name].every_rank for p in self.plans if name in p.roles), None)
+                    if chosen_by is not None:
+                        extra += f"  (every rank of the role: {chosen_by} follows verl, ranks/all_ranks not read)"
                     lines.append(f"  {name:<7} {entry['mode']:<9} {counts} {entry['ranks']}{extra}")
                 else:
                     reason = next((p.roles[name].reason for p in self.plans if name in p.roles), "")

@@ -8,6 +8,8 @@ Rules (one place, one rule each):
   ``all_ranks`` is true or the process's rank is in ``ranks``. ``ranks: []`` selects nothing (the
   guides' rule; the config warns). Training roles count the global rank; rollout in agent-loop mode
   counts the replica rank. A rank outside the world (or outside the replicas) is a ConfigError.
+  With a tool of :data:`~rlprof.config.sections.EVERY_RANK_TOOLS` selected (``precision_debugger``),
+  every rank of an enabled role is selected, whatever ``ranks``/``all_ranks`` say: verl's rule for it.
 * **Mode.** End-to-end: one capture per profiled step (or merged run of consecutive steps with
   ``profile_continuous_steps``) holding every selected role of the process as named ranges.
   Discrete: one capture per region of a selected role. The selected roles of one process must agree.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Sequence
 
-from rlprof.config.schema import ROLES, ProfilerConfig, RoleConfig
+from rlprof.config.schema import EVERY_RANK_TOOLS, ROLES, ProfilerConfig, RoleConfig
 from rlprof.errors import ConfigError
 from rlprof.config.schedule import Schedule
 
@@ -34,6 +36,8 @@ class RolePlan:
     reason: str
     """Why the role is (not) selected here, for ``rlprof check``."""
     schedule: Schedule | None = None
+    every_rank: str | None = None
+    """The tool that selected this rank whatever ``ranks`` says (:data:`EVERY_RANK_TOOLS`), else None."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,7 @@ def resolve_plan(
         raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)}")
     g = config.global_
     profiling = bool(g.tools and (g.steps or g.caller_steps))
+    every_rank = next((t for t in g.tools if t in EVERY_RANK_TOOLS), None)
     planned: dict[str, RolePlan] = {}
     for name in ROLES:
         if name not in roles:
@@ -188,9 +193,12 @@ def resolve_plan(
         else:
             r, w, counts = rank, world_size, "rank"
         selected, reason = role_selected(cfg, r, w, counts=counts)
+        chosen_by = every_rank if cfg.enable and every_rank is not None else None
+        if chosen_by is not None:
+            selected, reason = True, f"every rank: {chosen_by} follows verl (ranks/all_ranks not read)"
         if not profiling:
-            selected, reason = False, "no global_profiler.tool" if not g.tools else "global_profiler.steps is null"
-        planned[name] = RolePlan(name, selected, reason, cfg.schedule if selected else None)
+            selected, reason, chosen_by = False, "no global_profiler.tool" if not g.tools else "global_profiler.steps is null", None
+        planned[name] = RolePlan(name, selected, reason, cfg.schedule if selected else None, chosen_by)
     chosen = [config.roles[n] for n, p in planned.items() if p.selected]
     modes = {c.discrete for c in chosen}
     if len(modes) > 1:

@@ -44,7 +44,7 @@ class _Region:
     and a decorator, one object per (role, stage) of a Profiler. See :class:`_IdleRegion` for the
     other state; ``live`` tells them apart."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module")
     live = True
 
     def __init__(self, prof: "Profiler", role: str, stage: str | None, *, sampled: bool):
@@ -57,10 +57,13 @@ class _Region:
         self._schedule = planned.schedule if planned is not None else None
         self._configs = prof.tool_configs.get(role)
         """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
+        self.module: Any = None
+        """The model this region runs (``prof.role(..., module=model)``), handed to backends as
+        ``RoleContext.module``; the last one given wins. None: the caller named none."""
 
     def __enter__(self):
         prof = self._prof
-        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs))
+        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs, self.module))
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -280,15 +283,23 @@ class Profiler:
         if self._session is not None:
             self._session.record_warning(source, message, **details)
 
-    def role(self, role: str, stage: str | None = None) -> _Region:
+    def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
         stage), whose class switches between live and idle with the step; when the role is not
-        profiled, ``with prof.role(...)`` costs two dict lookups (bench/bench_core.py)."""
-        try:
-            return self._regions[role][stage]
-        except KeyError:
-            return self._new_region(role, stage, stage, sampled=True)
+        profiled, ``with prof.role(...)`` costs two dict lookups (bench/bench_core.py).
+
+        ``module``: the model the region runs (a ``torch.nn.Module``), for backends that hook into it
+        (``precision_debugger`` dumps its layers); they read it as ``ctx.module``. Given once, it stays
+        the region's until another is given."""
+        if module is None:  # the idle path: as cheap as before regions carried a model
+            try:
+                return self._regions[role][stage]
+            except KeyError:
+                return self._new_region(role, stage, stage, sampled=True)
+        region = self.role(role, stage)
+        region.module = module
+        return region
 
     def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
         """The cached region object of ``role`` under ``key``, idle or live as the role is now."""
@@ -296,15 +307,18 @@ class Profiler:
         self._regions.setdefault(role, {})[key] = region
         return region
 
-    def unsampled_role(self, role: str, stage: str | None = None) -> _Region:
+    def unsampled_role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
         """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
         whole. For callers that schedule one stage of a role only (verl samples the update loop,
         ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
         key = (stage, "unsampled")
         try:
-            return self._regions[role][key]
+            region = self._regions[role][key]
         except KeyError:
-            return self._new_region(role, stage, key, sampled=False)
+            region = self._new_region(role, stage, key, sampled=False)
+        if module is not None:
+            region.module = module
+        return region
 
     def iteration(self) -> _Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:

@@ -196,7 +196,7 @@ class Backends:
             self._call(backend, "start_role", call, context.role_context(
                 self.run, backend, tool_config, capture, (),
                 step=step, role=region.role, region=region.name, opens_capture=opens, closes_capture=False,
-                iterations=iterations, error=None))
+                iterations=iterations, error=None, module=region.module))
 
     def iteration_boundary(self, region: Any, step: int, capture: Any, iteration: int, only: str | None = None) -> None:
         for backend, call in self._callees("iteration_boundary", only):
@@ -213,7 +213,7 @@ class Backends:
             self._call(backend, "stop_role", call, context.role_context(
                 self.run, backend, tool_config, capture, ends_group,
                 step=step, role=region.role, region=region.name, opens_capture=False, closes_capture=closes,
-                iterations=iterations, error=error))
+                iterations=iterations, error=error, module=region.module))
 
     def step_boundary(self, step: int, capture: Any, closes: bool, ends_step: bool, only: str | None = None) -> None:
         for backend, call in self._callees("step_boundary", only):

@@ -318,11 +318,14 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ regions and iterations
 
-    def enter(self, prof: Any, role: str, name: str, schedule: Any, configs: Any) -> OpenRegion:
-        """``prof``'s region ``name`` of ``role`` begins (``schedule``/``configs``: the role's, cached by the caller)."""
+    def enter(self, prof: Any, role: str, name: str, schedule: Any, configs: Any, module: Any = None) -> OpenRegion:
+        """``prof``'s region ``name`` of ``role`` begins (``schedule``/``configs``: the role's, cached by the
+        caller; ``module``: the model the region runs, or None)."""
         with self.lock:
             region = _new_region(OpenRegion)  # OpenRegion(role, name, schedule, prof), without a Python-level call
             region.role, region.name, region.schedule, region.owner = role, name, schedule, prof
+            if module is not None:
+                region.module = module
             region.configs = configs if configs is not None else self._primary
             try:
                 self.machine.enter(region)
@@ -349,7 +352,7 @@ class ProcessSession:
                 self._machine_failed(exc)
             region.closed_ns = self.clock_ns()  # after the capture it closed (discrete) was written
             self._closed.append(region)
-            region.owner = None  # closed: the buffered timing record must not keep its Profiler alive
+            region.owner = region.module = None  # closed: its buffered timing record keeps neither its Profiler nor its model alive
             if inner or region.schedule is not None:
                 self._closed_also(inner, region, end_ns)
 

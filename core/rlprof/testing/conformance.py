@@ -15,6 +15,7 @@ or, in a pytest file, one test per part of the suite::
         tool_config = {"level": "basic"}  # optional: the tool_config section to run with
         work = busy_loop                  # optional: a function run in every iteration
         region_s = 0.3                    # optional: each region lasts at least this long (sampling profilers)
+        module = model                    # optional: the model every region runs (ctx.module); work calls it
 
 The parts (:data:`PARTS`): the static checks of the backend object, then one scripted run per
 scenario in :data:`SCENARIOS` — end-to-end, continuous steps, discrete, sampling windows in both
@@ -144,10 +145,14 @@ class Conformance:
         hook watchdog's ``timeout`` record); default 10.
     :param region_s: every region of every scenario lasts at least this long (its iterations repeat
         ``work``): a sampling profiler needs time to take samples. Default 0: as fast as the work goes.
+    :param module: the model every region runs (``prof.role(..., module=module)``: the backend's
+        ``ctx.module``), for a backend that hooks into it (``precision_debugger``); ``work`` should call it.
+        Default None: regions name no model.
     """
 
     def __init__(self, backend: BackendSpec, *, name: str | None = None, tool_config: Mapping[str, Any] | None = None,
-                 work: Callable[[], Any] | None = None, region_s: float = 0.0, hook_timeout_s: float = 10.0):
+                 work: Callable[[], Any] | None = None, region_s: float = 0.0, hook_timeout_s: float = 10.0,
+                 module: Any = None):
         if region_s < 0:
             raise ValueError(f"region_s: got {region_s!r}; allowed: seconds >= 0")
         if not hook_timeout_s > 0:
@@ -158,6 +163,7 @@ class Conformance:
         self.tool_config = dict(tool_config or {})
         self.work = work
         self.region_s = float(region_s)
+        self.module = module
 
     def check_static(self, check: str, report: ConformanceReport) -> list[Problem]:
         """Run one of :data:`STATIC_CHECKS`; problems are also added to ``report``."""
@@ -178,7 +184,8 @@ class Conformance:
         scenario = replace(scenario, tool_config={**scenario.tool_config, **self.tool_config},
                            region_s=max(scenario.region_s, self.region_s), hook_timeout_s=self.hook_timeout_s)
         try:
-            run = run_scenario(self.spec, scenario, Path(workdir) / scenario.name, name=self.name, work=self.work, strict=False)
+            run = run_scenario(self.spec, scenario, Path(workdir) / scenario.name, name=self.name, work=self.work, strict=False,
+                               module=self.module)
         except Exception as exc:
             trace = "".join(traceback.format_exception(exc)).rstrip().splitlines()[-8:]
             messages = [f"the scripted run itself failed: {type(exc).__name__}: {exc}\n" + "\n".join(trace)]
@@ -223,14 +230,14 @@ class Conformance:
 
 def check_backend(backend: BackendSpec, *, name: str | None = None, tool_config: Mapping[str, Any] | None = None,
                   work: Callable[[], Any] | None = None, workdir: Path | None = None, scenarios: Any = None,
-                  region_s: float = 0.0, hook_timeout_s: float = 10.0) -> ConformanceReport:
+                  region_s: float = 0.0, hook_timeout_s: float = 10.0, module: Any = None) -> ConformanceReport:
     """Check ``backend`` against the whole contract; return the report, or raise :class:`ConformanceFailure`
     whose message lists every problem in plain words. ``scenarios``: a subset of :data:`SCENARIOS`
     (names or :class:`Scenario` objects); default all."""
     if scenarios is not None:
         scenarios = [SCENARIOS[s] if isinstance(s, str) else s for s in scenarios]
     report = Conformance(backend, name=name, tool_config=tool_config, work=work, region_s=region_s,
-                         hook_timeout_s=hook_timeout_s).check_all(workdir, scenarios)
+                         hook_timeout_s=hook_timeout_s, module=module).check_all(workdir, scenarios)
     if report.ok and workdir is None:  # a temporary directory of our own: keep it only to inspect failures
         shutil.rmtree(report.workdir, ignore_errors=True)
         report.workdir = None
@@ -256,6 +263,8 @@ class BackendConformance:
     needs time to take samples."""
     hook_timeout_s: float = 10.0
     """A hook call that makes training wait longer than this fails the test."""
+    module: Any = None
+    """The model every region runs (the backend's ``ctx.module``); ``work`` should call it."""
 
     def _conformance(self) -> Conformance:
         if self.backend is None:
@@ -264,7 +273,7 @@ class BackendConformance:
             pytest.skip(f"{type(self).__name__}: set the class attribute backend = '<entry point name>'")
         # looked up on the class: a plain function stays a function there (not a bound method)
         return Conformance(self.backend, name=self.backend_name, tool_config=self.tool_config, work=type(self).work,
-                           region_s=self.region_s, hook_timeout_s=self.hook_timeout_s)
+                           region_s=self.region_s, hook_timeout_s=self.hook_timeout_s, module=self.module)
 
     def _check(self, part: str, tmp_path: Path | None = None) -> None:
         self._conformance().check(part, tmp_path).raise_if_failed()

@@ -294,13 +294,16 @@ def backend_factory(backend: BackendSpec, name: str | None = None) -> tuple[str,
 
 
 def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike | str, *,
-                 name: str | None = None, work: Callable[[], Any] | None = None, strict: bool | None = None) -> BackendRun:
+                 name: str | None = None, work: Callable[[], Any] | None = None, strict: bool | None = None,
+                 module: Any = None) -> BackendRun:
     """Play ``scenario`` with ``backend`` in a sandbox under ``workdir`` (created; must be fresh).
 
     ``work`` runs inside every iteration (default: a little pure-Python arithmetic); pass e.g. a
     small torch matmul for a backend that needs operators to record. ``strict`` sets
     ``RLPROF_STRICT`` for the run (None: leave the environment as it is); the conformance suite runs
     with ``strict=False`` so a raising hook is reported with its traceback instead of ending the run.
+    ``module``: the model every region runs (``prof.role(..., module=module)``, the backends'
+    ``ctx.module``), for a backend that hooks into it; ``work`` should then call it.
     """
     from rlprof.runtime.profiler import Profiler
 
@@ -331,7 +334,7 @@ def run_scenario(backend: BackendSpec, scenario: Scenario, workdir: os.PathLike 
                 run.profilers.append(Profiler(scenario.config(name, save_path), roles=roles, run_id=run_id,
                                               backends={name: registered, RECORDER: recorder}))
             run.profiler = run.profilers[0]
-            _play(run.profilers, run, work)
+            _play(run.profilers, run, work, module)
         except BaseException:
             for each in run.profilers:  # the loop itself failed: leave no exit or SIGTERM handler behind
                 each.finalize()
@@ -420,7 +423,7 @@ def _returned_paths(result: Any) -> list[Any]:
     return list(result)
 
 
-def _play(profilers: list, run: BackendRun, work: Callable[[], Any]) -> None:
+def _play(profilers: list, run: BackendRun, work: Callable[[], Any], module: Any = None) -> None:
     scenario = run.scenario
     owner = {role: prof for prof, roles in zip(profilers, scenario.profilers) for role in roles}
     for step in range(scenario.first_step, scenario.last_step + 1):
@@ -428,12 +431,12 @@ def _play(profilers: list, run: BackendRun, work: Callable[[], Any]) -> None:
             prof.start_step(step)
             _note_release(run)
         if scenario.nested:
-            _nested(owner, list(scenario.roles), scenario, work, run)
+            _nested(owner, list(scenario.roles), scenario, work, run, module)
         for role in () if scenario.nested else scenario.roles:
             failure = ScriptedFailure(f"scripted failure in {role}_{STAGES[role]} at step {step}") \
                 if scenario.raises_in(role, step) and run.raised is None else None
             try:
-                _region(owner[role], role, scenario, work, failure, run)
+                _region(owner[role], role, scenario, work, failure, run, module)
             except BaseException as exc:  # the trainer's own handler
                 if failure is None:
                     raise
@@ -453,21 +456,22 @@ def _play(profilers: list, run: BackendRun, work: Callable[[], Any]) -> None:
             _note_open(run, f"after step {step}")
 
 
-def _nested(owner: dict, roles: list[str], scenario: Scenario, work: Callable[[], Any], run: BackendRun) -> None:
+def _nested(owner: dict, roles: list[str], scenario: Scenario, work: Callable[[], Any], run: BackendRun,
+            module: Any = None) -> None:
     """``roles[0]``'s region, with the next role's region inside it after its iterations, and so on."""
     role = roles[0]
-    with owner[role].role(role, STAGES[role]):
+    with owner[role].role(role, STAGES[role], module=module):
         for _ in range(scenario.iterations):
             with owner[role].iteration():
                 work()
         if len(roles) > 1:
-            _nested(owner, roles[1:], scenario, work, run)
+            _nested(owner, roles[1:], scenario, work, run, module)
     _note_release(run)
 
 
 def _region(prof, role: str, scenario: Scenario, work: Callable[[], Any], failure: ScriptedFailure | None,
-            run: BackendRun | None = None) -> None:
-    with prof.role(role, STAGES[role]):
+            run: BackendRun | None = None, module: Any = None) -> None:
+    with prof.role(role, STAGES[role], module=module):
         for index in range(scenario.iterations):
             with prof.iteration():
                 work()
