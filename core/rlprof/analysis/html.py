@@ -27,6 +27,7 @@ from typing import Sequence
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
+from rlprof.invocation import rlprof_command
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
@@ -243,7 +244,7 @@ def _files(report: RunReport) -> str:
     files = report.files
     run_arg = report.run_dirs[0] if report.run_dirs else "SAVE_PATH"
     out = ["<h3>Files to open next</h3>",
-           f"<p>The whole run on one timeline (every rank, every role): <code>rlprof timeline {_e(run_arg)} -o timeline.json "
+           f"<p>The whole run on one timeline (every rank, every role): <code>{_e(rlprof_command())} timeline {_e(run_arg)} -o timeline.json "
            f"--with-traces</code>, then open <code>timeline.json</code> in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
     if not files:
         out.append("<p>No files were written.</p>")
