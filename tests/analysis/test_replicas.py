@@ -145,7 +145,7 @@ def test_the_html_heat_map_has_a_row_per_replica(page):
     assert re.findall(r'<rect class="cell straggler" data-process="([^"]+)" data-region="([^"]+)"', text) == [
         ("replica 1", "rollout_generate")]
     assert text.count("<td>replica 1 (node0)</td>") == 3  # one straggler row per step
-    [outside] = set(re.findall(r"step 1: ([\d.]+) ms outside regions", text))
+    [outside] = set(re.findall(r"step 1: ([\d.]+) ms outside every process", text))
     assert float(outside) < 10  # generation counts inside the step
 
 
