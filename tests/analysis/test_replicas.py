@@ -109,7 +109,7 @@ def test_the_timeline_has_a_process_per_replica(tmp_path):
 
 
 def test_compare_ranks_lists_replicas_as_replicas(tmp_path, capsys):
-    steps = (1, 2, 3, 4, 5)  # per process, 4 compared steps a side: enough samples to tell a change from noise
+    steps = (1, 2, 3, 4, 5, 6, 7)  # per process, 6 compared steps a side: enough samples to tell a change from noise
     agent_loop_run(tmp_path / "a", run_id="20261122-050000-aaaaaa", steps=steps)
     agent_loop_run(tmp_path / "b", run_id="20261122-060000-bbbbbb", slow_replicas={1: 1.2}, steps=steps)
     assert compare([str(tmp_path / "a"), str(tmp_path / "b"), "--ranks", "--json"]) == 0

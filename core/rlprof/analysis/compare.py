@@ -16,12 +16,13 @@ absolute change in ms); regions found in only one run are listed too.
 
 Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
 across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
-when the two spreads do not overlap: every sample of B above every sample of A (slower), or below
-(faster). When nothing changed, the samples of both sides are exchangeable, and such a separation
-happens by chance with probability ``2 / C(n+m, n)`` (n, m samples; the exact permutation test of
-complete separation, the extreme of the Mann-Whitney U test). A row where even a complete separation
-would be more likely than :data:`CHANCE` is marked *too few samples to tell*; otherwise a change that is
-not clear is *inside the noise*.
+when the Mann-Whitney U test over the two sides' samples gives a two-sided p-value of at most
+:data:`CHANCE` (1%): when nothing changed, both sides' samples are exchangeable and such a result
+happens by chance at most 1% of the time (half of that as "slower"): a CI gate on a dozen rows must
+not fail one run in two on noise. Its direction (slower, faster) is where most pairs of samples
+point. The most extreme result, every sample of one side beyond every sample of the other, has
+probability ``2 / C(n+m, n)`` (n, m samples); where even that is above 1% (4 or fewer samples a side)
+the row says *too few samples to tell*; otherwise a change that is not clear is *inside the noise*.
 
 ``--fail-above PCT`` exits 1 when the step or a region got more than PCT percent slower *and* the change
 is clear (regions shorter than ``--min-ms`` in both runs are not held to it: their noise is larger than
@@ -47,8 +48,11 @@ EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 STEP_ROW = "(step)"
 """The row holding the whole step's time."""
 MIN_MS = 1.0
-CHANCE = 0.05
-"""The most a complete separation of two unchanged sides may happen by chance for a row to be told at all."""
+CHANCE = 0.01
+"""A change is clear when its two-sided p-value (Mann-Whitney) is at most this; a row where even the most
+extreme ordering would be likelier than this by chance has too few samples to tell."""
+EXACT_UP_TO = 2500
+"""Exact p-values up to this many sample pairs (50 x 50), the normal approximation beyond."""
 SLOWER, FASTER, NOISE, TOO_FEW = "slower", "faster", "inside the noise", "too few samples to tell"
 """What a row's change is (:func:`told`)."""
 
@@ -127,14 +131,47 @@ class Change:
 
 
 def told(a: Sequence[float], b: Sequence[float]) -> str:
-    """Whether B's samples stand clear of A's (module docstring: "Noise")."""
+    """Whether B's samples stand clear of A's noise (module docstring: "Noise")."""
     if 2 / math.comb(len(a) + len(b), len(a)) > CHANCE:
         return TOO_FEW
-    if min(b) > max(a):
-        return SLOWER
-    if max(b) < min(a):
-        return FASTER
-    return NOISE
+    above, p = mann_whitney(a, b)
+    if p > CHANCE:
+        return NOISE
+    return SLOWER if above > len(a) * len(b) / 2 else FASTER
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mann-Whitney's U for B above A (pairs with B's sample higher; a tie counts half) and its two-sided
+    p-value: exact (the null distribution counted over every ordering) up to :data:`EXACT_UP_TO` pairs,
+    else the normal approximation with continuity correction."""
+    n, m = len(a), len(b)
+    above = sum(1.0 if y > x else 0.5 if y == x else 0.0 for x in a for y in b)
+    tail = min(above, n * m - above)
+    if n * m <= EXACT_UP_TO:
+        counts = _u_counts(n, m)
+        p = 2 * sum(counts[: math.floor(tail) + 1]) / math.comb(n + m, n)
+    else:
+        z = (n * m / 2 - tail - 0.5) / math.sqrt(n * m * (n + m + 1) / 12)
+        p = math.erfc(max(z, 0.0) / math.sqrt(2))
+    return above, min(1.0, p)
+
+
+def _u_counts(n: int, m: int) -> list[int]:
+    """How many orderings of n A's and m B's give each U (pairs with the B above the A), U = 0..n*m.
+    Built by adding the largest sample last: a B above ``i`` A's adds ``i``."""
+    rows = [[1]] * (m + 1)  # rows[j]: the counts for 0 A's and j B's
+    for i in range(1, n + 1):
+        new = [[1]]  # i A's and no B: U = 0 once
+        for j in range(1, m + 1):
+            last_a, last_b = rows[j], new[j - 1]
+            counts = [0] * (i * j + 1)
+            for u, c in enumerate(last_a):
+                counts[u] += c
+            for u, c in enumerate(last_b):
+                counts[u + i] += c
+            new.append(counts)
+        rows = new
+    return rows[m]
 
 
 def compared_steps(anatomy: Anatomy) -> list[StepTime]:
@@ -187,7 +224,7 @@ def above(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list
 
 
 def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
-    """Rows that got more than ``pct`` percent slower, clearly (outside both sides' spread)."""
+    """Rows that got more than ``pct`` percent slower, clearly (:func:`told`)."""
     return [c for c in above(changes, pct, min_ms) if c.told == SLOWER]
 
 
@@ -195,7 +232,7 @@ def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool
     lines = [_side_line("A", a), _side_line("B", b),
              "times: per process the median over compared steps, then the median across processes; (step): the median step time"
              if not per_rank else "times: each process's median over compared steps",
-             "spread: min-max of the samples (each compared step and process); a change is clear when the spreads do not overlap", ""]
+             "spread: min-max of the samples (each compared step and process); clearly: a Mann-Whitney test over them, p <= 1%", ""]
     head = ["region"] + (["process"] if per_rank else []) + ["A ms", "A spread", "B ms", "B spread", "change ms", "change", ""]
     rows = [tuple(head)]
     for c in changes:
@@ -210,7 +247,7 @@ def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool
         lines.append(("  ".join([first] + rest) + ("  " + row[-1] if row[-1] else "")).rstrip())
     told_rows = [c.told for c in changes if c.told]
     if told_rows and all(t == TOO_FEW for t in told_rows):
-        lines += ["", "too few samples to tell any change from noise: profile more steps (e.g. 5) or compare more processes"]
+        lines += ["", "too few samples to tell any change from noise (5 a side at least): profile more steps or compare more processes"]
     return "\n".join(lines)
 
 
@@ -279,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render(a, b, changes, opts.ranks))
     for c in slower:
         print(f"rlprof compare: regression: {_row(c)} {c.a_ms:.2f} -> {c.b_ms:.2f} ms ({c.change_pct:+.1f}% > {limit:g}%, "
-              f"outside both runs' spread)", file=sys.stderr)
+              f"clear of the noise)", file=sys.stderr)
     for c in untold:
         print(f"rlprof compare: not held to --fail-above, too few samples to tell: {_row(c)} {c.a_ms:.2f} -> {c.b_ms:.2f} ms "
               f"({c.change_pct:+.1f}%; {len(c.a.values)} and {len(c.b.values)} samples; profile more steps)", file=sys.stderr)
