@@ -50,6 +50,13 @@ def test_rollout_vllm_makes_rollout_agent_loop_over_the_replicas():
     assert narrowed.roles["rollout"].ranks == (1,)
 
 
+def test_rollout_vllm_draws_no_warning_about_its_own_config():
+    """Issue 34: the demo warned that rollout is "always profiled in discrete mode" about a config it wrote."""
+    assert flags("--rollout", "vllm").warnings == ()
+    own = flags("--rollout", "vllm", "actor_rollout_ref.rollout.profiler.discrete=false")  # the user's own choice
+    assert any("always profiled in discrete mode" in w for w in own.warnings)
+
+
 def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
     from rlprof.demo import command
 
