@@ -282,7 +282,7 @@ def _files(report: RunReport) -> str:
                    f"<td>{','.join(map(str, f.steps)) or '-'}</td><td>{size_text(f.size)}</td></tr>")
     out.append("</table>")
     if len(files) > FILES_LISTED:
-        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more (rlprof report --json lists all).</p>")
+        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more ({_e(rlprof_command())} report --json lists all).</p>")
     return "\n".join(out)
 
 
