@@ -166,7 +166,7 @@ def test_how_many_samples_it_takes_to_tell(n, m, told):
 
 def test_mann_whitney_p_values_match_the_tables():
     """Exact two-sided p-values against the tables (n = m = 5: U = 2 -> 0.032, U = 3 -> 0.056), and the
-    normal approximation beyond 2500 pairs."""
+    normal approximation beyond 400 pairs."""
     from rlprof.analysis.compare import _u_counts, mann_whitney
 
     assert sum(_u_counts(5, 7)) == 792 and _u_counts(3, 2) == [1, 1, 2, 2, 2, 1, 1]
