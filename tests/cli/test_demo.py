@@ -140,10 +140,12 @@ taken from rlprof's own renderer on the same save path."""
 def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
     """No Kineto USDT lines, no Ray token notice or log-deduplication hint, no colour codes when
     redirected: each line is rlprof's (the demo's own, or the report's)."""
+    import rlprof.cli
     from rlprof.analysis.report import build_reports, render
 
     proc, save = default_demo
     monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
+    monkeypatch.setattr(sys, "argv", [rlprof.cli.__file__])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
     reported = set(render(report).splitlines())
