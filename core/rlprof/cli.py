@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from rlprof.invocation import rlprof_command
 
 @dataclass(frozen=True)
 class Command:
@@ -67,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         parser.print_usage(sys.stderr)
         print(_command_list(commands), file=sys.stderr)
-        print("\nrun 'rlprof --help' for more, 'rlprof COMMAND --help' for a command's options", file=sys.stderr)
+        rlprof = rlprof_command()
+        print(f"\nrun '{rlprof} --help' for more, '{rlprof} COMMAND --help' for a command's options", file=sys.stderr)
         return EXIT_INVALID
     name = argv[0]
     if name.startswith("-"):

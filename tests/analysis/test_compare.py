@@ -1,4 +1,5 @@
-"""``rlprof compare``: per region (and rank) A, B, change and % change by impact; --fail-above for CI.
+"""``rlprof compare``: per region (and rank) A, B, change and % change by impact; --fail-above for CI,
+held only to changes that stand clear of both runs' noise.
 
 Runs come from :mod:`rlprof.testing.generated_run` with exact durations; tests/analysis/test_report_demo.py
 compares two real demo runs.
@@ -19,9 +20,13 @@ REGIONS = (
 )
 
 
-def two_runs(tmp_path, b_slow=None, b_regions=REGIONS):
-    generate_run(tmp_path / "a", run_id=A, ranks=2, steps=(1, 2), regions=REGIONS, jitter=0.0)
-    generate_run(tmp_path / "b", run_id=B, ranks=2, steps=(1, 2), regions=b_regions, jitter=0.0, slow=b_slow)
+STEPS = (1, 2, 3, 4, 5, 6, 7)
+"""Step 1 is left out as warm-up: 6 compared steps x 2 ranks = 12 samples a side (6 step times), enough to tell."""
+
+
+def two_runs(tmp_path, b_slow=None, b_regions=REGIONS, jitter=0.0, steps=STEPS):
+    generate_run(tmp_path / "a", run_id=A, ranks=2, steps=steps, regions=REGIONS, jitter=jitter, seed=1)
+    generate_run(tmp_path / "b", run_id=B, ranks=2, steps=steps, regions=b_regions, jitter=jitter, slow=b_slow, seed=2)
     return tmp_path / "a", tmp_path / "b"
 
 
@@ -46,7 +51,8 @@ def test_every_region_with_a_b_change_and_percent_sorted_by_impact(tmp_path, cap
     assert main([str(a), str(b)]) == 0
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if x.startswith("ref_compute_log_prob"))
-    assert line.split() == ["ref_compute_log_prob", "8.00", "12.00", "+4.00", "+50.0%"]
+    assert line.split() == ["ref_compute_log_prob", "8.00", "8.00-8.00", "12.00", "12.00-12.00", "+4.00", "+50.0%", "clearly", "slower"]
+    assert "step 1 left out as warm-up, 6 compared" in text
 
 
 def test_per_rank_rows(tmp_path, capsys):
@@ -64,7 +70,7 @@ def test_fail_above_exits_nonzero_on_a_regression_only(tmp_path, capsys):
     capsys.readouterr()
     assert main([str(a), str(b), "--fail-above", "10"]) == 1
     err = capsys.readouterr().err
-    assert "regression: actor_update 30.00 -> 36.00 ms (+20.0% > 10%)" in err
+    assert "regression: actor_update 30.00 -> 36.00 ms (+20.0% > 10%, clear of the noise)" in err
     assert main([str(b), str(a), "--fail-above", "10"]) == 0  # faster is never a regression
     capsys.readouterr()
     # a tiny region's noise is not held to the limit
@@ -84,6 +90,9 @@ def test_regions_in_only_one_run_are_listed(tmp_path, capsys):
 def test_both_runs_under_one_save_path_and_usage_errors(tmp_path, capsys):
     generate_run(tmp_path, run_id=A, ranks=1, steps=(1,), regions=REGIONS, jitter=0.0)
     generate_run(tmp_path, run_id=B, ranks=1, steps=(1,), regions=REGIONS, jitter=0.0, slow={(0, "actor_update"): 1.5})
+    assert main([str(tmp_path), str(tmp_path), "--run-a", A, "--run-b", B, "--fail-above", "10"]) == 0  # one sample a side
+    err = capsys.readouterr().err
+    assert "not held to --fail-above, too few samples to tell: actor_update 30.00 -> 45.00 ms (+50.0%; 1 and 1 samples" in err
     code, data = compare_json(capsys, tmp_path, tmp_path, "--run-a", A, "--run-b", "20261122-06")
     assert (data["a"], data["b"]) == (A, B)
     assert next(c for c in data["changes"] if c["region"] == "actor_update")["change_pct"] == pytest.approx(50.0)
@@ -102,3 +111,67 @@ def test_the_rlprof_command_dispatches_timeline_and_compare(tmp_path, capsys):
     assert "actor_update" in capsys.readouterr().out
     assert rlprof(["timeline", str(a), "-o", str(tmp_path / "t.json")]) == 0
     assert (tmp_path / "t.json").exists()
+
+
+def test_two_runs_of_the_same_code_are_inside_the_noise(tmp_path, capsys):
+    """Identical code, different noise (20% jitter, another seed): the old compare failed such runs on
+    regions whose medians moved by more than the limit; none of them stands clear of the noise."""
+    a, b = two_runs(tmp_path, jitter=0.2)
+    code, data = compare_json(capsys, a, b, "--fail-above", "5")  # rollout_generate's median grew 8.1%
+    assert code == 0 and data["regressions"] == []
+    assert {c["change"] for c in data["changes"]} == {"inside the noise"}
+    assert any(c["change_pct"] > 5 for c in data["changes"])  # a limit on medians alone would have failed it
+    assert data["left_out"] == {"a": 1, "b": 1}
+    row = data["changes"][0]
+    assert row["a_samples"] == row["b_samples"] == (6 if row["region"] == STEP_ROW else 12)
+    assert row["a_spread_ms"][0] <= row["a_ms"] <= row["a_spread_ms"][1]
+
+
+def test_one_region_slowed_twice_is_flagged_through_the_noise(tmp_path, capsys):
+    a, b = two_runs(tmp_path, jitter=0.1, b_slow={(0, "ref_compute_log_prob"): 2.0, (1, "ref_compute_log_prob"): 2.0})
+    code, data = compare_json(capsys, a, b, "--fail-above", "10")
+    assert code == 1 and [c["region"] for c in data["regressions"]] == ["ref_compute_log_prob"]
+    rows = {c["region"]: c["change"] for c in data["changes"]}
+    assert rows["ref_compute_log_prob"] == "slower" and rows["actor_update"] == "inside the noise"
+
+
+def test_the_warm_up_step_is_left_out(tmp_path, capsys):
+    """B's first step took twice as long in every region (a cold start): no change, since step 1 is left out."""
+    a, b = two_runs(tmp_path, steps=(1, 2))
+    for manifest in (b / B / "manifest").iterdir():
+        records = [json.loads(line) for line in manifest.read_text().splitlines()]
+        for r in records:
+            if r["type"] == "region" and r["step"] == 1:
+                r["duration_ms"] *= 2
+        manifest.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, data = compare_json(capsys, a, b, "--fail-above", "10")
+    assert code == 0 and data["left_out"] == {"a": 1, "b": 1}
+    assert {c["change_pct"] for c in data["changes"] if c["region"] != STEP_ROW} == {0.0}
+    assert main([str(a), str(b)]) == 0
+    assert "step 1 left out as warm-up, 1 compared" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("n", "m", "told"), [(1, 1, "too few samples to tell"), (4, 4, "too few samples to tell"),
+                                             (2, 8, "too few samples to tell"), (5, 5, "slower"), (3, 12, "slower")])
+def test_how_many_samples_it_takes_to_tell(n, m, told):
+    """Every sample of B above every sample of A happens by chance with probability 1/C(n+m, n): told
+    only where twice that is at most 1%."""
+    from rlprof.analysis.compare import told as judged
+
+    assert judged([1.0] * n, [2.0] * m) == told
+    if told == "slower":
+        assert judged([1.0, 3.0] + [2.0] * (n - 2), [2.5] * m) == "inside the noise"
+        assert judged([2.0] * n, [1.0] * m) == "faster"
+
+
+def test_mann_whitney_p_values_match_the_tables():
+    """Exact two-sided p-values against the tables (n = m = 5: U = 2 -> 0.032, U = 3 -> 0.056), and the
+    normal approximation beyond 400 pairs."""
+    from rlprof.analysis.compare import _u_counts, mann_whitney
+
+    assert sum(_u_counts(5, 7)) == 792 and _u_counts(3, 2) == [1, 1, 2, 2, 2, 1, 1]
+    a = [1, 2, 3, 4, 5]
+    assert mann_whitney(a, [4.5, 4.7, 6, 7, 8])[1] == pytest.approx(0.032, abs=0.001)  # 2 pairs with A above
+    assert mann_whitney(a, [4.5, 4.7, 4.8, 7, 8])[1] == pytest.approx(0.056, abs=0.001)  # 3 pairs
+    above, p = mann_whitney(list(range(60)), [x + 30 for x in range(60)])  # 435 pairs with A above, 30 ties (half each)
+    assert above == 60 * 60 - 435 - 15 and p < 1e-6

@@ -56,6 +56,29 @@ def test_the_page_holds_the_anatomy_heat_map_stragglers_and_files(page):
     assert '<span class="badge ok">ok</span>' in text
 
 
+def test_each_bar_is_the_step_window_and_its_whisker_lies_inside(page, tmp_path, capsys):
+    """Issue 34: step 2's whisker floated past its bar (bar 85.9 ms, whisker 93.1-95.1): the bar added up
+    region medians, which fall short of the window when ranks run their regions at different times."""
+    import json
+
+    assert main([str(tmp_path / "save"), "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    svg = page.read_text(encoding="utf-8").split('<svg class="step-anatomy"')[1].split("</svg>")[0]
+    ends, whiskers = {}, {}
+    for x, y, w in re.findall(r'<rect class="segment[^"]*"(?: data-region="[^"]*")? x="([\d.]+)" y="(\d+)" width="([\d.]+)"', svg):
+        ends[int(y)] = max(ends.get(int(y), 0.0), float(x) + float(w))
+    for x1, x2 in re.findall(r'<line class="whisker" x1="([\d.]+)" x2="([\d.]+)"', svg):
+        whiskers[len(whiskers)] = (float(x1), float(x2))
+    bars = [ends[y] for y in sorted(ends)]
+    assert len(bars) == len(run["steps"]) == len(whiskers) == 3
+    label = 90.0
+    scale = (bars[0] - label) / run["steps"][0]["span_ms"]
+    for step, end, (low, high) in zip(run["steps"], bars, whiskers.values()):
+        assert end == pytest.approx(label + step["span_ms"] * scale, abs=0.5)  # the bar is the window
+        assert high <= end + 0.5 and high == pytest.approx(label + step["max_ms"] * scale, abs=0.5)
+    assert "straggler in the step" in svg and "step times, fastest to slowest" in svg  # the legend explains both
+
+
 def test_html_replaces_only_an_earlier_page(page, tmp_path, capsys):
     assert main([str(tmp_path / "save"), "--html", "-o", str(page)]) == 0  # refreshed
     notes = tmp_path / "notes.html"

@@ -18,7 +18,8 @@ import pytest
 
 CORE = Path(__file__).resolve().parents[2] / "core"
 LEAVES = {"rlprof.errors", "rlprof.roles", "rlprof.manifest", "rlprof.hookspecs", "rlprof.context",
-          "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins"}
+          "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins",
+          "rlprof.invocation"}
 MAY_IMPORT = {
     "leaf": {"leaf"},
     "config": {"leaf", "config"},

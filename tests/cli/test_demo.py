@@ -51,6 +51,13 @@ def test_rollout_vllm_makes_rollout_agent_loop_over_the_replicas():
     assert narrowed.roles["rollout"].ranks == (1,)
 
 
+def test_rollout_vllm_draws_no_warning_about_its_own_config():
+    """Issue 34: the demo warned that rollout is "always profiled in discrete mode" about a config it wrote."""
+    assert flags("--rollout", "vllm").warnings == ()
+    own = flags("--rollout", "vllm", "actor_rollout_ref.rollout.profiler.discrete=false")  # the user's own choice
+    assert any("always profiled in discrete mode" in w for w in own.warnings)
+
+
 def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
     from rlprof.demo import command
 
@@ -134,10 +141,12 @@ taken from rlprof's own renderer on the same save path."""
 def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
     """No Kineto USDT lines, no Ray token notice or log-deduplication hint, no colour codes when
     redirected: each line is rlprof's (the demo's own, or the report's)."""
+    import rlprof.cli
     from rlprof.analysis.report import build_reports, render
 
     proc, save = default_demo
     monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
+    monkeypatch.setattr(sys, "argv", [rlprof.cli.__file__])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
     reported = set(render(report).splitlines())

@@ -25,7 +25,11 @@ rank's, so the two are never merged or named alike). Definitions (one place, use
   A nested region's time is inside its parent's.
 * A process straggles in a region when its time exceeds the region's median by more than
   ``straggler_pct`` percent *and* by more than :data:`STRAGGLER_FLOOR` of the step's median time (so
-  microsecond noise in tiny regions is not flagged).
+  microsecond noise in tiny regions is not flagged) *and* by more than the region's **noise** as the other
+  processes show it: the widest step-to-step range (max minus min over the profiled steps) of any other
+  process's time in the region (0 with a single step). A process slow in one step by no more than the
+  others vary anyway is not a straggler: two runs of the same code flagged different processes at random
+  before this rule (issue 34: 2 flags, then 0).
 """
 
 from __future__ import annotations
@@ -311,6 +315,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             iterations.setdefault((step, name), {}).setdefault(process_name(rank, replica), []).append(list(r["iterations"]))
 
     order = sorted(shape, key=lambda n: (first_seen[n], _role_index(shape[n][0]), n))
+    noise = _noise_ms(region_times)
     steps: list[StepTime] = []
     stragglers: list[Straggler] = []
     for step in sorted(set(step_times) | {s for s, _ in region_times}):
@@ -327,7 +332,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             role, depth, parent = shape[name]
             rs = Spread.of(list(per_rank.values()))
             share = rs.median_ms / span_ms if span_ms else None
-            slow = _stragglers(rs, spread, straggler_pct)
+            slow = _stragglers(rs, spread, straggler_pct, noise.get(name, {}))
             stragglers += [Straggler(step, name, t, rs.median_ms) for t in slow]
             regions.append(RegionTime(step, name, role, depth, parent, rs, share, slow,
                                       errors.get((step, name), []), iterations.get((step, name), {})))
@@ -350,12 +355,28 @@ def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
     return covered
 
 
-def _stragglers(region: Spread, step: Spread | None, pct: float) -> list[RankTime]:
+def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dict[str, dict[int, float]]:
+    """Region -> process -> how much the *other* processes' times in it vary from step to step: the
+    largest of their ranges (max minus min over the profiled steps; module docstring)."""
+    by_process: dict[str, dict[int, list[float]]] = {}
+    for (_, name), cell in region_times.items():
+        for who, t in cell.items():
+            by_process.setdefault(name, {}).setdefault(who, []).append(t.ms)
+    noise: dict[str, dict[int, float]] = {}
+    for name, per in by_process.items():
+        ranges = sorted(((max(ms) - min(ms), who) for who, ms in per.items() if len(ms) > 1), reverse=True)
+        if ranges:
+            widest, second = ranges[0], ranges[1][0] if len(ranges) > 1 else 0.0
+            noise[name] = {who: second if who == widest[1] else widest[0] for who in per}
+    return noise
+
+
+def _stragglers(region: Spread, step: Spread | None, pct: float, noise_ms: dict[int, float]) -> list[RankTime]:
     if len(region.per_rank) < 2:
         return []
     floor = STRAGGLER_FLOOR * step.median_ms if step else 0.0
     return [t for t in region.per_rank
-            if t.ms > region.median_ms * (1 + pct / 100.0) and t.ms - region.median_ms > floor]
+            if t.ms > region.median_ms * (1 + pct / 100.0) and t.ms - region.median_ms > max(floor, noise_ms.get(t.key, 0.0))]
 
 
 def _summaries(steps: list[StepTime], order: list[str], shape: dict) -> list[RegionSummary]:

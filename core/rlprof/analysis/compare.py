@@ -2,35 +2,61 @@
 
 Use it after a change to the trainer (or in CI, against a baseline run) to see which regions got
 slower or faster. Each side is a save path, run directory or manifest (the newest run found there,
-or ``--run-a``/``--run-b`` ID). Both are read from the manifests only (:mod:`rlprof.analysis.anatomy`): a
-region's time is its median across processes of each process's median over the profiled steps; the
-step's time is the median over profiled steps of the step time (its window, first start to last
-end). One row per region (per region and process with ``--ranks``: trainer ranks, and rollout
-replicas named ``replica N``) with A, B, the change and the % change, sorted by impact (the
+or ``--run-a``/``--run-b`` ID). Both are read from the manifests only (:mod:`rlprof.analysis.anatomy`).
+
+Which steps: the first profiled step is left out when a side has more than one (it carries the
+warm-up: allocator, caches, compilation; in the demo it takes about twice as long as the next), and the
+output says so.
+
+What is compared: a region's time is its median across processes of each process's median over the
+compared steps; the step's time is the median over compared steps of the step time (its window, first
+start to last end). One row per region (per region and process with ``--ranks``: trainer ranks, and
+rollout replicas named ``replica N``) with A, B, the change and the % change, sorted by impact (the
 absolute change in ms); regions found in only one run are listed too.
 
-``--fail-above PCT`` exits 1 when the step or a region got more than PCT percent slower (regions
-shorter than ``--min-ms`` in both runs are not held to it: their noise is larger than their cost).
+Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
+across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
+when the Mann-Whitney U test over the two sides' samples gives a two-sided p-value of at most
+:data:`CHANCE` (1%): when nothing changed, both sides' samples are exchangeable and such a result
+happens by chance at most 1% of the time (half of that as "slower"): a CI gate on a dozen rows must
+not fail one run in two on noise. Its direction (slower, faster) is where most pairs of samples
+point. The most extreme result, every sample of one side beyond every sample of the other, has
+probability ``2 / C(n+m, n)`` (n, m samples); where even that is above 1% (4 or fewer samples a side)
+the row says *too few samples to tell*; otherwise a change that is not clear is *inside the noise*.
+
+``--fail-above PCT`` exits 1 when the step or a region got more than PCT percent slower *and* the change
+is clear (regions shorter than ``--min-ms`` in both runs are not held to it: their noise is larger than
+their cost). Rows above PCT with too few samples are named on stderr, not failed: profile more steps.
 Exit status: 0 compared (no regression above the limit), 1 regression, 2 usage / no manifests / no timings.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlprof.analysis.anatomy import Anatomy, RankTime, process_name, process_order
+from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
 from rlprof.analysis.runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 STEP_ROW = "(step)"
 """The row holding the whole step's time."""
 MIN_MS = 1.0
+CHANCE = 0.01
+"""A change is clear when its two-sided p-value (Mann-Whitney) is at most this; a row where even the most
+extreme ordering would be likelier than this by chance has too few samples to tell."""
+EXACT_UP_TO = 400
+"""Exact p-values up to this many sample pairs (20 x 20; counting the orderings costs about n*m*n*m),
+the normal approximation beyond, where it is close."""
+SLOWER, FASTER, NOISE, TOO_FEW = "slower", "faster", "inside the noise", "too few samples to tell"
+"""What a row's change is (:func:`told`)."""
 
 
 Process = tuple[int | None, int | None]
@@ -40,14 +66,41 @@ ACROSS: Process = (None, None)
 
 
 @dataclass
+class Samples:
+    """One row on one side: the time compared (``ms``) and the samples its noise is judged from."""
+
+    ms: float
+    values: list[float]
+    """Per compared step and process (see the module's definitions)."""
+
+    @property
+    def spread(self) -> list[float]:
+        """``[min, max]`` of the samples."""
+        return [min(self.values), max(self.values)]
+
+
+@dataclass
 class Change:
     region: str
     rank: int | None
     """None: across processes (the median), or a replica's row; a trainer rank with ``--ranks``."""
-    a_ms: float | None
-    b_ms: float | None
+    a: Samples | None
+    b: Samples | None
     replica_rank: int | None = None
     """A rollout replica's row with ``--ranks``."""
+
+    @property
+    def a_ms(self) -> float | None:
+        return None if self.a is None else self.a.ms
+
+    @property
+    def b_ms(self) -> float | None:
+        return None if self.b is None else self.b.ms
+
+    @property
+    def told(self) -> str:
+        """:data:`SLOWER`, :data:`FASTER`, :data:`NOISE` or :data:`TOO_FEW`; "" for a row in one run only."""
+        return "" if self.a is None or self.b is None else told(self.a.values, self.b.values)
 
     @property
     def name(self) -> str | None:
@@ -70,29 +123,105 @@ class Change:
 
     def as_dict(self) -> dict[str, Any]:
         pct = self.change_pct
-        return {**asdict(self), "name": self.name, "change_ms": round(self.change_ms, 3),
-                "change_pct": None if pct is None else round(pct, 2), "note": self.note}
+        side = {f"{k}_{field}": None if v is None else value(v)
+                for k, v in (("a", self.a), ("b", self.b))
+                for field, value in (("ms", lambda x: round(x.ms, 3)), ("spread_ms", lambda x: [round(y, 3) for y in x.spread]),
+                                     ("samples", lambda x: len(x.values)))}
+        return {"region": self.region, "rank": self.rank, "replica_rank": self.replica_rank, **side, "name": self.name,
+                "change_ms": round(self.change_ms, 3), "change_pct": None if pct is None else round(pct, 2),
+                "change": self.told, "note": self.note}
 
 
-def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], float]:
-    """``(region, process or ACROSS) -> ms`` for one run, with the step itself as :data:`STEP_ROW`
-    (per process: its ``step`` records' median; across processes: the median step time)."""
-    times: dict[tuple[str, Process], float] = {}
-    for summary in anatomy.regions:
-        if per_rank:
-            times.update({(summary.region, _process(t)): t.ms for t in summary.spread.per_rank})
-        else:
-            times[summary.region, ACROSS] = summary.spread.median_ms
-    if per_rank:
-        by_process: dict[Process, list[float]] = {}
-        for step in anatomy.steps:
-            for t in (step.spread.per_rank if step.spread else []):
-                by_process.setdefault(_process(t), []).append(t.ms)
-        times.update({(STEP_ROW, key): statistics.median(ms) for key, ms in by_process.items()})
+def told(a: Sequence[float], b: Sequence[float]) -> str:
+    """Whether B's samples stand clear of A's noise (module docstring: "Noise")."""
+    if 2 / math.comb(len(a) + len(b), len(a)) > CHANCE:
+        return TOO_FEW
+    above, p = mann_whitney(a, b)
+    if p > CHANCE:
+        return NOISE
+    return SLOWER if above > len(a) * len(b) / 2 else FASTER
+
+
+def mann_whitney(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Mann-Whitney's U for B above A (pairs with B's sample higher; a tie counts half) and its two-sided
+    p-value: exact (the null distribution counted over every ordering) up to :data:`EXACT_UP_TO` pairs,
+    else the normal approximation with continuity correction."""
+    n, m = len(a), len(b)
+    above = _rank_sum(a, b) - m * (m + 1) / 2
+    tail = min(above, n * m - above)
+    if n * m <= EXACT_UP_TO:
+        counts = _u_counts(n, m)
+        p = 2 * sum(counts[: math.floor(tail) + 1]) / math.comb(n + m, n)
     else:
-        spans = [step.span_ms for step in anatomy.steps if step.span_ms is not None]
-        if spans:
-            times[STEP_ROW, ACROSS] = statistics.median(spans)
+        z = (n * m / 2 - tail - 0.5) / math.sqrt(n * m * (n + m + 1) / 12)
+        p = math.erfc(max(z, 0.0) / math.sqrt(2))
+    return above, min(1.0, p)
+
+
+def _rank_sum(a: Sequence[float], b: Sequence[float]) -> float:
+    """The sum of B's ranks among all samples (ties share their mean rank): U plus ``m(m+1)/2``, found
+    in one sort rather than over every pair (thousands of processes give millions of pairs)."""
+    ordered = sorted([(x, False) for x in a] + [(y, True) for y in b])
+    total, i = 0.0, 0
+    while i < len(ordered):
+        j = i
+        while j < len(ordered) and ordered[j][0] == ordered[i][0]:
+            j += 1
+        rank = (i + 1 + j) / 2  # ranks i+1..j share their mean
+        total += rank * sum(1 for k in range(i, j) if ordered[k][1])
+        i = j
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _u_counts(n: int, m: int) -> list[int]:
+    """How many orderings of n A's and m B's give each U (pairs with the B above the A), U = 0..n*m.
+    Built by adding the largest sample last: a B above ``i`` A's adds ``i``."""
+    rows = [[1]] * (m + 1)  # rows[j]: the counts for 0 A's and j B's
+    for i in range(1, n + 1):
+        new = [[1]]  # i A's and no B: U = 0 once
+        for j in range(1, m + 1):
+            last_a, last_b = rows[j], new[j - 1]
+            counts = [0] * (i * j + 1)
+            for u, c in enumerate(last_a):
+                counts[u] += c
+            for u, c in enumerate(last_b):
+                counts[u + i] += c
+            new.append(counts)
+        rows = new
+    return rows[m]
+
+
+def compared_steps(anatomy: Anatomy) -> list[StepTime]:
+    """The profiled steps a side is compared on: all but the first when there are more (warm-up)."""
+    return anatomy.steps[1:] if len(anatomy.steps) > 1 else anatomy.steps
+
+
+def left_out(anatomy: Anatomy) -> int | None:
+    """The warm-up step :func:`compared_steps` leaves out, if any."""
+    return anatomy.steps[0].step if len(anatomy.steps) > 1 else None
+
+
+def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], Samples]:
+    """``(region, process or ACROSS) -> Samples`` for one run over its compared steps, with the step itself
+    as :data:`STEP_ROW` (per process: its ``step`` records; across processes: the step times)."""
+    steps = compared_steps(anatomy)
+    by_row: dict[tuple[str, Process], dict[Process, list[float]]] = {}
+    """row -> process -> its time per compared step"""
+    for step in steps:
+        for region in step.regions:
+            for t in region.spread.per_rank:
+                row = (region.region, _process(t) if per_rank else ACROSS)
+                by_row.setdefault(row, {}).setdefault(_process(t), []).append(t.ms)
+        if per_rank:
+            for t in (step.spread.per_rank if step.spread else []):
+                by_row.setdefault((STEP_ROW, _process(t)), {}).setdefault(_process(t), []).append(t.ms)
+    times = {row: Samples(statistics.median(statistics.median(ms) for ms in per_process.values()),
+                          [x for ms in per_process.values() for x in ms])
+             for row, per_process in by_row.items()}
+    spans = [step.span_ms for step in steps if step.span_ms is not None]
+    if spans and not per_rank:
+        times[STEP_ROW, ACROSS] = Samples(statistics.median(spans), spans)
     return times
 
 
@@ -107,28 +236,56 @@ def _process(t: RankTime) -> Process:
     return (t.rank, None) if t.replica_rank is None else (None, t.replica_rank)
 
 
-def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
-    """Rows that got more than ``pct`` percent slower (and are at least ``min_ms`` long in one run)."""
+def above(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
+    """Rows that got more than ``pct`` percent slower (and are at least ``min_ms`` long in one run), clear or not."""
     return [c for c in changes if c.change_pct is not None and c.change_pct > pct and max(c.a_ms, c.b_ms) >= min_ms]
 
 
+def regressions(changes: Sequence[Change], pct: float, min_ms: float = MIN_MS) -> list[Change]:
+    """Rows that got more than ``pct`` percent slower, clearly (:func:`told`)."""
+    return [c for c in above(changes, pct, min_ms) if c.told == SLOWER]
+
+
 def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool) -> str:
-    lines = [f"A: run {a.run_id} ({len(a.anatomy.steps)} profiled steps, {len(a.processes)} processes)",
-             f"B: run {b.run_id} ({len(b.anatomy.steps)} profiled steps, {len(b.processes)} processes)",
-             "times: per process the median over profiled steps, then the median across processes; (step): the median step time"
-             if not per_rank else "times: each process's median over profiled steps", ""]
-    rows = [("region", "process", "A ms", "B ms", "change ms", "change", "")] if per_rank else [("region", "A ms", "B ms", "change ms", "change", "")]
+    lines = [_side_line("A", a), _side_line("B", b),
+             "times: per process the median over compared steps, then the median across processes; (step): the median step time"
+             if not per_rank else "times: each process's median over compared steps",
+             "spread: min-max of the samples (each compared step and process); clearly: a Mann-Whitney test over them, p <= 1%", ""]
+    head = ["region"] + (["process"] if per_rank else []) + ["A ms", "A spread", "B ms", "B spread", "change ms", "change", ""]
+    rows = [tuple(head)]
     for c in changes:
         cells = [c.region] + ([c.name or "-"] if per_rank else []) + [
-            "-" if c.a_ms is None else f"{c.a_ms:.2f}", "-" if c.b_ms is None else f"{c.b_ms:.2f}",
-            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note]
+            _ms(c.a), _spread(c.a), _ms(c.b), _spread(c.b),
+            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note or _said(c.told)]
         rows.append(tuple(cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         first = row[0].ljust(widths[0])
         rest = [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:])]
         lines.append(("  ".join([first] + rest) + ("  " + row[-1] if row[-1] else "")).rstrip())
+    told_rows = [c.told for c in changes if c.told]
+    if told_rows and all(t == TOO_FEW for t in told_rows):
+        lines += ["", "too few samples to tell any change from noise (5 a side at least): profile more steps or compare more processes"]
     return "\n".join(lines)
+
+
+def _side_line(side: str, run: RunReport) -> str:
+    steps, skipped = len(run.anatomy.steps), left_out(run.anatomy)
+    compared = f"step {skipped} left out as warm-up, {steps - 1} compared" if skipped is not None else "all compared"
+    return f"{side}: run {run.run_id} ({steps} profiled step{'s' if steps != 1 else ''}: {compared}; {len(run.processes)} processes)"
+
+
+def _ms(side: Samples | None) -> str:
+    return "-" if side is None else f"{side.ms:.2f}"
+
+
+def _spread(side: Samples | None) -> str:
+    return "-" if side is None else "{:.2f}-{:.2f}".format(*side.spread)
+
+
+def _said(told_as: str) -> str:
+    """The note column: a clear change says so; noise and too few samples say that."""
+    return f"clearly {told_as}" if told_as in (SLOWER, FASTER) else told_as
 
 
 def _load(path: str, run: str | None, side: str) -> RunReport:
@@ -165,14 +322,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
     changes = compare(a, b, per_rank=opts.ranks)
-    slower = regressions(changes, opts.fail_above, opts.min_ms) if opts.fail_above is not None else []
+    limit = opts.fail_above
+    slower = regressions(changes, limit, opts.min_ms) if limit is not None else []
+    untold = [c for c in above(changes, limit, opts.min_ms) if c.told == TOO_FEW] if limit is not None else []
     if opts.json:
-        print(json.dumps({"a": a.run_id, "b": b.run_id, "per_rank": opts.ranks, "changes": [c.as_dict() for c in changes],
-                          "fail_above": opts.fail_above, "regressions": [c.as_dict() for c in slower]}, indent=1))
+        print(json.dumps({"a": a.run_id, "b": b.run_id, "per_rank": opts.ranks,
+                          "left_out": {"a": left_out(a.anatomy), "b": left_out(b.anatomy)},
+                          "changes": [c.as_dict() for c in changes], "fail_above": limit,
+                          "regressions": [c.as_dict() for c in slower], "too_few_samples": [c.as_dict() for c in untold]}, indent=1))
     else:
         print(render(a, b, changes, opts.ranks))
     for c in slower:
-        where = f" on {c.name}" if c.name is not None else ""
-        print(f"rlprof compare: regression: {c.region}{where} {c.a_ms:.2f} -> {c.b_ms:.2f} ms ({c.change_pct:+.1f}% > {opts.fail_above:g}%)",
-              file=sys.stderr)
+        print(f"rlprof compare: regression: {_row(c)} {c.a_ms:.2f} -> {c.b_ms:.2f} ms ({c.change_pct:+.1f}% > {limit:g}%, "
+              f"clear of the noise)", file=sys.stderr)
+    for c in untold:
+        print(f"rlprof compare: not held to --fail-above, too few samples to tell: {_row(c)} {c.a_ms:.2f} -> {c.b_ms:.2f} ms "
+              f"({c.change_pct:+.1f}%; {len(c.a.values)} and {len(c.b.values)} samples; profile more steps)", file=sys.stderr)
     return EXIT_REGRESSION if slower else EXIT_OK
+
+
+def _row(c: Change) -> str:
+    return c.region + (f" on {c.name}" if c.name is not None else "")

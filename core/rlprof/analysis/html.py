@@ -27,6 +27,7 @@ from typing import Sequence
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
+from rlprof.invocation import rlprof_command
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
@@ -38,6 +39,8 @@ MARKER = b'<meta name="generator" content="rlprof report">'
 HEAT_ROWS = 256
 """The heat map draws at most this many processes (the slowest first beyond that)."""
 FILES_LISTED = 200
+STRAGGLER_OUTLINE = 'stroke="#cf222e" stroke-width="2"'
+"""A step's region with a straggler in that step (the legend says so)."""
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px auto;max-width:1200px;color:#1f2328;padding:0 16px}
@@ -77,8 +80,11 @@ def _run_section(report: RunReport) -> str:
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
-        parts.append('<p class="muted">median time per top-level region across the processes that ran it; light grey: the part of '
-                     "the step no process's region covers; dark grey: profiling's own time writing captures; the whisker spans the fastest to the slowest rank's step</p>")
+        parts.append('<p class="muted">each bar is the step\'s window, first start to last end over the ranks (the ms on its right); '
+                     "coloured: each top-level region's median time across the processes that ran it; dark grey: profiling's own "
+                     "time writing captures; light grey: the rest of the window (time no process's region covers, and where the "
+                     "processes' regions did not line up); the whisker spans the fastest to the slowest rank's own step time, "
+                     "inside the window; a red outline: a region with a straggler in that step (listed below)</p>")
         parts.append(_step_bars(anatomy))
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
@@ -106,11 +112,12 @@ def _step_bars(anatomy: Anatomy) -> str:
     steps = anatomy.steps
     label_w, width, bar_h, gap = 90, 760, 22, 10
     longest = max([s.spread.max_ms for s in steps if s.spread] + [s.span_ms or 0.0 for s in steps]
-                  + [s.tracked_ms + s.writing_ms + (s.untracked_ms or 0.0) for s in steps] + [1e-9])
+                  + [s.tracked_ms + s.writing_ms + _rest_ms(s) for s in steps] + [1e-9])
     scale = width / longest
     top_regions = [r for r in anatomy.regions if r.depth == 0]
     writing = any(s.writing_ms for s in steps)
-    legend_h = 22 * ((len(top_regions) + 1 + writing + 3) // 4)
+    straggling = any(r.stragglers for s in steps for r in s.regions if r.depth == 0)
+    legend_h = 22 * ((len(top_regions) + 2 + writing + straggling + 3) // 4)
     height = len(steps) * (bar_h + gap) + 30 + legend_h
     out = [f'<svg class="step-anatomy" role="img" aria-label="step anatomy" width="{label_w + width + 110}" height="{height}" '
            f'xmlns="http://www.w3.org/2000/svg">']
@@ -123,7 +130,7 @@ def _step_bars(anatomy: Anatomy) -> str:
             w = r.spread.median_ms * scale
             share = f" ({100 * r.share_of_step:.0f}% of the step)" if r.share_of_step is not None else ""
             tip = f"step {step.step} {r.region}: {r.spread.median_ms:.2f} ms median{share}; min {r.spread.min_ms:.2f}, max {r.spread.max_ms:.2f} on {r.spread.slowest.name}"
-            stroke = ' stroke="#cf222e" stroke-width="2"' if r.stragglers else ""
+            stroke = f" {STRAGGLER_OUTLINE}" if r.stragglers else ""
             out.append(f'<rect class="segment" data-region="{_e(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
                        f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{_e(tip)}</title></rect>')
             x += w
@@ -132,10 +139,14 @@ def _step_bars(anatomy: Anatomy) -> str:
             out.append(f'<rect class="segment writing" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{WRITING}">'
                        f"<title>step {step.step}: {step.writing_ms:.2f} ms writing captures (profiling's own time)</title></rect>")
             x += w
-        if step.untracked_ms:
-            w = step.untracked_ms * scale
-            out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{w:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
-                       f"<title>step {step.step}: {step.untracked_ms:.2f} ms outside regions</title></rect>")
+        rest = _rest_ms(step)
+        if rest:
+            unaligned = rest - (step.untracked_ms or 0.0)
+            tip = f"step {step.step}: {step.untracked_ms or 0.0:.2f} ms outside every process's regions" + (
+                f", {unaligned:.2f} ms more where the processes' regions did not line up (each region is drawn at its median)"
+                if unaligned >= 0.005 else "")
+            out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{rest * scale:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
+                       f"<title>{_e(tip)}</title></rect>")
         if step.spread:
             x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
             out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
@@ -145,13 +156,26 @@ def _step_bars(anatomy: Anatomy) -> str:
                 out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
         out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
     y = len(steps) * (bar_h + gap) + 12
-    items = [(r.region, colours[r.region]) for r in top_regions] + [("writing captures", WRITING)] * writing + [
-        ("outside regions", UNTRACKED)]
-    for k, (name, colour) in enumerate(items):
+    items = [(r.region, f'fill="{colours[r.region]}"') for r in top_regions] + [("writing captures", f'fill="{WRITING}"')] * writing + [
+        ("rest of the window", f'fill="{UNTRACKED}"')] + [("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
+    for k, (name, paint) in enumerate(items):
         lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
-        out.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" fill="{colour}"/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
+        out.append(f'<rect class="legend" x="{lx}" y="{ly}" width="12" height="12" {paint}/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
+    k = len(items)  # the whisker's key
+    lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22 + 6
+    out.append(f'<line class="legend" x1="{lx}" x2="{lx + 12}" y1="{ly}" y2="{ly}" stroke="#1f2328" stroke-width="1.5"/>'
+               f'<text x="{lx + 16}" y="{ly + 5}">ranks\' step times, fastest to slowest</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _rest_ms(step) -> float:
+    """The light grey end of a step's bar: what fills the drawn bar up to the step's window. The regions
+    are drawn at their medians, so where processes ran them at different times their sum falls short of
+    the window covered; this part holds that as well as the time no region covers (``untracked_ms``)."""
+    if step.span_ms is None:
+        return step.untracked_ms or 0.0
+    return max(step.untracked_ms or 0.0, step.span_ms - step.tracked_ms - step.writing_ms)
 
 
 def _heat_map(anatomy: Anatomy) -> str:
@@ -243,7 +267,7 @@ def _files(report: RunReport) -> str:
     files = report.files
     run_arg = report.run_dirs[0] if report.run_dirs else "SAVE_PATH"
     out = ["<h3>Files to open next</h3>",
-           f"<p>The whole run on one timeline (every rank, every role): <code>rlprof timeline {_e(run_arg)} -o timeline.json "
+           f"<p>The whole run on one timeline (every rank, every role): <code>{_e(rlprof_command())} timeline {_e(run_arg)} -o timeline.json "
            f"--with-traces</code>, then open <code>timeline.json</code> in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
     if not files:
         out.append("<p>No files were written.</p>")
@@ -258,7 +282,7 @@ def _files(report: RunReport) -> str:
                    f"<td>{','.join(map(str, f.steps)) or '-'}</td><td>{size_text(f.size)}</td></tr>")
     out.append("</table>")
     if len(files) > FILES_LISTED:
-        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more (rlprof report --json lists all).</p>")
+        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more ({_e(rlprof_command())} report --json lists all).</p>")
     return "\n".join(out)
 
 

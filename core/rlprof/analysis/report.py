@@ -33,6 +33,7 @@ from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
+from rlprof.invocation import rlprof_command
 from rlprof.manifest import short_node
 
 __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
@@ -62,12 +63,13 @@ def render(report: RunReport) -> str:
     lines += _said_lines(report)
     if report.anatomy.has_timings and report.run_dirs:
         run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
+        rlprof = rlprof_command()  # as this user started it, so the lines run when pasted
         lines.append("")
         if any(is_chrome_trace(Path(f.path)) for f in report.files):  # only what the selected backends wrote
-            lines.append(f"next: rlprof timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+            lines.append(f"next: {rlprof} timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
         else:
-            lines.append(f"next: rlprof timeline {run} -o timeline.json   (every rank's regions on one timeline: ui.perfetto.dev)")
-        lines.append(f"      rlprof report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
+            lines.append(f"next: {rlprof} timeline {run} -o timeline.json   (every rank's regions on one timeline: ui.perfetto.dev)")
+        lines.append(f"      {rlprof} report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]

@@ -96,6 +96,9 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
     if opts.rollout == "vllm":  # agent-loop: rollout's ranks count replicas; listed, so ranks=[...] can narrow them
         rollout = config["actor_rollout_ref"]["rollout"]
         rollout["mode"] = "async"
+        # Agent-loop rollout is always captured per generate call; say so, so that the demo's own
+        # config draws no warning (the loader warns a user who wrote end-to-end rollout in that mode).
+        rollout["profiler"]["discrete"] = True
         if rollout["profiler"].pop("all_ranks", False):
             rollout["profiler"]["ranks"] = list(range(opts.replicas))
     return config
