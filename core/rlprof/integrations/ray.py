@@ -473,7 +473,9 @@ class ProfilingController:
                     refs[self.workers[label][1].rlprof_wait_finish_hook.remote()] = label
                 except Exception:  # the worker is gone: nothing to wait for
                     pass
-        timeout = float(os.environ.get("RLPROF_FINISH_HOOK_TIMEOUT", "600")) + self.timeout_s
+        from rlprof.runtime.finish_hook import wait_limit_s
+
+        timeout = wait_limit_s() + self.timeout_s
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout) if refs else ([], [])
         status: dict[str, int | None] = dict.fromkeys(refs.values())
         for ref in ready:
