@@ -99,6 +99,17 @@ def test_one_run_id_for_every_worker(test_backends):
     assert ProfilingController(config(tool="recorder")).run_id != ProfilingController(config(tool="recorder")).run_id
 
 
+def test_the_controller_honours_rlprof_run_id_as_its_workers_profilers_do(test_backends, monkeypatch, tmp_path):
+    """A user who sets ``RLPROF_RUN_ID`` gets one run directory: the controller's is the workers'."""
+    import rlprof
+
+    monkeypatch.setenv("RLPROF_RUN_ID", "my run")
+    controller = ProfilingController(config(tool="recorder"))
+    worker = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",))
+    assert controller.run_id == worker.run.run_id == "my_run"
+    assert ProfilingController(config(tool="recorder"), run_id="given").run_id == "given"  # an explicit id wins
+
+
 def test_importing_rlprof_and_its_ray_glue_does_not_import_ray():
     code = "import sys, rlprof, rlprof.ray, rlprof.analysis.report; rlprof.Profiler; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

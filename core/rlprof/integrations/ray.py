@@ -53,12 +53,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import BackendError
-from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.layout import hostname
 from rlprof.integrations.gather import RunFiles
 from rlprof.integrations.nodes import (ManifestCursor, NodeInfo, RunCollector, Sent, batch_of, current_node,
                                        finish_hook_runners, node_save_path)
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
 from rlprof.runtime.plan import primary_role, resolve_plan
+from rlprof.runtime.run_id import RUN_ID_ENV, run_id_for
 
 log = logging.getLogger("rlprof")
 
@@ -143,7 +144,7 @@ def worker_options(
                         replica_rank=replica_rank, num_replicas=num_replicas)
     env: dict[str, Any] = _merged({}, dict(runtime_env or {}), "runtime_env")
     if run_id:
-        env = _merged(env, {"env_vars": {"RLPROF_RUN_ID": run_id}}, "run_id")
+        env = _merged(env, {"env_vars": {RUN_ID_ENV: run_id}}, "run_id")
     if plan.active:
         from rlprof.runtime.registry import Backends
 
@@ -348,7 +349,8 @@ class ProfilingController:
     :param config: the profiler configuration (YAML path, mapping, DictConfig, ProfilerConfig);
         loaded and checked once here, then shipped to the workers already parsed.
     :param workers: ``(WorkerSpec, actor handle)`` pairs; more can be added with :meth:`add`.
-    :param run_id: shared by every rank; default a new one (:func:`rlprof.layout.new_run_id`).
+    :param run_id: shared by every rank; default: env ``RLPROF_RUN_ID`` or a new one
+        (:func:`rlprof.runtime.run_id.run_id_for`).
     :param timeout_s: the longest any fan-out waits for a worker (``setup`` included, which also
         waits for the actors to start); may be changed between calls.
     """
@@ -363,7 +365,7 @@ class ProfilingController:
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ):
         self.config: ProfilerConfig = load_config(config, overrides)
-        self.run_id = safe_name(run_id or new_run_id())  # as the workers' Profilers will spell it
+        self.run_id = run_id_for(run_id)  # decided as the workers' Profilers decide it
         self.timeout_s = timeout_s
         self.workers: dict[str, tuple[WorkerSpec, Any]] = {}
         self.failures: list[WorkerFailure] = []
