@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlprof import ConfigError, hookimpl
-from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, worker_options
+from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilerArgs, ProfilingController, WorkerSpec, worker_options
 
 
 class NsightLike:
@@ -108,6 +108,24 @@ def test_the_controller_honours_rlprof_run_id_as_its_workers_profilers_do(test_b
     worker = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",))
     assert controller.run_id == worker.run.run_id == "my_run"
     assert ProfilingController(config(tool="recorder"), run_id="given").run_id == "given"  # an explicit id wins
+
+
+def test_the_placement_arguments_are_stated_once_and_are_the_profilers_own():
+    """``ProfilerArgs`` is the one statement of where a Profiler stands: it must name exactly the
+    Profiler's parameters besides config, run id, overrides and backends, or a worker would be
+    built with one silently dropped."""
+    import dataclasses
+    import inspect
+
+    import rlprof
+
+    profiler = set(inspect.signature(rlprof.Profiler).parameters) - {"config", "run_id", "overrides", "backends"}
+    assert {f.name for f in dataclasses.fields(ProfilerArgs)} == profiler
+    spec = WorkerSpec(rank=1, roles=["actor"], world_size=2, group="critic")
+    assert spec.profiler_kwargs() == {"rank": 1, "world_size": 2, "roles": ("actor",), "stages": None,
+                                      "replica_rank": None, "num_replicas": None}
+    with pytest.raises(TypeError, match="ranks"):  # a misspelled argument is refused, not dropped
+        worker_options(config(), rank=0, ranks=1, **HYBRID)
 
 
 def test_importing_rlprof_and_its_ray_glue_does_not_import_ray():
