@@ -22,12 +22,9 @@ The whole story:
 * **Around every step** the controller's :class:`ProfilingController` fans ``start_step`` /
   ``step_boundary`` out to the workers (only on profiled steps: other steps cost nothing), and
   ``finalize`` at the end. Every fan-out waits at most ``timeout_s``: a dead or hung worker is
-  reported (which worker, which rank, what error), recorded in the run's manifest, and never
-  hangs the controller; the other ranks carry on and keep their artifacts. A worker that died or
-  timed out is **not waited for again**: later fan-outs skip it (and say so once), so a hung rank
-  costs the timeout once per run, not once per step. A hung worker that answers again (its stuck
-  call finished) rejoins at the next fan-out; ``finalize`` is still sent to it, without waiting, so
-  it can write its captures if it ever gets there.
+  reported, recorded in the run's manifest, and never hangs the controller; the other ranks carry
+  on and keep their artifacts, and a hung rank costs the timeout once per run, not once per step
+  (:mod:`~rlprof.integrations.ray_fanout` says how).
 * **Many nodes** (:mod:`rlprof.integrations.nodes`): every reply a worker sends at ``setup``, a
   profiled step's end and ``finalize`` carries the lines its manifest gained since, which the
   controller appends in its own run directory, so one ``rlprof report`` sees every node; a dead
