@@ -131,3 +131,14 @@ def test_the_placement_arguments_are_stated_once_and_are_the_profilers_own():
 def test_importing_rlprof_and_its_ray_glue_does_not_import_ray():
     code = "import sys, rlprof, rlprof.ray, rlprof.analysis.report; rlprof.Profiler; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_verl_driver_waits_for_the_run_id_it_exported(monkeypatch):
+    """Outside Ray the only id a process of the run can have is ``RLPROF_RUN_ID``, spelled as its directory."""
+    from rlprof.runtime.run_id import export_run_id, possible_run_ids
+
+    monkeypatch.delenv("RLPROF_RUN_ID", raising=False)
+    exported = export_run_id()
+    assert possible_run_ids() == [exported] and export_run_id() == exported  # set once, then kept
+    monkeypatch.setenv("RLPROF_RUN_ID", "a run")
+    assert possible_run_ids() == ["a_run"]

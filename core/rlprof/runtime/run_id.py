@@ -13,7 +13,8 @@ the same one, or their files land in different directories. It is decided here, 
 
 Whatever the source, the id is spelled as a directory name (:func:`rlprof.layout.safe_name`).
 Callers: :class:`~rlprof.Profiler`, :class:`~rlprof.ray.ProfilingController`, verl's
-``DistProfiler`` and the end-of-run wait in the verl driver (:mod:`rlprof.integrations.verl.run_id`).
+``DistProfiler`` (:mod:`rlprof.integrations.verl.run_id`) and the end-of-run wait in the verl driver
+(:func:`possible_run_ids`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def run_id_for(explicit: str | None = None, *, ray_job: bool = False) -> str:
 def shared_run_id(*, ray_job: bool = False) -> str | None:
     """The id every process of the run finds without being told (steps 2 and 3), or None."""
     return os.environ.get(RUN_ID_ENV) or (ray_job_run_id() if ray_job else None)
+
+
+def possible_run_ids() -> list[str]:
+    """Every id a process of this run may have decided without being told, as spelled: the
+    environment's and the Ray job's (a process started without ``RLPROF_RUN_ID`` uses the job's).
+    For a driver that waits for all of the run's processes."""
+    found = (os.environ.get(RUN_ID_ENV), ray_job_run_id())
+    return [safe_name(run_id) for run_id in dict.fromkeys(found) if run_id]
 
 
 def export_run_id() -> str:

@@ -3,12 +3,11 @@
 verl builds a ``DistProfiler`` in each worker on its own; none of them is told about the others, so
 the run id comes from what those processes share: ``RLPROF_RUN_ID`` (set by :func:`rlprof.verl.install`
 in the driver before Ray starts), else the Ray job. The order itself is decided in one place,
-:mod:`rlprof.runtime.run_id`; this module only says that verl's processes use the Ray job step.
+:mod:`rlprof.runtime.run_id`; this module only says that verl's processes use its Ray job step.
 """
 
 from __future__ import annotations
 
-from rlprof.runtime.run_id import RUN_ID_ENV, ray_job_run_id  # noqa: F401  (verl's modules import them from here)
 from rlprof.runtime.run_id import shared_run_id as _shared
 
 
