@@ -28,19 +28,21 @@ class Ref:
         return self.value
 
 
-def fake_ray():
+def fake_ray(alive_nodes=()):
     def wait(refs, num_returns, timeout):
         return [r for r in refs if r.outcome != "hang"], [r for r in refs if r.outcome == "hang"]
 
     return types.SimpleNamespace(wait=wait, get=lambda ref, timeout=None: ref.result(),
-                                 exceptions=types.SimpleNamespace(RayActorError=ActorDied))
+                                 exceptions=types.SimpleNamespace(RayActorError=ActorDied),
+                                 nodes=lambda: [{"NodeID": n, "Alive": True} for n in alive_nodes])
 
 
 class Handle:
     """An actor handle whose calls answer as ``script[(call, step)]`` says (default: at once, None)."""
 
-    def __init__(self, script=None):
+    def __init__(self, script=None, node=None):
         self.script = script or {}
+        self.node = node
         self.calls = []
         self.step = None
 
@@ -50,7 +52,8 @@ class Handle:
             if name == "rlprof_start_step":
                 self.step = args[0]
             outcome = self.script.get((name, self.step), "ok")
-            value = [{"kind": "pending", "path": "w.nsys-rep"}] if name == "rlprof_finalize" else None
+            value = {"rlprof_finalize": [{"kind": "pending", "path": "w.nsys-rep"}],
+                     "rlprof_setup": {"node": self.node, "host": f"host-{self.node}"}}.get(name)
             return outcome if isinstance(outcome, Ref) else Ref(outcome, value)
 
         return types.SimpleNamespace(remote=remote)
@@ -96,3 +99,23 @@ def test_a_stuck_worker_is_skipped_but_still_told_to_finalize(ray_stand_in, test
     assert final.skipped == ["workers/rank0"] and final.failures == []
     assert hung.calls[-1] == "rlprof_finalize"  # sent without waiting, queued behind the stuck call
     assert controller.pending == {} and set(controller.unresponsive) == {"workers/rank0"}
+
+
+def test_a_lost_node_is_said_once_with_its_workers_and_the_last_step_they_delivered(monkeypatch, test_backends, tmp_path):
+    from rlprof.manifest import read_records
+
+    monkeypatch.setitem(sys.modules, "ray", fake_ray(alive_nodes=["nodeB"]))
+    handles = [Handle({("rlprof_start_step", 2): "died"}, node="nodeA"),
+               Handle({("rlprof_start_step", 2): "died"}, node="nodeA"), Handle(node="nodeB")]
+    config = {"global_profiler": {"tool": "recorder", "steps": [1, 2], "save_path": str(tmp_path)},
+              "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
+    controller = ProfilingController(config, [(WorkerSpec(rank=r, world_size=3, roles=("actor",)), h)
+                                              for r, h in enumerate(handles)])
+    controller.setup()
+    controller.start_step(1)
+    controller.step_boundary()
+    controller.start_step(2)
+    controller.finalize()
+    lost = [r for r in read_records([tmp_path]) if r["type"] == "node_lost"]
+    assert [(r["node"], r["node_host"], r["workers"], r["step"]) for r in lost] == [
+        ("nodeA", "host-nodeA", ["workers/rank0", "workers/rank1"], 1)]

@@ -58,7 +58,7 @@ from typing import Any, Iterable, Mapping
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.integrations.gather import Destination, Gathered, gather_traces
-from rlprof.integrations.nodes import NodeInfo, RunCollector, Sent, current_node
+from rlprof.integrations.nodes import RunCollector, Sent, current_node
 from rlprof.integrations.ray_fanout import (DEFAULT_TIMEOUT_S, Dead, FanOut, Finished, Stuck, WorkerFailure, Workers,
                                             describe_error)
 from rlprof.integrations.ray_options import HYBRID_ENGINE_STAGES, ProfilerArgs, WorkerSpec, worker_options
@@ -106,8 +106,8 @@ class ProfilingController:
         self._step: int | None = None
         """The profiled step begun by :meth:`start_step` and not ended yet (None: none is open)."""
         self._manifest = None
-        self.placement: dict[str, NodeInfo] = {}
-        """Ray node id -> the node's host and workers (from ``setup``'s replies)."""
+        self._lost_nodes: set[str] = set()
+        """Ray nodes found gone (said once each); which workers ran where is in :attr:`infos`."""
         self.collector: RunCollector | None = None
         """Where the workers' manifest batches go (the controller's run directory); built at ``setup``."""
         self.gathered: Gathered | None = None
@@ -171,9 +171,6 @@ class ProfilingController:
         for label, info in result.results.items():
             if isinstance(info, Mapping):
                 self.infos[label] = dict(info)
-                node = info.get("node")
-                if node:
-                    self.placement.setdefault(node, NodeInfo(node, str(info.get("host")))).workers.append(label)
         self._hooks.choose(self.config, self._workers, self.infos)
         return result
 
@@ -281,14 +278,16 @@ class ProfilingController:
     def _check_node(self, label: str) -> None:
         """A worker died: if its Ray node is gone, say once that the node was lost (and which workers
         it took), in the log and the run's manifest. Its records up to its workers' last step are here."""
-        where = next((info for info in self.placement.values() if label in info.workers), None)
-        if where is None or where.lost_at_step is not None or _node_alive(where.node):
+        info = self.infos.get(label) or {}
+        node = info.get("node")
+        if not node or node in self._lost_nodes or _node_alive(node):
             return
-        last = max((s for s in (self._workers[w].last_step for w in where.workers) if s is not None), default=None)
-        where.lost_at_step = last if last is not None else 0
+        self._lost_nodes.add(node)
+        on_node = [other for other, its in self.infos.items() if its.get("node") == node]
+        last = max((s for s in (self._workers[w].last_step for w in on_node) if s is not None), default=None)
         log.error("rlprof: node %s (%s) was lost with workers %s; its records up to step %s are in %s",
-                  short_node(where.node), where.host, ", ".join(where.workers), where.lost_at_step, self.run_dir)
-        self.write(NODE_LOST_RECORD, node=where.node, node_host=where.host, workers=list(where.workers), step=last)
+                  short_node(node), info.get("host"), ", ".join(on_node), last if last is not None else 0, self.run_dir)
+        self.write(NODE_LOST_RECORD, node=node, node_host=str(info.get("host")), workers=on_node, step=last)
 
     def _record(self, failure: WorkerFailure) -> None:
         """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""
