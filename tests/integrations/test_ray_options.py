@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rlprof import ConfigError, hookimpl
-from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec, worker_options
+from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilerArgs, ProfilingController, WorkerSpec, worker_options
 
 
 class NsightLike:
@@ -99,6 +99,46 @@ def test_one_run_id_for_every_worker(test_backends):
     assert ProfilingController(config(tool="recorder")).run_id != ProfilingController(config(tool="recorder")).run_id
 
 
+def test_the_controller_honours_rlprof_run_id_as_its_workers_profilers_do(test_backends, monkeypatch, tmp_path):
+    """A user who sets ``RLPROF_RUN_ID`` gets one run directory: the controller's is the workers'."""
+    import rlprof
+
+    monkeypatch.setenv("RLPROF_RUN_ID", "my run")
+    controller = ProfilingController(config(tool="recorder"))
+    worker = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",))
+    assert controller.run_id == worker.run.run_id == "my_run"
+    assert ProfilingController(config(tool="recorder"), run_id="given").run_id == "given"  # an explicit id wins
+
+
+def test_the_placement_arguments_are_stated_once_and_are_the_profilers_own():
+    """``ProfilerArgs`` is the one statement of where a Profiler stands: it must name exactly the
+    Profiler's parameters besides config, run id, overrides and backends, or a worker would be
+    built with one silently dropped."""
+    import dataclasses
+    import inspect
+
+    import rlprof
+
+    profiler = set(inspect.signature(rlprof.Profiler).parameters) - {"config", "run_id", "overrides", "backends"}
+    assert {f.name for f in dataclasses.fields(ProfilerArgs)} == profiler
+    spec = WorkerSpec(rank=1, roles=["actor"], world_size=2, group="critic")
+    assert spec.profiler_kwargs() == {"rank": 1, "world_size": 2, "roles": ("actor",), "stages": None,
+                                      "replica_rank": None, "num_replicas": None}
+    with pytest.raises(TypeError, match="ranks"):  # a misspelled argument is refused, not dropped
+        worker_options(config(), rank=0, ranks=1, **HYBRID)
+
+
 def test_importing_rlprof_and_its_ray_glue_does_not_import_ray():
     code = "import sys, rlprof, rlprof.ray, rlprof.analysis.report; rlprof.Profiler; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_verl_driver_waits_for_the_run_id_it_exported(monkeypatch):
+    """Outside Ray the only id a process of the run can have is ``RLPROF_RUN_ID``, spelled as its directory."""
+    from rlprof.runtime.run_id import export_run_id, possible_run_ids
+
+    monkeypatch.delenv("RLPROF_RUN_ID", raising=False)
+    exported = export_run_id()
+    assert possible_run_ids() == [exported] and export_run_id() == exported  # set once, then kept
+    monkeypatch.setenv("RLPROF_RUN_ID", "a run")
+    assert possible_run_ids() == ["a_run"]

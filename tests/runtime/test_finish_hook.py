@@ -64,3 +64,20 @@ def test_finish_hook_output_kept_when_the_run_directory_cannot_hold_its_log(test
     assert (save_path / "ran.txt").read_text() == "ran\n"
     out = capfd.readouterr().out
     assert "cannot write the command's log" in out and "command exited with 0" in out
+
+
+def test_a_bad_finish_hook_timeout_is_named_and_the_default_used(test_backends, save_path, monkeypatch, caplog):
+    """``RLPROF_FINISH_HOOK_TIMEOUT=ten``: finalize still waits for the hook (600 s at most) and one
+    warning names the variable, the value and what is allowed; nothing raises out of finalize."""
+    from rlprof import notices
+
+    notices.forget()
+    monkeypatch.setenv("RLPROF_FINISH_HOOK_TIMEOUT", "ten")
+    prof = profiler(save_path, 'echo ran > "$RLPROF_SAVE_PATH/ran.txt"')
+    prof.start_step(1)
+    prof.step_boundary()
+    with caplog.at_level("WARNING", logger="rlprof"):
+        prof.finalize()
+    assert prof._finish.returncode == 0 and (save_path / "ran.txt").read_text() == "ran\n"
+    [said] = [r.getMessage() for r in caplog.records if "RLPROF_FINISH_HOOK_TIMEOUT" in r.getMessage()]
+    assert "'ten'" in said and "a number of seconds >= 0" in said and "600" in said

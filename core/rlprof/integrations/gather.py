@@ -2,7 +2,7 @@
 
 At the end of the run (after every worker finalized, so each file is complete) the controller pulls
 each artifact a worker listed, file by file, in chunks of :data:`CHUNK_BYTES` through Ray (the
-worker's :meth:`~rlprof.integrations.ray.ProfiledWorker.rlprof_read`), with at most
+worker's :meth:`~rlprof.integrations.ray_worker.ProfiledWorker.rlprof_read`), with at most
 :data:`IN_FLIGHT` chunks on their way: the controller's memory stays a few chunks whatever the file
 size (bench/bench_gather.py: +39 MiB resident while gathering 1 GiB, +26 MiB for 128 MiB). Each file is written under a temporary name, its SHA-256 computed as it arrives and compared
 with the one the worker computes on its own copy; only a verified file is given its name (a hard
@@ -17,6 +17,9 @@ which ``rlprof report`` uses to show where the file now is.
 
 Files already in the controller's run directory (a worker on the controller's node writing to the
 same save path) are left as they are.
+
+Gathering sees the controller only through a :class:`Destination`: where the files go, how long to
+wait for a node, the two limits, and the controller's manifest to record each file in.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlprof.integrations.nodes import sha256_of
+from rlprof.integrations.ray_fanout import describe_error
 from rlprof.manifest import GATHERED_RECORD, short_node
 
 log = logging.getLogger("rlprof")
@@ -89,7 +93,7 @@ def delete_if_unchanged(run_dir: Path, path: str, sha256: str) -> bool:
 
 class RunFiles:
     """What the controller asks of a node to gather a run's files: mixed into the Ray actors that can
-    answer on that node (:class:`~rlprof.integrations.ray.ProfiledWorker`, and
+    answer on that node (:class:`~rlprof.integrations.ray_worker.ProfiledWorker`, and
     :class:`~rlprof.integrations.nodes.NodeAgent` once the workers are gone). Every path is relative
     to :meth:`_rlprof_run_dir` and must stay inside it."""
 
@@ -113,6 +117,22 @@ class RunFiles:
 
 
 # ------------------------------------------------------------------------------ controller side
+
+
+@dataclass(frozen=True)
+class Destination:
+    """What gathering reads of the controller (built by it: ``ProfilingController.destination``)."""
+
+    run_dir: Path
+    """The controller's run directory: where every gathered file goes."""
+    timeout_s: float
+    """The longest one request to a node may take."""
+    budget_gb: float
+    """``global_profiler.gather_budget_gb``: what one run moves at most."""
+    delete_local: bool
+    """``global_profiler.gather_delete_local``: delete a node's copy once gathered and verified."""
+    write: Callable[..., None]
+    """Appends one record to the controller's manifest: ``write(record_type, **fields)``."""
 
 
 @dataclass
@@ -148,47 +168,31 @@ def gathered_paths(records: Any) -> list[str]:
                    and not r.get("outside_output_dir") and isinstance(r.get("path"), str)})
 
 
-def worker_sources(controller: Any, finals: Any) -> list[Source]:
-    """A :class:`Source` per worker that finalized (``finals.results``: label -> artifact records),
-    except those whose files the controller already reads where they are (same machine or shared disk)."""
-    sources = []
-    for label, records in finals.results.items():
-        info = controller.infos.get(label) or {}
-        if label not in controller.workers or not info.get("run_dir"):
-            continue
-        if controller.collector is not None and info.get("manifest") in controller.collector.visible:
-            continue
-        sources.append(Source(controller.workers[label][1], info.get("node"), Path(info["run_dir"]),
-                              gathered_paths(records)))
-    return sources
-
-
-def gather_traces(controller: Any, sources: list[Source], done: Gathered | None = None) -> Gathered:
-    """Stream the sources' files into ``controller.run_dir``; ``done`` carries on an earlier call's
+def gather_traces(to: Destination, sources: list[Source], done: Gathered | None = None) -> Gathered:
+    """Stream the sources' files into ``to.run_dir``; ``done`` carries on an earlier call's
     count (one budget per run). Never raises."""
     import ray
 
     began = time.perf_counter()
-    g = controller.config.global_
-    budget = int(g.gather_budget_gb * 1e9)
+    budget = int(to.budget_gb * 1e9)
     done = done or Gathered()
     for source in sources:
         handle, node, source_dir = source.handle, source.node, source.run_dir
         for path in source.paths:
             try:
-                files = ray.get(handle.rlprof_files.remote(path), timeout=controller.timeout_s)
+                files = ray.get(handle.rlprof_files.remote(path), timeout=to.timeout_s)
             except Exception as exc:
-                _record(controller, done, node, source_dir / path, path, 0, None, "failed", error=_said(exc))
+                _record(to, done, node, source_dir / path, path, 0, None, "failed", error=describe_error(exc))
                 continue
             for rel, size in files:
                 if done.over_budget or done.bytes + size > budget:  # past the budget, gathering stops
                     if not done.over_budget:
                         log.warning("rlprof: global_profiler.gather_budget_gb=%g reached after %d files (%.2f GB); "
                                     "the remaining files stay on their nodes (the report lists where)",
-                                    g.gather_budget_gb, done.files, done.bytes / 1e9)
-                    _record(controller, done, node, source_dir / rel, rel, size, None, "over_budget")
+                                    to.budget_gb, done.files, done.bytes / 1e9)
+                    _record(to, done, node, source_dir / rel, rel, size, None, "over_budget")
                     continue
-                _gather_one(controller, done, handle, node, source_dir, rel, size, g.gather_delete_local)
+                _gather_one(to, done, handle, node, source_dir, rel, size)
     done.seconds += time.perf_counter() - began
     if done.files or done.failed or done.over_budget:
         log.info("rlprof: gathered %d files (%.1f MB) in %.1f s; %d failed, %d over budget", done.files,
@@ -196,17 +200,17 @@ def gather_traces(controller: Any, sources: list[Source], done: Gathered | None 
     return done
 
 
-def _gather_one(controller: Any, done: Gathered, handle: Any, node: str | None, source_dir: Path, rel: str,
-                size: int, delete_local: bool) -> None:
+def _gather_one(to: Destination, done: Gathered, handle: Any, node: str | None, source_dir: Path, rel: str,
+                size: int) -> None:
     import ray
 
     from rlprof.layout import open_file
 
-    run_dir: Path = controller.run_dir
+    run_dir = to.run_dir
     target = run_dir / rel
     source = source_dir / rel
     if os.path.lexists(target):
-        _record(controller, done, node, source, rel, size, None, "exists")  # never overwritten
+        _record(to, done, node, source, rel, size, None, "exists")  # never overwritten
         return
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     digest = hashlib.sha256()
@@ -219,34 +223,34 @@ def _gather_one(controller: Any, done: Gathered, handle: Any, node: str | None, 
                 while len(pending) < IN_FLIGHT and asked < size:
                     pending.append(handle.rlprof_read.remote(rel, asked, CHUNK_BYTES))
                     asked += CHUNK_BYTES
-                chunk = ray.get(pending.popleft(), timeout=controller.timeout_s)
+                chunk = ray.get(pending.popleft(), timeout=to.timeout_s)
                 out.write(chunk)
                 digest.update(chunk)
                 written += len(chunk)
                 del chunk
-        theirs = ray.get(handle.rlprof_sha256.remote(rel), timeout=controller.timeout_s)
+        theirs = ray.get(handle.rlprof_sha256.remote(rel), timeout=to.timeout_s)
         ours = digest.hexdigest()
         if written != size or theirs != ours:
             raise OSError(f"checksum mismatch: {written} of {size} bytes, sha256 {ours[:12]} here, {theirs[:12]} on the node")
         os.link(partial, target)  # refuses an existing name: a file that appeared meanwhile is kept
     except Exception as exc:
         _unlink(partial)
-        _record(controller, done, node, source, rel, size, None, "failed", error=_said(exc))
+        _record(to, done, node, source, rel, size, None, "failed", error=describe_error(exc))
         return
     _unlink(partial)
     deleted = False
-    if delete_local:
+    if to.delete_local:
         try:
-            deleted = bool(ray.get(handle.rlprof_delete_local.remote(rel, ours), timeout=controller.timeout_s))
+            deleted = bool(ray.get(handle.rlprof_delete_local.remote(rel, ours), timeout=to.timeout_s))
         except Exception as exc:
-            log.warning("rlprof: could not delete %s on node %s after gathering it: %s", source, short_node(node), _said(exc))
+            log.warning("rlprof: could not delete %s on node %s after gathering it: %s", source, short_node(node), describe_error(exc))
     done.files += 1
     done.bytes += written
     done.deleted_local += deleted
-    _record(controller, done, node, source, rel, size, ours, "verified", deleted_local=deleted)
+    _record(to, done, node, source, rel, size, ours, "verified", deleted_local=deleted)
 
 
-def _record(controller: Any, done: Gathered, node: str | None, source: Path, rel: str, size: int, sha256: str | None,
+def _record(to: Destination, done: Gathered, node: str | None, source: Path, rel: str, size: int, sha256: str | None,
             status: str, **extra: Any) -> None:
     if status == "failed":
         done.failed.append(str(source))
@@ -254,7 +258,7 @@ def _record(controller: Any, done: Gathered, node: str | None, source: Path, rel
                   extra.get("error"))
     elif status == "over_budget":
         done.over_budget.append(str(source))
-    controller.write(GATHERED_RECORD, node=node, source=str(source), path=rel, size=size, sha256=sha256, status=status,
+    to.write(GATHERED_RECORD, node=node, source=str(source), path=rel, size=size, sha256=sha256, status=status,
                      **{"deleted_local": False, **extra})
 
 
@@ -264,10 +268,3 @@ def _unlink(path: Path) -> None:
     except OSError:
         pass
 
-
-def _said(exc: BaseException) -> str:
-    """One line: the task's own exception when Ray wrapped one."""
-    cause = getattr(exc, "cause", None)
-    exc = cause if isinstance(cause, BaseException) else exc
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    return f"{type(exc).__name__}: {first}"[:300]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,17 +122,6 @@ def batch_of(prof: Any, cursor: ManifestCursor) -> ManifestBatch | None:
 
 
 # ------------------------------------------------------------------------------ controller side
-
-
-@dataclass
-class NodeInfo:
-    """A node the controller has heard from: its host and the workers it runs."""
-
-    node: str
-    host: str
-    workers: list[str] = field(default_factory=list)
-    lost_at_step: int | None = None
-    """Set when the node was found dead: the last profiled step it completed (None: before any)."""
 
 
 class RunCollector:

@@ -26,7 +26,8 @@ pipe would wait for every holder of the pipe, that background job included, to c
 When it runs:
 
 * steps from ``global_profiler.steps``: after the last one, in a background thread, so training goes
-  on; ``finalize()`` waits for it (at most ``RLPROF_FINISH_HOOK_TIMEOUT`` seconds, default 600);
+  on; ``finalize()`` waits for it (at most :func:`wait_limit_s` seconds: ``RLPROF_FINISH_HOOK_TIMEOUT``,
+  default 600);
 * steps decided by the caller (verl's trainer calls ``stop_profile(run_command=True)`` on its last
   profiled step): then and there, synchronously, as verl does — the step returns when the command
   has finished (typically an upload of ``$VERL_PROFILE_SAVE_PATH`` that must be complete before the
@@ -44,8 +45,11 @@ from pathlib import Path
 from typing import IO
 
 from rlprof.layout import open_file, process_tag
+from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
+TIMEOUT_ENV = "RLPROF_FINISH_HOOK_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
 RAY_NSIGHT_DIR = "/tmp/ray/session_latest/logs/nsight"
 """Where Ray's nsight runtime_env writes reports on each node (Ray's default session directory)."""
 
@@ -177,7 +181,27 @@ class FinishHook:
 
     def wait(self) -> None:
         if self.thread is not None:
-            self.thread.join(float(os.environ.get("RLPROF_FINISH_HOOK_TIMEOUT", "600")))
+            self.thread.join(wait_limit_s())
+
+
+def wait_limit_s() -> float:
+    """How long ``finalize`` waits for the finish hook, in seconds: ``RLPROF_FINISH_HOOK_TIMEOUT``,
+    default 600. Read here only (the Ray controller asks too). A value that is not a number of
+    seconds >= 0 is said once, naming the variable, the value and what is allowed, and the default
+    is used: a typo in an environment variable must not raise out of ``finalize`` (it runs at exit)."""
+    text = os.environ.get(TIMEOUT_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value >= 0 and value != float("inf"):
+        return value
+    say_once(f"finish_hook: {TIMEOUT_ENV}={text}", log, "rlprof: %s=%r is not allowed (allowed: a number of "
+             "seconds >= 0); waiting at most the default %g s for the finish hook", TIMEOUT_ENV, text,
+             DEFAULT_TIMEOUT_S)
+    return DEFAULT_TIMEOUT_S
 
 
 def say(rank: object, text: str) -> None:

@@ -32,8 +32,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
-from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.layout import hostname, safe_name
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
+from rlprof.runtime.run_id import run_id_for
 
 log = logging.getLogger("rlprof")
 _NOTHING: frozenset = frozenset()
@@ -137,8 +138,8 @@ class Profiler:
     :param stages: optional ``{role: [stage, ...]}`` run every step; lets the plan count capture
         windows exactly (nsys ``repeat-shutdown:N``).
     :param replica_rank: rollout replica index (agent-loop mode), with ``num_replicas``.
-    :param run_id: shared by every rank of a run (the Ray controller passes one); default: env
-        ``RLPROF_RUN_ID`` or a new id.
+    :param run_id: shared by every rank of a run (the Ray controller passes one); default:
+        :func:`rlprof.runtime.run_id.run_id_for` (env ``RLPROF_RUN_ID`` or a new id).
     :param overrides: dotted ``key=value`` overrides applied on top of ``config``.
     :param backends: ``{name: instance}`` to use instead of entry points: tests of the core, and a rollout
         replica, whose engine stands in for the rollout backend (``rlprof.integrations.engines.replica.engine_backends``).
@@ -186,7 +187,7 @@ class Profiler:
         self.tool_configs: Mapping[str, Mapping[str, Mapping[str, Any]]] = {}
         """Selected role -> backend -> its validated tool_config (checked by the session's backends)."""
         g = self.config.global_
-        run_id = safe_name(run_id or os.environ.get("RLPROF_RUN_ID") or new_run_id())
+        run_id = run_id_for(run_id)
         self.run = RunInfo(
             run_id=run_id,
             rank=rank,

@@ -80,7 +80,7 @@ class EngineReplica:
         path, OmegaConf, :class:`~rlprof.config.schema.ProfilerConfig`); ignored when ``profiler`` is given.
     :param replica_rank: this replica's index; ``num_replicas`` how many there are.
     :param engine: the engine adapter's name (entry-point group ``rlprof.engines``): ``vllm``, ``sglang``.
-    :param run_id: the run's id (shared with the trainer); default: env ``RLPROF_RUN_ID`` or a new one.
+    :param run_id: the run's id (shared with the trainer); default: :func:`rlprof.runtime.run_id.run_id_for`'s.
     :param profiler: an existing :class:`~rlprof.Profiler` of this replica (roles include ``rollout``,
         ``replica_rank`` set), built with ``backends=engine_backends(config)`` so that the engine stands
         in for the rollout backend (verl's ``RolloutDistProfiler`` owns one). The replica does not

@@ -34,14 +34,12 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.layout import new_run_id
     from rlprof.integrations.verl import dist_profiler, extension, run_signals, vllm_server
-    from rlprof.integrations.verl.run_id import RUN_ID_ENV
+    from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
     if not _ray_connected():  # a driver about to start Ray
-        if not os.environ.get(RUN_ID_ENV):
-            os.environ[RUN_ID_ENV] = new_run_id()  # a local cluster's workers inherit it
+        export_run_id()  # a local cluster's workers inherit it
         run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module

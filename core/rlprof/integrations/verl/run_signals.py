@@ -199,12 +199,10 @@ def finish_at_exit() -> None:
 
 
 def _finish_this_run() -> None:
-    from rlprof.layout import safe_name
-    from rlprof.integrations.verl.run_id import ray_job_run_id, shared_run_id
+    from rlprof.runtime.run_id import possible_run_ids
 
-    run_ids = [safe_name(r) for r in dict.fromkeys((shared_run_id(), ray_job_run_id())) if r]
     try:
-        finish_run(run_ids)
+        finish_run(possible_run_ids())
     except Exception as exc:  # an exit path must not fail
         log.error("rlprof: waiting for the verl run's processes to finalize failed: %s: %s", type(exc).__name__, exc)
 
