@@ -147,3 +147,26 @@ def test_a_bad_value_in_global_tool_config_is_named_there_once(test_backends, rl
     lines = proc.stderr.splitlines()
     assert lines[0] == "rlprof check: invalid configuration:", proc.stderr
     assert lines[1].startswith("  global_profiler.global_tool_config.recorder.discrete: got 'maybe'")
+
+
+def test_a_misspelled_section_does_not_hide_the_other_mistakes(test_backends, rlprof_cli):
+    proc = rlprof_cli("check", "global_profilr.tool=recorder", "critic.profilr.enable=true",
+                      "actor_rollout_ref.actor.profiler.enable=maybe")
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "rlprof check: invalid configuration, 3 mistakes:", proc.stderr
+    assert lines[1].startswith("  - global_profilr: unknown top-level section (did you mean 'global_profiler'?)")
+    assert lines[2].startswith("  - critic.profilr: unknown key (did you mean 'profiler'?)")
+    assert lines[3].startswith("  - actor_rollout_ref.actor.profiler.enable: got 'maybe'")
+
+
+def test_the_issue_example_with_the_npu_backend(rlprof_cli, tmp_path):
+    pytest.importorskip("rlprof_npu")
+    path = tmp_path / "bad.yaml"
+    path.write_text("global_profiler: {tool: [torhc, npu], steps: [1], save_pth: out}\n"
+                    "actor_rollout_ref: {actor: {profiler: {enable: true, ranks: [0, 9],"
+                    " tool_config: {npu: {level: level7, contents: [npu, nothing]}}}}}\n")
+    report = json.loads(rlprof_cli("check", path, "--world-size", "4", "--json").stdout)
+    keys = [error["key"] for error in report["errors"]]
+    assert keys[:3] == ["global_profiler.save_pth", "actor_rollout_ref.actor.profiler.ranks", "global_profiler.tool"]
+    assert keys[3].startswith("actor_rollout_ref.actor.profiler.tool_config.npu."), keys  # the backend's first

@@ -114,12 +114,15 @@ def read_config(source: Any, overrides: Iterable[str], errors: ErrorList) -> Pro
 
 def _read(root: Any, OmegaConf, errors: ErrorList) -> ProfilerConfig:
     """The configuration in ``root`` (a whole trainer config as a DictConfig, overrides applied)."""
-    raw, warnings = migrate(_relevant_sections(root, OmegaConf))
+    raw, warnings = migrate(_relevant_sections(root, OmegaConf, errors))
     return parse(raw, installed=installed_backend_names(), warnings=warnings, errors=errors)
 
 
-def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
+def _relevant_sections(root, OmegaConf, errors: ErrorList) -> dict[str, Any]:
     """Pull the profiler sections out of a whole trainer config, interpolations resolved.
+
+    A section name one typo away from ``global_profiler`` (or a role's ``profiler``) goes to ``errors``
+    and the rest is read on.
 
     Every read of the tree is guarded: an interpolation that cannot be resolved (``critic: ${nope}``),
     a malformed one (``${}``) or a self-reference is a ConfigError naming the key path it was read at.
@@ -140,7 +143,8 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for key in _keys(root, "", OmegaConf):
         if isinstance(key, str) and key != "global_profiler" and difflib.get_close_matches(key, ["global_profiler"], n=1, cutoff=0.85):
-            raise ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key)
+            errors.add(ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key,
+                                   value=key, allowed="global_profiler"))
     value = select("global_profiler")
     if value is not _ABSENT:
         raw["global_profiler"] = value
@@ -151,7 +155,8 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
         for key in _keys(section, path, OmegaConf):
             if (isinstance(key, str) and key != "profiler" and key not in LEGACY_ROLE_KEYS
                     and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85)):
-                raise ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}")
+                errors.add(ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}",
+                                       value=key, allowed="profiler"))
         entry: dict[str, Any] = {}
         prof = select(f"{path}.profiler")
         if prof is not _ABSENT:
