@@ -170,3 +170,15 @@ def test_the_issue_example_with_the_npu_backend(rlprof_cli, tmp_path):
     keys = [error["key"] for error in report["errors"]]
     assert keys[:3] == ["global_profiler.save_pth", "actor_rollout_ref.actor.profiler.ranks", "global_profiler.tool"]
     assert keys[3].startswith("actor_rollout_ref.actor.profiler.tool_config.npu."), keys  # the backend's first
+
+
+def test_a_backend_that_cannot_be_loaded_hides_no_other_backends_mistakes(test_backends, rlprof_cli):
+    proc = rlprof_cli("check", "global_profiler.tool=[broken,nope,faulty]", "global_profiler.steps=[1]",
+                      "actor_rollout_ref.actor.profiler.enable=true",
+                      "actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in=[x]")
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "rlprof check: invalid configuration, 3 mistakes:", proc.stderr
+    assert 'Error importing backend "broken"' in lines[1]
+    assert "got 'nope', but no installed backend has that name" in lines[2]
+    assert lines[3].startswith("  - actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in: got 'x'")

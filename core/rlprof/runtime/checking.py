@@ -278,15 +278,18 @@ def require_usable_save_path(config: ProfilerConfig) -> None:
 
 
 def _validate_backends(config: ProfilerConfig, result: CheckResult, errors: ErrorList) -> None:
-    """Each selected tool is installed and loads; each backend accepts every tool section it would be handed."""
-    from rlprof.installed import discover, not_installed_error
-    from rlprof.runtime.registry import Backends
+    """Each selected tool is installed and loads; each backend that loads accepts every tool section it
+    would be handed (one tool that is missing or fails to import hides no other tool's mistakes)."""
+    from rlprof.installed import discover
+    from rlprof.runtime.registry import Backends, load_backend
 
     installed = discover()
+    loaded = {}
     for name in config.global_.tools:
-        if name not in installed:
-            errors.add(not_installed_error(name, installed))
-    backends = errors.attempt(Backends, [name for name in config.global_.tools if name in installed])
+        plugin = errors.attempt(load_backend, name, installed)
+        if plugin is not None:
+            loaded[name] = plugin
+    backends = errors.attempt(Backends, list(loaded), instances=loaded)
     if backends is None:
         return
     for name in backends.names:
