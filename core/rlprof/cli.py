@@ -237,8 +237,8 @@ def check_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlprof check",
         description="Validate a profiler configuration and print the resolved plan: which roles are profiled on\n"
-                    "which ranks, in which mode, at which steps. Exit 0 valid, 2 invalid. The plan goes to stdout,\n"
-                    "warnings to stderr.",
+                    "which ranks, in which mode, at which steps. Exit 0 valid, 2 invalid: every independent mistake is\n"
+                    "listed at once. The plan goes to stdout, warnings and mistakes to stderr.",
         epilog="examples:\n"
                "  rlprof check trainer.yaml --world-size 8\n"
                "  rlprof check global_profiler.tool=torch global_profiler.steps=[1,2] \\\n"
@@ -256,7 +256,9 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--replicas", type=_positive, default=None, metavar="N",
                         help="rollout replicas in agent-loop mode (default: the world size)")
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON (ranks as [first, last] ranges)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the plan as JSON (ranks as [first, last] ranges); an invalid configuration as "
+                             '{"valid": false, "errors": [{"key", "value", "allowed", "message"}, ...]}')
     return parser
 
 
@@ -270,14 +272,20 @@ def check_main(args: list[str]) -> int:
               "(overrides are key=value)", file=sys.stderr)
         return EXIT_INVALID
     from rlprof.runtime.checking import check_config
-    from rlprof.errors import ConfigError
+    from rlprof.errors import ConfigError, ConfigErrors
 
     roles = [r.strip() for r in opts.roles.split(",") if r.strip()] if opts.roles is not None else None
     try:
         result = check_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
                               replicas=opts.replicas, validate_backends=not opts.migrate)
     except ConfigError as exc:
-        print(f"rlprof check: invalid configuration:\n  {exc}", file=sys.stderr)
+        mistakes = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        if opts.json:
+            print(json.dumps({"valid": False, "errors": [m.as_dict() for m in mistakes]}, indent=2))
+        heading = "invalid configuration:" if len(mistakes) == 1 else f"invalid configuration, {len(mistakes)} mistakes:"
+        print(f"rlprof check: {heading}", file=sys.stderr)
+        for mistake in mistakes:
+            print(f"  {'- ' if len(mistakes) > 1 else ''}{mistake}", file=sys.stderr)
         return EXIT_INVALID
     if opts.migrate:
         from rlprof.config.legacy import to_modern_yaml
@@ -286,7 +294,7 @@ def check_main(args: list[str]) -> int:
         _warn(result.config.warnings)
         return EXIT_OK
     if opts.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        print(json.dumps({"valid": True, **result.as_dict()}, indent=2))
     else:
         print(result.render())
     _warn(result.warnings)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Iterable
 
-from rlprof.errors import BackendError
+from rlprof.errors import BackendError, did_you_mean
 
 GROUP = "rlprof.backends"
 OUR_PACKAGES = {"torch": "rlprof-torch", "torch_memory": "rlprof-torch", "nsys": "rlprof-nsys", "npu": "rlprof-npu",
@@ -38,7 +38,7 @@ def not_installed_error(name: str, installed: Iterable[str]) -> BackendError:
     names = sorted(installed)
     hint = f" It is provided by the package {OUR_PACKAGES[name]!r}: pip install {OUR_PACKAGES[name]}." if name in OUR_PACKAGES else ""
     return BackendError(
-        f"global_profiler.tool: got {name!r}, but no installed backend has that name.{hint} "
+        f"global_profiler.tool: got {name!r}, but no installed backend has that name{did_you_mean(name, names)}.{hint} "
         f"Installed backends: {', '.join(names) if names else '(none)'}",
-        key="global_profiler.tool",
+        key="global_profiler.tool", value=name, allowed=", ".join(names) or "(no backend installed)",
     )

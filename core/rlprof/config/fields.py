@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, field, fields
 from typing import Any, Callable, Iterator, Mapping
 
-from rlprof.errors import unknown_key
+from rlprof.errors import ErrorList, unknown_key
 
 Reader = Callable[[Any, str], Any]
 
@@ -66,15 +66,28 @@ def yaml_name(section: type, field_name: str) -> str | None:
     return next((name for f, name in declared(section) if f.name == field_name), None)
 
 
-def read_section(section: type, raw: Mapping[str, Any], path: str, accepted: frozenset[str]) -> dict[str, Any]:
+_BAD = object()
+"""What :func:`read_section` gets back for a bad value (then read as absent: the key's default)."""
+
+
+def read_section(section: type, raw: Mapping[str, Any], path: str, accepted: frozenset[str],
+                 errors: ErrorList) -> dict[str, Any]:
     """The typed values of ``raw`` by field name, every declared key read on ``<path>.<key>``.
 
-    :raises ConfigError: for a key not in ``accepted`` (with a did-you-mean), or the first bad value.
+    Each mistake goes to ``errors``, all of them, not only the first: every key not in ``accepted``
+    (with a did-you-mean), every bad value (that key then holds its default, so the rest of the
+    section can still be checked).
     """
     for name in raw:
         if name not in accepted:
-            raise unknown_key(path, name, accepted)
-    return {f.name: f.metadata["reader"](raw.get(name), f"{path}.{name}") for f, name in declared(section)}
+            errors.add(unknown_key(path, name, accepted))
+    values = {}
+    for f, name in declared(section):
+        reader, key_path = f.metadata["reader"], f"{path}.{name}"
+        values[f.name] = errors.attempt(reader, raw.get(name), key_path, default=_BAD)
+        if values[f.name] is _BAD:
+            values[f.name] = reader(None, key_path)
+    return values
 
 
 def shape(section: type, count: int = 3) -> str:

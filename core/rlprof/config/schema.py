@@ -24,7 +24,7 @@ import difflib
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from rlprof.errors import ConfigError, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
+from rlprof.errors import ConfigError, ErrorList, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
 from rlprof.config.fields import read_section, shape, yaml_name
 from rlprof.config.legacy import LEGACY_ROLE_KEYS, LEGACY_SELECTIONS, migrate, to_verl_layout
 from rlprof.config.sections import (CORE_TOOL_KEYS, EVERY_RANK_TOOLS, GLOBAL_KEYS, ROLE_KEYS,  # noqa: F401  (re-exported)
@@ -80,29 +80,49 @@ def load_config(source: Any = None, overrides: Iterable[str] = ()) -> ProfilerCo
     each override's value); a loaded :class:`ProfilerConfig` given again with overrides starts from
     its :attr:`~ProfilerConfig.source`, already checked and migrated, and is not read again.
 
-    :raises ConfigError: for anything wrong, naming the key path, the value and what is allowed.
+    :raises ConfigError: for anything wrong, naming the key path, the value and what is allowed;
+        several independent mistakes as one :class:`~rlprof.errors.ConfigErrors` listing each.
     """
+    errors = ErrorList()
+    config = read_config(source, overrides, errors)
+    errors.raise_if_any()
+    return config
+
+
+def read_config(source: Any, overrides: Iterable[str], errors: ErrorList) -> ProfilerConfig | None:
+    """:func:`load_config` that puts every mistake in ``errors`` instead of raising: for ``rlprof check``,
+    which goes on to check ranks and backends so that it can list every independent mistake at once.
+
+    Returns None when the input cannot be read at all (a file that is not YAML, a bad override, a
+    legacy key of the wrong shape); otherwise the configuration as far as it could be read, every bad
+    key at its default: only fit for further checking while ``errors`` is not empty, never for a run."""
     if isinstance(source, ProfilerConfig) and not overrides:
         return source
     from omegaconf import OmegaConf  # imported here: keeps ``import rlprof`` light
 
     from rlprof.config.sources import apply_overrides, read_source
 
-    if isinstance(source, ProfilerConfig):
-        # its verl-layout source, built by rlprof from checked input: only the overrides are new
-        root = apply_overrides(OmegaConf.create(dict(source.source)), overrides, OmegaConf)
-        return _read(root, OmegaConf).with_overrides(caller_steps=source.global_.caller_steps)  # what YAML cannot say
-    return _read(apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf), OmegaConf)
+    def read() -> ProfilerConfig:
+        if isinstance(source, ProfilerConfig):
+            # its verl-layout source, built by rlprof from checked input: only the overrides are new
+            root = apply_overrides(OmegaConf.create(dict(source.source)), overrides, OmegaConf)
+            return _read(root, OmegaConf, errors).with_overrides(caller_steps=source.global_.caller_steps)  # what YAML cannot say
+        return _read(apply_overrides(read_source(source, OmegaConf), overrides, OmegaConf), OmegaConf, errors)
+
+    return errors.attempt(read)
 
 
-def _read(root: Any, OmegaConf) -> ProfilerConfig:
+def _read(root: Any, OmegaConf, errors: ErrorList) -> ProfilerConfig:
     """The configuration in ``root`` (a whole trainer config as a DictConfig, overrides applied)."""
-    raw, warnings = migrate(_relevant_sections(root, OmegaConf))
-    return parse(raw, installed=installed_backend_names(), warnings=warnings)
+    raw, warnings = migrate(_relevant_sections(root, OmegaConf, errors))
+    return parse(raw, installed=installed_backend_names(), warnings=warnings, errors=errors)
 
 
-def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
+def _relevant_sections(root, OmegaConf, errors: ErrorList) -> dict[str, Any]:
     """Pull the profiler sections out of a whole trainer config, interpolations resolved.
+
+    A section name one typo away from ``global_profiler`` (or a role's ``profiler``) goes to ``errors``
+    and the rest is read on.
 
     Every read of the tree is guarded: an interpolation that cannot be resolved (``critic: ${nope}``),
     a malformed one (``${}``) or a self-reference is a ConfigError naming the key path it was read at.
@@ -123,7 +143,8 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for key in _keys(root, "", OmegaConf):
         if isinstance(key, str) and key != "global_profiler" and difflib.get_close_matches(key, ["global_profiler"], n=1, cutoff=0.85):
-            raise ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key)
+            errors.add(ConfigError(f"{key}: unknown top-level section{did_you_mean(key, ['global_profiler'])}", key=key,
+                                   value=key, allowed="global_profiler"))
     value = select("global_profiler")
     if value is not _ABSENT:
         raw["global_profiler"] = value
@@ -134,7 +155,8 @@ def _relevant_sections(root, OmegaConf) -> dict[str, Any]:
         for key in _keys(section, path, OmegaConf):
             if (isinstance(key, str) and key != "profiler" and key not in LEGACY_ROLE_KEYS
                     and difflib.get_close_matches(key, ["profiler"], n=1, cutoff=0.85)):
-                raise ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}")
+                errors.add(ConfigError(f"{path}.{key}: unknown key (did you mean 'profiler'?)", key=f"{path}.{key}",
+                                       value=key, allowed="profiler"))
         entry: dict[str, Any] = {}
         prof = select(f"{path}.profiler")
         if prof is not _ABSENT:
@@ -179,26 +201,41 @@ _ABSENT = _Absent()
 # ----------------------------------------------------------------------------------- parsing
 
 
-def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterable[str] = ()) -> ProfilerConfig:
+def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterable[str] = (),
+          errors: ErrorList | None = None) -> ProfilerConfig:
     """Type the (already migrated) profiler sections. Pure: no I/O, no imports of backends; the
     names of the installed backends (``installed``) are the caller's to find
     (:func:`installed_backend_names`).
 
     Each section's keys are read through their declarations (:func:`~rlprof.config.fields.read_section`);
     what spans keys is checked here: tool names in ``tool_config`` mappings, discrete and sampling
-    written in several places, agent-loop rollout, continuous steps with discrete mode."""
+    written in several places, agent-loop rollout, continuous steps with discrete mode.
+
+    Every independent mistake is found, not only the first: without ``errors`` they are raised
+    together at the end (:class:`~rlprof.errors.ConfigErrors` when several); with it they are put
+    there and the configuration as far as it could be read is returned (a bad key at its default;
+    a role whose mode could not be read disabled, so that no later check trips over it again).
+    A check that depends on a key already found bad is left out (tool names when ``tool`` is bad)."""
+    if errors is None:
+        errors = ErrorList()
+        config = parse(raw, installed=installed, warnings=warnings, errors=errors)
+        errors.raise_if_any()
+        return config
     warnings = list(warnings)
     g_raw = raw.get("global_profiler") or {}
-    if not isinstance(g_raw, Mapping):
-        raise fail("global_profiler", g_raw, shape(GlobalConfig))
-    values = read_section(GlobalConfig, g_raw, "global_profiler", GLOBAL_KEYS)
+    tools_read = isinstance(g_raw, Mapping)
+    if not tools_read:
+        errors.add(fail("global_profiler", g_raw, shape(GlobalConfig)))
+        g_raw = {}
+    values = read_section(GlobalConfig, g_raw, "global_profiler", GLOBAL_KEYS, errors)
+    tools_read = tools_read and not errors.has("global_profiler.tool")
     tools, steps, continuous = values["tools"], values["steps"], values["profile_continuous_steps"]
     global_sections = values["global_tool_config"]  # as written: the roles merge it, core keys and all
     global_generated = written_by_verl(g_raw)
     installed = set(installed)
-    known_tools = set(VERL_TOOLS) | set(tools) | installed
+    known_tools = set(VERL_TOOLS) | set(tools) | installed if tools_read else None
     _check_tool_sections("global_profiler.global_tool_config", global_sections, tools, known_tools, warnings,
-                         generated=global_generated)
+                         errors, generated=global_generated)
     global_ = GlobalConfig(**{**values, "global_tool_config": {t: _backend_keys(s) for t, s in global_sections.items()}})
 
     roles_raw = raw.get("roles") or {}
@@ -210,7 +247,7 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
         if section is _ABSENT or section is None:
             continue
         roles[role], written[role] = _parse_role(role, profiler_path(role), section, global_, global_sections,
-                                                 known_tools, warnings)
+                                                 known_tools, warnings, errors)
     followers = [role for role in FOLLOWS_ACTOR if role not in roles and "actor" in roles]
     for role in followers:
         roles[role] = replace(roles["actor"], name=role, follows="actor")
@@ -232,12 +269,13 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
             )
     if continuous and any(r.discrete and r.enable for r in roles.values()):
         names = [r.name for r in roles.values() if r.discrete and r.enable]
-        raise ConfigError(
+        errors.add(ConfigError(
             "global_profiler.profile_continuous_steps: got True together with discrete mode for "
             f"{', '.join(names)}; allowed: continuous steps merge whole steps into one capture, which only exists in "
             "end-to-end mode: set discrete=false or profile_continuous_steps=false",
-            key="global_profiler.profile_continuous_steps",
-        )
+            key="global_profiler.profile_continuous_steps", value=True,
+            allowed="false while a role profiles in discrete mode",
+        ))
     # One warning per section the user wrote: roles that follow the actor share its warnings.
     also = " (rollout and ref follow it)" if len(followers) == 2 else f" ({followers[0]} follows it)" if followers else ""
     for r in roles.values():
@@ -261,13 +299,18 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
 
 
 def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],
-                         known_tools: set[str], warnings: list[str], *, generated: bool) -> None:
+                         known_tools: set[str] | None, warnings: list[str], errors: ErrorList, *,
+                         generated: bool) -> None:
     """Each tool named in a ``tool_config`` mapping is one verl defines, a selected or an installed one;
-    settings for a tool that is not selected are ignored, with a warning."""
+    settings for a tool that is not selected are ignored, with a warning. Not checked when the
+    known tools are not known (``None``: ``global_profiler`` itself was bad)."""
+    if known_tools is None:
+        return
     for name, section in sections.items():
         if name not in known_tools:
-            raise unknown_key(path, name, known_tools)
-        warn_unselected_tool(f"{path}.{name}", name, section, tools, warnings, generated=generated)
+            errors.add(unknown_key(path, name, known_tools))
+        else:
+            warn_unselected_tool(f"{path}.{name}", name, section, tools, warnings, generated=generated)
 
 
 def _backend_keys(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,27 +319,48 @@ def _backend_keys(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, global_sections: Mapping[str, Mapping[str, Any]],
-                known_tools: set[str], warnings: list[str]) -> tuple[RoleConfig, tuple[Mapping[str, Any], bool]]:
+                known_tools: set[str] | None, warnings: list[str],
+                errors: ErrorList) -> tuple[RoleConfig, tuple[Mapping[str, Any], bool]]:
     """The role's :class:`RoleConfig`, and its ``tool_config`` as written with whether verl generated it.
+
+    Mistakes go to ``errors``; a role whose mode (discrete, schedule) could not be settled is
+    returned disabled, so that the plan does not report it again as a disagreement."""
+    if not isinstance(section, Mapping):
+        errors.add(fail(path, section, shape(RoleConfig)))
+        return RoleConfig(name=role, key_path=path), ({}, False)
+    values = read_section(RoleConfig, section, path, ROLE_KEYS, errors)
+    if isinstance(section.get("ranks"), str) and not errors.has(f"{path}.ranks"):
+        warnings.append(f"{path}.ranks: got the string {section['ranks']!r}; read as the list {list(values['ranks'])} "
+                        "(write a YAML list, e.g. [0, 1])")
+    role_tool = section.get("tool")
+    role_tools = errors.attempt(parse_tools, role_tool, f"{path}.tool", default=())
+    if role_tools and role_tools != global_.tools and global_.tools:
+        warnings.append(f"{path}.tool={role_tool!r} differs from global_profiler.tool={list(global_.tools)}: rlprof uses global_profiler.tool for every role")
+    own_sections = values["tool_config"]
+    generated = written_by_verl(section)
+    _check_tool_sections(f"{path}.tool_config", own_sections, global_.tools, known_tools, warnings, errors,
+                         generated=generated)
+    mode = errors.attempt(_role_mode, path, section, values, global_, global_sections)
+    if mode is None or errors.has(f"{path}.discrete") or errors.has(f"{path}.schedule"):
+        unsettled = dict(values, enable=False, discrete=False, schedule=None,
+                         tool_config={t: _backend_keys(s) for t, s in own_sections.items()})
+        return RoleConfig(name=role, key_path=path, **unsettled), (own_sections, generated)
+    discrete, schedule, merged = mode
+    resolved = dict(values, discrete=discrete, schedule=schedule, tool_config=merged)
+    return RoleConfig(name=role, key_path=path, **resolved), (own_sections, generated)
+
+
+def _role_mode(path: str, section: Mapping[str, Any], values: Mapping[str, Any], global_: GlobalConfig,
+               global_sections: Mapping[str, Mapping[str, Any]]) -> tuple[bool, Schedule | None, dict[str, dict[str, Any]]]:
+    """The role's ``(discrete, schedule, tool sections for its backends)``.
 
     ``discrete`` and the sampling schedule may be written in the section itself and in the selected
     tools' sections (verl's ``tool_config.<tool>.discrete``, ``tool_config.torch.schedule``, rollout's
     ``profile_token_start/end``, each also under ``global_tool_config``): every place that says
     something must agree; ``global_profiler.discrete`` applies only where none says anything (a
-    ``discrete: false`` in a tool section verl generated is verl's default, not a say)."""
-    if not isinstance(section, Mapping):
-        raise fail(path, section, shape(RoleConfig))
-    values = read_section(RoleConfig, section, path, ROLE_KEYS)
-    if isinstance(section.get("ranks"), str):
-        warnings.append(f"{path}.ranks: got the string {section['ranks']!r}; read as the list {list(values['ranks'])} "
-                        "(write a YAML list, e.g. [0, 1])")
-    role_tool = section.get("tool")
-    if role_tool not in (None, "") and parse_tools(role_tool, f"{path}.tool") != global_.tools and global_.tools:
-        warnings.append(f"{path}.tool={role_tool!r} differs from global_profiler.tool={list(global_.tools)}: rlprof uses global_profiler.tool for every role")
+    ``discrete: false`` in a tool section verl generated is verl's default, not a say). A bad value is
+    named where it is written (the role's tool section, or ``global_tool_config``'s)."""
     own_sections = values["tool_config"]
-    generated = written_by_verl(section)
-    _check_tool_sections(f"{path}.tool_config", own_sections, global_.tools, known_tools, warnings, generated=generated)
-
     discrete_votes: dict[str, bool] = {}
     if section.get("discrete") is not None:
         discrete_votes[f"{path}.discrete"] = values["discrete"]
@@ -308,15 +372,20 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, globa
         combined = dict(global_sections.get(tool) or {})
         combined.update(own_sections.get(tool) or {})
         key = f"{path}.tool_config.{tool}"
+
+        def written_at(name: str) -> str:
+            in_role = name in (own_sections.get(tool) or {})
+            return f"{key}.{name}" if in_role else f"global_profiler.global_tool_config.{tool}.{name}"
+
         if tool in global_.tools:
             if combined.get("discrete") is not None:
-                vote = parse_bool(combined["discrete"], f"{key}.discrete")
+                vote = parse_bool(combined["discrete"], written_at("discrete"))
                 # verl's generated tool sections say discrete: false by default: not a choice that
                 # outvotes global_profiler.discrete (true is never verl's default, so it is one)
                 if vote or global_.discrete is None or not written_by_verl(combined):
                     discrete_votes[f"{key}.discrete"] = vote
             if combined.get("schedule") is not None:
-                schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], f"{key}.schedule", default_repeat=0)
+                schedules[f"{key}.schedule"] = parse_schedule(combined["schedule"], written_at("schedule"), default_repeat=0)
             window = token_window(combined.get("profile_token_start"), combined.get("profile_token_end"), key)
             if window is not None:
                 schedules[f"{key}.profile_token_start/end"] = window
@@ -325,18 +394,16 @@ def _parse_role(role: str, path: str, section: Any, global_: GlobalConfig, globa
         raise ConfigError(
             f"{path}: discrete disagrees between {', '.join(f'{k}={v}' for k, v in discrete_votes.items())}; "
             "allowed: one mode per role: set them all to true or all to false",
-            key=path,
+            key=path, allowed="one mode per role",
         )
     active_schedules = {k: v for k, v in schedules.items() if v is not None}
     if len(set(active_schedules.values())) > 1:
         raise ConfigError(
             f"{path}: sampling schedules disagree: {', '.join(f'{k}={v}' for k, v in active_schedules.items())}; allowed: set it in one place",
-            key=path,
+            key=path, allowed="one schedule per role, set in one place",
         )
     fallback = bool(global_.discrete)  # global_profiler.discrete: only where the role says nothing
-    resolved = dict(values, discrete=next(iter(discrete_votes.values()), fallback),
-                    schedule=next(iter(active_schedules.values()), None), tool_config=merged)
-    return RoleConfig(name=role, key_path=path, **resolved), (own_sections, generated)
+    return next(iter(discrete_votes.values()), fallback), next(iter(active_schedules.values()), None), merged
 
 
 def installed_backend_names() -> set[str]:

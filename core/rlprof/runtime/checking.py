@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from rlprof.config.schema import ROLES, ProfilerConfig, load_config
-from rlprof.errors import ConfigError
+from rlprof.config.schema import ROLES, ProfilerConfig, read_config
+from rlprof.errors import ConfigError, ErrorList
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 
 DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
@@ -199,19 +199,30 @@ def check_config(
     replicas: int | None = None,
     validate_backends: bool = True,
 ) -> CheckResult:
-    """Load, validate (backends and save_path included) and resolve; raises :class:`ConfigError` when invalid.
+    """Load, validate (backends and save_path included) and resolve.
+
+    Every independent mistake is found in one call, not only the first: the configuration's own
+    (:func:`~rlprof.config.schema.read_config`), each role's ranks against the world, each selected
+    tool that is not installed, each tool section its backend refuses, the save path. A check that
+    needs what an earlier mistake left unknown is left out (no plan for a role whose ranks are outside
+    the world, no backend check when the configuration cannot be read at all).
 
     The cost does not depend on the world size or the largest rank: ranks that resolve alike are
     resolved once (:func:`rank_classes`).
+
+    :raises ConfigError: when invalid: the one mistake, or :class:`~rlprof.errors.ConfigErrors` listing each.
     """
+    errors = ErrorList()
     for name, value in (("world size", world_size), ("replicas", replicas)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{name}: got {value!r}; allowed: a positive number (at least 1)")
-    config = load_config(source, overrides)
     if roles:
         unknown = [r for r in roles if r not in ROLES]
         if unknown:
             raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)} (comma-separated)")
+    config = read_config(source, overrides, errors)
+    if config is None:  # the input cannot be read at all: nothing more to check
+        errors.raise_if_any()
     if world_size is None:
         highest = max((role.ranks[-1] for role in config.roles.values() if role.ranks), default=0)
         world_size = max(2, highest + 1)
@@ -223,18 +234,33 @@ def check_config(
         groups = DEFAULT_GROUPS
     classes = []
     for group in groups:
+        if not _ranks_inside_world(config, group, world_size, replicas, errors):
+            continue
         named = [r for name in group for r in config.roles[name].ranks]
         for first, last in rank_classes(named, world_size, replicas):
-            plan = resolve_plan(config, rank=first, world_size=world_size, roles=group,
-                                replica_rank=first if replicas is None or first < replicas else None,
-                                num_replicas=replicas)
+            plan = errors.attempt(resolve_plan, config, rank=first, world_size=world_size, roles=group,
+                                  replica_rank=first if replicas is None or first < replicas else None,
+                                  num_replicas=replicas)
+            if plan is None:  # the same mistake would be found again for the group's other ranks
+                break
             classes.append(RankClass(first, last, plan))
     result = CheckResult(config=config, world_size=world_size, classes=classes)
     if validate_backends:
-        require_usable_save_path(config)
+        errors.attempt(require_usable_save_path, config)
         if config.global_.tools:
-            _validate_backends(config, result)
+            _validate_backends(config, result, errors)
+    errors.raise_if_any()
     return result
+
+
+def _ranks_inside_world(config: ProfilerConfig, group: Sequence[str], world_size: int, replicas: int | None,
+                        errors: ErrorList) -> bool:
+    """Each role of ``group`` on its own names only ranks inside the world (its replicas for rollout in
+    agent-loop mode), so that every role's ranks outside it are reported, not the first role's only."""
+    fits = [errors.attempt(resolve_plan, config, rank=0, world_size=world_size, roles=(name,), replica_rank=0,
+                           num_replicas=replicas) is not None
+            for name in group]
+    return all(fits)
 
 
 def require_usable_save_path(config: ProfilerConfig) -> None:
@@ -254,17 +280,31 @@ def require_usable_save_path(config: ProfilerConfig) -> None:
 
 
 
-def _validate_backends(config: ProfilerConfig, result: CheckResult) -> None:
-    from rlprof.runtime.registry import Backends
+def _validate_backends(config: ProfilerConfig, result: CheckResult, errors: ErrorList) -> None:
+    """Each selected tool is installed and loads; each backend that loads accepts every tool section it
+    would be handed (one tool that is missing or fails to import hides no other tool's mistakes)."""
+    from rlprof.installed import discover
+    from rlprof.runtime.registry import Backends, load_backend
 
-    backends = Backends(config.global_.tools)
+    installed = discover()
+    loaded = {}
     for name in config.global_.tools:
+        plugin = errors.attempt(load_backend, name, installed)
+        if plugin is not None:
+            loaded[name] = plugin
+    backends = errors.attempt(Backends, list(loaded), instances=loaded)
+    if backends is None:
+        return
+    for name in backends.names:
         if name in backends.failed:
             continue
         problems = backends.call_one(name, "check_environment") or []
         if problems:
             result.environment[name] = list(problems)
-        backends.validated_global_section(name, config)  # on its own key path, also when no role is enabled
+        # on its own key path, also when no role is enabled
+        errors.attempt(backends.validated_global_section, name, config)
         for role in config.roles.values():
             if role.enable:
-                result.validated.setdefault(role.name, {})[name] = backends.validated_tool_config(name, role)
+                validated = errors.attempt(backends.validated_tool_config, name, role)
+                if validated is not None:
+                    result.validated.setdefault(role.name, {})[name] = validated
