@@ -43,7 +43,7 @@ def test_a_successful_loop_finalizes_each_profiler_once_before_the_repeat_check(
 
 
 def test_a_loop_that_fails_still_finalizes_what_it_made(finalize_calls, tmp_path, monkeypatch):
-    def broken_play(profilers, run, work):
+    def broken_play(profilers, run, work, module):
         raise RuntimeError("the scripted trainer broke")
 
     monkeypatch.setattr("rlprof.testing.scenario._play", broken_play)
