@@ -28,6 +28,7 @@ from rlprof.errors import EXIT_FAILED, EXIT_OK
 
 READERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "torch": ("rlprof_torch.kineto_reader:read_trace", ("*.json", "*.json.gz")),
+    "nsys": ("rlprof_nsys.sqlite_reader:read_trace", ("*.sqlite", "*.nsys-rep")),
 }
 """Backend name -> (``module:function`` turning a path into ``TraceEvents``, file name patterns it reads).
 
