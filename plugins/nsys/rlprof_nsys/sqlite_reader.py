@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlprof.analysis.breakdown import COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives
+from rlprof.layout import process_of
 
 from .nvtx_summary import export_sqlite
 from .ranges import DOMAIN, WINDOW_RANGE
@@ -62,8 +63,6 @@ COLUMNS = {
 }
 """The columns read from each table; an export without them is of a schema this reader does not know."""
 STEP_NAME = re.compile(r"(?:ProfilerStep#|step)(\d+)$")
-PROCESS_DIRECTORY = re.compile(r"rank(\d+)-")
-"""rlprof's layout puts a process's files under ``rank<R>-<host>-<pid>/`` (rlprof.layout.process_tag)."""
 
 
 class NotReadable(ValueError):
@@ -219,11 +218,9 @@ def _step_at(steps: list[Region], time: float) -> int | None:
 
 
 def _place(path: str) -> tuple[int | None, str]:
-    """The rank and the group of a report: rlprof's layout names them (``<capture>/rank<R>-<host>-<pid>/``,
-    the ranks of one capture one group); elsewhere the rank is unknown and the directory is the group."""
-    resolved = Path(path).resolve()
-    for directory in resolved.parents:
-        matched = PROCESS_DIRECTORY.match(directory.name)
-        if matched:
-            return int(matched.group(1)), str(directory.parent)
-    return None, str(resolved.parent)
+    """The rank and the group of a report: rlprof's layout names them (the ranks of one capture are one
+    group); elsewhere the rank is unknown and the directory is the group."""
+    process = process_of(Path(path))
+    if process is not None:
+        return process[0], str(process[1])
+    return None, str(Path(path).resolve().parent)
