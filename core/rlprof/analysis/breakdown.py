@@ -81,6 +81,21 @@ def numbered_collectives(calls: Iterable[tuple[float, float, float | None, str]]
     return numbered
 
 
+def regions_in_steps(steps: Iterable[Region], annotations: Iterable[tuple[str, float, float]],
+                     default_step: int | None = None) -> list[Region]:
+    """A trace's regions: its step ranges, and each ``(name, start, end)`` annotation with the step whose
+    range holds its start (``default_step`` where none does), ordered by start, outer first."""
+    steps = sorted(steps, key=lambda region: region.start)
+    starts = [step.start for step in steps]
+
+    def step_at(time: float) -> int | None:
+        index = bisect.bisect_right(starts, time) - 1
+        return steps[index].step if index >= 0 and time <= steps[index].end else default_step
+
+    regions = steps + [Region(name, step_at(start), start, end) for name, start, end in annotations]
+    return sorted(regions, key=lambda region: (region.start, -region.end))
+
+
 @dataclass
 class TraceEvents:
     """What a reader gives the analysis for one process's trace. Times are ms on the trace's clock

@@ -36,7 +36,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Iterator
 
-from rlprof.analysis.breakdown import COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives
+from rlprof.analysis.breakdown import (COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives,
+                                       regions_in_steps)
 from rlprof.layout import process_of
 
 from .nvtx_summary import export_sqlite
@@ -207,14 +208,7 @@ def regions(connection: sqlite3.Connection, process: int | None = None) -> list[
             steps.append(Region(name, int(step.group(1)), start / 1e6, end / 1e6))
         elif ours and name != WINDOW_RANGE:
             found.append((name, start / 1e6, end / 1e6))
-    steps.sort(key=lambda region: region.start)
-    found_regions = [Region(name, _step_at(steps, start), start, end) for name, start, end in found]
-    return sorted(steps + found_regions, key=lambda region: (region.start, -region.end))
-
-
-def _step_at(steps: list[Region], time: float) -> int | None:
-    held = [step for step in steps if step.start <= time <= step.end]
-    return held[-1].step if held else None
+    return regions_in_steps(steps, found)
 
 
 def _place(path: str) -> tuple[int | None, str]:

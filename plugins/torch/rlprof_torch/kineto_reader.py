@@ -27,7 +27,7 @@ from typing import IO, Any, Iterator
 import ijson
 
 from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Region, TraceEvents, device_kind, is_host_collective,
-                                       numbered_collectives)
+                                       numbered_collectives, regions_in_steps)
 
 DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
 """Device event categories -> whether the event is a copy (memory) rather than a kernel."""
@@ -146,24 +146,11 @@ class _Reading:
             trace.collectives = numbered_collectives((start, end, None, name) for start, end, name in _outermost(self.host_collectives))
         else:
             raise NotKineto("no device events and no host ops")
-        self.steps.sort(key=lambda r: r.start)
-        starts = [r.start for r in self.steps]
-        regions = list(self.steps)
-        for name, start, end in self.annotations:
-            regions.append(Region(name, self._step_at(start, starts), start, end))
-        trace.regions = sorted(regions, key=lambda r: (r.start, -r.end))
+        trace.regions = regions_in_steps(self.steps, self.annotations, default_step=self.only_step)
         return trace
 
     def _communication_indices(self) -> Iterator[int]:
         return (i for i, kind in enumerate(self.trace.kinds) if kind == COMMUNICATION)
-
-    def _step_at(self, time: float, starts: list[float]) -> int | None:
-        import bisect
-
-        index = bisect.bisect_right(starts, time) - 1
-        if index >= 0 and time <= self.steps[index].end:
-            return self.steps[index].step
-        return self.only_step
 
 
 def _correlation(event: dict[str, Any]) -> int:
