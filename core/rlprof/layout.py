@@ -78,6 +78,20 @@ def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid:
     return run_dir / f"{capture_id}{os.sep}{process_tag(rank, host, pid)}"  # one Path operation, not two
 
 
+_PROCESS_TAG = re.compile(r"rank(\d+)-.+-\d+$")
+
+
+def process_of(path: Path) -> tuple[int, Path] | None:
+    """The rank and the capture directory of a file under a process's directory of this layout
+    (``<capture>/rank<R>-<host>-<pid>/...``, :func:`process_tag`), or None for a file elsewhere.
+    Trace readers ask it for files that name no rank themselves (nsys reports, torch_npu output)."""
+    for directory in Path(path).resolve().parents:
+        matched = _PROCESS_TAG.match(directory.name)
+        if matched:
+            return int(matched.group(1)), directory.parent
+    return None
+
+
 def relative(path: os.PathLike | str, run_dir: os.PathLike | str) -> str:
     try:
         return os.path.relpath(path, run_dir)

@@ -15,7 +15,7 @@ import math
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
 
@@ -66,6 +66,34 @@ class Collective:
     start: float
     end: float
     launch: float | None
+
+
+def numbered_collectives(calls: Iterable[tuple[float, float, float | None, str]]) -> list[Collective]:
+    """``(start, end, launch, name)`` calls of one trace as :class:`Collective` s, each name's calls numbered in
+    start order (the n-th on one rank is the n-th on the others). A launch not seen (None or inf) is None.
+    Every reader numbers its collectives here, so traces of different backends match alike."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for start, end, launch, name in sorted(calls, key=lambda c: c[0]):
+        numbered.append(Collective(name, seen.get(name, 0), start, end,
+                                   None if launch is None or launch == math.inf else launch))
+        seen[name] = seen.get(name, 0) + 1
+    return numbered
+
+
+def regions_in_steps(steps: Iterable[Region], annotations: Iterable[tuple[str, float, float]],
+                     default_step: int | None = None) -> list[Region]:
+    """A trace's regions: its step ranges, and each ``(name, start, end)`` annotation with the step whose
+    range holds its start (``default_step`` where none does), ordered by start, outer first."""
+    steps = sorted(steps, key=lambda region: region.start)
+    starts = [step.start for step in steps]
+
+    def step_at(time: float) -> int | None:
+        index = bisect.bisect_right(starts, time) - 1
+        return steps[index].step if index >= 0 and time <= steps[index].end else default_step
+
+    regions = steps + [Region(name, step_at(start), start, end) for name, start, end in annotations]
+    return sorted(regions, key=lambda region: (region.start, -region.end))
 
 
 @dataclass

@@ -27,7 +27,9 @@ from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 
 READERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "npu": ("rlprof_npu.trace_reader:read_trace", ("trace_view.json",)),  # before torch's *.json: the first match reads
     "torch": ("rlprof_torch.kineto_reader:read_trace", ("*.json", "*.json.gz")),
+    "nsys": ("rlprof_nsys.sqlite_reader:read_trace", ("*.sqlite", "*.nsys-rep")),
 }
 """Backend name -> (``module:function`` turning a path into ``TraceEvents``, file name patterns it reads).
 

@@ -40,17 +40,25 @@ def nvtx_ranges(report: Path, nsys: str | None = None) -> list[RangeSummary]:
 
     :raises RuntimeError: nsys is missing or cannot export the report (message says which).
     """
+    with tempfile.TemporaryDirectory(prefix="rlprof-nsys-") as tmp:
+        database = Path(tmp) / "report.sqlite"
+        export_sqlite(report, database, nsys)
+        return ranges_in_database(database)
+
+
+def export_sqlite(report: Path, database: Path, nsys: str | None = None) -> None:
+    """``nsys export --type sqlite`` of ``report`` into ``database`` (written under exactly that name).
+
+    :raises RuntimeError: nsys is missing or cannot export the report (message says which).
+    """
     nsys = nsys or shutil.which("nsys")
     if nsys is None:
         raise RuntimeError("nsys is not on PATH")
-    with tempfile.TemporaryDirectory(prefix="rlprof-nsys-") as tmp:
-        database = Path(tmp) / "report.sqlite"
-        proc = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(database), str(report)],
-                              capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
-        if proc.returncode != 0 or not database.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-            raise RuntimeError(f"nsys export failed: {tail[0]}")
-        return ranges_in_database(database)
+    proc = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(database), str(report)],
+                          capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
+    if proc.returncode != 0 or not database.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise RuntimeError(f"nsys export failed: {tail[0]}")
 
 
 def ranges_in_database(database: Path) -> list[RangeSummary]:

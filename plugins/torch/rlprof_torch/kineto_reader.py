@@ -26,8 +26,8 @@ from typing import IO, Any, Iterator
 
 import ijson
 
-from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Collective, Region, TraceEvents, device_kind,
-                                       is_host_collective)
+from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Region, TraceEvents, device_kind, is_host_collective,
+                                       numbered_collectives, regions_in_steps)
 
 DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
 """Device event categories -> whether the event is a copy (memory) rather than a kernel."""
@@ -137,33 +137,20 @@ class _Reading:
             self.host = TraceEvents(path=trace.path, rank=None, device="cpu")
             for index, correlation in enumerate(self.correlations):
                 trace.launches[index] = self.launched_at.get(correlation, math.inf)
-            trace.collectives = _ordinals((trace.starts[i], trace.ends[i], trace.launches[i], name)
+            trace.collectives = numbered_collectives((trace.starts[i], trace.ends[i], trace.launches[i], name)
                                           for i, name in zip(self._communication_indices(), self.device_names))
         elif len(self.host.kinds):
             trace.device = "cpu"
             trace.starts, trace.ends, trace.kinds, trace.launches = (self.host.starts, self.host.ends, self.host.kinds,
                                                                      self.host.launches)
-            trace.collectives = _ordinals((start, end, None, name) for start, end, name in _outermost(self.host_collectives))
+            trace.collectives = numbered_collectives((start, end, None, name) for start, end, name in _outermost(self.host_collectives))
         else:
             raise NotKineto("no device events and no host ops")
-        self.steps.sort(key=lambda r: r.start)
-        starts = [r.start for r in self.steps]
-        regions = list(self.steps)
-        for name, start, end in self.annotations:
-            regions.append(Region(name, self._step_at(start, starts), start, end))
-        trace.regions = sorted(regions, key=lambda r: (r.start, -r.end))
+        trace.regions = regions_in_steps(self.steps, self.annotations, default_step=self.only_step)
         return trace
 
     def _communication_indices(self) -> Iterator[int]:
         return (i for i, kind in enumerate(self.trace.kinds) if kind == COMMUNICATION)
-
-    def _step_at(self, time: float, starts: list[float]) -> int | None:
-        import bisect
-
-        index = bisect.bisect_right(starts, time) - 1
-        if index >= 0 and time <= self.steps[index].end:
-            return self.steps[index].step
-        return self.only_step
 
 
 def _correlation(event: dict[str, Any]) -> int:
@@ -181,13 +168,3 @@ def _outermost(calls: list[tuple[Any, float, float, str]]) -> Iterator[tuple[flo
             continue
         kept_end[tid] = end
         yield start, end, name
-
-
-def _ordinals(calls: Iterator[tuple[float, float, float | None, str]]) -> list[Collective]:
-    """Number each collective name's calls in start order: the n-th on one rank is the n-th on the others."""
-    seen: dict[str, int] = {}
-    numbered = []
-    for start, end, launch, name in sorted(calls, key=lambda c: c[0]):
-        numbered.append(Collective(name, seen.get(name, 0), start, end, launch if launch != math.inf else None))
-        seen[name] = seen.get(name, 0) + 1
-    return numbered
