@@ -8,7 +8,7 @@ number of kernels and ops, not the size of the file; a 2 GB file on one line rea
 What is read, as Kineto writes it (torch 2.x, checked on traces this machine records):
 
 * the header before ``traceEvents``: ``distributedInfo.rank``, ``baseTimeNanoseconds`` (``ts`` is µs
-  after it), and rlprof's own ``rlprof`` block (rank, run, capture, training steps);
+  after it), and rlprof's own ``rlprof`` block (rank, run, capture, the training step numbers);
 * complete events (``ph: X``): device events of category ``kernel``, ``gpu_memcpy``, ``gpu_memset``,
   launched by a ``cuda_runtime`` / ``cuda_driver`` call with the same ``args.correlation``;
   host ops of category ``cpu_op`` and collectives of any category (``gloo:*``, ``c10d::*``, ...);
@@ -93,8 +93,8 @@ class _Reading:
         base = header.get("baseTimeNanoseconds")
         self.trace = TraceEvents(path=path, rank=int(rank) if isinstance(rank, (int, float)) else None, device="cuda",
                                  group=group, clock_ms=float(base) / 1e6 if isinstance(base, (int, float)) else 0.0)
-        steps = header.get("rlprof.training_steps.item", [])
-        self.only_step = int(steps[0]) if len(steps) == 1 else None
+        training = header.get("rlprof.training_steps.item", [])
+        self.only_step = int(training[0]) if len(training) == 1 else None
         self.correlations = array("q")
         self.launched_at: dict[int, float] = {}
         self.device_names: list[str] = []
