@@ -11,10 +11,14 @@ Per run, newest first:
 * **process x region heat map**: each trainer rank's and rollout replica's time per region (median
   over steps), coloured by how far it is from that region's median across processes; stragglers
   outlined and marked;
-* the stragglers, per-step tables, and the files to open next (with the timeline command).
+* the stragglers;
+* **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
+  region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
+  the process waited for in a collective;
+* per-step tables, and the files to open next (with the timeline command).
 
 Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
-:class:`rlprof.analysis.report.RunReport`: no trace is read.
+:class:`rlprof.analysis.report.RunReport`: this module reads no file.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.inside import COMPONENTS, LABELS
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 
@@ -85,6 +90,7 @@ def _run_section(report: RunReport) -> str:
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
         parts.append(_heat_map(anatomy))
         parts.append(_stragglers(anatomy))
+        parts.append(_inside(report))
         parts.append(_step_tables(anatomy))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
@@ -217,6 +223,40 @@ def _stragglers(anatomy: Anatomy) -> str:
                    for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms)))
     return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
             f"<th>process</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
+
+
+SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
+
+
+def _inside(report: RunReport) -> str:
+    """Per step, region and process the split of the region's window (a stacked bar) and who waited for whom."""
+    inside = report.inside
+    if inside is None or not inside.splits:
+        return ""
+    waits = {(w.step, w.region, w.waiter): w for w in inside.waits}
+    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{SPLIT_COLOURS[c]}"></span> {LABELS[c]}'
+                      for c in COMPONENTS)
+    rows = []
+    for s in inside.splits:
+        window = sum(getattr(s, c) for c in COMPONENTS) or 1.0
+        x, bar = 0.0, []
+        for c in COMPONENTS:
+            w = 200 * getattr(s, c) / window
+            bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{SPLIT_COLOURS[c]}">'
+                       f"<title>{LABELS[c]}: {getattr(s, c):.2f} ms ({100 * s.share(c):.0f}% of wall)</title></rect>")
+            x += w
+        waited = waits.get((s.step, s.region, s.name))
+        rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
+                    f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
+                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in COMPONENTS)
+                    + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
+                    + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
+    return ("<h3>Inside regions</h3>"
+            f'<p class="muted">from the traces: each region\'s window split into {legend} (% of the region\'s wall time; '
+            "definitions in docs/analysis.md); a wait in a collective is the late rank's fault, not the waiter's</p>"
+            '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
+            + "".join(f"<th>{LABELS[c]}</th>" for c in COMPONENTS) + "<th>split</th><th>waited</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _step_tables(anatomy: Anatomy) -> str:
