@@ -57,6 +57,7 @@ def test_a_rank_whose_extra_time_was_waiting_is_no_straggler_and_the_late_rank_i
     assert "straggler: rank 1" not in text and "rank 1 waited" in text and "timings: 1 profiled step, 5 regions, 0 straggler flags" in text
     page = render_page([report])
     assert page.count('<tr class="split"') == 2 and "rank 1 waited" in page and 'class="straggler"' not in page
+    assert "(waited for rank 0)</text>" in page  # the heat map cell of rank 1 in actor_update
 
 
 def test_a_rank_slow_in_its_own_work_stays_a_straggler(tmp_path):

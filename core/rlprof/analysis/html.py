@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.inside import COMPONENTS, LABELS
+from rlprof.analysis.inside import COMPONENTS, LABELS, Waited
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 
@@ -88,7 +88,7 @@ def _run_section(report: RunReport) -> str:
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
-        parts.append(_heat_map(anatomy))
+        parts.append(_heat_map(anatomy, report.inside.waits if report.inside else []))
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
         parts.append(_step_tables(anatomy))
@@ -160,8 +160,12 @@ def _step_bars(anatomy: Anatomy) -> str:
     return "\n".join(out)
 
 
-def _heat_map(anatomy: Anatomy) -> str:
+def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
+    """``waits``: a cell whose process waited in a collective says for whom (its colour is the wait too)."""
     regions = anatomy.regions
+    waited: dict[tuple[str, str], list[str]] = {}
+    for w in waits:
+        waited.setdefault((w.waiter, w.region), []).append(f"step {w.step}: waited {w.wait_ms:.1f} ms for {w.late}")
     straggling = {(s.time.key, s.region) for s in anatomy.stragglers}
     names = {t.key: t.name for r in regions for t in r.spread.per_rank}
     shown = sorted(names)
@@ -199,8 +203,10 @@ def _heat_map(anatomy: Anatomy) -> str:
             out.append(f'<rect class="cell{" straggler" if slow else ""}" data-process="{name}" data-region="{_e(r.region)}" x="{x}" '
                        f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{_heat(ratio)}"{stroke}>'
                        f"<title>{name} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
-                       f"{'; straggler' if slow else ''}</title></rect>")
-            out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}</text>')
+                       f"{'; straggler' if slow else ''}{_e(''.join('; ' + line for line in waited.get((name, r.region), [])))}</title></rect>")
+            late = sorted({w.split(" for ")[1] for w in waited.get((name, r.region), [])})
+            out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}'
+                       f'{" (waited for " + ", ".join(late) + ")" if late else ""}</text>')
     out.append("</svg>")
     return note + "\n".join(out)
 
