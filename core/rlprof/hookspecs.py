@@ -68,14 +68,15 @@ Order and time: with several backends selected, each hook runs them one after an
 ``start_role`` returned and its end before the first ``stop_role`` runs, so time spent in hooks shows
 as "(outside regions)" in the report. Log with ``logging.getLogger("rlprof.<backend>")``.
 
-Outside a profiling process: three hooks are not part of a capture's life. The core calls them in a
+Outside a profiling process: four hooks are not part of a capture's life. The core calls them in a
 fresh instance of the backend class, in another process and often on another day: ``report_details``
 (``rlprof report``, for each file the backend wrote that is still on disk), ``after_exit`` (on each
-node of a Ray run, once the workers there have exited) and ``cli_commands`` (``rlprof --help`` and
-``rlprof <command>``). So a distribution registers one object, its backend class, and everything it
-adds to rlprof arrives through hooks of this spec (:data:`OUTSIDE_A_RUN`). They replace the entry-point
-groups ``rlprof.report_details``, ``rlprof.after_exit`` and ``rlprof.commands``, which still work,
-with a deprecation message (docs/migration.md).
+node of a Ray run, once the workers there have exited), ``cli_commands`` (``rlprof --help`` and
+``rlprof <command>``) and ``trace_reader`` (``rlprof breakdown`` and ``rlprof report``: how the analysis
+reads the backend's trace files). So a distribution registers one object, its backend class, and everything it
+adds to rlprof arrives through hooks of this spec (:data:`OUTSIDE_A_RUN`). The first three replace the
+entry-point groups ``rlprof.report_details``, ``rlprof.after_exit`` and ``rlprof.commands``, which still
+work, with a deprecation message (docs/migration.md); ``trace_reader`` replaces no group.
 
 Artifacts: any lifecycle hook may return paths (``str``/``os.PathLike``, or a list of them) or call
 ``ctx.add_artifact(path)``; the core lists each in the manifest with the call's run, step,
@@ -308,7 +309,39 @@ def cli_commands() -> Mapping[str, CliCommand]:
     """
 
 
-OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands")
+@dataclass(frozen=True)
+class TraceReader:
+    """How the analysis reads the trace files of one backend (the value :func:`trace_reader` returns)."""
+
+    patterns: tuple[str, ...]
+    """File name patterns (``fnmatch``, on the name only) of the files it reads, e.g. ``("*.json", "*.json.gz")``.
+    When two backends' patterns match one file, the pattern with more literal characters wins
+    (``trace_view.json`` over ``*.json``)."""
+    target: str
+    """``"module:function"``: the function takes a file's path (``str``) and returns its
+    :class:`rlprof.analysis.breakdown.TraceEvents`, raising on a file it cannot read (the message is the
+    one line the user sees). Named, not passed, so it is picklable: it runs in the worker processes of a
+    pool, and is imported only when a file of its format is read."""
+    format: str = ""
+    """The format in a few words (``Kineto JSON``), for messages."""
+
+
+@_hookspec
+def trace_reader() -> TraceReader | None:
+    """How the breakdown analysis reads the trace files this backend writes.
+
+    Called by ``rlprof breakdown`` (every installed backend: it may be handed any file) and by ``rlprof
+    report`` (only the backends whose files the run holds), in a fresh instance of the backend class,
+    before any file is read. Keep it cheap: return names, import nothing heavy; the reader itself runs in
+    other processes (docs/analysis.md, "Inside a region").
+
+    :returns: a :class:`TraceReader`, or None when this backend's files cannot be split into compute,
+        communication, copies and idle. Raising, or a target that fails to import, costs one line naming
+        the distribution; the other backends' files are still read.
+    """
+
+
+OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands", "trace_reader")
 """The hooks called outside a profiling process, each in a fresh instance of the backend class
 (see the module doc); the others belong to a process session."""
 

@@ -2,9 +2,9 @@
 
 When: every extension point goes through here: a backend a config selects (``runtime.registry``), an
 engine adapter (``integrations.engines.contract``), and the hooks called outside a profiling process
-(``report_details``, ``after_exit``, ``cli_commands``: ``rlprof report``, the Ray controller's
-after-exit step, the ``rlprof`` command line), together with the entry-point groups those hooks
-replace.
+(``report_details``, ``after_exit``, ``cli_commands``, ``trace_reader``: ``rlprof report``, the Ray
+controller's after-exit step, the ``rlprof`` command line, the breakdown), together with the
+entry-point groups those hooks replace.
 
 Why one: five loaders had grown five contract rules and five error texts. Here there is one of each:
 
@@ -265,7 +265,9 @@ def implementations(hook: str, names: Iterable[str] | None = None) -> tuple[list
             continue
         if call is not None:
             found.append(Implementation(name, plugin.distribution, plugin.version, call))
-    deprecated = DEPRECATED[hook]
+    deprecated = DEPRECATED.get(hook)
+    if deprecated is None:  # a hook that replaced no group (trace_reader)
+        return found, problems
     answered = {i.owner for i in found} if deprecated.named_for_backend else set()
     for name, ep in sorted(discover(deprecated.kind.group).items()):
         if name in answered or (wanted is not None and name not in wanted):

@@ -138,10 +138,52 @@ taken from rlprof's own renderer on the same save path."""
 
 
 @pytest.mark.slow
+def inside_of(save: Path) -> dict:
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True, text=True)
+    [run] = json.loads(report.stdout)["runs"]
+    return run
+
+
+@pytest.mark.slow
+def test_every_collective_has_wait_and_transfer_on_both_ranks_and_the_late_rank_is_named(default_demo):
+    """The gradient all-reduce of actor_update, split on each rank into waiting for the last rank and
+    transfer, from the two ranks' traces; where a rank waited, the rank it waited for is named."""
+    run = inside_of(default_demo[1])
+    splits = [s for s in run["inside"]["splits"] if s["region"] == "actor_update"]
+    assert {(s["step"], s["rank"]) for s in splits} == {(step, rank) for step in (1, 2) for rank in (0, 1)}
+    for s in splits:
+        assert s["communication_ms"] > 0 and s["communication_wait_ms"] is not None
+        assert s["communication_wait_ms"] + s["communication_transfer_ms"] == pytest.approx(s["communication_ms"])
+        parts = s["compute_ms"] + s["exposed_communication_ms"] + s["memory_ms"] + s["idle_ms"]
+        assert parts >= s["wall_ms"] * 0.99  # the window: the region, and device work past its end
+    for s in splits:
+        if s["communication_wait_ms"] > 0:
+            assert s["waited_for_rank"] == 1 - s["rank"]
+
+
+@pytest.mark.slow
+def test_a_rank_slowed_on_purpose_is_named_as_the_cause_and_the_waiting_rank_is_no_straggler(tmp_path):
+    """``--slow-rank 0 --slow-ms 40``: rank 0 enters actor_update 40 ms late; rank 1 waits for it in the
+    all-reduce. The report says so for every profiled step, and does not flag rank 1 as a straggler there."""
+    pytest.importorskip("ray")
+    save = tmp_path / "slow"
+    proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--steps", "1,2", "--slow-rank", "0",
+                           "--slow-ms", "40", "--save-path", str(save)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"step 1 actor_update: rank 1 waited [\d.]+ ms in all_reduce for rank 0, late by (3\d|4\d)\.\d ms "
+                     r"entering actor_update", proc.stdout), proc.stdout
+    run = inside_of(save)
+    waits = {(w["step"], w["waiter"], w["late"]) for w in run["inside"]["waits"] if w["region"] == "actor_update"}
+    assert waits == {(1, "rank 1", "rank 0"), (2, "rank 1", "rank 0")}
+    assert not [s for s in run["stragglers"] if s["region"] == "actor_update" and s["rank"] == 1]
+
+
+@pytest.mark.slow
 def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
     """No Kineto USDT lines, no Ray token notice or log-deduplication hint, no colour codes when
     redirected: each line is rlprof's (the demo's own, or the report's)."""
     import rlprof.cli
+    from rlprof.analysis.inside import add_inside
     from rlprof.analysis.report import build_reports, render
 
     proc, save = default_demo
@@ -149,6 +191,7 @@ def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
     monkeypatch.setattr(sys, "argv", [rlprof.cli.__file__])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
+    add_inside([report])
     reported = set(render(report).splitlines())
     foreign = [line for line in (proc.stdout + proc.stderr).splitlines()
                if line.strip() and line not in reported and not any(p.fullmatch(line) for p in DEMO_LINES)]

@@ -3,7 +3,7 @@ rule, the hooks called outside a run, and the deprecated entry-point groups stil
 message each.
 
 The plugins come from tests/fixtures/rlprof-test-plugins, pip-installed into a private directory (real
-entry points, with a distribution name and version): ``outside`` implements the three hooks called
+entry points, with a distribution name and version): ``outside`` implements the four hooks called
 outside a run, ``unimportable`` fails to import in every group, the deprecated groups hold working
 entries as third parties wrote them.
 """
@@ -125,6 +125,29 @@ def test_hook_cli_commands(test_plugins, capsys, caplog):
     assert len(said) == 1 and "group rlprof.commands" in said[0] and "cli_commands hook" in said[0]
 
 
+def test_hook_trace_reader(test_plugins, tmp_path, rlprof_cli):
+    """rlprof breakdown reads a file through the reader its backend names (in the worker pool); the more
+    literal pattern wins a file two backends match; a broken backend costs one line in the loader's shape."""
+    from rlprof.analysis.breakdown_files import reader_for, readers
+
+    answers, problems = readers()
+    assert answers["outside"].format == "outside's own" and answers["torch"].format == "Kineto JSON"
+    assert [line for line in problems if "unimportable" in line][0].startswith(f'backend "unimportable" ({DIST}): ')
+    assert reader_for(tmp_path / "trace_view.json", answers) == "rlprof_test_plugins.outside:read_trace"
+    assert reader_for(tmp_path / "rank0.pt.trace.json.gz", answers) == "rlprof_torch.kineto_reader:read_trace"
+    assert list(readers(["outside"])[0]) == ["outside"]  # only the backends asked for are loaded
+    (tmp_path / "a.outside").write_text("10 20")
+    (tmp_path / "b.outside").write_text("not numbers")
+    done = rlprof_cli("breakdown", "--json", "--workers", "2", tmp_path / "a.outside", tmp_path / "b.outside")
+    assert done.returncode == 0
+    rows = {row["region"]: row for row in json.loads(done.stdout)["rows"]}
+    assert set(rows) == {"outside", "(trace)"}  # only a.outside's
+    row = rows["outside"]
+    assert (row["rank"], row["region"], row["window_ms"], row["compute_ms"], row["idle_ms"]) == (7, "outside", 10, 8, 2)
+    assert f"rlprof breakdown: {tmp_path / 'b.outside'}: ValueError: " in done.stderr
+    assert 'rlprof breakdown: backend "unimportable"' in done.stderr
+
+
 def test_a_built_in_command_loads_no_plugin_command(test_plugins, capsys):
     assert main(["backends"]) == 0
     captured = capsys.readouterr()
@@ -135,5 +158,5 @@ def test_a_built_in_command_loads_no_plugin_command(test_plugins, capsys):
 def test_rlprof_backends_lists_the_hooks_outside_a_run(test_plugins, capsys):
     assert main(["backends", "--json"]) == 0
     info = {b["name"]: b for b in json.loads(capsys.readouterr().out)}
-    assert info["outside"]["hooks"] == ["start_step", "report_details", "after_exit", "cli_commands"]
+    assert info["outside"]["hooks"] == ["start_step", "report_details", "after_exit", "cli_commands", "trace_reader"]
     assert info["unimportable"]["error"].startswith(f'backend "unimportable" ({DIST}): import failed: ')

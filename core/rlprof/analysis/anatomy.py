@@ -71,6 +71,8 @@ class RankTime:
     ms: float
     count: int = 1
     replica_rank: int | None = None
+    start_ns: int | None = None
+    """A region's: when this process first entered it in the step (the host's shared clock); who entered late."""
     key: int = field(init=False, repr=False, compare=False)
     """:func:`process_order` of this process: what sorts and groups processes (read more often than built)."""
 
@@ -305,10 +307,11 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         cell = region_times.setdefault((step, name), {})
         known = cell.get(who)
         if known is None:
-            cell[who] = RankTime(rank, r.get("host", "?"), float(r["duration_ms"]), replica_rank=replica)
+            cell[who] = RankTime(rank, r.get("host", "?"), float(r["duration_ms"]), replica_rank=replica, start_ns=r["start_ns"])
         else:
             known.ms += float(r["duration_ms"])
             known.count += 1
+            known.start_ns = min(known.start_ns, r["start_ns"])
         if r.get("error"):
             errors.setdefault((step, name), []).append(f"{process_name(rank, replica)}: {r['error']}")
         if r.get("iterations"):

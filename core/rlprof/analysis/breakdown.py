@@ -154,6 +154,8 @@ class Row:
     communication_transfer_ms: float | None = None
     waited_for_rank: int | None = None
     """The rank that arrived last in the collective this process waited longest for in the region."""
+    waited_in: str | None = None
+    """That collective's name (``c10d::allreduce_``, ``ncclDevKernel_AllReduce...``)."""
 
 
 def split(trace: TraceEvents) -> list[Row]:
@@ -227,10 +229,11 @@ class Wait:
     end: float
     launch: float | None
     late_rank: int | None
+    name: str
 
 
 def apportion_waits(traces: Sequence[tuple[TraceEvents, list[Row]]]) -> None:
-    """Fill each row's ``communication_wait_ms`` / ``communication_transfer_ms`` / ``waited_for_rank``.
+    """Fill each row's ``communication_wait_ms`` / ``communication_transfer_ms`` / ``waited_for_rank`` / ``waited_in``.
 
     Within a group, the ``ordinal``-th call of a collective name on each trace is one collective; on
     every rank the wait is from its own start until the last rank's call starts (wall clock: the
@@ -262,7 +265,7 @@ def _waits(traces: list[TraceEvents]) -> list[list[Wait]]:
         for index, call in arrivals:
             until = min(call.end, last_start - traces[index].clock_ms)
             if until > call.start:
-                waits[index].append(Wait(call.start, until, call.launch, traces[last_index].rank))
+                waits[index].append(Wait(call.start, until, call.launch, traces[last_index].rank, call.name))
     return waits
 
 
@@ -276,7 +279,8 @@ def _fill_wait(trace: TraceEvents, row: Row, parts: list[Wait]) -> None:
     row.communication_wait_ms = min(waited, row.communication_ms)
     row.communication_transfer_ms = row.communication_ms - row.communication_wait_ms
     if inside:
-        row.waited_for_rank = max(inside, key=lambda w: w.end - w.start).late_rank
+        longest = max(inside, key=lambda w: w.end - w.start)
+        row.waited_for_rank, row.waited_in = longest.late_rank, longest.name
 
 
 def row_fields(row: Row) -> Mapping[str, object]:

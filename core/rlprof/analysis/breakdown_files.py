@@ -1,6 +1,7 @@
 """``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool, cached beside each file.
 
-Each file goes to the reader of the backend that writes its format (:data:`READERS`), in a pool of
+Each file goes to the reader of the backend that writes its format (each backend names it through the
+``trace_reader`` hook, :func:`readers`), in a pool of
 worker processes; a worker returns only the rows and the file's collective calls (kilobytes),
 which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
 cannot be read costs one line naming it and the reason; every other file is still reported.
@@ -20,22 +21,33 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from rlprof.analysis.breakdown import TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, row_fields, split
+from rlprof import plugins
 from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
+from rlprof.hookspecs import TraceReader
 
-READERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "npu": ("rlprof_npu.trace_reader:read_trace", ("trace_view.json",)),  # before torch's *.json: the first match reads
-    "torch": ("rlprof_torch.kineto_reader:read_trace", ("*.json", "*.json.gz")),
-    "nsys": ("rlprof_nsys.sqlite_reader:read_trace", ("*.sqlite", "*.nsys-rep")),
-}
-"""Backend name -> (``module:function`` turning a path into ``TraceEvents``, file name patterns it reads).
+def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
+    """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
+    backends (only ``names`` when given: the backends whose files are being read), and one line, in the
+    plugin loader's shape, for each backend that failed to answer."""
+    found, problems = plugins.implementations("trace_reader", names)
+    answers: dict[str, TraceReader] = {}
+    lines = [line for _, line in problems]
+    for implementation in found:
+        try:
+            reader = implementation.call()
+        except Exception as exc:
+            lines.append(implementation.problem(f"trace_reader raised {type(exc).__name__}: {exc}"))
+            continue
+        if isinstance(reader, TraceReader):
+            answers[implementation.owner] = reader
+        elif reader is not None:
+            lines.append(implementation.problem(f"trace_reader returned {reader!r}, not a rlprof.hookspecs.TraceReader"))
+    return answers, lines
 
-The seam a backend's analysis hook replaces: a reader is named by a plain function reference, so it
-runs in the pool's worker processes and is imported only when a file of its format is read.
-"""
 
 CACHE_SUFFIX = ".rlprof-breakdown.json"
 CACHE_VERSION = 1
@@ -51,11 +63,12 @@ class FileRows:
     rows: list[Row]
 
 
-def reader_for(path: Path, readers: dict[str, tuple[str, tuple[str, ...]]] = READERS) -> str | None:
-    for target, patterns in readers.values():
-        if any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns):
-            return target
-    return None
+def reader_for(path: Path, answers: Mapping[str, TraceReader]) -> str | None:
+    """The target of the reader whose pattern matches ``path``'s name; with several, the pattern with the
+    most literal characters (``trace_view.json`` over ``*.json``)."""
+    matches = [(len(pattern.replace("*", "").replace("?", "")), reader.target)
+               for reader in answers.values() for pattern in reader.patterns if fnmatch.fnmatch(path.name, pattern)]
+    return max(matches)[1] if matches else None
 
 
 def trace_files(paths: Sequence[str]) -> list[Path]:
@@ -84,11 +97,15 @@ def file_rows(path: str, target: str) -> FileRows:
     return result
 
 
-def breakdown(paths: Sequence[Path], workers: int = WORKERS) -> tuple[list[Row], list[tuple[str, str]]]:
-    """Rows of every file (waits matched across the files' ranks) and ``(path, reason)`` for those that failed."""
+def breakdown(paths: Sequence[Path], workers: int = WORKERS,
+              answers: Mapping[str, TraceReader] | None = None) -> tuple[list[Row], list[tuple[str, str]]]:
+    """Rows of every file (waits matched across the files' ranks) and ``(path, reason)`` for those that
+    failed; ``answers``: the readers to use (default: every installed backend's)."""
+    if answers is None:
+        answers, _ = readers()
     jobs, errors = [], []
     for path in paths:
-        target = reader_for(path)
+        target = reader_for(path, answers)
         if not path.is_file():
             errors.append((str(path), "no such file"))
         elif target is None:
@@ -211,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
     parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
     args = parser.parse_args(argv)
-    rows, errors = breakdown(trace_files(args.paths), workers=args.workers)
+    answers, problems = readers()
+    for line in problems:
+        print(f"rlprof breakdown: {line}", file=sys.stderr)
+    rows, errors = breakdown(trace_files(args.paths), workers=args.workers, answers=answers)
     rows = _chosen(rows, args.steps, args.regions)
     for path, reason in errors:
         print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)

@@ -12,7 +12,9 @@ What is compared: a region's time is its median across processes of each process
 compared steps; the step's time is the median over compared steps of the step time (its window, first
 start to last end). One row per region (per region and process with ``--ranks``: trainer ranks, and
 rollout replicas named ``replica N``) with A, B, the change and the % change, sorted by impact (the
-absolute change in ms); regions found in only one run are listed too.
+absolute change in ms); regions found in only one run are listed too. Where both runs' traces are
+on this disk, each changed region also says which of its parts moved most (compute, exposed
+communication, memory, idle: :mod:`rlprof.analysis.inside`; ``--no-traces`` reads none).
 
 Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
 across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
+from rlprof.analysis.inside import add_inside, moved
 from rlprof.analysis.runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -88,6 +91,9 @@ class Change:
     b: Samples | None
     replica_rank: int | None = None
     """A rollout replica's row with ``--ranks``."""
+    moved: str | None = None
+    """Which part of the region moved most (``exposed comm +3.20 ms``), from both runs' traces
+    (:func:`rlprof.analysis.inside.moved`); None when they are not on this disk, or for the step."""
 
     @property
     def a_ms(self) -> float | None:
@@ -119,7 +125,9 @@ class Change:
 
     @property
     def note(self) -> str:
-        return "only in A" if self.b_ms is None else "only in B" if self.a_ms is None else ""
+        if self.a_ms is None or self.b_ms is None:
+            return "only in A" if self.b_ms is None else "only in B"
+        return f"moved most: {self.moved}" if self.moved else ""
 
     def as_dict(self) -> dict[str, Any]:
         pct = self.change_pct
@@ -312,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-b", default=None, metavar="ID", help="the run id (or prefix) under RUN_B; default: the newest")
     parser.add_argument("--ranks", action="store_true", help="one row per region and process (trainer rank or rollout replica)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--no-traces", action="store_true",
+                        help="do not read the runs' traces to say which part of a region moved (compute, exposed comm, memory, idle)")
     parser.add_argument("--fail-above", type=float, default=None, metavar="PCT", help="exit 1 when the step or a region got more than PCT%% slower")
     parser.add_argument("--min-ms", type=float, default=MIN_MS, help=f"--fail-above ignores rows shorter than this in both runs (default {MIN_MS:g})")
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -322,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlprof compare: {exc}", file=sys.stderr)
         return EXIT_USAGE
     changes = compare(a, b, per_rank=opts.ranks)
+    if not opts.no_traces:
+        add_inside([a, b], warn=lambda line: print(line.replace("rlprof report", "rlprof compare"), file=sys.stderr))
+        for c in changes:
+            if c.region != STEP_ROW and c.a_ms is not None and c.b_ms is not None:
+                c.moved = moved(a, b, c.region, c.name)
     limit = opts.fail_above
     slower = regressions(changes, limit, opts.min_ms) if limit is not None else []
     untold = [c for c in above(changes, limit, opts.min_ms) if c.told == TOO_FEW] if limit is not None else []

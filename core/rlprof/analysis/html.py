@@ -11,10 +11,14 @@ Per run, newest first:
 * **process x region heat map**: each trainer rank's and rollout replica's time per region (median
   over steps), coloured by how far it is from that region's median across processes; stragglers
   outlined and marked;
-* the stragglers, per-step tables, and the files to open next (with the timeline command).
+* the stragglers;
+* **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
+  region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
+  the process waited for in a collective;
+* per-step tables, and the files to open next (with the timeline command).
 
 Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
-:class:`rlprof.analysis.report.RunReport`: no trace is read.
+:class:`rlprof.analysis.report.RunReport`: this module reads no file.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.inside import COMPONENTS, LABELS, Waited
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 from rlprof.invocation import rlprof_command
@@ -89,8 +94,9 @@ def _run_section(report: RunReport) -> str:
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
-        parts.append(_heat_map(anatomy))
+        parts.append(_heat_map(anatomy, report.inside.waits if report.inside else []))
         parts.append(_stragglers(anatomy))
+        parts.append(_inside(report))
         parts.append(_step_tables(anatomy))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
@@ -178,8 +184,12 @@ def _rest_ms(step) -> float:
     return max(step.untracked_ms or 0.0, step.span_ms - step.tracked_ms - step.writing_ms)
 
 
-def _heat_map(anatomy: Anatomy) -> str:
+def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
+    """``waits``: a cell whose process waited in a collective says for whom (its colour is the wait too)."""
     regions = anatomy.regions
+    waited: dict[tuple[str, str], list[str]] = {}
+    for w in waits:
+        waited.setdefault((w.waiter, w.region), []).append(f"step {w.step}: waited {w.wait_ms:.1f} ms for {w.late}")
     straggling = {(s.time.key, s.region) for s in anatomy.stragglers}
     names = {t.key: t.name for r in regions for t in r.spread.per_rank}
     shown = sorted(names)
@@ -217,8 +227,10 @@ def _heat_map(anatomy: Anatomy) -> str:
             out.append(f'<rect class="cell{" straggler" if slow else ""}" data-process="{name}" data-region="{_e(r.region)}" x="{x}" '
                        f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{_heat(ratio)}"{stroke}>'
                        f"<title>{name} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
-                       f"{'; straggler' if slow else ''}</title></rect>")
-            out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}</text>')
+                       f"{'; straggler' if slow else ''}{_e(''.join('; ' + line for line in waited.get((name, r.region), [])))}</title></rect>")
+            late = sorted({w.split(" for ")[1] for w in waited.get((name, r.region), [])})
+            out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}'
+                       f'{" (waited for " + ", ".join(late) + ")" if late else ""}</text>')
     out.append("</svg>")
     return note + "\n".join(out)
 
@@ -241,6 +253,40 @@ def _stragglers(anatomy: Anatomy) -> str:
                    for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms)))
     return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
             f"<th>process</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
+
+
+SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
+
+
+def _inside(report: RunReport) -> str:
+    """Per step, region and process the split of the region's window (a stacked bar) and who waited for whom."""
+    inside = report.inside
+    if inside is None or not inside.splits:
+        return ""
+    waits = {(w.step, w.region, w.waiter): w for w in inside.waits}
+    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{SPLIT_COLOURS[c]}"></span> {LABELS[c]}'
+                      for c in COMPONENTS)
+    rows = []
+    for s in inside.splits:
+        window = sum(getattr(s, c) for c in COMPONENTS) or 1.0
+        x, bar = 0.0, []
+        for c in COMPONENTS:
+            w = 200 * getattr(s, c) / window
+            bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{SPLIT_COLOURS[c]}">'
+                       f"<title>{LABELS[c]}: {getattr(s, c):.2f} ms ({100 * s.share(c):.0f}% of wall)</title></rect>")
+            x += w
+        waited = waits.get((s.step, s.region, s.name))
+        rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
+                    f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
+                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in COMPONENTS)
+                    + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
+                    + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
+    return ("<h3>Inside regions</h3>"
+            f'<p class="muted">from the traces: each region\'s window split into {legend} (% of the region\'s wall time; '
+            "definitions in docs/analysis.md); a wait in a collective is the late rank's fault, not the waiter's</p>"
+            '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
+            + "".join(f"<th>{LABELS[c]}</th>" for c in COMPONENTS) + "<th>split</th><th>waited</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _step_tables(anatomy: Anatomy) -> str:

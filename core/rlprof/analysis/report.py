@@ -2,12 +2,14 @@
 
 Use it after a run, on one machine or over every node's ``save_path`` at once (save paths are
 node-local; each process wrote its own manifest, so directories copied from several nodes merge).
-Everything comes from the manifests; no trace is opened, so a report takes the same time for 1 MB
-or 1 TB of traces and still works after the traces were uploaded and removed. For each run, newest
-first:
+The timings come from the manifests, so a report still works after the traces were uploaded and
+removed; where the traces are on this disk, their split inside each region is added (read once,
+cached beside each trace; ``--no-traces`` opens none). For each run, newest first:
 
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
+* **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / memory / idle
+  as % of wall per region, cross-process skew, and who waited in a collective for which late rank;
 * the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
   file), and per-file details from the backend where it offers them (its ``report_details`` hook,
   e.g. rlprof-nsys' NVTX summary);
@@ -29,6 +31,7 @@ from typing import Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
 from rlprof.analysis.details import DETAILS_HOOK, add_details
+from rlprof.analysis.inside import add_inside, inside_lines
 from rlprof.analysis.outputs import refusal, replacing
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
@@ -58,6 +61,7 @@ def render(report: RunReport) -> str:
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)
+    lines += inside_lines(report)
     lines += _file_lines(report.files)
     lines += _node_lines(report)
     lines += _said_lines(report)
@@ -239,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
                         help=f"flag a rank more than this many percent over a region's median (default {STRAGGLER_PCT:g})")
     parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details (their {DETAILS_HOOK} hook)")
+    parser.add_argument("--no-traces", action="store_true",
+                        help="do not read the run's traces for the split inside each region (compute / exposed comm / memory / idle)")
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if opts.html and not opts.output:
         parser.error("--html needs -o FILE")
@@ -263,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if not opts.no_details:
         add_details(reports, warn=lambda line: print(line, file=sys.stderr))
+    if not opts.no_traces:
+        add_inside(reports, straggler_pct=opts.straggler_pct, warn=lambda line: print(line, file=sys.stderr))
     if opts.html:
         from rlprof.analysis.html import render_page
 

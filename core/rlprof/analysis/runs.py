@@ -134,6 +134,10 @@ class RunReport:
     """Ray nodes the controller found dead (``node_lost`` records): node, node_host, workers, step."""
     not_gathered: list[dict[str, Any]] = field(default_factory=list)
     """``gather: traces`` files left on their node (``failed``, ``over_budget``): node, source, status."""
+    inside: Any = None
+    """What the run's traces say inside each region, an :class:`rlprof.analysis.inside.Inside` (which
+    imports this module, hence ``Any``) set by :func:`rlprof.analysis.inside.add_inside`; None until
+    asked, or when no trace of the run is on this disk."""
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -185,6 +189,7 @@ class RunReport:
             "warnings": self.warnings,
             "nodes_lost": self.nodes_lost,
             "not_gathered": self.not_gathered,
+            "inside": None if self.inside is None else self.inside.as_dict(),
         }
 
 

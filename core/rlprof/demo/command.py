@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--perturb", choices=PERTURBABLE, default=None,
                    help="scale one layer's weights of the policy by 1.0001 before training: a run that departs from "
                         "the unperturbed one at that layer, to try comparing two runs' precision_debugger dumps")
+    p.add_argument("--slow-rank", type=int, default=None, metavar="RANK",
+                   help="make this rank late on purpose: after its rollout it enters actor update --slow-ms late (a slow "
+                        "hand-off from rollout to training), so the other ranks wait for it in the gradient all-reduce")
+    p.add_argument("--slow-ms", type=float, default=30.0, help="how late --slow-rank is, in ms (default: 30)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p
 
@@ -122,6 +126,7 @@ def _run(opts: argparse.Namespace) -> int:
     began = time.perf_counter()
     try:
         preflight.check_flags(opts.workers, opts.train_steps, opts.timeout, opts.nodes)
+        preflight.check_slow_rank(opts.slow_rank, opts.slow_ms, opts.workers)
         replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
@@ -155,7 +160,8 @@ def _run(opts: argparse.Namespace) -> int:
 
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
-                    say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb)
+                    say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
+                    late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -178,19 +184,21 @@ def _run(opts: argparse.Namespace) -> int:
 
 def _print_outcome(run) -> bool:
     """Print the run's report (this node's save path), then the verdict; True when it is ok."""
+    from rlprof.analysis.inside import add_inside
     from rlprof.analysis.report import build_reports, render, verdict
 
     reports = build_reports([run.run_dir])
+    add_inside(reports, warn=lambda line: print(line, file=sys.stderr))  # the split inside regions, and who waited for whom
     shown = render(reports[0]) if reports else ""
     if shown:
         print()
         print(shown)
-    outcome = verdict([run.run_dir])
-    unsaid = [line for line in outcome.lines if line not in shown]  # a report may already end with the verdict
-    if unsaid:
+    if not reports:  # nothing was profiled: the verdict says why
+        outcome = verdict([run.run_dir])
         print()
-        print("\n".join(f"verdict: {line}" for line in unsaid))
-    return outcome.ok
+        print("\n".join(f"verdict: {line}" for line in outcome.lines))
+        return outcome.ok
+    return reports[0].ok  # render() ended with this report's verdict
 
 
 def _print_viewers(run) -> None:

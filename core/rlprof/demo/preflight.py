@@ -55,6 +55,16 @@ def check_flags(workers: int, train_steps: int | None, timeout_s: float, nodes: 
         raise Refusal(f"--timeout: got {timeout_s:g}; allowed: a number of seconds above 0")
 
 
+def check_slow_rank(rank: int | None, ms: float, workers: int) -> None:
+    """``--slow-rank``/``--slow-ms``: a rank of the run, late by a positive time."""
+    if rank is None:
+        return
+    if not 0 <= rank < workers:
+        raise Refusal(f"--slow-rank: got {rank}; allowed: a rank of the run, 0 to {workers - 1} (--workers {workers})")
+    if not ms > 0:
+        raise Refusal(f"--slow-ms: got {ms:g}; allowed: a positive number of milliseconds")
+
+
 def check_rollout(rollout: str, replicas: int, nodes: int = 1) -> int:
     """``--rollout``/``--replicas``: how many vLLM replicas the run has (0: rollout in the workers).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,8 +20,12 @@ from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_lo
 
 
 class PolicyWorker(ProfiledWorker):
-    def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0, perturb: str | None = None):
+    def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0, perturb: str | None = None,
+                 late_ms: float = 0.0):
+        """``late_ms``: enter actor update that late (``rlprof demo --slow-rank``): a rank whose hand-off from
+        rollout to training lags, which the others then wait for in the gradient all-reduce."""
         torch.set_num_threads(1)  # several workers share few cores
+        self.late_ms = late_ms
         torch.manual_seed(seed)  # the same initial weights on every rank, as after a broadcast
         self.rank, self.world_size, self.sizes = rank, world_size, sizes
         self.policy = TinyPolicy(sizes)
@@ -65,6 +70,8 @@ class PolicyWorker(ProfiledWorker):
         batch = self.batch
         rows = batch["prompts"].shape[0]
         losses, kls = [], []
+        if self.late_ms:
+            time.sleep(self.late_ms / 1000.0)
         with self.profiler.role("actor", "update", module=self.policy):
             self.optimizer.zero_grad()
             for part in self._micro_batches():

@@ -6,7 +6,8 @@ Two kinds, each a function returning a list of problems (empty: the promise is k
   ``start_stepp``), ``check_environment`` returns strings and never raises, ``validate_tool_config``
   returns the config and rejects an unknown key with an :class:`~rlprof.ConfigError` naming its
   path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None, ``cli_commands`` returns
-  name -> :class:`~rlprof.hookspecs.CliCommand`, ``report_details``/``after_exit`` answer quietly for
+  name -> :class:`~rlprof.hookspecs.CliCommand`, ``trace_reader`` a
+  :class:`~rlprof.hookspecs.TraceReader` whose target imports, ``report_details``/``after_exit`` answer quietly for
   a file and a run directory that are not theirs.
 * :data:`RUN_CHECKS` look at one scripted run (a :class:`~rlprof.testing.scenario.BackendRun`):
 
@@ -211,6 +212,33 @@ def commands_are_listable(subject: Subject) -> list[str]:
     return problems
 
 
+def trace_reader_imports(subject: Subject) -> list[str]:
+    """trace_reader returns a TraceReader (or None) whose target imports and is callable, without raising."""
+    import importlib
+
+    from rlprof.hookspecs import TraceReader
+
+    call = _hook(subject, "trace_reader")
+    if call is None:
+        return []
+    try:
+        reader = call()
+    except Exception as exc:
+        return [f"trace_reader raised {type(exc).__name__}: {exc}; the breakdown would not read its files\n"
+                f"{_short_traceback(exc)}"]
+    if reader is None:
+        return []
+    if not isinstance(reader, TraceReader) or isinstance(reader.patterns, str) or not reader.patterns:
+        return [f"trace_reader returned {reader!r}; it must return a rlprof.hookspecs.TraceReader with a tuple "
+                f"of file name patterns, or None"]
+    module, _, attr = reader.target.partition(":")
+    try:
+        function = getattr(importlib.import_module(module), attr)
+    except Exception as exc:
+        return [f"trace_reader's target {reader.target!r} does not import: {type(exc).__name__}: {exc}"]
+    return [] if callable(function) else [f"trace_reader's target {reader.target!r} is not callable"]
+
+
 def outside_hooks_are_quiet(subject: Subject) -> list[str]:
     """report_details on a file that is not the backend's and after_exit on a run directory with nothing
     pending answer (lines; 0) without raising, as ``rlprof report`` and the Ray controller call them."""
@@ -250,6 +278,7 @@ STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
     "validate_tool_config": tool_config_is_validated,
     "worker_runtime_env": runtime_env_is_shippable,
     "cli_commands": commands_are_listable,
+    "trace_reader": trace_reader_imports,
     "outside_a_run": outside_hooks_are_quiet,
 }
 """Checks of the backend object itself, without a run, by name."""

@@ -18,7 +18,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.hookspecs import CliCommand
+from rlprof.hookspecs import CliCommand, TraceReader
 from rlprof.notices import mark_said, say_once
 
 from .capture import NpuCapture, range_end, range_start
@@ -52,6 +52,13 @@ class NpuBackend:
     def cli_commands(self) -> Mapping[str, CliCommand]:
         return {"npu-analyse": CliCommand("parse NPU captures collected with analysis: false (needs torch_npu and "
                                           "CANN, no device)", _analyse, "PATH [--all] [--list]")}
+
+    @hookimpl
+    def trace_reader(self) -> TraceReader:
+        """torch_npu's ``ASCEND_PROFILER_OUTPUT/trace_view.json`` (:mod:`rlprof_npu.trace_reader`); its
+        literal name wins over rlprof-torch's ``*.json``."""
+        return TraceReader(patterns=("trace_view.json",), target="rlprof_npu.trace_reader:read_trace",
+                           format="torch_npu trace view")
 
     # ------------------------------------------------------------------ configuration and environment
 

@@ -115,4 +115,4 @@ def test_a_bad_trace_view_costs_one_line_naming_it_and_the_others_are_reported(t
 
 
 def test_a_trace_view_is_never_read_as_a_kineto_trace(tmp_path):
-    assert breakdown_files.reader_for(trace_view(tmp_path, 0)) == "rlprof_npu.trace_reader:read_trace"
+    assert breakdown_files.reader_for(trace_view(tmp_path, 0), breakdown_files.readers()[0]) == "rlprof_npu.trace_reader:read_trace"

@@ -19,7 +19,7 @@ def test_backend_entry_point():
     assert distribution_of(ep)[0] == "rlprof-npu"
     assert set(implemented_hooks(load_backend("npu"))) == {
         "validate_tool_config", "check_environment", "start_step", "start_role", "stop_role", "step_boundary", "finalize",
-        "cli_commands"}
+        "cli_commands", "trace_reader"}
 
 
 def test_npu_analyse_is_an_rlprof_command(capsys):

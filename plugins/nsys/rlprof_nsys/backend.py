@@ -34,7 +34,7 @@ import os
 from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.hookspecs import CliCommand
+from rlprof.hookspecs import CliCommand, TraceReader
 from rlprof.notices import say_once
 
 from . import launch, options, relocation
@@ -182,6 +182,13 @@ class NsysBackend:
     def cli_commands(self) -> Mapping[str, CliCommand]:
         return {"relocate": CliCommand("move pending nsys reports into the run layout (run on each node after the "
                                        "profiled workers exited)", _relocate, "PATH... [--wait S] [--settle S]")}
+
+    @hookimpl
+    def trace_reader(self) -> TraceReader:
+        """``nsys export --type sqlite`` output, or a report exported once beside itself
+        (:mod:`rlprof_nsys.sqlite_reader`)."""
+        return TraceReader(patterns=("*.sqlite", "*.nsys-rep"), target="rlprof_nsys.sqlite_reader:read_trace",
+                           format="Nsight Systems SQLite export")
 
     # ------------------------------------------------------------------ windows
 

@@ -11,7 +11,8 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
   ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
 * a hook with ``closes_capture`` stops the session and returns ``rank<R>.pt.trace.json.gz``
   (written in ``ctx.output_dir()``), which the core lists in the manifest;
-* ``finalize`` closes whatever is still open and removes the private directory torch exported into.
+* ``finalize`` closes whatever is still open and removes the private directory torch exported into;
+* outside a run, ``trace_reader`` names the Kineto reader the breakdown analysis uses on its traces.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from pathlib import Path
 
 from rlprof import hookimpl
+from rlprof.hookspecs import TraceReader
 from rlprof.layout import ScratchDir
 
 from . import options
@@ -53,6 +55,13 @@ class TorchBackend:
     @hookimpl
     def validate_tool_config(self, tool_config, key_path):
         return options.validate(tool_config, key_path)
+
+    @hookimpl
+    def trace_reader(self):
+        """Kineto JSON (``rlprof_torch.kineto_reader``): this backend's traces, and vLLM's and SGLang's
+        engine traces, which are Kineto too."""
+        return TraceReader(patterns=("*.json", "*.json.gz"), target="rlprof_torch.kineto_reader:read_trace",
+                           format="Kineto JSON")
 
     @hookimpl
     def check_environment(self):

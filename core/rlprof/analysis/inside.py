@@ -1,0 +1,296 @@
+"""Inside each region of a run, in ``rlprof report``: compute, exposed communication, copies and idle
+from the run's own traces, joined to the manifest's regions; and who was late when a rank waited.
+
+When: ``rlprof report`` (``report --html``, ``report --json``) calls :func:`add_inside` whenever the run's
+traces are on this disk (``--no-traces`` skips it). The manifest says how long a region took on each
+process; its traces say *why*. Each trace is read once by its backend's reader (the ``trace_reader``
+hook, loaded only for the backends whose files the run holds) and its rows cached beside it
+(:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
+
+What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
+
+* one :class:`Split` per (step, region, process) the manifest knows and a trace covers: the rows of
+  docs/analysis.md ("Inside a region"), added up when the region ran twice in the step;
+* per (step, region, component) the cross-process **skew**, (max − min) / mean, naming the process
+  with the most, flagged above :data:`SKEW_FLAG` (as msprof-analyze does);
+* **waits**: a process that spent a part of a region waiting in a collective for a later rank is
+  named with the rank it waited for and how late that rank entered the region; a process flagged as
+  a straggler whose excess over the median is that wait is *not* a straggler (the late rank is the
+  cause), and its flag is taken off the anatomy.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rlprof.analysis.anatomy import REPLICAS_AFTER, STRAGGLER_PCT, RankTime, process_name
+from rlprof.analysis.breakdown import Row
+from rlprof.analysis.breakdown_files import breakdown, reader_for, readers
+from rlprof.analysis.runs import File, RunReport
+
+COMPONENTS = ("compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms")
+"""The four parts of a region's window, in the order every listing shows them."""
+LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "memory_ms": "memory", "idle_ms": "idle"}
+
+SKEW_FLAG = 0.05
+"""A component whose (max − min) / mean across processes exceeds 5% is flagged (msprof-analyze's threshold)."""
+
+WAIT_SHOWN = 0.05
+"""A wait is said when it is more than 5% of the waiting process's time in the region."""
+
+
+@dataclass
+class Split:
+    """One process in one region in one step: the trace's figures (ms)."""
+
+    step: int
+    region: str
+    rank: int
+    replica_rank: int | None
+    device: str
+    wall_ms: float
+    compute_ms: float
+    exposed_communication_ms: float
+    memory_ms: float
+    idle_ms: float
+    communication_ms: float
+    communication_wait_ms: float | None
+    waited_for_rank: int | None
+    waited_in: str | None
+
+    @property
+    def name(self) -> str:
+        return process_name(self.rank, self.replica_rank)
+
+    @property
+    def communication_transfer_ms(self) -> float | None:
+        """Communication once the last rank arrived (None without its peers' traces)."""
+        wait = self.communication_wait_ms
+        return None if wait is None else self.communication_ms - wait
+
+    def share(self, component: str) -> float:
+        """The component as a fraction of the region's wall time."""
+        return getattr(self, component) / self.wall_ms if self.wall_ms > 0 else 0.0
+
+
+@dataclass
+class Skew:
+    step: int
+    region: str
+    component: str
+    skew: float
+    """(max − min) / mean across the processes that ran the region."""
+    most: str
+    """The process with the largest value."""
+
+    @property
+    def flagged(self) -> bool:
+        return self.skew > SKEW_FLAG
+
+
+@dataclass
+class Waited:
+    """``rank 1 waited 4.1 ms in allreduce for rank 0, late by 5.8 ms entering actor_update``."""
+
+    step: int
+    region: str
+    waiter: str
+    wait_ms: float
+    collective: str
+    late: str
+    late_by_ms: float | None
+    """How much later the late rank entered the region than the waiter (the host's clock); None when
+    the manifest does not say (another host, or no record of the late rank in that region)."""
+    was_flagged: bool = False
+    """The anatomy had flagged the waiter as a straggler; its excess was this wait, so the flag was taken off."""
+
+    def line(self) -> str:
+        late_by = f", late by {self.late_by_ms:.1f} ms entering {self.region}" if self.late_by_ms is not None else ""
+        return (f"step {self.step} {self.region}: {self.waiter} waited {self.wait_ms:.1f} ms in {short_collective(self.collective)} "
+                f"for {self.late}{late_by}" + (" (not a straggler: the wait was the late rank's)" if self.was_flagged else ""))
+
+
+@dataclass
+class Inside:
+    splits: list[Split] = field(default_factory=list)
+    skews: list[Skew] = field(default_factory=list)
+    waits: list[Waited] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    """``(path, reason)`` of each trace that could not be read (one line each; the report goes on)."""
+
+    def of(self, step: int, region: str) -> list[Split]:
+        return [s for s in self.splits if s.step == step and s.region == region]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"splits": [{**asdict(s), "name": s.name, "communication_transfer_ms": s.communication_transfer_ms}
+                           for s in self.splits],
+                "skew": [{**asdict(k), "flagged": k.flagged} for k in self.skews],
+                "waits": [{**asdict(w), "line": w.line()} for w in self.waits],
+                "errors": [{"path": path, "reason": reason} for path, reason in self.errors]}
+
+
+def short_collective(name: str) -> str:
+    """``c10d::allreduce_`` -> ``allreduce``; ``gloo:all_reduce`` -> ``all_reduce``; a kernel's name as it is."""
+    for prefix in ("c10d::", "gloo:", "nccl:"):
+        if name.startswith(prefix):
+            return name[len(prefix):].rstrip("_")
+    return name
+
+
+def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER_PCT, workers: int = 2,
+               warn: Callable[[str], None] | None = None) -> None:
+    """Read the reports' traces that are on this disk and a backend can read, and set ``report.inside``."""
+    wanted = {f.backend for r in reports for f in r.files if f.exists}
+    if not wanted:
+        return
+    answers, problems = readers(wanted)
+    for line in problems:
+        if warn:
+            warn(f"rlprof report: {line}")
+    for report in reports:
+        files = {f.path: f for f in report.files if f.exists and f.backend in answers
+                 and reader_for(Path(f.path), {f.backend: answers[f.backend]})}
+        if not files:
+            continue
+        rows, errors = breakdown([Path(p) for p in files], workers=workers, answers=answers)
+        report.inside = inside_of(report, rows, files, straggler_pct)
+        report.inside.errors = errors
+        for path, reason in errors:
+            if warn:
+                warn(f"rlprof report: {path}: {reason}")
+
+
+def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], straggler_pct: float) -> Inside:
+    """Join trace rows to the manifest's (step, region, process), then the skews and the waits."""
+    order = {(s.step, r.region): i for i, (s, r) in enumerate((s, r) for s in report.anatomy.steps for r in s.regions)}
+    joined: dict[tuple[int, str, int], Split] = {}
+    for row in rows:
+        f = files[row.path]
+        step = row.step if row.step is not None else (f.steps[0] if len(f.steps) == 1 else None)
+        if step is None or (step, row.region) not in order:
+            continue  # ProfilerStep#N, the whole trace, a user's own annotation: `rlprof breakdown` shows them
+        key = (step, row.region, f.rank if f.replica_rank is None else REPLICAS_AFTER + f.replica_rank)
+        joined[key] = _added(joined.get(key), row, step, f)
+    inside = Inside(splits=sorted(joined.values(), key=lambda s: (order[(s.step, s.region)], s.rank, s.replica_rank or 0)))
+    inside.skews = _skews(inside.splits)
+    inside.waits = _waits(report, inside, straggler_pct)
+    return inside
+
+
+def _added(split: Split | None, row: Row, step: int, f: File) -> Split:
+    if split is None:
+        return Split(step, row.region, f.rank, f.replica_rank, row.device, row.wall_ms, row.compute_ms,
+                     row.exposed_communication_ms, row.memory_ms, row.idle_ms, row.communication_ms,
+                     row.communication_wait_ms, row.waited_for_rank, row.waited_in)
+    for name in ("wall_ms", *COMPONENTS, "communication_ms"):
+        setattr(split, name, getattr(split, name) + getattr(row, name))
+    if row.communication_wait_ms is not None:
+        split.communication_wait_ms = (split.communication_wait_ms or 0.0) + row.communication_wait_ms
+        split.waited_for_rank = split.waited_for_rank if split.waited_for_rank is not None else row.waited_for_rank
+        split.waited_in = split.waited_in or row.waited_in
+    return split
+
+
+def _skews(splits: list[Split]) -> list[Skew]:
+    cells: dict[tuple[int, str], list[Split]] = {}
+    for s in splits:
+        cells.setdefault((s.step, s.region), []).append(s)
+    skews = []
+    for (step, region), members in cells.items():
+        if len(members) < 2:
+            continue
+        for component in COMPONENTS:
+            values = [getattr(s, component) for s in members]
+            mean = statistics.fmean(values)
+            if mean > 0:
+                most = max(members, key=lambda s: getattr(s, component))
+                skews.append(Skew(step, region, component, (max(values) - min(values)) / mean, most.name))
+    return skews
+
+
+def _waits(report: RunReport, inside: Inside, straggler_pct: float) -> list[Waited]:
+    """The waits worth saying, and stragglers whose excess was a wait taken off the anatomy."""
+    entered: dict[tuple[int, str, str], RankTime] = {(s.step, r.region, t.name): t
+                                                     for s in report.anatomy.steps for r in s.regions for t in r.spread.per_rank}
+    flagged = {(s.step, s.region, s.time.name): s for s in report.anatomy.stragglers}
+    waits = []
+    for s in inside.splits:
+        wait = s.communication_wait_ms or 0.0
+        if s.waited_for_rank is None or not s.waited_in or wait <= WAIT_SHOWN * s.wall_ms:
+            continue
+        late = process_name(s.waited_for_rank, None)
+        waiter, other = entered.get((s.step, s.region, s.name)), entered.get((s.step, s.region, late))
+        same_host = waiter is not None and other is not None and waiter.host == other.host
+        late_by = (other.start_ns - waiter.start_ns) / 1e6 if same_host and other.start_ns and waiter.start_ns else None
+        straggler = flagged.get((s.step, s.region, s.name))
+        excused = straggler is not None and straggler.time.ms - wait <= straggler.median_ms * (1 + straggler_pct / 100.0)
+        if excused:
+            _unflag(report, straggler)
+        waits.append(Waited(s.step, s.region, s.name, wait, s.waited_in, late, late_by, excused))
+    return waits
+
+
+def _unflag(report: RunReport, straggler: Any) -> None:
+    report.anatomy.stragglers.remove(straggler)
+    for step in report.anatomy.steps:
+        for region in step.regions:
+            if step.step == straggler.step and region.region == straggler.region:
+                region.stragglers = [t for t in region.stragglers if t.key != straggler.time.key]
+
+
+def components(report: RunReport, region: str, name: str | None = None) -> dict[str, float] | None:
+    """A region's four parts (ms) in one run as ``rlprof compare`` times regions: per process the median
+    over profiled steps, then the median across processes (only process ``name`` when given); None
+    when the run's traces said nothing about it."""
+    inside = report.inside
+    if inside is None:
+        return None
+    per_process: dict[str, list[Split]] = {}
+    for s in inside.splits:
+        if s.region == region and (name is None or s.name == name):
+            per_process.setdefault(s.name, []).append(s)
+    if not per_process:
+        return None
+    return {c: statistics.median(statistics.median(getattr(s, c) for s in splits) for splits in per_process.values())
+            for c in COMPONENTS}
+
+
+def moved(a: RunReport, b: RunReport, region: str, name: str | None = None) -> str | None:
+    """Which part of ``region`` moved most from run A to run B (``idle +12.3 ms``), or None when either
+    run's traces are not here."""
+    before, after = components(a, region, name), components(b, region, name)
+    if before is None or after is None:
+        return None
+    component = max(COMPONENTS, key=lambda c: abs(after[c] - before[c]))
+    change = after[component] - before[component]
+    return f"{LABELS[component]} {change:+.2f} ms" if abs(change) >= 0.005 else None
+
+
+# ----------------------------------------------------------------------------------- text
+
+
+def inside_lines(report: RunReport) -> list[str]:
+    """Under the anatomy: per step and region the median split across processes (% of wall), the
+    flagged skews, and the waits with who was late."""
+    inside: Inside | None = getattr(report, "inside", None)
+    if inside is None or not inside.splits:
+        return []
+    lines = ["", "inside regions (from the traces; % of wall, median across processes; docs/analysis.md):"]
+    rows = [("step", "region", "procs", *(LABELS[c] for c in COMPONENTS), "")]
+    for (step, region) in dict.fromkeys((s.step, s.region) for s in inside.splits):
+        members = inside.of(step, region)
+        skewed = [k for k in inside.skews if k.step == step and k.region == region and k.flagged]
+        note = "; ".join(f"{LABELS[k.component]} skew {100 * k.skew:.0f}% ({k.most})" for k in skewed)
+        rows.append((str(step), region, str(len(members)),
+                     *(f"{100 * statistics.median(s.share(c) for s in members):.0f}%" for c in COMPONENTS), note))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(row[2:-1], widths[2:])]
+        lines.append(("  " + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
+    if inside.waits:
+        lines += ["", f"waiting in collectives ({len(inside.waits)}; the late rank's fault, not the waiter's):"]
+        lines += [f"  {w.line()}" for w in sorted(inside.waits, key=lambda w: -w.wait_ms)[:24]]
+    return lines

@@ -1,0 +1,108 @@
+"""``rlprof report``'s split inside regions (rlprof.analysis.inside): trace rows joined to the manifest's
+(step, region, process), cross-process skew, and the waits that make a rank look slow when another was late.
+
+The rows are written here (what a reader would give for each rank's trace), so each test says exactly
+what the traces hold; tests/cli/test_demo.py checks the same on real demo runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlprof.analysis.breakdown import Row
+from rlprof.analysis.html import render_page
+from rlprof.analysis.inside import inside_of, moved
+from rlprof.analysis.report import build_reports, main, render
+from rlprof.testing.generated_run import generate_run
+
+
+def report_with_slow_rank(tmp_path, factor=2.0):
+    generate_run(tmp_path, ranks=2, steps=(1,), slow={(1, "actor_update"): factor}, jitter=0.0, trace_bytes=2 * 100)
+    [report] = build_reports([tmp_path])
+    return report
+
+
+def row(path, rank, region, wall, compute, comm, idle, wait=None, late=None, step=1):
+    return Row(path=path, rank=rank, step=step, region=region, device="cpu", start_ms=0.0, end_ms=wall, wall_ms=wall,
+               window_ms=wall, compute_ms=compute, communication_ms=comm, memory_ms=0.0, overlap_ms=0.0,
+               exposed_communication_ms=comm, idle_ms=idle, communication_wait_ms=wait,
+               communication_transfer_ms=None if wait is None else comm - wait, waited_for_rank=late,
+               waited_in=None if late is None else "c10d::allreduce_")
+
+
+def rows_for(report, waited):
+    """actor_update on both ranks: rank 1 spends the fraction ``waited`` of its extra time waiting for rank 0."""
+    files = {f.rank: f.path for f in report.files}
+    region = next(r for r in report.anatomy.steps[0].regions if r.region == "actor_update")
+    ms = {t.rank: t.ms for t in region.spread.per_rank}
+    rank1_wait = waited * (ms[1] - ms[0])
+    return [row(files[0], 0, "actor_update", ms[0], 0.7 * ms[0], 0.1 * ms[0], 0.2 * ms[0], wait=0.0),
+            row(files[1], 1, "actor_update", ms[1], 0.7 * ms[0], 0.1 * ms[0] + rank1_wait, ms[1] - 0.8 * ms[0] - rank1_wait,
+                wait=rank1_wait, late=0),
+            row(files[0], 0, "ProfilerStep#1", 99.0, 1.0, 0.0, 98.0)], {f.path: f for f in report.files}, ms
+
+
+def test_a_rank_whose_extra_time_was_waiting_is_no_straggler_and_the_late_rank_is_named(tmp_path):
+    report = report_with_slow_rank(tmp_path)
+    assert [(s.region, s.time.rank) for s in report.anatomy.stragglers] == [("actor_update", 1)]
+    rows, files, ms = rows_for(report, waited=1.0)  # all of rank 1's excess was the wait
+    report.inside = inside_of(report, rows, files, straggler_pct=25.0)
+    assert report.anatomy.stragglers == []
+    assert all(not r.stragglers for s in report.anatomy.steps for r in s.regions)
+    [waited] = report.inside.waits
+    assert (waited.waiter, waited.late, waited.collective, waited.was_flagged) == ("rank 1", "rank 0", "c10d::allreduce_", True)
+    assert waited.line().startswith(f"step 1 actor_update: rank 1 waited {ms[1] - ms[0]:.1f} ms in allreduce for rank 0")
+    text = render(report)
+    assert "straggler: rank 1" not in text and "rank 1 waited" in text and "timings: 1 profiled step, 5 regions, 0 straggler flags" in text
+    page = render_page([report])
+    assert page.count('<tr class="split"') == 2 and "rank 1 waited" in page and 'class="straggler"' not in page
+    assert "(waited for rank 0)</text>" in page  # the heat map cell of rank 1 in actor_update
+
+
+def test_a_rank_slow_in_its_own_work_stays_a_straggler(tmp_path):
+    report = report_with_slow_rank(tmp_path)
+    rows, files, ms = rows_for(report, waited=0.0)
+    report.inside = inside_of(report, rows, files, straggler_pct=25.0)
+    assert [(s.region, s.time.rank) for s in report.anatomy.stragglers] == [("actor_update", 1)]
+    assert report.inside.waits == []
+
+
+def test_splits_are_joined_to_the_manifest_regions_with_skew_naming_the_rank(tmp_path):
+    report = report_with_slow_rank(tmp_path)
+    rows, files, ms = rows_for(report, waited=0.0)
+    inside = inside_of(report, rows, files, straggler_pct=25.0)
+    assert [(s.region, s.name) for s in inside.splits] == [("actor_update", "rank 0"), ("actor_update", "rank 1")]  # no ProfilerStep row
+    idle = next(k for k in inside.skews if k.component == "idle_ms")
+    values = [0.2 * ms[0], ms[1] - 0.8 * ms[0]]
+    assert idle.skew == pytest.approx((max(values) - min(values)) / (sum(values) / 2))
+    assert idle.most == "rank 1" and idle.flagged
+    compute = next(k for k in inside.skews if k.component == "compute_ms")
+    assert compute.skew == pytest.approx(0.0) and not compute.flagged
+
+
+def test_compare_names_the_component_that_moved(tmp_path):
+    a, b = report_with_slow_rank(tmp_path / "a"), report_with_slow_rank(tmp_path / "b")
+    rows, files, _ = rows_for(a, waited=0.0)
+    a.inside = inside_of(a, rows, files, straggler_pct=25.0)
+    rows, files, _ = rows_for(b, waited=0.0)
+    rows[0].idle_ms += 5.0
+    b.inside = inside_of(b, rows, files, straggler_pct=25.0)
+    assert moved(a, b, "actor_update", "rank 0") == "idle +5.00 ms"
+    assert moved(a, a, "actor_update") is None  # nothing moved
+    b.inside = None
+    assert moved(a, b, "actor_update") is None  # B's traces are not here
+
+
+def test_report_reads_no_trace_with_no_traces_and_says_one_line_per_unreadable_one(tmp_path, capsys):
+    """The generated run's trace files are filler, not Kineto: each costs one line; --no-traces reads none."""
+    generate_run(tmp_path, ranks=2, steps=(1,), trace_bytes=2 * 100)
+    assert main([str(tmp_path), "--json", "--no-details"]) == 0
+    captured = capsys.readouterr()
+    [run] = json.loads(captured.out)["runs"]
+    assert len(run["inside"]["errors"]) == 2 and run["inside"]["splits"] == []
+    lines = captured.err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("rlprof report: ") and "BadGzipFile" in line for line in lines)
+    assert main([str(tmp_path), "--json", "--no-details", "--no-traces"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runs"][0]["inside"] is None and captured.err == ""
