@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
 from rlprof.layout import hostname, new_run_id, safe_name
+from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 
 log = logging.getLogger("rlprof")
@@ -234,8 +235,9 @@ class Profiler:
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
-        """Artifact records of the process session so far (colocated Profilers share them)."""
-        return self._session.artifacts if self._session is not None else []
+        """Artifact records of the process session so far (colocated Profilers share them); a file listed
+        while written in the background and again once written is one record (:func:`rlprof.manifest.settled_artifacts`)."""
+        return settled_artifacts(self._session.artifacts) if self._session is not None else []
 
     @property
     def errors(self) -> list[dict[str, Any]]:
