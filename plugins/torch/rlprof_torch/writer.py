@@ -195,6 +195,14 @@ class TraceWriter:
             export.done.wait(max(0.0, deadline - time.monotonic()))
         return [e for e in mine if not e.done.is_set()]
 
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until every export handed over so far is finished, whoever handed
+        it over; True when they all are (benches and tests keep one step's writing out of the next)."""
+        with self._lock:
+            handed = list(self._pending)
+        deadline = time.monotonic() + timeout_s
+        return all(e.done.wait(max(0.0, deadline - time.monotonic())) for e in handed)
+
 
 _writer: TraceWriter | None = None
 _writer_lock = threading.Lock()
