@@ -282,13 +282,14 @@ def settled_artifacts(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     the ``writing`` record's fields with the other's ``state``, ``size``, ``sha256``, ``error`` and
     ``time``. (The settling record usually comes later, but not always: a backend released after a
     failing hook is finalized before the failing call's records are written.) Any other record is
-    kept as it is, in order (a file listed twice without a state is still listed twice)."""
+    kept as it is, in order (a file listed twice without a state is still listed twice), records of
+    other types too (:func:`read_records` settles each manifest's records this way)."""
     settled: list[dict[str, Any]] = []
     unpaired: dict[tuple[Any, ...], tuple[int, bool]] = {}
     """file -> (index in ``settled``, is it the writing record) of a record still waiting for its pair."""
     for record in records:
         state = record.get("state")
-        if state is None:
+        if state is None or record.get("type", "artifact") != "artifact":
             settled.append(dict(record))
             continue
         key = (record.get("_manifest"), record.get("rank"), record.get("pid"), record.get("path"))
@@ -319,9 +320,12 @@ def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
 
 
 def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]:
-    """All records of all manifests under ``paths``; each gets ``_manifest`` and ``_run_dir``."""
+    """All records of all manifests under ``paths``; each gets ``_manifest`` and ``_run_dir``. The two
+    artifact records of a file written in the background come as one (:func:`settled_artifacts`): a
+    ``writing`` record read alone is a file that was never finished."""
     for file in manifest_files(paths):
         run_dir = file.parent.parent
+        records, background = [], False
         with open(file, encoding="utf-8") as handle:
             for line in handle:
                 line = line.strip()
@@ -333,12 +337,14 @@ def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]
                     continue  # a line cut short by a killed process
                 record["_manifest"] = str(file)
                 record["_run_dir"] = str(run_dir)
-                yield record
+                records.append(record)
+                background = background or "state" in record
+        yield from settled_artifacts(records) if background else records
 
 
 def artifacts(paths: Iterable[os.PathLike | str]) -> list[dict[str, Any]]:
-    """The settled artifact records under ``paths`` (:func:`settled_artifacts`)."""
-    return settled_artifacts(r for r in read_records(paths) if r.get("type") == "artifact")
+    """The artifact records under ``paths`` (settled, as :func:`read_records` gives them)."""
+    return [r for r in read_records(paths) if r.get("type") == "artifact"]
 
 
 def record_relocation(pending: dict[str, Any], target: Path, source: Path) -> bool:

@@ -7,7 +7,7 @@ import gzip
 
 from rlprof.analysis.runs import build_reports
 from rlprof.analysis.verdict import verdict
-from rlprof.manifest import ManifestWriter, settled_artifacts
+from rlprof.manifest import ManifestWriter, read_records, settled_artifacts
 
 TRACE = "step1/rank0-h-7/torch/rank0.pt.trace.json.gz"
 
@@ -33,6 +33,8 @@ def run_with(run_dir, *states, trace_on_disk=False):
 def test_a_file_listed_writing_then_written_is_one_file_with_its_final_size(tmp_path):
     run_dir = run_with(tmp_path / "r", ("writing", {}), ("written", {"size": 1234, "sha256": "ab" * 32}),
                        trace_on_disk=True)
+    [record] = [r for r in read_records([run_dir]) if r["type"] == "artifact"]  # the pair read as one
+    assert (record["state"], record["size"], record["capture"]) == ("written", 1234, "step1")
     [report] = build_reports([run_dir])
     assert [(f.path.endswith(TRACE), f.size) for f in report.files] == [(True, 1234)]
     assert report.unwritten == [] and report.missing == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.manifest import read_records, settled_artifacts
+from rlprof.manifest import read_records
 from rlprof.installed import discover
 
 pytestmark = pytest.mark.skipif("torch" not in discover(), reason="rlprof-torch is not installed (pip install rlprof-torch)")
@@ -85,10 +85,7 @@ def ranges(events: list[dict], name: str) -> list[dict]:
 
 
 def records(run_dir: Path, kind: str) -> list[dict]:
-    """The run's records of one type; artifacts as readers take them (a trace listed as it closes and
-    once written is one record: rlprof.manifest.settled_artifacts)."""
-    found = [r for r in read_records([run_dir]) if r["type"] == kind]
-    return settled_artifacts(found) if kind == "artifact" else found
+    return [r for r in read_records([run_dir]) if r["type"] == kind]
 
 
 def test_discrete_nested_regions_give_a_trace_per_step_with_the_inner_range_inside(tmp_path):

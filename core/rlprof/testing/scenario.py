@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping
 from rlprof.roles import nest_profiler
 from rlprof.context import finalize_context
 from rlprof.layout import safe_name
-from rlprof.manifest import read_records, settled_artifacts
+from rlprof.manifest import read_records
 from rlprof.runtime.plan import primary_role
 from rlprof.runtime.registry import HOOKS, LIFECYCLE
 from rlprof.testing.footprint import Footprint
@@ -238,9 +238,8 @@ class BackendRun:
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
-        """The manifest's artifact records of the backend under test, settled: a file listed while it was
-        written in the background and again once written counts once (:func:`rlprof.manifest.settled_artifacts`)."""
-        return settled_artifacts(r for r in self.records if r.get("type") == "artifact" and r.get("backend") == self.name)
+        """The manifest's artifact records of the backend under test."""
+        return [r for r in self.records if r.get("type") == "artifact" and r.get("backend") == self.name]
 
     @property
     def errors(self) -> list[dict[str, Any]]:
