@@ -13,8 +13,10 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
   the training thread), then hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`,
   which compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
   The trace is listed at once with ``state: "writing"`` and, from the next hook call after it is in
-  place, again with ``state: "written"``, its size and sha256 (``"failed"`` with the error if it
-  could not be written): the step waits for neither compression nor the disk;
+  place, again with ``state: "written"``, its size and sha256: the step waits for neither
+  compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
+  that hook raises :class:`TraceNotWritten` (the core records the error and releases the backend, as
+  when the write failed inside the step);
 * ``finalize`` closes whatever is still open, waits for the traces still being written (at most
   ``RLPROF_TORCH_WRITE_TIMEOUT_S``, default 300 s; those left unfinished stay ``writing`` in the
   manifest and are named in a warning) and removes the private directory torch exported into.
@@ -32,6 +34,10 @@ from . import options, writer
 from .session import TraceSession
 
 log = logging.getLogger("rlprof.torch")
+
+
+class TraceNotWritten(RuntimeError):
+    """A capture's trace could not be compressed or put under its name by the background writer."""
 
 
 class TorchBackend:
@@ -119,11 +125,13 @@ class TorchBackend:
         try:
             self._close(ctx)
         finally:
-            if self._writer is not None:
-                self._finish_writing(ctx)
-            scratch, self._scratch = self._scratch, None
-            if scratch is not None:
-                scratch.close()
+            try:
+                if self._writer is not None:
+                    self._finish_writing(ctx)
+            finally:
+                scratch, self._scratch = self._scratch, None
+                if scratch is not None:
+                    scratch.close()
         return None
 
     def _load_record_function(self):
@@ -164,15 +172,21 @@ class TorchBackend:
         ctx.add_artifact(final, "file", state="writing")
 
     def _list_written(self, ctx) -> None:
-        """List this backend's traces that the writer finished since the last call (see the module docstring)."""
+        """List this backend's traces that the writer finished since the last call (see the module docstring).
+
+        :raises TraceNotWritten: one could not be written (a link planted at its name, a full disk):
+            the core records the error and releases the backend, as when writing failed in the step."""
+        failed = None
         for export in self._writer.finished(self):
             if export.error is None:
                 ctx.add_artifact(export.final, "file", state="written", sha256=export.sha256, **export.belongs)
             else:
                 problem = f"{type(export.error).__name__}: {export.error}"
                 ctx.add_artifact(export.final, "file", state="failed", error=problem, **export.belongs)
-                ctx.warn(f"the trace of capture {export.belongs.get('capture')} could not be written to "
-                         f"{export.final}: {problem}")
+                failed = failed or export
+        if failed is not None:
+            raise TraceNotWritten(f"the trace of capture {failed.belongs.get('capture')} could not be written to "
+                                  f"{failed.final}: {failed.error}") from failed.error
 
     def _finish_writing(self, ctx) -> None:
         """At finalize: wait for this backend's traces still being written (up to the limit), list them."""
@@ -182,8 +196,8 @@ class TorchBackend:
             ctx.warn(f"{exc}; waiting the default {writer.DEFAULT_WAIT_S:.0f} s")
             limit = writer.DEFAULT_WAIT_S
         unfinished = self._writer.wait(self, limit)
-        self._list_written(ctx)
         for export in unfinished:
             ctx.warn(f"the trace of capture {export.belongs.get('capture')} was still being written after {limit:g} s "
                      f"({writer.WAIT_ENV}): it is left unfinished (state 'writing' in the manifest); {export.final} "
                      f"appears only if the process lives until it is complete")
+        self._list_written(ctx)

@@ -55,8 +55,10 @@ def test_after_finalize_every_trace_loads_and_its_record_is_right(run_training, 
         assert record["state"] == "written" and record["size"] == len(data) > 0
         assert record["sha256"] == hashlib.sha256(data).hexdigest()
     assert not list(run.run_dir.rglob("*.partial")) and not list(run.run_dir.rglob(".rlprof-scratch-*"))
-    states = [(r["capture"], r["state"]) for r in artifact_records(run.run_dir)]
+    lines = [json.loads(line) for manifest in (run.run_dir / "manifest").iterdir() for line in manifest.open()]
+    states = [(r["capture"], r["state"]) for r in lines if r["type"] == "artifact"]  # on disk: listed at close, then written
     assert sorted(states) == [("step1", "writing"), ("step1", "written"), ("step2", "writing"), ("step2", "written")]
+    assert [(r["capture"], r["state"]) for r in artifact_records(run.run_dir)] == [("step1", "written"), ("step2", "written")]
 
 
 def test_the_step_does_not_wait_for_compression(make_config, held_writer):
@@ -89,6 +91,25 @@ def test_finalize_waits_up_to_its_limit_and_says_what_it_left_unfinished(make_co
     assert record["state"] == "writing"  # the manifest says it was left unfinished
     warnings = [r for r in read_records([prof.run.run_dir]) if r["type"] == "warning"]
     assert any("step1" in w["message"] and writer.WAIT_ENV in w["message"] for w in warnings)
+
+
+def test_a_trace_that_cannot_be_written_is_an_error_and_listed_failed(make_config, monkeypatch, capsys):
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "place", disk_full)
+    prof = rlprof.Profiler(make_config(steps=(1,)), roles=("actor", "ref"))
+    prof.start_step(1)
+    with prof.role("actor", "update"):
+        pass
+    prof.step_boundary()  # the step goes on; the failure comes out of the next hook call, finalize here
+    [record] = prof.finalize()
+    assert record["state"] == "failed" and "No space left" in record["error"]
+    assert not (prof.run.run_dir / record["path"]).exists() and not list(prof.run.run_dir.rglob("*.partial"))
+    [error] = prof.errors
+    assert error["backend"] == "torch" and "step1" in error["error"] and record["path"] in error["error"]
+    rlprof_cli(["report", str(prof.run.run_dir)])
+    assert "could not be written: OSError: [Errno 28] No space left on device" in capsys.readouterr().out
 
 
 def test_a_bad_wait_limit_is_an_error_naming_the_variable():
