@@ -168,8 +168,9 @@ class TraceWriter:
         while True:
             export = self._queue.get()
             compress(export)
-            export.done.set()
-            self._finished.append(export)
+            with self._lock:  # finished() rebuilds the deque under this lock: no append may fall between
+                export.done.set()
+                self._finished.append(export)
 
     def has_finished(self) -> bool:
         """Anything finished and not yet collected (a cheap check for the hot path)."""
