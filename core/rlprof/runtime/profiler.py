@@ -237,7 +237,10 @@ class Profiler:
     def artifacts(self) -> list[dict[str, Any]]:
         """Artifact records of the process session so far (colocated Profilers share them); a file listed
         while written in the background and again once written is one record (:func:`rlprof.manifest.settled_artifacts`)."""
-        return settled_artifacts(self._session.artifacts) if self._session is not None else []
+        if self._session is None:
+            return []
+        records = self._session.artifacts
+        return settled_artifacts(records) if any("state" in r for r in records) else records
 
     @property
     def errors(self) -> list[dict[str, Any]]:
