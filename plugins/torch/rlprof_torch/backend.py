@@ -12,9 +12,9 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 * a hook with ``closes_capture`` stops the session and exports its plain JSON (what must happen on
   the training thread), then hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`,
   which compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
-  The trace is listed at once with ``state: "writing"`` and, from the next hook call after it is in
-  place, again with ``state: "written"``, its size and sha256: the step waits for neither
-  compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
+  The trace is listed at once with ``state: "writing"`` (and ``json_size``, the bytes of the plain
+  JSON) and, from the next hook call after it is in place, again with ``state: "written"``, its
+  size and sha256: the step waits for neither compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
   that hook raises :class:`TraceNotWritten` (the core records the error and releases the backend, as
   when the write failed inside the step);
 * ``finalize`` closes whatever is still open, waits for the traces still being written (at most
@@ -25,6 +25,7 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 from __future__ import annotations
 
 import logging
+import os
 
 from rlprof import hookimpl
 from rlprof.errors import ConfigError
@@ -168,8 +169,9 @@ class TorchBackend:
                        region=getattr(ctx, "region", None)) if capture is not None else {}
         if self._writer is None:
             self._writer = writer.process_writer()
+        json_size = os.stat(self._scratch.path_for(plain)).st_size  # known now, the .gz's size only once written
         self._writer.submit(writer.Export(self._scratch, plain, final, session.run.run_dir, belongs, owner=self))
-        ctx.add_artifact(final, "file", state="writing")
+        ctx.add_artifact(final, "file", state="writing", json_size=json_size)
 
     def _list_written(self, ctx) -> None:
         """List this backend's traces that the writer finished since the last call (see the module docstring).

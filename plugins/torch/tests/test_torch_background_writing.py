@@ -54,6 +54,7 @@ def test_after_finalize_every_trace_loads_and_its_record_is_right(run_training, 
         assert trace["rlprof"]["capture"] == record["capture"] and trace["traceEvents"]
         assert record["state"] == "written" and record["size"] == len(data) > 0
         assert record["sha256"] == hashlib.sha256(data).hexdigest()
+        assert record["json_size"] == len(gzip.decompress(data))  # known as the capture closed
     assert not list(run.run_dir.rglob("*.partial")) and not list(run.run_dir.rglob(".rlprof-scratch-*"))
     lines = [json.loads(line) for manifest in (run.run_dir / "manifest").iterdir() for line in manifest.open()]
     states = [(r["capture"], r["state"]) for r in lines if r["type"] == "artifact"]  # on disk: listed at close, then written
