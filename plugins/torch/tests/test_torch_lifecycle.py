@@ -54,7 +54,7 @@ def test_finalize_stops_an_open_capture_and_closes_ranges_once(run, read_trace):
     ctx = FinalizeContext(**common(run, None))
     backend.finalize(ctx)
     (path, _, writing), (same, _, written) = ctx._artifacts  # listed as it closed, and once written
-    assert path == same and writing == {"state": "writing"} and written["state"] == "written"
+    assert path == same and writing["state"] == "writing" and written["state"] == "written"
     assert not profiling() and read_trace(path).count("actor_update") == 1
     again = FinalizeContext(**common(run, None))
     assert backend.finalize(again) is None and again._artifacts is None
