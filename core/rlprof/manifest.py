@@ -7,7 +7,11 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   steps, mode, tools, save_path, expected captures, schedules, ``environment`` (what each backend
   said it lacks on that machine, ``check_environment``).
 * ``artifact`` — one file or directory a backend produced: step(s), role(s), region, backend,
-  capture, path (relative to the run directory), size in bytes, kind, iterations.
+  capture, path (relative to the run directory), size in bytes, kind, iterations. A backend that
+  writes in the background lists a file twice: ``state: "writing"`` when its capture closes, then
+  ``state: "written"`` (its size, ``sha256``) or ``"failed"`` (``error``) once that is settled;
+  readers take the pair as one record (:func:`settled_artifacts`), and a ``writing`` left alone names
+  a file the process never finished (killed, or still writing when finalize stopped waiting).
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
@@ -267,6 +271,42 @@ def _in_run(path: os.PathLike | str, run_dir: Path) -> tuple[str, bool]:
     return relative(text, run_dir), text == root
 
 
+WRITING, WRITTEN = "writing", "written"
+"""The ``state`` of an artifact record: listed when its file began to be written in the background,
+and again once it is complete (or ``"failed"``)."""
+
+
+def settled_artifacts(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Artifact records as readers use them: the ``writing`` record of a file and the record that settles
+    it (``written`` or ``failed``, same file, same process) become one, where the first of the two was:
+    the ``writing`` record's fields with the other's ``state``, ``size``, ``sha256``, ``error`` and
+    ``time``. (The settling record usually comes later, but not always: a backend released after a
+    failing hook is finalized before the failing call's records are written.) Any other record is
+    kept as it is, in order (a file listed twice without a state is still listed twice), records of
+    other types too (:func:`read_records` settles each manifest's records this way)."""
+    settled: list[dict[str, Any]] = []
+    unpaired: dict[tuple[Any, ...], tuple[int, bool]] = {}
+    """file -> (index in ``settled``, is it the writing record) of a record still waiting for its pair."""
+    for record in records:
+        state = record.get("state")
+        if state is None or record.get("type", "artifact") != "artifact":
+            settled.append(dict(record))
+            continue
+        key = (record.get("_manifest"), record.get("rank"), record.get("pid"), record.get("path"))
+        writing = state == WRITING
+        waiting = unpaired.get(key)
+        if waiting is None or waiting[1] == writing:
+            unpaired[key] = (len(settled), writing)
+            settled.append(dict(record))
+            continue
+        del unpaired[key]
+        index = waiting[0]
+        first, final = (settled[index], record) if not writing else (dict(record), settled[index])
+        first.update({k: final[k] for k in ("state", "size", "sha256", "error", "time") if k in final})
+        settled[index] = first
+    return settled
+
+
 def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
     """Every process manifest under the given save paths (or run directories), sorted."""
     found: set[Path] = set()
@@ -280,9 +320,12 @@ def manifest_files(paths: Iterable[os.PathLike | str]) -> list[Path]:
 
 
 def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]:
-    """All records of all manifests under ``paths``; each gets ``_manifest`` and ``_run_dir``."""
+    """All records of all manifests under ``paths``; each gets ``_manifest`` and ``_run_dir``. The two
+    artifact records of a file written in the background come as one (:func:`settled_artifacts`): a
+    ``writing`` record read alone is a file that was never finished."""
     for file in manifest_files(paths):
         run_dir = file.parent.parent
+        records, background = [], False
         with open(file, encoding="utf-8") as handle:
             for line in handle:
                 line = line.strip()
@@ -294,10 +337,13 @@ def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]
                     continue  # a line cut short by a killed process
                 record["_manifest"] = str(file)
                 record["_run_dir"] = str(run_dir)
-                yield record
+                records.append(record)
+                background = background or "state" in record
+        yield from settled_artifacts(records) if background else records
 
 
 def artifacts(paths: Iterable[os.PathLike | str]) -> list[dict[str, Any]]:
+    """The artifact records under ``paths`` (settled, as :func:`read_records` gives them)."""
     return [r for r in read_records(paths) if r.get("type") == "artifact"]
 
 

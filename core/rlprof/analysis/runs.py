@@ -17,7 +17,8 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.roles import ROLES
-from rlprof.manifest import FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, read_records
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, WRITING, WRITTEN, read_records,
+                             settled_artifacts)
 
 
 @dataclass
@@ -138,6 +139,10 @@ class RunReport:
     """What the run's traces say inside each region, an :class:`rlprof.analysis.inside.Inside` (which
     imports this module, hence ``Any``) set by :func:`rlprof.analysis.inside.add_inside`; None until
     asked, or when no trace of the run is on this disk."""
+    unwritten: list[dict[str, Any]] = field(default_factory=list)
+    """Files a backend began to write in the background and never finished (``state`` ``writing`` with
+    no file at its path: the process was killed mid-export, or finalize stopped waiting), or failed to
+    write (``failed``, with the ``error``): rank, host, pid, backend, capture, steps, path, state, error."""
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -157,7 +162,7 @@ class RunReport:
     @property
     def problem_count(self) -> int:
         return (len(self.missing) + len(self.short_captures) + len(self.errors) + len(self.worker_failures)
-                + len(self.unfinalized) + len(self.nodes_lost) + (1 if self.captured_nothing else 0))
+                + len(self.unfinalized) + len(self.nodes_lost) + len(self.unwritten) + (1 if self.captured_nothing else 0))
 
     @property
     def ok(self) -> bool:
@@ -190,6 +195,7 @@ class RunReport:
             "nodes_lost": self.nodes_lost,
             "not_gathered": self.not_gathered,
             "inside": None if self.inside is None else self.inside.as_dict(),
+            "unwritten": self.unwritten,
         }
 
 
@@ -275,7 +281,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts, regions, skips = _settled(by_type.get("artifact", [])), by_type.get("region", []), by_type.get("skip", [])
+    artifacts, unwritten = _settled(by_type.get("artifact", []))
+    regions, skips = by_type.get("region", []), by_type.get("skip", [])
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
@@ -286,7 +293,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         files=_files(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
         anatomy=step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True),
-        missing=_missing(ordered, cells, skips),
+        missing=_missing(ordered, cells, skips + unwritten),
         short_captures=_short_captures(ordered, artifacts + skips),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
         worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
@@ -296,6 +303,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
         not_gathered=[_plain(r, "node", "source", "size", "status", "error") for r in by_type.get(GATHERED_RECORD, [])
                       if r["status"] not in ("verified", "exists")],
+        unwritten=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "path", "state", "error") for r in unwritten],
     )
 
 
@@ -309,13 +317,28 @@ def locate(records: Sequence[dict[str, Any]]) -> None:
     _locate(by_type)
 
 
-def _settled(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Artifacts less the ``pending`` ones that were moved since (a later record says
-    ``relocated_from`` their ``source``: nsys reports written at exit, then relocated)."""
-    moved = {a["relocated_from"] for a in artifacts if a.get("relocated_from")}
-    if not moved:
-        return artifacts
-    return [a for a in artifacts if not (a.get("kind") == "pending" and a.get("source") in moved)]
+def _settled(artifacts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The files as they are, and those that never were written.
+
+    Records written in the background come in pairs (:func:`rlprof.manifest.settled_artifacts`); a
+    ``writing`` record left alone is a file the process did not finish: if it is at its path after all
+    (placed after the last record, e.g. after finalize stopped waiting: a file appears under its final
+    name only whole) it counts, with its size on disk, else it is unwritten, as is a ``failed`` one.
+    ``pending`` records that were moved since (a later record says ``relocated_from`` their ``source``:
+    nsys reports written at exit, then relocated) are dropped."""
+    records, unwritten = [], []
+    for a in settled_artifacts(artifacts):
+        state = a.get("state")
+        if state == WRITING and os.path.isfile(os.path.join(a["_run_dir"], a["path"])):
+            a.update(state=WRITTEN, size=os.path.getsize(os.path.join(a["_run_dir"], a["path"])))
+        elif state is not None and state != WRITTEN:
+            unwritten.append(a)
+            continue
+        records.append(a)
+    moved = {a["relocated_from"] for a in records if a.get("relocated_from")}
+    if moved:
+        records = [a for a in records if not (a.get("kind") == "pending" and a.get("source") in moved)]
+    return records, unwritten
 
 
 def _locate(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,7 @@
 ok), a CI job can call :func:`verdict` directly. ``ok`` is False when nothing was captured (the
 lines say why: a backend that cannot capture on that machine, a backend error, no profiled step
 reached) or when the plan expected something that is missing: a step x role a backend wrote nothing
-for, fewer capture windows than planned, a process that never finalized, a backend error, a worker
+for, fewer capture windows than planned, a file cut mid-write, a process that never finalized, a backend error, a worker
 the Ray controller lost. A backend that cannot capture on a machine while another one did is said,
 but does not fail the run.
 """
@@ -122,6 +122,12 @@ def problem_lines(report: RunReport) -> list[str]:
     for s in report.short_captures:
         lines.append(f"missing: {s['name']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
                      f"of {s['expected']} expected captures")
+    for u in report.unwritten:
+        why = (f"could not be written: {u['error']}" if u.get("state") == "failed" else
+               "was still being written when the process stopped (killed, or finalize stopped waiting); "
+               "no file is under its name")
+        lines.append(f"cut: rank {u['rank']} ({u['host']} pid {u['pid']}): {u['backend']} capture {u['capture']}: "
+                     f"{u['path']} {why}")
     for p in report.unfinalized:
         lines.append(f"not finalized: {p.label}: no 'finalized' record (the process died, was killed, or is still running)")
     for e in report.errors:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
 from rlprof.layout import hostname, safe_name
+from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 from rlprof.runtime.run_id import run_id_for
 
@@ -261,8 +262,12 @@ class Profiler:
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:
-        """Artifact records of the process session so far (colocated Profilers share them)."""
-        return self._session.artifacts if self._session is not None else []
+        """Artifact records of the process session so far (colocated Profilers share them); a file listed
+        while written in the background and again once written is one record (:func:`rlprof.manifest.settled_artifacts`)."""
+        if self._session is None:
+            return []
+        records = self._session.artifacts
+        return settled_artifacts(records) if any("state" in r for r in records) else records
 
     @property
     def errors(self) -> list[dict[str, Any]]:

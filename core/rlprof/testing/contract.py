@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping
 from rlprof.context import RuntimeEnvContext
 from rlprof.errors import ConfigError
 from rlprof.plugins import hook_call, implemented_hooks
+from rlprof.manifest import WRITTEN
 from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
 from rlprof.testing.scenario import BackendRun
 
@@ -363,7 +364,10 @@ def artifacts_are_complete(run: BackendRun) -> list[str]:
             problems.append(f"listed {path} {count} times; return each artifact once (from the hook that wrote it)")
     for record in {r["path"]: r for r in run.artifacts}.values():
         path = run.run_dir / record["path"]
-        if not path.exists():
+        if record.get("state") not in (None, WRITTEN):
+            problems.append(f"listed {record['path']} as {record['state']} and never as written: finalize must wait "
+                            f"for files written in the background and list each once more when it is complete")
+        elif not path.exists():
             problems.append(f"listed {record['path']}, which does not exist after finalize")
         elif path.is_dir():
             if not any(path.iterdir()):

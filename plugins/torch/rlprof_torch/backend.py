@@ -9,25 +9,38 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 * every ``start_role``/``stop_role`` enters/exits ``record_function(ctx.region)``, so the trace
   shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events (the core sends
   ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
-* a hook with ``closes_capture`` stops the session and returns ``rank<R>.pt.trace.json.gz``
-  (written in ``ctx.output_dir()``), which the core lists in the manifest;
-* ``finalize`` closes whatever is still open and removes the private directory torch exported into;
+* a hook with ``closes_capture`` stops the session and exports its plain JSON (what must happen on
+  the training thread), then hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`,
+  which compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
+  The trace is listed at once with ``state: "writing"`` (and ``json_size``, the bytes of the plain
+  JSON) and, from the next hook call after it is in place, again with ``state: "written"``, its
+  size and sha256: the step waits for neither compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
+  that hook raises :class:`TraceNotWritten` (the core records the error and releases the backend, as
+  when the write failed inside the step);
+* ``finalize`` closes whatever is still open, waits for the traces still being written (at most
+  ``RLPROF_TORCH_WRITE_TIMEOUT_S``, default 300 s; those left unfinished stay ``writing`` in the
+  manifest and are named in a warning) and removes the private directory torch exported into.
 * outside a run, ``trace_reader`` names the Kineto reader the breakdown analysis uses on its traces.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import os
 
 from rlprof import hookimpl
+from rlprof.errors import ConfigError
 from rlprof.hookspecs import TraceReader
 from rlprof.layout import ScratchDir
 
-from . import options
+from . import options, writer
 from .session import TraceSession
 
 log = logging.getLogger("rlprof.torch")
+
+
+class TraceNotWritten(RuntimeError):
+    """A capture's trace could not be compressed or put under its name by the background writer."""
 
 
 class TorchBackend:
@@ -49,6 +62,8 @@ class TorchBackend:
         self._arguments: dict[tuple[str, ...], dict] = {}
         """``contents`` -> profiler arguments, worked out at a capture's first opening (whether CUDA is
         there does not change while the process runs)."""
+        self._writer: writer.TraceWriter | None = None
+        """The process's background writer, from this backend's first export on."""
 
     # ------------------------------------------------------------------ hooks
 
@@ -73,6 +88,8 @@ class TorchBackend:
 
     @hookimpl
     def start_step(self, ctx):
+        if self._writer is not None and self._writer.has_finished():
+            self._list_written(ctx)
         if ctx.opens_capture:
             self._open(ctx)
         if self._session is not None:
@@ -80,6 +97,8 @@ class TorchBackend:
 
     @hookimpl
     def start_role(self, ctx):
+        if self._writer is not None and self._writer.has_finished():
+            self._list_written(ctx)
         if ctx.opens_capture:
             self._open(ctx)
             self._session.begin_step(ctx.step)
@@ -96,14 +115,16 @@ class TorchBackend:
         if self._ranges:
             self._ranges.pop().__exit__(None, None, None)
         if ctx.closes_capture:
-            return self._close()
+            self._close(ctx)
         return None
 
     @hookimpl
     def step_boundary(self, ctx):
+        if self._writer is not None and self._writer.has_finished():
+            self._list_written(ctx)
         if ctx.closes_capture:
-            return self._close()
-        if self._session is not None:
+            self._close(ctx)
+        elif self._session is not None:
             self._session.end_step()  # the capture goes on over the next step
         return None
 
@@ -112,11 +133,16 @@ class TorchBackend:
         while self._ranges:
             self._ranges.pop().__exit__(None, None, None)
         try:
-            return self._close()
+            self._close(ctx)
         finally:
-            scratch, self._scratch = self._scratch, None
-            if scratch is not None:
-                scratch.close()
+            try:
+                if self._writer is not None:
+                    self._finish_writing(ctx)
+            finally:
+                scratch, self._scratch = self._scratch, None
+                if scratch is not None:
+                    scratch.close()
+        return None
 
     def _load_record_function(self):
         from torch.autograd.profiler import record_function
@@ -138,10 +164,51 @@ class TorchBackend:
         session.start()
         self._session = session
 
-    def _close(self) -> Path | None:
+    def _close(self, ctx) -> None:
+        """Stop and export the open capture, hand it to the writer, list it as ``writing``."""
         session, self._session = self._session, None
         if session is None:
-            return None
+            return
         if self._scratch is None:
             self._scratch = ScratchDir(session.directory, session.run.run_dir)
-        return session.stop_and_export(self._scratch)
+        plain = session.stop_and_export(self._scratch)
+        final = session.directory / session.trace_name
+        capture = ctx.capture
+        belongs = dict(step=capture.steps[0], steps=list(capture.steps), capture=capture.capture_id,
+                       region=getattr(ctx, "region", None)) if capture is not None else {}
+        if self._writer is None:
+            self._writer = writer.process_writer()
+        json_size = os.stat(self._scratch.path_for(plain)).st_size  # known now, the .gz's size only once written
+        self._writer.submit(writer.Export(self._scratch, plain, final, session.run.run_dir, belongs, owner=self))
+        ctx.add_artifact(final, "file", state="writing", json_size=json_size)
+
+    def _list_written(self, ctx) -> None:
+        """List this backend's traces that the writer finished since the last call (see the module docstring).
+
+        :raises TraceNotWritten: one could not be written (a link planted at its name, a full disk):
+            the core records the error and releases the backend, as when writing failed in the step."""
+        failed = None
+        for export in self._writer.finished(self):
+            if export.error is None:
+                ctx.add_artifact(export.final, "file", state="written", sha256=export.sha256, **export.belongs)
+            else:
+                problem = f"{type(export.error).__name__}: {export.error}"
+                ctx.add_artifact(export.final, "file", state="failed", error=problem, **export.belongs)
+                failed = failed or export
+        if failed is not None:
+            raise TraceNotWritten(f"the trace of capture {failed.belongs.get('capture')} could not be written to "
+                                  f"{failed.final}: {failed.error}") from failed.error
+
+    def _finish_writing(self, ctx) -> None:
+        """At finalize: wait for this backend's traces still being written (up to the limit), list them."""
+        try:
+            limit = writer.wait_limit_from_env()
+        except ConfigError as exc:
+            ctx.warn(f"{exc}; waiting the default {writer.DEFAULT_WAIT_S:.0f} s")
+            limit = writer.DEFAULT_WAIT_S
+        unfinished = self._writer.wait(self, limit)
+        for export in unfinished:
+            ctx.warn(f"the trace of capture {export.belongs.get('capture')} was still being written after {limit:g} s "
+                     f"({writer.WAIT_ENV}): it is left unfinished (state 'writing' in the manifest); {export.final} "
+                     f"appears only if the process lives until it is complete")
+        self._list_written(ctx)

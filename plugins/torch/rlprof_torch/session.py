@@ -15,13 +15,11 @@ Kineto's console log is switched off before the first session of a process (see
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlprof.layout import ScratchDir, new_file
+from rlprof.layout import ScratchDir
 
 from .metadata import torch_writes_distributed_info, trace_metadata
 
@@ -68,58 +66,34 @@ class TraceSession:
             if value is not None and value not in seen:
                 seen.append(value)
 
-    def stop_and_export(self, scratch: ScratchDir) -> Path:
-        """Stop the profiler and write ``rank<R>.pt.trace.json.gz`` in the capture's directory.
+    def stop_and_export(self, scratch: ScratchDir) -> str:
+        """Stop the profiler and export its trace as plain JSON into ``scratch``; the name written there.
 
-        The rank is in the file name so that the traces of one capture from every rank can be put in
-        one directory (what HTA loads) without renaming; ``<worker>.pt.trace.json.gz`` is the name
-        TensorBoard's profiler plugin looks for.
-
-        torch writes the plain JSON by path (following links, replacing files), so it writes into
-        ``scratch``, the backend's private directory (:class:`rlprof.layout.ScratchDir`: mode 0o700,
-        reached through its open descriptor); the ``.gz`` is then created with
-        :func:`rlprof.layout.new_file`, which walks down from the run directory: never through a link
-        planted under it, never over an existing file."""
+        Only this must run on the thread that started the profiler (Kineto crashes when stopped from
+        another); compressing it into ``rank<R>.pt.trace.json.gz`` is the :mod:`~rlprof_torch.writer`'s.
+        torch writes by path (following links, replacing files), hence ``scratch``, the backend's
+        private directory (:class:`rlprof.layout.ScratchDir`: mode 0o700, reached through its open
+        descriptor); the name carries the capture id, as several captures may wait to be compressed."""
         self.end_step()
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
                                   distributed_info=not self._distributed_info_written)
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
         self._profile.stop()
-        name = f"rank{self.run.rank}.pt.trace.json"
-        packed = self.directory / f"{name}.gz"
-        plain = scratch.path_for(name)
+        name = f"{self.capture_id}.{self.trace_name[:-3]}"
         try:
-            self._profile.export_chrome_trace(str(plain))
-            return gzip_into(plain, packed, self.run.run_dir)
-        finally:
+            self._profile.export_chrome_trace(str(scratch.path_for(name)))
+        except BaseException:
             scratch.remove(name)
+            raise
+        return name
 
-
-GZIP_LEVEL = 6
-"""zlib's default: about 10% larger than level 9 and several times faster on trace JSON."""
-
-
-def gzip_beside(plain: Path) -> Path:
-    """Compress ``plain`` into ``<plain>.gz`` in the same directory and remove ``plain``.
-
-    torch's own ``.gz`` export goes through a temporary file in the system temp directory and
-    recompresses it line by line at level 9, several times slower than exporting plain JSON and
-    compressing it in large blocks here (bench/bench_torch_overhead.py measures both); it also
-    keeps a multi-GB trace out of a small /tmp."""
-    packed = gzip_into(plain, plain.with_name(plain.name + ".gz"), plain.parent)
-    plain.unlink()
-    return packed
-
-
-def gzip_into(plain: Path, packed: Path, root: Path) -> Path:
-    """Compress ``plain`` into a new file ``packed`` under ``root`` (opened with
-    :func:`rlprof.layout.open_file`: no links followed, an existing file is never replaced). A
-    ``packed`` left half-written by an error (disk full) is removed; the error propagates."""
-    with open(plain, "rb") as source, new_file(packed, root) as raw:
-        with gzip.GzipFile(filename=plain.name, mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
-    return packed
+    @property
+    def trace_name(self) -> str:
+        """``rank<R>.pt.trace.json.gz``: the rank is in the name so that one capture's traces from every
+        rank can be put in one directory (what HTA loads) without renaming; ``<worker>.pt.trace.json.gz``
+        is the name TensorBoard's profiler plugin looks for."""
+        return f"rank{self.run.rank}.pt.trace.json.gz"
 
 
 KINETO_LOG_LEVEL = "KINETO_LOG_LEVEL"

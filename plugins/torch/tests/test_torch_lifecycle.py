@@ -51,6 +51,10 @@ def test_finalize_stops_an_open_capture_and_closes_ranges_once(run, read_trace):
     backend.start_role(RoleContext(**common(run, "step1.actor_update"), step=1, role="actor", region="actor_update",
                                    opens_capture=True))
     assert profiling()
-    path = backend.finalize(FinalizeContext(**common(run, None)))
+    ctx = FinalizeContext(**common(run, None))
+    backend.finalize(ctx)
+    (path, _, writing), (same, _, written) = ctx._artifacts  # listed as it closed, and once written
+    assert path == same and writing["state"] == "writing" and written["state"] == "written"
     assert not profiling() and read_trace(path).count("actor_update") == 1
-    assert backend.finalize(FinalizeContext(**common(run, None))) is None
+    again = FinalizeContext(**common(run, None))
+    assert backend.finalize(again) is None and again._artifacts is None

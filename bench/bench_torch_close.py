@@ -1,0 +1,73 @@
+"""What the training thread pays when a torch capture closes, by trace size.
+
+One capture per step of the tiny MLP (bench/torch_bench_workload.py) with N micro-batches (more
+micro-batches, larger trace); per size, the median over the steps of:
+
+* ``step_boundary``: wall and CPU time of the call that closes the capture (stop, plain JSON export,
+  handing the file to the background writer, manifest lines): what the step waits for;
+* ``written after``: how long after ``step_boundary`` returned the trace was in place (compression,
+  sha256, placing under its name, on the writer thread), waited for before the next step so sizes
+  do not mix.
+
+Run: ``.venv/bin/python bench/bench_torch_close.py [micro-batches ...]`` (default 4 40 200). TMPDIR
+picks the file system written to. To compare with another checkout, run this file under that
+checkout's packages (``PYTHONPATH=<checkout>/core:<checkout>/plugins/torch``): a core whose torch
+backend compresses on the training thread shows that time inside ``step_boundary``.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import tempfile
+import time
+
+import rlprof
+from torch_bench_workload import step_body, tiny_mlp
+
+STEPS = 12
+WARMUP = 2
+
+
+def measure(micro_batches: int) -> tuple[float, float, float | None, float]:
+    """Medians (step_boundary wall ms, its CPU ms, written-after ms or None, trace KiB)."""
+    import rlprof_torch.backend as backend
+
+    writer = getattr(backend, "writer", None)  # None: a checkout whose backend writes on the training thread
+    process_writer = writer.process_writer if writer is not None else None
+    model, optimizer, batch = tiny_mlp()
+    walls, cpus, after = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        prof = rlprof.Profiler({"global_profiler": {"tool": "torch", "steps": list(range(1, STEPS + 1)), "save_path": tmp},
+                                "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}},
+                               roles=("actor", "ref"))
+        for step in range(1, STEPS + 1):
+            prof.start_step(step)
+            step_body(model, optimizer, batch, micro_batches, prof.role)
+            wall, cpu = time.perf_counter(), time.process_time()
+            prof.step_boundary()
+            returned = time.perf_counter()
+            walls.append(returned - wall)
+            cpus.append(time.process_time() - cpu)
+            if process_writer is not None:
+                process_writer().wait_idle(120)
+                after.append(time.perf_counter() - returned)
+        sizes = [a["size"] for a in prof.finalize()]
+    ms = lambda values: statistics.median(values[WARMUP:]) * 1e3  # noqa: E731
+    return ms(walls), ms(cpus), ms(after) if after else None, statistics.median(sizes) / 1024
+
+
+def main() -> None:
+    logging.disable(logging.WARNING)
+    sizes = [int(a) for a in sys.argv[1:]] or [4, 40, 200]
+    print(f"one capture per step, {STEPS - WARMUP} steps measured per size after {WARMUP}; medians")
+    print(f"{'micro-batches':>14}{'trace KiB gz':>14}{'step_boundary wall':>20}{'CPU':>12}{'written after':>16}")
+    for micro_batches in sizes:
+        wall, cpu, after, kib = measure(micro_batches)
+        written = f"{after:.1f} ms" if after is not None else "inline"
+        print(f"{micro_batches:>14}{kib:>14.0f}{wall:>17.1f} ms{cpu:>9.1f} ms{written:>16}")
+
+
+if __name__ == "__main__":
+    main()

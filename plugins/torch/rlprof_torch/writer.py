@@ -1,0 +1,228 @@
+"""Writing traces off the training thread: compression, checksum and placing under the final name.
+
+Kineto must be stopped, and its trace exported, on the thread that started the profiler (stopping it
+from another thread crashes the process), so the training thread still does ``stop()`` and
+``export_chrome_trace()`` of plain JSON into the backend's scratch directory. Everything after that
+is an :class:`Export` handed to the process's :class:`TraceWriter`, one daemon thread with a queue:
+
+1. gzip the plain JSON into ``<final>.partial`` (a name no reader takes for a trace), hashing the
+   compressed bytes (sha256) as they are written;
+2. put it under its final name with :func:`rlprof.layout.place` (a hard link: it appears whole or not
+   at all, never over an existing file, never through a link), then remove ``.partial`` and the plain JSON.
+
+So a process killed mid-export leaves at most a ``.partial`` file and the plain JSON, never a file
+under a final name that does not load. Which captures are still being written is in the manifest: the
+backend lists each trace when its capture closes with ``state: "writing"``, and again with ``state:
+"written"`` (size, sha256) once it is in place (see :func:`rlprof.manifest.settled_artifacts`).
+
+zlib and file reads release the GIL, so compressing beside the training costs the training little
+CPU time on a machine with a core to spare.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import hashlib
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlprof.errors import ConfigError
+from rlprof.layout import ScratchDir, new_file, place
+
+log = logging.getLogger("rlprof.torch")
+
+GZIP_LEVEL = 6
+"""zlib's default: about 10% larger than level 9 and several times faster on trace JSON."""
+PARTIAL_SUFFIX = ".partial"
+"""A trace being compressed is ``<final name>.partial`` until it is complete."""
+WAIT_ENV = "RLPROF_TORCH_WRITE_TIMEOUT_S"
+DEFAULT_WAIT_S = 300.0
+"""How long ``finalize`` waits for traces still being compressed (a 10 GB trace takes minutes)."""
+
+
+def wait_limit_from_env(environ: Any = None) -> float:
+    """``finalize``'s wait, in seconds, from ``RLPROF_TORCH_WRITE_TIMEOUT_S`` (default 300; ``0``: do not
+    wait). A value that is not a finite number is a :class:`~rlprof.errors.ConfigError` naming the variable."""
+    text = (os.environ if environ is None else environ).get(WAIT_ENV)
+    if text is None or not text.strip():
+        return DEFAULT_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{WAIT_ENV}={text!r}: not a number of seconds; allowed: a finite number of seconds "
+                          f"finalize waits for traces still being written (0: do not wait)", key=WAIT_ENV)
+    return max(value, 0.0)
+
+
+@dataclass(eq=False)
+class Export:
+    """One capture's trace on its way from the scratch directory to its final name."""
+
+    scratch: ScratchDir
+    plain_name: str
+    """The plain JSON torch exported, a name in ``scratch``."""
+    final: Path
+    root: Path
+    """The run directory: nothing is written outside it, no link under it is followed."""
+    belongs: dict[str, Any]
+    """What the trace belongs to (its capture, step numbers and region), repeated in its ``written`` record."""
+    owner: object
+    """Who handed it over (a backend instance): only its owner is told it is done."""
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    sha256: str | None = None
+
+    @property
+    def partial(self) -> Path:
+        return self.final.with_name(self.final.name + PARTIAL_SUFFIX)
+
+
+def compress(export: Export) -> None:
+    """Gzip, hash and place one export (see the module docstring); a failure leaves no final file and
+    no ``.partial`` behind and is kept in ``export.error``."""
+    partial = export.partial
+    digest = hashlib.sha256()
+    try:
+        gzip_into(export.scratch.path_for(export.plain_name), partial, export.root, digest)
+        try:
+            place(partial, export.final, export.root)
+        finally:
+            partial.unlink()
+        export.sha256 = digest.hexdigest()
+    except BaseException as exc:  # noqa: BLE001 - kept for the hook that reports it
+        export.error = exc
+    finally:
+        export.scratch.remove(export.plain_name)
+
+
+def gzip_into(plain: Path, packed: Path, root: Path, digest: Any = None) -> Path:
+    """Compress ``plain`` into a new file ``packed`` under ``root`` (:func:`rlprof.layout.new_file`: no
+    link followed, an existing file never replaced, removed again on an error such as a full disk),
+    feeding the compressed bytes to ``digest`` (a :mod:`hashlib` object) when given.
+
+    torch's own ``.gz`` export goes through a temporary file in the system temp directory and
+    recompresses it line by line at level 9, several times slower than exporting plain JSON and
+    compressing it in large blocks here (bench/bench_torch_overhead.py measures both)."""
+    with open(plain, "rb") as source, new_file(packed, root) as raw:
+        sink = raw if digest is None else _Hashing(raw, digest)
+        name = packed.name[:-3] if packed.name.endswith(".gz") else packed.name
+        with gzip.GzipFile(filename=name, mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+    return packed
+
+
+def gzip_beside(plain: Path) -> Path:
+    """Compress ``plain`` into ``<plain>.gz`` in the same directory and remove ``plain`` (what a raw
+    script does; the benches' reference)."""
+    packed = gzip_into(plain, plain.with_name(plain.name + ".gz"), plain.parent)
+    plain.unlink()
+    return packed
+
+
+class _Hashing:
+    """A write-only file object that hashes what passes through it into ``digest``."""
+
+    def __init__(self, raw, digest):
+        self.raw, self.digest = raw, digest
+
+    def write(self, data) -> int:
+        self.digest.update(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+class TraceWriter:
+    """The process's background writer: one daemon thread, started at the first export, that runs
+    :func:`compress` on each export in the order they came. Owners collect their finished exports
+    with :meth:`finished` (from their next hook call) and wait for the rest with :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._queue: "queue.SimpleQueue[Export]" = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._finished: "collections.deque[Export]" = collections.deque()
+        self._pending: list[Export] = []
+        """Handed over and not yet collected, in order (finished or not)."""
+
+    def submit(self, export: Export) -> None:
+        with self._lock:
+            self._pending.append(export)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="rlprof-torch-writer", daemon=True)
+                self._thread.start()
+        self._queue.put(export)
+
+    def _run(self) -> None:
+        while True:
+            export = self._queue.get()
+            compress(export)
+            with self._lock:  # finished() rebuilds the deque under this lock: no append may fall between
+                export.done.set()
+                self._finished.append(export)
+
+    def has_finished(self) -> bool:
+        """Anything finished and not yet collected (a cheap check for the hot path)."""
+        return bool(self._finished)
+
+    def finished(self, owner: object) -> list[Export]:
+        """``owner``'s exports that finished since it last asked, in the order they were handed over."""
+        with self._lock:
+            done = [e for e in self._pending if e.owner is owner and e.done.is_set()]
+            if done:
+                self._pending = [e for e in self._pending if e not in done]
+                kept = [e for e in self._finished if e.owner is not owner]
+                self._finished.clear()
+                self._finished.extend(kept)
+        return done
+
+    def wait(self, owner: object, timeout_s: float) -> list[Export]:
+        """Wait up to ``timeout_s`` for ``owner``'s exports; the ones still unfinished (left running)."""
+        with self._lock:
+            mine = [e for e in self._pending if e.owner is owner]
+        deadline = time.monotonic() + timeout_s
+        for export in mine:
+            export.done.wait(max(0.0, deadline - time.monotonic()))
+        return [e for e in mine if not e.done.is_set()]
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until every export handed over so far is finished, whoever handed
+        it over; True when they all are (benches and tests keep one step's writing out of the next)."""
+        with self._lock:
+            handed = list(self._pending)
+        deadline = time.monotonic() + timeout_s
+        return all(e.done.wait(max(0.0, deadline - time.monotonic())) for e in handed)
+
+
+_writer: TraceWriter | None = None
+_writer_lock = threading.Lock()
+
+
+def process_writer() -> TraceWriter:
+    """The writer of this process (one thread however many backends; made at the first export)."""
+    global _writer
+    with _writer_lock:
+        if _writer is None:
+            _writer = TraceWriter()
+        return _writer
+
+
+def _forget_in_child() -> None:
+    """A forked child has no writer thread: it makes its own at its first export."""
+    global _writer, _writer_lock
+    _writer, _writer_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
