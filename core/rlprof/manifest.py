@@ -8,6 +8,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   said it lacks on that machine, ``check_environment``).
 * ``artifact`` — one file or directory a backend produced: step(s), role(s), region, backend,
   capture, path (relative to the run directory), size in bytes, kind, iterations.
+* ``capture``  — one per capture as it closes: ``capture``, ``step``, ``steps``, ``roles``, ``region`` (discrete),
+  ``bytes`` (what its artifacts measured by then; :mod:`rlprof.runtime.budget` counts them against the budgets).
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
@@ -24,6 +26,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   ``colocated`` (a later Profiler of the process disagreed with its session: ``key``, ``message``, ``roles``).
 * ``skip``     — a backend said a capture writes nothing, and why (``ctx.skip``): ``backend``, ``hook``,
   ``reason``, ``capture``, ``steps``, ``roles``, ``region``. Such a capture is explained, not missing.
+  The core writes one per backend for each step x roles a budget left out: ``by`` ``budget``, ``budget``
+  (``capture_budget_mb`` or ``run_budget_gb``), ``limit_bytes``, ``measured_bytes``, ``measured`` (what went over).
 * ``cleanup``  — the core released a backend that had raised: ``backend``, ``closed`` (capture ids
   it closed for it), ``finalized`` (its finalize ran without raising).
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
