@@ -120,3 +120,17 @@ def test_each_node_keeps_its_own_run_budget(tmp_path):
 def test_zero_means_no_limit(save_path):
     train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=0", "global_profiler.run_budget_gb=0"])
     assert len(records(save_path, "capture")) == 3 and not records(save_path, "skip")
+
+
+def test_the_report_shows_bytes_and_what_the_budget_skipped_as_explained(save_path):
+    from rlprof.analysis.report import build_reports, render
+
+    train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=1"])
+    (report,) = build_reports([save_path])
+    text = render(report)
+    assert report.ok, text  # skipped by the budget: explained, neither missing nor short
+    assert "rank 0 capture step1 (actor): 2.0 MiB" in text
+    assert "per role: actor 2.0 MiB" in text and "per rank: 0 2.0 MiB" in text
+    assert "budget skipped: rank 0 steps 2, 3 (actor): over global_profiler.capture_budget_mb" in text
+    assert "skipped: rank 0: writes steps 2,3 (actor): over global_profiler.capture_budget_mb" in text
+    assert [s["steps"] for s in report.as_dict()["budget_skipped"]] == [[2], [3]]

@@ -134,6 +134,17 @@ class RunReport:
     """Ray nodes the controller found dead (``node_lost`` records): node, node_host, workers, step."""
     not_gathered: list[dict[str, Any]] = field(default_factory=list)
     """``gather: traces`` files left on their node (``failed``, ``over_budget``): node, source, status."""
+    captures: list[dict[str, Any]] = field(default_factory=list)
+    """Each capture's size as it closed (``capture`` records): rank, capture, step, roles, region, bytes."""
+
+    @property
+    def budget_skipped(self) -> list[dict[str, Any]]:
+        """The skips a budget decided (the core's, one per backend: each step x roles once here)."""
+        seen = {}
+        for s in self.skipped:
+            if s.get("by") == "budget":
+                seen.setdefault((s["rank"], s.get("host"), s.get("pid"), tuple(s.get("steps") or ()), tuple(s.get("roles") or ())), s)
+        return list(seen.values())
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -185,6 +196,8 @@ class RunReport:
             "warnings": self.warnings,
             "nodes_lost": self.nodes_lost,
             "not_gathered": self.not_gathered,
+            "captures": self.captures,
+            "budget_skipped": self.budget_skipped,
         }
 
 
@@ -227,6 +240,7 @@ REQUIRED = {
     "finalized": {},
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
+    "capture": {"rank": int, "capture": str, "bytes": int},
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
     NODE_RECORD: {"node_run_dir": str},
@@ -285,7 +299,10 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         short_captures=_short_captures(ordered, artifacts + skips),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
         worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
-        skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason") for r in skips],
+        skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason", "by", "budget",
+                        "limit_bytes", "measured_bytes") for r in skips],
+        captures=[_plain(r, "rank", "host", "pid", "capture", "step", "roles", "region", "bytes")
+                  for r in by_type.get("capture", [])],
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
@@ -420,6 +437,7 @@ def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -
     """Processes whose backend wrote fewer capture windows than the plan expected (checked only for
     backends that tie their files to captures at all); a capture it skipped with a reason counts."""
     seen: dict[tuple[str, str], set[str]] = {}
+    budgeted = {(a["_manifest"], a["backend"]) for a in artifacts if a.get("type") == "skip" and a.get("by") == "budget"}
     for a in artifacts:
         if a.get("capture"):
             seen.setdefault((a["_manifest"], a["backend"]), set()).add(a["capture"])
@@ -427,6 +445,8 @@ def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -
     for p in processes:
         for backend in p.tools:
             got = seen.get((p.manifest, backend))
+            if (p.manifest, backend) in budgeted:
+                continue  # a budget left captures out, each with a skip record: explained, not short
             if got is not None and p.expected_captures is not None and len(got) < p.expected_captures:
                 short.append({"rank": p.rank, "replica_rank": p.replica_rank, "name": p.name, "host": p.host, "pid": p.pid, "backend": backend,
                               "captures": len(got), "expected": p.expected_captures})

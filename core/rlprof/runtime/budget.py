@@ -99,8 +99,8 @@ class CaptureBudget:
             refusal = Refusal("capture_budget_mb", self.capture_limit, size, f"capture {capture_id}")
             for role in roles:
                 self.over.setdefault(role, refusal)
-            log.warning("rlprof: capture %s wrote %s, %s; the next captures of %s are skipped, training goes on",
-                        capture_id, _size(size), refusal.reason(), ", ".join(roles))
+            log.warning("rlprof: %s; the next captures of %s are skipped, training goes on", refusal.reason(),
+                        ", ".join(roles))
         return size
 
     def refused(self, roles: tuple[str, ...]) -> dict[str, Refusal]:
@@ -152,4 +152,4 @@ class CaptureBudget:
 
 
 def _size(n: int) -> str:
-    return f"{n / GB:.2f} GB" if n >= GB else f"{n / MB:.1f} MB" if n >= MB else f"{n} bytes"
+    return f"{n / GB:.2f} GiB" if n >= GB else f"{n / MB:.1f} MiB" if n >= MB else f"{n} bytes"
