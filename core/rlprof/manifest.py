@@ -12,6 +12,9 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   ``bytes`` (what its artifacts measured by then; :mod:`rlprof.runtime.budget` counts them against the budgets).
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
+* ``unprofiled_steps`` — steps a profiling process ran without profiling them (not selected, or left out by
+  a budget), many per record: ``steps``, ``start_ns``, ``end_ns`` (lists, one item per step). The report
+  puts profiled steps beside them.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
   ``capture`` (the first capture it was in), ``start_ns``, ``end_ns``, ``duration_ms``,
@@ -192,6 +195,12 @@ def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = N
     if closed_ns is not None:
         record["closed_ns"] = closed_ns
     return record
+
+
+def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """The ``unprofiled_steps`` record of ``(step, start_ns, end_ns)`` triples."""
+    numbers, starts, ends = zip(*steps)
+    return {"steps": list(numbers), "start_ns": list(starts), "end_ns": list(ends)}
 
 
 def region_record(region: Any) -> dict[str, Any]:

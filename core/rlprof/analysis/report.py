@@ -59,6 +59,7 @@ def render(report: RunReport) -> str:
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy)
     lines += _file_lines(report.files)
+    lines += _cost_lines(report)
     lines += _size_lines(report)
     lines += _node_lines(report)
     lines += _said_lines(report)
@@ -76,6 +77,24 @@ def render(report: RunReport) -> str:
     lines += [f"  {line}" for line in verdict_lines(report)]
     lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
     return "\n".join(lines)
+
+
+def _cost_lines(report: RunReport) -> list[str]:
+    """Per profiled step, what profiling cost it (writing captures, waits on a replica's export), beside
+    the median unprofiled step (:mod:`rlprof.analysis.cost`)."""
+    cost = report.cost
+    if cost is None or not cost.steps:
+        return []
+    lines = ["", "profiling cost (what each profiled step waited for because it was profiled):"]
+    for s in cost.steps:
+        waits = f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else ""
+        lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling {s.profiling_ms:.1f} ms ({_pct(s.share)}: "
+                     f"writing {s.writing_ms:.1f} ms{waits})")
+    if cost.unprofiled_ms is not None:
+        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} step records")
+    else:
+        lines.append("  unprofiled steps: none recorded (every step was profiled, or an rlprof that did not record them)")
+    return lines
 
 
 def _size_lines(report: RunReport) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
+from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.roles import ROLES
 from rlprof.manifest import FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, read_records
 
@@ -134,6 +135,8 @@ class RunReport:
     """Ray nodes the controller found dead (``node_lost`` records): node, node_host, workers, step."""
     not_gathered: list[dict[str, Any]] = field(default_factory=list)
     """``gather: traces`` files left on their node (``failed``, ``over_budget``): node, source, status."""
+    cost: ProfilingCost | None = None
+    """What profiling cost each profiled step, beside the unprofiled steps (:mod:`rlprof.analysis.cost`)."""
     captures: list[dict[str, Any]] = field(default_factory=list)
     """Each capture's size as it closed (``capture`` records): rank, capture, step, roles, region, bytes."""
 
@@ -197,6 +200,7 @@ class RunReport:
             "nodes_lost": self.nodes_lost,
             "not_gathered": self.not_gathered,
             "captures": self.captures,
+            "profiling_cost": self.cost.as_dict() if self.cost is not None else None,
             "budget_skipped": self.budget_skipped,
         }
 
@@ -241,6 +245,7 @@ REQUIRED = {
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
     "capture": {"rank": int, "capture": str, "bytes": int},
+    "unprofiled_steps": {"rank": int, "steps": list, "start_ns": list, "end_ns": list},
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
     NODE_RECORD: {"node_run_dir": str},
@@ -256,6 +261,8 @@ def usable(record: dict[str, Any]) -> bool:
     kind = record.get("type")
     if kind in ("step", "region"):
         return timing_record(record)
+    if is_wait(kind):
+        return type(record.get("step")) is int
     needed = REQUIRED.get(kind)
     return needed is not None and all(type(record.get(k)) is t for k, t in needed.items())
 
@@ -288,13 +295,17 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
+    anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True)
+    waits = [r for kind, rs in by_type.items() if is_wait(kind) for r in rs]
+    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits])
     return RunReport(
         run_id=run_id,
         run_dirs=sorted(run_dirs),
         processes=ordered,
         files=_files(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
-        anatomy=step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True),
+        anatomy=anatomy,
+        cost=cost,
         missing=_missing(ordered, cells, skips),
         short_captures=_short_captures(ordered, artifacts + skips),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],

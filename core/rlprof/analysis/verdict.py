@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from rlprof.analysis.cost import COST_WARN_SHARE
 from rlprof.analysis.runs import File, RunReport, build_reports, role_index, size_text
 
 @dataclass
@@ -60,6 +61,9 @@ def verdict_lines(report: RunReport) -> list[str]:
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
     lines += skip_lines(report.skipped)
+    if report.cost is not None:
+        lines += [f"warning: profiling took {s.share:.0%} of profiled step {s.step} ({s.profiling_ms:.1f} of {s.total_ms:.1f} ms; "
+                  f"more than {COST_WARN_SHARE:.0%})" for s in report.cost.costly]
     lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
               for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:

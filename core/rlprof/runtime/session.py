@@ -53,7 +53,7 @@ from rlprof.errors import ConfigError
 from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
 from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
-                       region_record, step_record)
+                       plain_steps_record, region_record, step_record)
 
 log = logging.getLogger("rlprof")
 
@@ -63,6 +63,8 @@ ended" (:attr:`ProcessSession.finished` owns that; an ended session is delisted 
 its lock). Read it through :func:`_open_session`."""
 _sessions_lock = threading.Lock()
 _new_region = object.__new__
+PLAIN_STEPS_BUFFERED = 64
+"""Unprofiled steps' timing records written in one go at most this many steps apart."""
 
 
 class Participant:
@@ -177,6 +179,12 @@ class ProcessSession:
         """Tool configs of step-level calls: the first participant's first selected role's."""
         self._step_start_ns = 0
         self._closed: list[OpenRegion] = []
+        self._plain: tuple[int, int] | None = None
+        """The unprofiled step in progress and when it began (two clock reads per unprofiled step)."""
+        self._plain_steps: list[tuple[int, int, int]] = []
+        """Unprofiled steps not yet written, ``(step, start_ns, end_ns)``: one ``unprofiled_steps`` record
+        with the next step's timing records, or every :data:`PLAIN_STEPS_BUFFERED` steps (one line for many
+        steps: a record per step cost more than the step's own bookkeeping)."""
         self._sized: list[tuple[str, dict[str, Any]]] = []
         """``capture`` records of the captures closed in the step, written with its timing records."""
         self._implicit: set[str] = set()
@@ -293,6 +301,7 @@ class ProcessSession:
             profiled = bool(live)
             if not self.in_step:
                 self._guarded(self.machine.start_step, step, profiled)
+                self._plain = None if profiled else (step, self.clock_ns())
                 if profiled:
                     self._step_start_ns = self.clock_ns()  # after the capture opened: opening is not the step's time
             if profiled:
@@ -326,6 +335,8 @@ class ProcessSession:
         out ends the step."""
         with self.lock:
             if prof not in self.in_step:
+                if self._plain is not None:
+                    self._end_plain_step()
                 return
             for region in list(reversed(self.machine.stack)):
                 if region.owner is prof and region in self.machine.stack:
@@ -335,6 +346,13 @@ class ProcessSession:
             self.in_step.discard(prof)
             if not self.in_step:
                 self._end_step()
+
+    def _end_plain_step(self) -> None:
+        """An unprofiled step ended: its wall time, so the report can put profiled steps beside it."""
+        (step, start_ns), self._plain = self._plain, None
+        self._plain_steps.append((step, start_ns, self.clock_ns()))
+        if len(self._plain_steps) >= PLAIN_STEPS_BUFFERED:
+            self._flush_regions()
 
     def _end_step(self) -> None:
         step = self.machine.step
@@ -554,6 +572,9 @@ class ProcessSession:
         """Write the buffered timing records (after ``first``) in one go."""
         closed, self._closed = self._closed, []
         sized, self._sized = self._sized, []
+        plain, self._plain_steps = self._plain_steps, []
+        if plain:
+            first = (("unprofiled_steps", plain_steps_record(plain)), *first)
         self.manifest.write_many([*first, *sized, *(("region", region_record(region)) for region in closed)])
 
     def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
