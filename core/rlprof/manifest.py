@@ -12,8 +12,13 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   ``state: "written"`` (its size, ``sha256``) or ``"failed"`` (``error``) once that is settled;
   readers take the pair as one record (:func:`settled_artifacts`), and a ``writing`` left alone names
   a file the process never finished (killed, or still writing when finalize stopped waiting).
+* ``capture``  — one per capture as it closes: ``capture``, ``step``, ``steps``, ``roles``, ``region`` (discrete),
+  ``bytes`` (what its artifacts measured by then; :mod:`rlprof.runtime.budget` counts them against the budgets).
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
+* ``unprofiled_steps`` — steps a profiling process ran without profiling them (not selected, or left out by
+  a budget), many per record: ``steps``, ``start_ns``, ``end_ns`` (lists, one item per step). The report
+  puts profiled steps beside them.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
   ``capture`` (the first capture it was in), ``start_ns``, ``end_ns``, ``duration_ms``,
@@ -28,6 +33,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   ``colocated`` (a later Profiler of the process disagreed with its session: ``key``, ``message``, ``roles``).
 * ``skip``     — a backend said a capture writes nothing, and why (``ctx.skip``): ``backend``, ``hook``,
   ``reason``, ``capture``, ``steps``, ``roles``, ``region``. Such a capture is explained, not missing.
+  The core writes one per backend for each step x roles a budget left out: ``by`` ``budget``, ``budget``
+  (``capture_budget_mb`` or ``run_budget_gb``), ``limit_bytes``, ``measured_bytes``, ``measured`` (what went over).
 * ``cleanup``  — the core released a backend that had raised: ``backend``, ``closed`` (capture ids
   it closed for it), ``finalized`` (its finalize ran without raising).
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
@@ -192,6 +199,12 @@ def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = N
     if closed_ns is not None:
         record["closed_ns"] = closed_ns
     return record
+
+
+def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:
+    """The ``unprofiled_steps`` record of ``(step, start_ns, end_ns)`` triples."""
+    numbers, starts, ends = zip(*steps)
+    return {"steps": list(numbers), "start_ns": list(starts), "end_ns": list(ends)}
 
 
 def region_record(region: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ def test_the_key_sets_are_verls():
     """verl's keys, and rlprof's own for many nodes (``gather*``: verl has no equivalent)."""
     assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "discrete", "global_tool_config",
                            "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_",
-                           "gather", "gather_budget_gb", "gather_delete_local"}
+                           "gather", "gather_budget_gb", "gather_delete_local", "capture_budget_mb", "run_budget_gb"}
     assert ROLE_KEYS == {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
                          "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
 
@@ -101,6 +101,22 @@ def test_a_bad_gather_setting_names_the_key_the_value_and_what_is_allowed(key, v
     with pytest.raises(ConfigError) as err:
         load_config({"global_profiler": {"tool": "torch", "steps": [1], key: value}})
     assert f"global_profiler.{key}" in str(err.value) and repr(value) in str(err.value) and allowed in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["capture_budget_mb", "run_budget_gb"])
+@pytest.mark.parametrize("value", [-1, "2G", True, float("inf")])
+def test_a_bad_budget_names_the_key_the_value_and_what_is_allowed(key, value):
+    with pytest.raises(ConfigError) as err:
+        load_config({"global_profiler": {"tool": "torch", "steps": [1], key: value}})
+    unit = "MB" if key.endswith("_mb") else "GB"
+    assert f"global_profiler.{key}" in str(err.value) and f"a size in {unit}" in str(err.value)
+
+
+def test_budgets_protect_a_disk_by_default_and_zero_means_no_limit():
+    g = load_config({}).global_
+    assert (g.capture_budget_mb, g.run_budget_gb) == (2048.0, 50.0)
+    g = load_config({"global_profiler": {"capture_budget_mb": 0, "run_budget_gb": 0.5}}).global_
+    assert (g.capture_budget_mb, g.run_budget_gb) == (0.0, 0.5)
 
 
 def test_gather_defaults_leave_artifacts_on_their_node_with_a_budget():

@@ -63,6 +63,8 @@ def render(report: RunReport) -> str:
     lines += _anatomy_lines(report.anatomy)
     lines += inside_lines(report)
     lines += _file_lines(report.files)
+    lines += _cost_lines(report)
+    lines += _size_lines(report)
     lines += _node_lines(report)
     lines += _said_lines(report)
     if report.anatomy.has_timings and report.run_dirs:
@@ -79,6 +81,52 @@ def render(report: RunReport) -> str:
     lines += [f"  {line}" for line in verdict_lines(report)]
     lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
     return "\n".join(lines)
+
+
+def _cost_lines(report: RunReport) -> list[str]:
+    """Per profiled step, what profiling cost it (writing captures, waits on a replica's export), beside
+    the median unprofiled step (:mod:`rlprof.analysis.cost`)."""
+    cost = report.cost
+    if cost is None or not cost.steps:
+        return []
+    lines = ["", "profiling cost (what each profiled step waited for because it was profiled):"]
+    for s in cost.steps:
+        waits = f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else ""
+        lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling {s.profiling_ms:.1f} ms ({_pct(s.share)}: "
+                     f"writing {s.writing_ms:.1f} ms{waits})")
+    if cost.unprofiled_ms is not None:
+        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} step records")
+    else:
+        lines.append("  unprofiled steps: none recorded (every step was profiled, or an rlprof that did not record them)")
+    return lines
+
+
+def _size_lines(report: RunReport) -> list[str]:
+    """Bytes per capture, per role and per rank (``capture`` records, as each capture closed), and what
+    a budget skipped: where the disk went, and what ``capture_budget_mb``/``run_budget_gb`` left out."""
+    if not report.captures and not report.budget_skipped:
+        return []
+    lines = ["", "bytes written:"]
+    by_role: dict[str, int] = {}
+    by_rank: dict[int, int] = {}
+    for c in report.captures:
+        for role in c.get("roles") or ["?"]:
+            by_role[role] = by_role.get(role, 0) + c["bytes"]  # an end-to-end capture counts in each of its roles
+        by_rank[c["rank"]] = by_rank.get(c["rank"], 0) + c["bytes"]
+    for c in report.captures[:FILES_SHOWN]:
+        lines.append(f"  rank {c['rank']} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
+    if len(report.captures) > FILES_SHOWN:
+        lines.append(f"  ... and {len(report.captures) - FILES_SHOWN} more captures (--json lists all)")
+    if report.captures:
+        lines.append("  per role: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_role.items(), key=lambda i: role_index(i[0]))))
+        lines.append("  per rank: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_rank.items())))
+    skipped: dict[tuple, list[int]] = {}
+    for s in report.budget_skipped:
+        skipped.setdefault((s["rank"], tuple(s.get("roles") or ()), s["reason"]), []).extend(s.get("steps") or ())
+    for (rank, roles, reason), steps in skipped.items():
+        lines.append(f"  budget skipped: rank {rank} step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} "
+                     f"({', '.join(roles)}): {reason}")
+    return lines
 
 
 def _node_lines(report: RunReport) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
+from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.roles import ROLES
 from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, WRITING, WRITTEN, read_records,
                              settled_artifacts)
@@ -143,6 +144,19 @@ class RunReport:
     """Files a backend began to write in the background and never finished (``state`` ``writing`` with
     no file at its path: the process was killed mid-export, or finalize stopped waiting), or failed to
     write (``failed``, with the ``error``): rank, host, pid, backend, capture, steps, path, state, error."""
+    cost: ProfilingCost | None = None
+    """What profiling cost each profiled step, beside the unprofiled steps (:mod:`rlprof.analysis.cost`)."""
+    captures: list[dict[str, Any]] = field(default_factory=list)
+    """Each capture's size as it closed (``capture`` records): rank, capture, step, roles, region, bytes."""
+
+    @property
+    def budget_skipped(self) -> list[dict[str, Any]]:
+        """The skips a budget decided (the core's, one per backend: each step x roles once here)."""
+        seen = {}
+        for s in self.skipped:
+            if s.get("by") == "budget":
+                seen.setdefault((s["rank"], s.get("host"), s.get("pid"), tuple(s.get("steps") or ()), tuple(s.get("roles") or ())), s)
+        return list(seen.values())
 
     @property
     def unavailable(self) -> list[dict[str, Any]]:
@@ -196,6 +210,9 @@ class RunReport:
             "not_gathered": self.not_gathered,
             "inside": None if self.inside is None else self.inside.as_dict(),
             "unwritten": self.unwritten,
+            "captures": self.captures,
+            "profiling_cost": self.cost.as_dict() if self.cost is not None else None,
+            "budget_skipped": self.budget_skipped,
         }
 
 
@@ -238,6 +255,8 @@ REQUIRED = {
     "finalized": {},
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
+    "capture": {"rank": int, "capture": str, "bytes": int},
+    "unprofiled_steps": {"rank": int, "steps": list, "start_ns": list, "end_ns": list},
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
     NODE_RECORD: {"node_run_dir": str},
@@ -253,6 +272,8 @@ def usable(record: dict[str, Any]) -> bool:
     kind = record.get("type")
     if kind in ("step", "region"):
         return timing_record(record)
+    if is_wait(kind):
+        return type(record.get("step")) is int
     needed = REQUIRED.get(kind)
     return needed is not None and all(type(record.get(k)) is t for k, t in needed.items())
 
@@ -286,18 +307,25 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
+    anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True)
+    waits = [r for kind, rs in by_type.items() if is_wait(kind) for r in rs]
+    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits])
     return RunReport(
         run_id=run_id,
         run_dirs=sorted(run_dirs),
         processes=ordered,
         files=_files(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
-        anatomy=step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True),
+        anatomy=anatomy,
+        cost=cost,
         missing=_missing(ordered, cells, skips + unwritten),
         short_captures=_short_captures(ordered, artifacts + skips),
         errors=[_plain(r, "rank", "host", "pid", "backend", "hook", "error", "kind") for r in by_type.get("error", [])],
         worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
-        skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason") for r in skips],
+        skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason", "by", "budget",
+                        "limit_bytes", "measured_bytes") for r in skips],
+        captures=[_plain(r, "rank", "host", "pid", "capture", "step", "roles", "region", "bytes")
+                  for r in by_type.get("capture", [])],
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
@@ -448,6 +476,7 @@ def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -
     """Processes whose backend wrote fewer capture windows than the plan expected (checked only for
     backends that tie their files to captures at all); a capture it skipped with a reason counts."""
     seen: dict[tuple[str, str], set[str]] = {}
+    budgeted = {(a["_manifest"], a["backend"]) for a in artifacts if a.get("type") == "skip" and a.get("by") == "budget"}
     for a in artifacts:
         if a.get("capture"):
             seen.setdefault((a["_manifest"], a["backend"]), set()).add(a["capture"])
@@ -455,6 +484,8 @@ def _short_captures(processes: list[Process], artifacts: list[dict[str, Any]]) -
     for p in processes:
         for backend in p.tools:
             got = seen.get((p.manifest, backend))
+            if (p.manifest, backend) in budgeted:
+                continue  # a budget left captures out, each with a skip record: explained, not short
             if got is not None and p.expected_captures is not None and len(got) < p.expected_captures:
                 short.append({"rank": p.rank, "replica_rank": p.replica_rank, "name": p.name, "host": p.host, "pid": p.pid, "backend": backend,
                               "captures": len(got), "expected": p.expected_captures})

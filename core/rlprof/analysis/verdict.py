@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from rlprof.analysis.cost import COST_WARN_SHARE
 from rlprof.analysis.runs import File, RunReport, build_reports, role_index, size_text
 
 @dataclass
@@ -60,6 +61,9 @@ def verdict_lines(report: RunReport) -> list[str]:
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
     lines += skip_lines(report.skipped)
+    if report.cost is not None:
+        lines += [f"warning: profiling took {s.share:.0%} of profiled step {s.step} ({s.profiling_ms:.1f} of {s.total_ms:.1f} ms; "
+                  f"more than {COST_WARN_SHARE:.0%})" for s in report.cost.costly]
     lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
               for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:
@@ -94,16 +98,23 @@ def _nothing_because(report: RunReport) -> str:
 
 
 def skip_lines(skipped: list[dict]) -> list[str]:
-    """Captures a backend skipped with a reason (explained, not counted as missing): one line per
-    process, backend and reason, naming the captures."""
-    grouped: dict[tuple, list[str]] = {}
+    """Captures a backend or a budget skipped with a reason (explained, not counted as missing): one line
+    per process, backend and reason, naming the captures (or, where none opened, the steps and roles)."""
+    grouped: dict[tuple, tuple[list[str], list[int], list[str]]] = {}
     for s in skipped:
-        captures = grouped.setdefault((s["rank"], s.get("host"), s.get("pid"), s["backend"], s["reason"]), [])
+        captures, steps, roles = grouped.setdefault((s["rank"], s.get("host"), s.get("pid"), s["backend"], s["reason"]), ([], [], []))
         if s.get("capture") and s["capture"] not in captures:
             captures.append(s["capture"])
+        steps += [n for n in s.get("steps") or () if n not in steps]
+        roles += [r for r in s.get("roles") or () if r not in roles]
     lines = []
-    for (rank, _, _, backend, reason), captures in grouped.items():
-        what = f"capture{'s' if len(captures) != 1 else ''} {', '.join(captures)}" if captures else "its capture"
+    for (rank, _, _, backend, reason), (captures, steps, roles) in grouped.items():
+        if captures:
+            what = f"capture{'s' if len(captures) != 1 else ''} {', '.join(captures)}"
+        elif steps:
+            what = f"step{'s' if len(steps) != 1 else ''} {_list(steps)}" + (f" ({', '.join(roles)})" if roles else "")
+        else:
+            what = "its capture"
         lines.append(f"skipped: rank {rank}: {backend} {what}: {reason}")
     return lines
 

@@ -24,8 +24,9 @@ from typing import Any, Mapping
 
 from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
 from rlprof.config.schedule import Schedule, parse_schedule
-from rlprof.config.values import (DEFAULT_GATHER_BUDGET_GB, DEFAULT_SAVE_PATH, parse_command, parse_gather,
-                                  parse_gather_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
+from rlprof.config.values import (DEFAULT_CAPTURE_BUDGET_MB, DEFAULT_GATHER_BUDGET_GB, DEFAULT_RUN_BUDGET_GB,
+                                  DEFAULT_SAVE_PATH, parse_capture_budget, parse_command, parse_gather,
+                                  parse_gather_budget, parse_run_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
                                   parse_save_path, parse_steps, parse_tool_sections, parse_tools)
 from rlprof.tool_config import parse_bool
 
@@ -75,6 +76,18 @@ class GlobalConfig:
     relocate_results: bool = key(
         parse_bool, mirrored=True, default=False,
         doc="Backends move what tools write to fixed places (Ray's nsight directory) into the run's layout.")
+    capture_budget_mb: float = key(
+        parse_capture_budget, default=DEFAULT_CAPTURE_BUDGET_MB,
+        doc="Bytes one capture may write, in MB (`0`: no limit). A capture that writes more is kept, and the next "
+            "captures of its role (of the process's step, end-to-end) are skipped, each with a `skip` record naming "
+            "the budget and the size measured; training goes on. The default keeps a trace that still opens in "
+            "Perfetto and the report (larger traces take minutes to load and gigabytes of memory).")
+    run_budget_gb: float = key(
+        parse_run_budget, default=DEFAULT_RUN_BUDGET_GB,
+        doc="Bytes one run may write on one node, in GB (`0`: no limit); every process of the node adds its "
+            "captures to the same count. Once it is reached, capturing stops on every rank of that node (a `skip` "
+            "record for each capture left out) and training goes on. The default leaves room on a node's local "
+            "disk: slime measured 60 GB of profiler buffer per rank.")
     gather: str = key(
         parse_gather, default="none",
         doc="Where artifacts end up on a Ray cluster: `none` leaves each on its node (the manifest, which always "

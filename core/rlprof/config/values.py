@@ -162,3 +162,26 @@ def parse_gather_budget(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
         raise fail(key, value, "a size in GB (a number > 0, e.g. 50 or 0.5)")
     return float(value)
+
+
+DEFAULT_CAPTURE_BUDGET_MB = 2048.0
+DEFAULT_RUN_BUDGET_GB = 50.0
+
+
+def parse_budget(value: Any, key: str, *, default: float, unit: str) -> float:
+    """A size limit in ``unit`` (a number >= 0, ``0``: no limit); ``null`` is ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise fail(key, value, f"a size in {unit} (a number >= 0, e.g. {default:g}; 0: no limit)")
+    return float(value)
+
+
+def parse_capture_budget(value: Any, key: str) -> float:
+    """``global_profiler.capture_budget_mb``: MB per capture; ``null`` is :data:`DEFAULT_CAPTURE_BUDGET_MB`."""
+    return parse_budget(value, key, default=DEFAULT_CAPTURE_BUDGET_MB, unit="MB")
+
+
+def parse_run_budget(value: Any, key: str) -> float:
+    """``global_profiler.run_budget_gb``: GB per run and node; ``null`` is :data:`DEFAULT_RUN_BUDGET_GB`."""
+    return parse_budget(value, key, default=DEFAULT_RUN_BUDGET_GB, unit="GB")

@@ -355,8 +355,9 @@ class Profiler:
             if self._finalized:
                 return
             self._step = step
-            if self._session is not None and self._session.join_step(self, step):
-                self._set_live(frozenset(self.plan.selected_roles))
+            live = self._session.join_step(self, step) if self._session is not None else None
+            if live:
+                self._set_live(live)
 
     def step_boundary(self) -> None:
         """The current training step ends."""

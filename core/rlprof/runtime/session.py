@@ -46,13 +46,14 @@ import weakref
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenRegion
+from rlprof.runtime.budget import CaptureBudget, Refusal
+from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenCapture, OpenRegion
 from rlprof.context import Capture
 from rlprof.errors import ConfigError
 from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
 from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
-                       region_record, step_record)
+                       plain_steps_record, region_record, step_record)
 
 log = logging.getLogger("rlprof")
 
@@ -62,6 +63,8 @@ ended" (:attr:`ProcessSession.finished` owns that; an ended session is delisted 
 its lock). Read it through :func:`_open_session`."""
 _sessions_lock = threading.Lock()
 _new_region = object.__new__
+PLAIN_STEPS_BUFFERED = 64
+"""Unprofiled steps' timing records written in one go at most this many steps apart."""
 
 
 class Participant:
@@ -176,6 +179,14 @@ class ProcessSession:
         """Tool configs of step-level calls: the first participant's first selected role's."""
         self._step_start_ns = 0
         self._closed: list[OpenRegion] = []
+        self._plain: tuple[int, int] | None = None
+        """The unprofiled step in progress and when it began (two clock reads per unprofiled step)."""
+        self._plain_steps: list[tuple[int, int, int]] = []
+        """Unprofiled steps not yet written, ``(step, start_ns, end_ns)``: one ``unprofiled_steps`` record
+        with the next step's timing records, or every :data:`PLAIN_STEPS_BUFFERED` steps (one line for many
+        steps: a record per step cost more than the step's own bookkeeping)."""
+        self._sized: list[tuple[str, dict[str, Any]]] = []
+        """``capture`` records of the captures closed in the step, written with its timing records."""
         self._implicit: set[str] = set()
         """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
         self._unmarked: set[str] = set()
@@ -184,6 +195,9 @@ class ProcessSession:
             run.run_dir / "manifest" / f"{process_tag(run.rank, run.host, run.pid)}.jsonl",
             {"run": run.run_id, "rank": run.rank, "host": run.host, "pid": run.pid}, root=run.run_dir,
         )
+        self.budget = CaptureBudget(self.config.global_.capture_budget_mb, self.config.global_.run_budget_gb,
+                                    run.run_dir, run.host)
+        """Each capture's size, and which captures the budgets leave out (:mod:`rlprof.runtime.budget`)."""
         self.backends = Backends(self.plan.tools, rank=run.rank, on_error=self._hook_failed, instances=instances)
         self.backends.run = run
         self.backends.on_result = self._collect
@@ -271,29 +285,58 @@ class ProcessSession:
 
     # ------------------------------------------------------------------ steps
 
-    def join_step(self, prof: Any, step: int) -> bool:
-        """``prof`` begins ``step`` (it ended its previous one itself); True when the step is profiled
-        (its roles go live)."""
+    def join_step(self, prof: Any, step: int) -> frozenset:
+        """``prof`` begins ``step`` (it ended its previous one itself); the roles of ``prof`` it profiles
+        (they go live), empty when it profiles none: the step is not profiled, or the budgets left every
+        capture out (each left out is a ``skip`` record)."""
         with self.lock:
             if self.in_step and self.machine.step != step:
                 log.warning("rlprof: colocated Profilers of rank %d disagree on the step (%s began while %s is open); "
                             "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
                 for other in list(self.in_step):
                     self.leave_step(other)
-            profiled = prof.plan.is_profiled(step)
+            live = frozenset(prof.plan.selected_roles) if prof.plan.is_profiled(step) else frozenset()
+            if live:
+                live = self._within_budget(step, live)
+            profiled = bool(live)
             if not self.in_step:
                 self._guarded(self.machine.start_step, step, profiled)
+                self._plain = None if profiled else (step, self.clock_ns())
                 if profiled:
                     self._step_start_ns = self.clock_ns()  # after the capture opened: opening is not the step's time
             if profiled:
                 self.in_step.add(prof)
-            return profiled
+            return live
+
+    def _within_budget(self, step: int, roles: frozenset) -> frozenset:
+        """Of ``roles``, those the budgets still let capture at ``step``; a ``skip`` record per backend for
+        the others. End-to-end, one capture holds every role: a role left out leaves the whole step out."""
+        refused = self.budget.refused(tuple(sorted(roles)))
+        if not refused:
+            return roles
+        if not self.plan.discrete:
+            first = next(iter(refused.values()))
+            refused = dict.fromkeys(roles, first)
+        by_reason: dict[Refusal, list[str]] = {}
+        for role, refusal in refused.items():
+            by_reason.setdefault(refusal, []).append(role)
+        self.manifest.write_many([
+            ("skip", {"backend": backend, "hook": None, "step": step, "steps": [step], "roles": sorted(names),
+                      "region": None, "capture": None, **refusal.fields()})
+            for refusal, names in by_reason.items() for backend in self.plan.tools])
+        for refusal, names in by_reason.items():
+            say_once(f"budget: {self.run.run_id} {self.run.rank} {refusal.budget} {sorted(names)}", log,
+                     "rlprof: rank %d: %s: %s; their captures are skipped from step %d on, training goes on",
+                     self.run.rank, ", ".join(sorted(names)), refusal.reason(), step)
+        return roles - refused.keys()
 
     def leave_step(self, prof: Any) -> None:
         """``prof`` ends its step: its regions still open are exited and it goes idle; the last one
         out ends the step."""
         with self.lock:
             if prof not in self.in_step:
+                if self._plain is not None:
+                    self._end_plain_step()
                 return
             for region in list(reversed(self.machine.stack)):
                 if region.owner is prof and region in self.machine.stack:
@@ -303,6 +346,13 @@ class ProcessSession:
             self.in_step.discard(prof)
             if not self.in_step:
                 self._end_step()
+
+    def _end_plain_step(self) -> None:
+        """An unprofiled step ended: its wall time, so the report can put profiled steps beside it."""
+        (step, start_ns), self._plain = self._plain, None
+        self._plain_steps.append((step, start_ns, self.clock_ns()))
+        if len(self._plain_steps) >= PLAIN_STEPS_BUFFERED:
+            self._flush_regions()
 
     def _end_step(self) -> None:
         step = self.machine.step
@@ -346,10 +396,7 @@ class ProcessSession:
             else:
                 return
             region.end_ns = end_ns = self.clock_ns()  # before its capture closes and its trace is written
-            try:
-                self.machine.exit(region, error)
-            except CaptureStateError as exc:
-                self._machine_failed(exc)
+            self._guarded(self.machine.exit, region, error)
             region.closed_ns = self.clock_ns()  # after the capture it closed (discrete) was written
             self._closed.append(region)
             region.owner = region.module = None  # closed: its buffered timing record keeps neither its Profiler nor its model alive
@@ -491,6 +538,7 @@ class ProcessSession:
                                     selected_roles=selected)
             self.artifacts.append(entry)
             self.manifest.write("artifact", **entry)
+            self.budget.add(entry["capture"], entry["size"])
         if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
             self.manifest.write_many(note_records(backend, hook, ctx, selected))
 
@@ -523,7 +571,11 @@ class ProcessSession:
     def _flush_regions(self, *first: tuple[str, dict[str, Any]]) -> None:
         """Write the buffered timing records (after ``first``) in one go."""
         closed, self._closed = self._closed, []
-        self.manifest.write_many([*first, *(("region", region_record(region)) for region in closed)])
+        sized, self._sized = self._sized, []
+        plain, self._plain_steps = self._plain_steps, []
+        if plain:
+            first = (("unprofiled_steps", plain_steps_record(plain)), *first)
+        self.manifest.write_many([*first, *sized, *(("region", region_record(region)) for region in closed)])
 
     def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
         run = self.run
@@ -531,11 +583,29 @@ class ProcessSession:
                        directory=capture_directory(run.run_dir, capture_id, run.rank, run.host, run.pid))
 
     def _guarded(self, operation, *args: Any) -> None:
-        """Run a machine operation; a bug in the machine is logged and recorded, never raised into training."""
+        """Run a machine operation; a bug in the machine is logged and recorded, never raised into training.
+        A capture it closed is measured (:meth:`_capture_closed`)."""
+        opened = self.machine.open_capture
         try:
             operation(*args)
         except CaptureStateError as exc:
             self._machine_failed(exc)
+        if opened is not None and self.machine.open_capture is not opened:
+            self._capture_closed(opened)
+
+    def _capture_closed(self, opened: OpenCapture) -> None:
+        """A capture closed: the bytes its artifacts measured, as a ``capture`` record (step, roles, region,
+        bytes), written with the step's timing records; the budget counts them."""
+        capture = opened.capture
+        if opened.region is not None:
+            roles, region = (opened.region.role,), opened.region.name
+        else:
+            roles = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
+            region = None
+        size = self.budget.closed(capture.capture_id, roles)
+        self._sized.append(("capture", {"capture": capture.capture_id, "step": capture.steps[0] if capture.steps else None,
+                                        "steps": list(capture.steps), "roles": list(roles), "region": region,
+                                        "bytes": size}))
 
     def _machine_failed(self, exc: CaptureStateError) -> None:
         log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)

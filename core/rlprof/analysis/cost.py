@@ -1,0 +1,101 @@
+"""What profiling cost each profiled step, measured where it was paid, beside the steps it did not profile.
+
+Profiling's cost in a profiled step is everything the step waited for because it was profiled:
+
+* **writing**: the captures it closed being written: the union, over every process, of ``end_ns`` to
+  ``closed_ns`` of its ``step`` and ``region`` records (a trace exported at a discrete region's end, and
+  at the step's end, after the step's own window, which the anatomy's ``(writing captures)`` row leaves
+  out: that is where most of a profiled step's extra time went);
+* **waits**: any timing record whose type names a wait on profiling (``profiling_wait``, e.g. a rollout
+  replica still exporting its trace when the next ``generate`` arrives): its ``duration_ms``, or
+  ``end_ns - start_ns``, counted in the step it names.
+
+A profiled step's whole time runs from its first start to the last moment any process was done with it
+(its ``closed_ns`` when captures were written after its end). Unprofiled steps (``unprofiled_steps``
+records, written by profiling processes for the steps they did not profile) give the comparison:
+their median per process, then the median over processes, as the anatomy takes a step's time.
+
+The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a profiled step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from rlprof.analysis.intervals import length, union
+
+COST_WARN_SHARE = 0.20
+"""Profiling taking more than this share of a profiled step is worth a warning."""
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One profiled step: its whole time and what profiling took of it."""
+
+    step: int
+    total_ms: float
+    writing_ms: float
+    waits_ms: float
+
+    @property
+    def profiling_ms(self) -> float:
+        return self.writing_ms + self.waits_ms
+
+    @property
+    def share(self) -> float:
+        return self.profiling_ms / self.total_ms if self.total_ms > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "profiling_ms": round(self.profiling_ms, 3), "share": round(self.share, 4)}
+
+
+@dataclass(frozen=True)
+class ProfilingCost:
+    steps: list[StepCost]
+    unprofiled_ms: float | None
+    """The median unprofiled step (median over processes of each one's median); None when none was recorded."""
+    unprofiled_count: int
+
+    @property
+    def costly(self) -> list[StepCost]:
+        return [s for s in self.steps if s.share > COST_WARN_SHARE]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
+                "unprofiled_count": self.unprofiled_count, "warn_share": COST_WARN_SHARE}
+
+
+def is_wait(kind: Any) -> bool:
+    """A record type that names a wait on profiling (``profiling_wait`` and kin)."""
+    return isinstance(kind, str) and "profiling_wait" in kind
+
+
+def profiling_cost(records: Iterable[dict[str, Any]]) -> ProfilingCost:
+    """The cost of every profiled step from a run's ``step``, ``region``, ``unprofiled_steps`` and wait records."""
+    window: dict[int, list[int]] = {}
+    writing: dict[int, list[tuple[int, int]]] = {}
+    waits: dict[int, float] = {}
+    plain: dict[str, list[float]] = {}
+    for r in records:
+        kind = r.get("type")
+        if kind in ("step", "region") and (r.get("closed_ns") or 0) > r["end_ns"]:
+            writing.setdefault(r["step"], []).append((r["end_ns"], r["closed_ns"]))
+        if kind == "step":
+            ends = max(r["end_ns"], r.get("closed_ns") or 0)
+            span = window.setdefault(r["step"], [r["start_ns"], ends])
+            span[0], span[1] = min(span[0], r["start_ns"]), max(span[1], ends)
+        elif kind == "unprofiled_steps":
+            plain.setdefault(r.get("_manifest", ""), []).extend(
+                (end - start) / 1e6 for start, end in zip(r["start_ns"], r["end_ns"]) if isinstance(end, int) and isinstance(start, int))
+        elif is_wait(kind) and isinstance(r.get("step"), int):
+            ms = r.get("duration_ms")
+            if not isinstance(ms, (int, float)) and isinstance(r.get("end_ns"), int) and isinstance(r.get("start_ns"), int):
+                ms = (r["end_ns"] - r["start_ns"]) / 1e6
+            if isinstance(ms, (int, float)):
+                waits[r["step"]] = waits.get(r["step"], 0.0) + float(ms)
+    steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
+             for step, (start, end) in sorted(window.items())]
+    medians = [statistics.median(v) for v in plain.values() if v]
+    return ProfilingCost(steps, round(statistics.median(medians), 3) if medians else None, sum(map(len, plain.values())))

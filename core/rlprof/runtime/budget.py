@@ -1,0 +1,155 @@
+"""Captures within a budget: how many bytes each capture wrote, and which captures the budgets leave out.
+
+Two limits, both ``global_profiler`` keys (:mod:`rlprof.config.sections`):
+
+* ``capture_budget_mb``, per capture: a capture that wrote more is kept (it is already on disk), and
+  its roles are *over budget*: from the next profiled step on, their captures are skipped (discrete
+  mode: that role's regions; end-to-end: the process's whole step capture, which holds every role).
+* ``run_budget_gb``, per run and node: the bytes every process of the node wrote, added up. Once it is
+  reached, no process of the node opens another capture.
+
+The process session (:mod:`rlprof.runtime.session`) owns one :class:`CaptureBudget` and asks it at two
+moments only, so the hot path (a region entered) never pays for it: when a capture closes
+(:meth:`CaptureBudget.closed`: its size, the ``capture`` record) and when a profiled step begins
+(:meth:`CaptureBudget.refused`: which roles it leaves out, and why, for the ``skip`` records).
+
+How the processes of one node agree, cheaply: each appends one line (``<bytes>\\n``, a single
+``O_APPEND`` write, atomic on a local file system) to ``<run_dir>/budget/node-<host>.log`` when a capture
+closes, and reads only the lines added since its last look when a profiled step begins. The run
+directory is node-local (``save_path`` is; simulated nodes each have their own), and the host in the
+name keeps nodes apart where a ``save_path`` is shared. Training never waits on more than one small
+read per profiled step; a file that cannot be written or read costs a log line, never the run.
+
+The decision is the core's, for every backend alike: a backend never sees a budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("rlprof")
+
+MB = 1024 * 1024
+GB = 1024 * MB
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the budget leaves a capture out: the budget key, its limit and what was measured."""
+
+    budget: str
+    """``capture_budget_mb`` or ``run_budget_gb``."""
+    limit_bytes: int
+    measured_bytes: int
+    measured: str
+    """What was measured: the capture that went over, or ``this node's run``."""
+
+    def reason(self) -> str:
+        return (f"over global_profiler.{self.budget} (limit {_size(self.limit_bytes)}; {self.measured} wrote "
+                f"{_size(self.measured_bytes)})")
+
+    def fields(self) -> dict[str, object]:
+        """What a ``skip`` record carries besides where it belongs."""
+        return {"by": "budget", "budget": self.budget, "limit_bytes": self.limit_bytes,
+                "measured_bytes": self.measured_bytes, "measured": self.measured, "reason": self.reason()}
+
+
+class CaptureBudget:
+    """One process's view of both budgets (see the module docstring).
+
+    :param capture_mb: ``global_profiler.capture_budget_mb`` (0: no limit).
+    :param run_gb: ``global_profiler.run_budget_gb`` (0: no limit).
+    :param run_dir: the run's directory on this node.
+    :param host: this node's host name (names the node's count file).
+    """
+
+    def __init__(self, capture_mb: float, run_gb: float, run_dir: Path, host: str):
+        self.capture_limit = int(capture_mb * MB)
+        self.run_limit = int(run_gb * GB)
+        self.node_file = run_dir / "budget" / f"node-{host}.log"
+        self.over: dict[str, Refusal] = {}
+        """Role -> why its captures are skipped from now on (its capture went over ``capture_budget_mb``)."""
+        self.sizes: dict[str, int] = {}
+        """Capture id -> bytes its artifacts measured so far."""
+        self._closed: set[str] = set()
+        self._node_bytes = 0
+        self._read_to = 0
+        self._told = False
+
+    def add(self, capture_id: str | None, size: int) -> None:
+        """An artifact of ``capture_id`` was listed. Its bytes count towards the capture until it closes;
+        one listed after (a backend that writes at finalize) or tied to no capture fills the node's count now."""
+        if capture_id is not None:
+            self.sizes[capture_id] = self.sizes.get(capture_id, 0) + size
+        if size and (capture_id is None or capture_id in self._closed):
+            self._publish(size)
+
+    def closed(self, capture_id: str, roles: tuple[str, ...]) -> int:
+        """``capture_id`` (holding ``roles``) closed: its bytes so far, added to the node's count; roles
+        it put over ``capture_budget_mb`` are skipped from now on. Artifacts listed later (a backend that
+        writes at finalize) are added to the node's count as they come."""
+        self._closed.add(capture_id)
+        size = self.sizes.get(capture_id, 0)
+        if size:
+            self._publish(size)
+        if self.capture_limit and size > self.capture_limit:
+            refusal = Refusal("capture_budget_mb", self.capture_limit, size, f"capture {capture_id}")
+            for role in roles:
+                self.over.setdefault(role, refusal)
+            log.warning("rlprof: %s; the next captures of %s are skipped, training goes on", refusal.reason(),
+                        ", ".join(roles))
+        return size
+
+    def refused(self, roles: tuple[str, ...]) -> dict[str, Refusal]:
+        """Of ``roles`` (those a profiled step would profile here), the ones the budgets leave out, and why."""
+        if self.run_limit:
+            node = self._node_total()
+            if node >= self.run_limit:
+                refusal = Refusal("run_budget_gb", self.run_limit, node, "this node's run")
+                return dict.fromkeys(roles, refusal)
+        return {role: self.over[role] for role in roles if role in self.over}
+
+    # ------------------------------------------------------------------ the node's count
+
+    def _publish(self, size: int) -> None:
+        if not self.run_limit:
+            return
+        try:
+            self.node_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.node_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                os.write(fd, f"{size}\n".encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._tell(exc)
+            self._node_bytes += size  # this process's own bytes still count
+
+    def _node_total(self) -> int:
+        """Bytes every process of this node wrote in this run: the lines added since the last look."""
+        try:
+            with open(self.node_file, "rb") as handle:
+                handle.seek(self._read_to)
+                new = handle.read()
+        except FileNotFoundError:
+            return self._node_bytes
+        except OSError as exc:
+            self._tell(exc)
+            return self._node_bytes
+        complete = new[:new.rfind(b"\n") + 1]  # a line another process is writing right now counts next time
+        self._read_to += len(complete)
+        self._node_bytes += sum(int(line) for line in complete.split() if line.isdigit())
+        return self._node_bytes
+
+    def _tell(self, exc: OSError) -> None:
+        if not self._told:
+            self._told = True
+            log.warning("rlprof: cannot keep the node's run budget count in %s (%s); this process counts its own "
+                        "bytes only", self.node_file, exc)
+
+
+def _size(n: int) -> str:
+    return f"{n / GB:.2f} GiB" if n >= GB else f"{n / MB:.1f} MiB" if n >= MB else f"{n} bytes"

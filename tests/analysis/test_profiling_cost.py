@@ -1,0 +1,86 @@
+"""What profiling cost each profiled step, measured where it was paid, beside the unprofiled steps.
+
+A backend that takes 50 ms to write each capture at the step's end, in steps of 100 ms of work (a fake
+clock, advanced by the work and the writing): each profiled step shows 150 ms of which profiling 50 ms
+(33%), the unprofiled steps 100 ms beside them, and the verdict warns (more than 20%). A wait on a
+replica's export (a ``profiling_wait`` record) counts in the step it names."""
+
+import json
+
+import rlprof
+from rlprof.analysis.report import build_reports, render
+from rlprof.manifest import manifest_files
+from rlprof.runtime.session import ProcessSession
+
+
+class FakeClock:
+    """A nanosecond clock that moves only when the work or the writing advances it."""
+
+    def __init__(self):
+        self.now_ns = 1_700_000_000 * 10**9
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance_ms(self, ms: float) -> None:
+        self.now_ns += int(ms * 1_000_000)
+
+
+class SlowWriter:
+    def __init__(self, clock):
+        self.clock = clock
+
+    @rlprof.hookimpl
+    def step_boundary(self, ctx):
+        if ctx.closes_capture:
+            self.clock.advance_ms(50)
+
+
+def run(save_path, clock, writing=True):
+    prof = rlprof.Profiler(None, run_id="cost-run", backends={"slow": SlowWriter(clock) if writing else object()},
+                           overrides=["global_profiler.tool=slow", f"global_profiler.save_path={save_path}",
+                                      "global_profiler.steps=[2,3]", "actor_rollout_ref.actor.profiler.enable=true",
+                                      "actor_rollout_ref.actor.profiler.all_ranks=true"])
+    for step in range(1, 6):
+        prof.start_step(step)
+        with prof.role("actor", "update"):
+            clock.advance_ms(100)
+        prof.step_boundary()
+    prof.finalize()
+
+
+def test_each_profiled_step_shows_its_cost_beside_unprofiled_steps(save_path, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
+    run(save_path, clock)
+    (report,) = build_reports([save_path])
+    cost = report.cost
+    assert [(s.step, s.total_ms, s.profiling_ms) for s in cost.steps] == [(2, 150.0, 50.0), (3, 150.0, 50.0)]
+    assert (cost.unprofiled_ms, cost.unprofiled_count) == (100.0, 3)
+    text = render(report)
+    assert "step 2: 150.0 ms, of which profiling 50.0 ms (33%: writing 50.0 ms)" in text
+    assert "unprofiled steps: median 100.0 ms over 3 step records" in text
+    assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; more than 20%)" in text
+
+
+def test_a_wait_on_a_replicas_export_counts_as_profiling(save_path, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
+    run(save_path, clock)
+    (manifest,) = manifest_files([save_path])
+    with open(manifest, "a") as handle:
+        handle.write(json.dumps({"type": "profiling_wait", "run": "cost-run", "rank": 0, "host": "h", "pid": 1,
+                                 "step": 3, "duration_ms": 25.0}) + "\n")
+    (report,) = build_reports([save_path])
+    (third,) = [s for s in report.cost.steps if s.step == 3]
+    assert (third.writing_ms, third.waits_ms, third.profiling_ms) == (50.0, 25.0, 75.0)
+    assert "writing 50.0 ms + waits 25.0 ms" in render(report)
+
+
+def test_no_warning_when_profiling_is_cheap(save_path, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
+    run(save_path, clock, writing=False)
+    (report,) = build_reports([save_path])
+    assert [s.profiling_ms for s in report.cost.steps] == [0.0, 0.0]
+    assert "warning: profiling took" not in render(report)

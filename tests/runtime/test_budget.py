@@ -1,0 +1,136 @@
+"""Captures within a budget: each capture's size is recorded; a capture over ``capture_budget_mb`` skips its
+role's next captures, a node's run over ``run_budget_gb`` stops capturing on every rank of that node, each with
+a ``skip`` record naming the budget and the size measured; training goes on to the end either way."""
+
+from pathlib import Path
+
+import rlprof
+from rlprof.manifest import read_records
+from rlprof.runtime.budget import MB
+
+
+class Writes:
+    """Writes ``sizes[role]`` bytes (``sizes["step"]`` for a step capture) when a capture closes."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def _write(self, ctx, what):
+        path = ctx.output_dir() / f"{what}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * self.sizes[what])
+        return str(path)
+
+    @rlprof.hookimpl
+    def stop_role(self, ctx):
+        if ctx.closes_capture:
+            return self._write(ctx, ctx.role)
+
+    @rlprof.hookimpl
+    def step_boundary(self, ctx):
+        if ctx.closes_capture:
+            return self._write(ctx, "step")
+
+
+def train(save_path, sizes, *, discrete=False, steps=4, rank=0, run_id="budget-run", roles=("actor",), extra=()):
+    """A training loop of ``steps`` steps, steps 1-3 profiled; returns how many steps it trained."""
+    prof = rlprof.Profiler(None, rank=rank, world_size=2, roles=roles, run_id=run_id,
+                           backends={"writes": Writes(sizes)}, overrides=[
+        "global_profiler.tool=writes", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1,2,3]",
+        "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
+        f"actor_rollout_ref.actor.profiler.discrete={str(discrete).lower()}", *extra])
+    trained = 0
+    for step in range(1, steps + 1):
+        prof.start_step(step)
+        for role in roles:
+            with prof.role(role, "update"):
+                pass
+        prof.step_boundary()
+        trained += 1
+    prof.finalize()
+    return trained
+
+
+def records(save_path, kind, **match):
+    return [r for r in read_records([save_path]) if r["type"] == kind and all(r.get(k) == v for k, v in match.items())]
+
+
+def test_every_capture_records_its_size(save_path):
+    train(save_path, {"step": 3000})
+    sizes = {r["capture"]: r["bytes"] for r in records(save_path, "capture")}
+    assert sizes == {"step1": 3000, "step2": 3000, "step3": 3000}
+    (first,) = records(save_path, "capture", capture="step1")
+    assert (first["steps"], first["roles"], first["rank"]) == ([1], ["actor"], 0)
+
+
+def test_a_capture_over_its_budget_skips_the_rest_and_training_goes_on(save_path):
+    assert train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=1"]) == 4
+    assert [r["capture"] for r in records(save_path, "capture")] == ["step1"]
+    skips = records(save_path, "skip")
+    assert [s["step"] for s in skips] == [2, 3]
+    for s in skips:
+        assert (s["by"], s["budget"], s["limit_bytes"], s["measured_bytes"], s["roles"]) == (
+            "budget", "capture_budget_mb", MB, 2 * MB, ["actor"])
+        assert "capture_budget_mb" in s["reason"] and "step1" in s["reason"]
+
+
+def test_discrete_a_role_over_its_budget_is_skipped_alone(save_path):
+    train(save_path, {"actor": 2 * MB, "ref": 10}, discrete=True, roles=("actor", "ref"),
+          extra=["global_profiler.capture_budget_mb=1", "actor_rollout_ref.ref.profiler.enable=true",
+                 "actor_rollout_ref.ref.profiler.all_ranks=true", "actor_rollout_ref.ref.profiler.discrete=true"])
+    captured = [(r["step"], r["roles"]) for r in records(save_path, "capture")]
+    assert captured == [(1, ["actor"]), (1, ["ref"]), (2, ["ref"]), (3, ["ref"])]
+    assert [(s["step"], s["roles"]) for s in records(save_path, "skip")] == [(2, ["actor"]), (3, ["actor"])]
+
+
+def test_a_node_over_its_run_budget_stops_capturing_on_every_rank(save_path):
+    """Two ranks of one node (one save path): 0.6 MB each at step 1 passes 1 MB; steps 2 and 3 are
+    skipped on both, though neither rank alone reached the budget."""
+    extra = [f"global_profiler.run_budget_gb={MB / 1024 ** 3}"]
+    profs = [rlprof.Profiler(None, rank=rank, world_size=2, run_id="node-run", backends={"writes": Writes({"step": 600_000})},
+                             overrides=["global_profiler.tool=writes", f"global_profiler.save_path={save_path}",
+                                        "global_profiler.steps=[1,2,3]", "actor_rollout_ref.actor.profiler.enable=true",
+                                        "actor_rollout_ref.actor.profiler.all_ranks=true", *extra])
+             for rank in (0, 1)]
+    for step in range(1, 5):
+        for prof in profs:
+            prof.start_step(step)
+        for prof in profs:
+            with prof.role("actor", "update"):
+                pass
+            prof.step_boundary()
+    for prof in profs:
+        prof.finalize()
+    assert sorted((r["rank"], r["step"]) for r in records(save_path, "capture")) == [(0, 1), (1, 1)]
+    skips = records(save_path, "skip")
+    assert sorted((s["rank"], s["step"]) for s in skips) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+    assert {(s["budget"], s["measured_bytes"]) for s in skips} == {("run_budget_gb", 1_200_000)}
+
+
+def test_each_node_keeps_its_own_run_budget(tmp_path):
+    """Two nodes (each its own save path, as simulated nodes have): 0.6 MB per step each, 1 MB per node."""
+    extra = [f"global_profiler.run_budget_gb={MB / 1024 ** 3}"]
+    for node in ("a", "b"):
+        train(tmp_path / node, {"step": 600_000}, rank=0 if node == "a" else 1, extra=extra)
+    for node in ("a", "b"):
+        assert [r["step"] for r in records(tmp_path / node, "capture")] == [1, 2]
+        assert [s["step"] for s in records(tmp_path / node, "skip")] == [3]
+
+
+def test_zero_means_no_limit(save_path):
+    train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=0", "global_profiler.run_budget_gb=0"])
+    assert len(records(save_path, "capture")) == 3 and not records(save_path, "skip")
+
+
+def test_the_report_shows_bytes_and_what_the_budget_skipped_as_explained(save_path):
+    from rlprof.analysis.report import build_reports, render
+
+    train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=1"])
+    (report,) = build_reports([save_path])
+    text = render(report)
+    assert report.ok, text  # skipped by the budget: explained, neither missing nor short
+    assert "rank 0 capture step1 (actor): 2.0 MiB" in text
+    assert "per role: actor 2.0 MiB" in text and "per rank: 0 2.0 MiB" in text
+    assert "budget skipped: rank 0 steps 2, 3 (actor): over global_profiler.capture_budget_mb" in text
+    assert "skipped: rank 0: writes steps 2,3 (actor): over global_profiler.capture_budget_mb" in text
+    assert [s["steps"] for s in report.as_dict()["budget_skipped"]] == [[2], [3]]
