@@ -29,6 +29,9 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
+
+from rlprof.manifest import WRITING, WRITTEN
 
 log = logging.getLogger("rlprof")
 
@@ -78,6 +81,17 @@ class CaptureBudget:
         self._node_bytes = 0
         self._read_to = 0
         self._told = False
+
+    def add_artifact(self, entry: Mapping[str, Any]) -> None:
+        """An artifact record was written: count its bytes once. A file written in the background is listed
+        twice (:func:`rlprof.manifest.settled_artifacts`): it counts as it is listed ``writing``, by the
+        bytes its capture already put on this disk (``json_size``, the uncompressed export; an upper bound
+        of the final file), so the capture's own close sees it; its ``written``/``failed`` record adds nothing."""
+        state = entry.get("state")
+        if state in (WRITTEN, "failed"):
+            return
+        size = entry.get("json_size") or 0 if state == WRITING else entry.get("size") or 0
+        self.add(entry.get("capture"), int(size))
 
     def add(self, capture_id: str | None, size: int) -> None:
         """An artifact of ``capture_id`` was listed. Its bytes count towards the capture until it closes;

@@ -538,7 +538,7 @@ class ProcessSession:
                                     selected_roles=selected)
             self.artifacts.append(entry)
             self.manifest.write("artifact", **entry)
-            self.budget.add(entry["capture"], entry["size"])
+            self.budget.add_artifact(entry)
         if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
             self.manifest.write_many(note_records(backend, hook, ctx, selected))
 
