@@ -212,6 +212,8 @@ def check_config(
         unknown = [r for r in roles if r not in ROLES]
         if unknown:
             raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)} (comma-separated)")
+    if replicas is None and world_size is not None:
+        replicas = replicas_in(config, world_size)
     if world_size is None:
         highest = max((role.ranks[-1] for role in config.roles.values() if role.ranks), default=0)
         world_size = max(2, highest + 1)
@@ -224,7 +226,9 @@ def check_config(
     classes = []
     for group in groups:
         named = [r for name in group for r in config.roles[name].ranks]
-        for first, last in rank_classes(named, world_size, replicas):
+        # agent-loop rollout alone: its processes are the replicas, not one per GPU
+        processes = replicas if replicas is not None and config.agent_loop and tuple(group) == ("rollout",) else None
+        for first, last in rank_classes(named, processes or world_size, None if processes else replicas):
             plan = resolve_plan(config, rank=first, world_size=world_size, roles=group,
                                 replica_rank=first if replicas is None or first < replicas else None,
                                 num_replicas=replicas)
@@ -235,6 +239,15 @@ def check_config(
         if config.global_.tools:
             _validate_backends(config, result)
     return result
+
+
+def replicas_in(config: ProfilerConfig, world_size: int) -> int | None:
+    """How many rollout replicas a world of ``world_size`` GPUs holds in agent-loop mode, when the
+    config says a replica's GPUs (verl's rollout tp·dp·pp, :attr:`ProfilerConfig.gpus_per_replica`):
+    verl's agent loop makes ``world_size // gpus_per_replica`` of them. None when not known."""
+    if not config.agent_loop or not config.gpus_per_replica:
+        return None
+    return max(1, world_size // config.gpus_per_replica)
 
 
 def require_usable_save_path(config: ProfilerConfig) -> None:
