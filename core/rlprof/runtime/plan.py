@@ -158,7 +158,7 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
 
 
 def replicas_holding(ranks: tuple[int, ...], bad: int, replicas: int, gpus_per_replica: int) -> str:
-    """The hint for rollout ``ranks`` outside the replicas: rollout ranks count replicas, and read as
+    """The hint for rollout ``ranks`` outside the replicas: they count replica ranks, and read as
     global GPU ranks (as verl 0.9.1's code does, with ``gpus_per_replica`` GPUs each) they are held by
     these replicas: ``"; ranks count replicas, not GPUs: global rank 4 is held by replica 1 (4 GPUs
     per replica): write ranks: [1]"``. Empty when that reading leaves the replicas too."""
