@@ -254,7 +254,9 @@ def check_parser() -> argparse.ArgumentParser:
                         help="roles one process hosts, comma list, e.g. actor,ref (default: actor,rollout,ref in one "
                              "process; critic and reward in their own)")
     parser.add_argument("--replicas", type=_positive, default=None, metavar="N",
-                        help="rollout replicas in agent-loop mode (default: the world size)")
+                        help="rollout replicas in agent-loop mode (default: the world size over the GPUs of a "
+                             "replica, actor_rollout_ref.rollout's tp*dp*pp, when the config gives them; else the "
+                             "world size)")
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (ranks as [first, last] ranges); an invalid configuration as "

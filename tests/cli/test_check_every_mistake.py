@@ -184,6 +184,6 @@ def test_a_backend_that_cannot_be_loaded_hides_no_other_backends_mistakes(test_b
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert lines[0] == "rlprof check: invalid configuration, 3 mistakes:", proc.stderr
-    assert 'Error importing backend "broken"' in lines[1]
+    assert 'backend "broken" (rlprof-test-backends 0.0.1): import failed' in lines[1]
     assert "got 'nope', but no installed backend has that name" in lines[2]
     assert lines[3].startswith("  - actor_rollout_ref.actor.profiler.tool_config.faulty.fail_in: got 'x'")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, load_engine
-from rlprof.integrations.engines.replica import EngineReplica, token_window_of
+from rlprof.integrations.engines.replica import EngineReplica, replica_file_name, token_window_of
 from rlprof.config.schedule import Schedule
 
 
@@ -159,11 +159,24 @@ def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_r
     assert {(a["step"], a["replica_rank"], a["roles"][0], a["engine"]) for a in artifacts} == {
         (1, 1, "rollout", "vllm"), (2, 1, "rollout", "vllm")}
     traces = sorted(a["path"] for a in artifacts if a["path"].endswith(".pt.trace.json.gz"))
-    assert len(traces) == 2 and traces[0].startswith("step1.rollout_generate/rank1-") and "/torch/rank0." in traces[0]
+    # named by the replica: vLLM calls its worker rank0 on every replica
+    assert len(traces) == 2 and traces[0].startswith("step1.rollout_generate/rank1-") and "/torch/replica1.rank0." in traces[0]
+    assert sorted(Path(a["path"]).name.split(".")[0] for a in artifacts) == ["replica1"] * 4
     assert all((run / a["path"]).is_file() for a in artifacts)
     assert [r["region"] for r in recs if r["type"] == "region"] == ["rollout_generate"] * 2
     assert not (run / "_engine").exists()  # the engine's directory is emptied and removed
     assert not [r for r in recs if r["type"] in ("error", "skip")]
+
+
+@pytest.mark.parametrize("engine_name, ours", [
+    ("step3_replica1_c2_rank0.17.pt.trace.json.gz", "replica1.rank0.17.pt.trace.json.gz"),  # vLLM
+    ("step3_replica1_c2_dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz",
+     "replica1.dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz"),  # vLLM, a worker of a tp=2 replica
+    ("step3_replica1_c2-1732000000.5-TP-0.trace.json.gz", "replica1.1732000000.5-TP-0.trace.json.gz"),  # SGLang
+    ("kernel_details.csv", "replica1.kernel_details.csv"),  # torch_npu's, no prefix
+])
+def test_an_engines_file_is_named_by_its_replica(engine_name, ours):
+    assert replica_file_name(engine_name, "step3_replica1_c2", 1) == ours
 
 
 def generate_twice(replica, engine):

@@ -251,15 +251,31 @@ def test_inner_training_worker_step_advances_the_outer_workers_update(tmp_path):
 
 
 @pytest.mark.parametrize("replica, world, ranks, selected", [
-    (0, 8, [0, 8], True), (1, 8, [0, 8], True), (2, 8, [0, 8], False),  # global ranks → the replica owning them
-    (0, 8, [3], True), (1, 8, [9], True), (0, 8, [9], False),
-    (0, 1, [0, 8], True), (8, 1, [0, 8], True), (1, 1, [0, 8], False),  # one GPU per replica
+    (0, 8, [0, 1], True), (1, 8, [0, 1], True), (2, 8, [0, 1], False),  # replica ranks, whatever a replica's GPUs
+    (1, 8, [8], False), (8, 8, [8], True),  # 8 is replica 8, never "the replica holding GPU 8" (verl 0.9.1's reading)
+    (0, 1, [0, 8], True), (8, 1, [0, 8], True), (1, 1, [0, 8], False),
 ])
-def test_rollout_ranks_are_global_gpu_ranks(replica, world, ranks, selected):
+def test_rollout_ranks_are_replica_ranks(replica, world, ranks, selected):
     config = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, ranks=ranks)
     profiler = build_rollout_dist_profiler(replica, world, config=config)
     assert (profiler.check_enable() and profiler.check_this_rank()) is selected
     assert list(config.ranks) == ranks  # the caller's config is left alone
+
+
+def test_ranks_that_look_like_global_gpu_ranks_are_said_once_with_the_replicas_they_mean(caplog):
+    from rlprof import notices
+
+    notices.forget()
+    config = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, ranks=[4])
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        chosen = [build_rollout_dist_profiler(r, 4, config=config).check_this_rank() for r in range(2)]
+        agreeing = ProfilerConfig(tool=None, enable=True, save_path="/tmp/unused", tool_config=None, ranks=[0])
+        build_rollout_dist_profiler(0, 4, config=agreeing)  # both readings agree: nothing said
+        build_rollout_dist_profiler(0, 1, config=config)  # one GPU per replica: both readings agree
+    assert chosen == [False, False]  # replica 4, which this 8-GPU job does not have; not replica 1
+    said = [r.getMessage() for r in caplog.records if "count replica ranks" in r.getMessage()]
+    assert len(said) == 1
+    assert "actor_rollout_ref.rollout.profiler.ranks" in said[0] and "write ranks: [1]" in said[0]
 
 
 def test_all_ranks_profiles_every_replica_and_empty_ranks_none(caplog):

@@ -26,8 +26,9 @@ def test_verl_config_passes_with_torch_on_all_ranks(verl_generated_config, rlpro
     assert lines[1:7] == [
         "step 1:",
         "  actor   e2e       ranks 0-3",
-        # verl's rollout section follows the actor by interpolation; verl 0.9 runs rollout as agent loop
-        "  rollout discrete  replica ranks 0-3",
+        # verl's rollout section follows the actor by interpolation; verl 0.9 runs rollout as agent loop,
+        # its replicas of tensor_model_parallel_size=2 GPUs: 2 of them on 4 GPUs
+        "  rollout discrete  replica ranks 0-1",
         "  ref     off       (enable=false)",
         "  critic  off       (enable=false)",
         "  reward  off       (enable=false)",

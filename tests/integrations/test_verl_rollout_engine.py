@@ -32,8 +32,8 @@ WINDOW = {"contents": ["cpu", "stack"], "discrete": True, "profile_token_start":
 
 
 def test_the_selected_replicas_engine_writes_inside_the_run_with_rlprofs_window(tmp_path, run_id):
-    # ranks are global GPU ranks: with 2 GPUs per replica, rank 3 is replica 1's
-    replicas = [build_rollout_dist_profiler(r, 2, config=section(tmp_path, ranks=[3]), tool_config=WINDOW, engine="vllm")
+    # ranks are replica ranks, whatever GPUs a replica spans
+    replicas = [build_rollout_dist_profiler(r, 2, config=section(tmp_path, ranks=[1]), tool_config=WINDOW, engine="vllm")
                 for r in (0, 1)]
     assert [r.engine_profiled() for r in replicas] == [False, True]
     assert replicas[0].engine_kwargs() == {}

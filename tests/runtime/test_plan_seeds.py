@@ -11,6 +11,7 @@ import textwrap
 import pytest
 import yaml
 
+from rlprof.errors import ConfigError
 from rlprof.runtime.checking import check_config
 
 OFF = None
@@ -335,3 +336,35 @@ def test_other_tools_keep_the_ranks_rule():
     roles, _, warnings = outcome(PRECISION_GUIDE, ["global_profiler.tool=torch"])
     assert roles["actor"] is OFF
     assert any("enable=true but ranks=[] and all_ranks=false: this role collects nothing" in w for w in warnings)
+
+
+AGENT_LOOP_TP4 = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_ref.rollout.mode=async",
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size=4",
+                  "actor_rollout_ref.rollout.profiler.enable=true",
+                  "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=true"]
+
+
+def test_000_rollout_ranks_count_replicas_of_the_world_of_gpus():
+    """Seed 000: "ranks in the Rollout configuration refers to Replica Rank (inference instance index),
+    not Global Rank". tp=4 on 8 GPUs is 2 replicas; ranks=[1] is the second of them."""
+    result = check_config(None, [*AGENT_LOOP_TP4, "actor_rollout_ref.rollout.profiler.ranks=[1]"], world_size=8,
+                          validate_backends=False)
+    assert sorted(result.selection()["rollout"]["ranks"]) == [1]
+    assert result.config.gpus_per_replica == 4
+
+
+@pytest.mark.parametrize("ranks, hint", [
+    ("[4]", "global rank 4 is held by replica 1 (4 GPUs per replica): write ranks: [1]"),
+    ("[0,4,6]", "global rank 4 is held by replica 1 (4 GPUs per replica): write ranks: [0, 1]"),
+    ("[9]", None),  # past the GPUs too: no replica holds it, so no hint
+])
+def test_a_global_gpu_rank_written_for_rollout_names_the_replica_that_holds_it(ranks, hint):
+    with pytest.raises(ConfigError) as raised:
+        check_config(None, [*AGENT_LOOP_TP4, f"actor_rollout_ref.rollout.profiler.ranks={ranks}"], world_size=8,
+                     validate_backends=False)
+    message = str(raised.value)
+    assert "actor_rollout_ref.rollout.profiler.ranks" in message and "outside a world of 2" in message
+    if hint is None:
+        assert "held by" not in message
+    else:
+        assert hint in message

@@ -285,6 +285,8 @@ def to_verl_layout(raw: dict[str, Any]) -> dict[str, Any]:
             nest_profiler(doc, role, copy.deepcopy(entry["profiler"]))
     if raw.get("rollout_mode") is not None:
         doc.setdefault("actor_rollout_ref", {}).setdefault("rollout", {})["mode"] = raw["rollout_mode"]
+    for key, value in (raw.get("rollout_parallel") or {}).items():  # what a replica spans, for rlprof check
+        doc.setdefault("actor_rollout_ref", {}).setdefault("rollout", {})[key] = value
     return doc
 
 

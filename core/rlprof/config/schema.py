@@ -50,6 +50,10 @@ class ProfilerConfig:
     source: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """The profiler sections after legacy migration, in today's keys and verl's layout: what
     ``rlprof check --migrate`` prints, and what ``load_config(config, overrides)`` re-reads."""
+    gpus_per_replica: int | None = None
+    """GPUs of one rollout replica, when the trainer config says it (:func:`gpus_per_replica`): lets
+    ``rlprof check`` count the replicas of a world of GPUs and name the replica that holds a global
+    GPU rank written where a replica rank belongs."""
 
     @property
     def enabled(self) -> bool:
@@ -170,11 +174,33 @@ def _relevant_sections(root, OmegaConf, errors: ErrorList) -> dict[str, Any]:
     mode = select("actor_rollout_ref.rollout.mode")
     if mode is not _ABSENT:
         raw["rollout_mode"] = mode
+    parallel = {key: select(f"actor_rollout_ref.rollout.{key}") for key in ROLLOUT_PARALLEL_KEYS}
+    if any(value is not _ABSENT for value in parallel.values()):
+        raw["rollout_parallel"] = {key: value for key, value in parallel.items() if value is not _ABSENT}
     for path in LEGACY_SELECTIONS:
         legacy = select(path)
         if legacy is not _ABSENT:
             raw.setdefault("legacy", {})[path] = legacy
     return raw
+
+
+ROLLOUT_PARALLEL_KEYS = ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size")
+"""verl's rollout keys whose product is a replica's GPUs (``actor_rollout_ref.rollout.<key>``)."""
+
+
+def gpus_per_replica(sizes: Mapping[str, Any] | None) -> int | None:
+    """The product of verl's rollout parallel sizes (a missing one counts 1, as verl's default), or
+    None when none is given or one is not a positive whole number (verl's to refuse, not ours)."""
+    if not sizes:
+        return None
+    product = 1
+    for value in sizes.values():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None
+        product *= value
+    return product
 
 
 def _keys(node, path: str, OmegaConf) -> list[Any]:
@@ -295,7 +321,7 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
         hint_how_to_switch_on(sections, enabled=any(r.enable for r in roles.values()), steps=global_.steps,
                               warnings=warnings)
     return ProfilerConfig(global_=global_, roles=roles, agent_loop=agent_loop, warnings=tuple(dict.fromkeys(warnings)),
-                          source=to_verl_layout(dict(raw)))
+                          source=to_verl_layout(dict(raw)), gpus_per_replica=gpus_per_replica(raw.get("rollout_parallel")))
 
 
 def _check_tool_sections(path: str, sections: Mapping[str, Mapping[str, Any]], tools: tuple[str, ...],

@@ -223,6 +223,8 @@ def check_config(
     config = read_config(source, overrides, errors)
     if config is None:  # the input cannot be read at all: nothing more to check
         errors.raise_if_any()
+    if replicas is None and world_size is not None:
+        replicas = replicas_in(config, world_size)
     if world_size is None:
         highest = max((role.ranks[-1] for role in config.roles.values() if role.ranks), default=0)
         world_size = max(2, highest + 1)
@@ -237,7 +239,9 @@ def check_config(
         if not _ranks_inside_world(config, group, world_size, replicas, errors):
             continue
         named = [r for name in group for r in config.roles[name].ranks]
-        for first, last in rank_classes(named, world_size, replicas):
+        # agent-loop rollout alone: its processes are the replicas, not one per GPU
+        processes = replicas if replicas is not None and config.agent_loop and tuple(group) == ("rollout",) else None
+        for first, last in rank_classes(named, processes or world_size, None if processes else replicas):
             plan = errors.attempt(resolve_plan, config, rank=first, world_size=world_size, roles=group,
                                   replica_rank=first if replicas is None or first < replicas else None,
                                   num_replicas=replicas)
@@ -261,6 +265,15 @@ def _ranks_inside_world(config: ProfilerConfig, group: Sequence[str], world_size
                            num_replicas=replicas) is not None
             for name in group]
     return all(fits)
+
+
+def replicas_in(config: ProfilerConfig, world_size: int) -> int | None:
+    """How many rollout replicas a world of ``world_size`` GPUs holds in agent-loop mode, when the
+    config says a replica's GPUs (verl's rollout tp·dp·pp, :attr:`ProfilerConfig.gpus_per_replica`):
+    verl's agent loop makes ``world_size // gpus_per_replica`` of them. None when not known."""
+    if not config.agent_loop or not config.gpus_per_replica:
+        return None
+    return max(1, world_size // config.gpus_per_replica)
 
 
 def require_usable_save_path(config: ProfilerConfig) -> None:

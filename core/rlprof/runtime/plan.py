@@ -7,7 +7,9 @@ Rules (one place, one rule each):
 * **Ranks.** A role is selected on this process when it is hosted here, ``enable`` is true and
   ``all_ranks`` is true or the process's rank is in ``ranks``. ``ranks: []`` selects nothing (the
   guides' rule; the config warns). Training roles count the global rank; rollout in agent-loop mode
-  counts the replica rank. A rank outside the world (or outside the replicas) is a ConfigError.
+  counts the replica rank (verl's guide: "Replica Rank (inference instance index), not Global
+  Rank"). A rank outside the world (or outside the replicas) is a ConfigError; for rollout it names
+  the replica that holds the rank read as a global GPU rank, when the GPUs per replica are known.
   With a tool of :data:`~rlprof.config.sections.EVERY_RANK_TOOLS` selected (``precision_debugger``),
   every rank of an enabled role is selected, whatever ``ranks``/``all_ranks`` say: verl's rule for it.
 * **Mode.** End-to-end: one capture per profiled step (or merged run of consecutive steps with
@@ -128,8 +130,12 @@ def step_runs(steps: Sequence[int] | None, continuous: bool) -> tuple[tuple[int,
     return tuple(tuple(r) for r in runs)
 
 
-def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank") -> tuple[bool, str]:
-    """Whether ``cfg`` selects ``rank`` (out of ``world``); raises for ranks outside the world."""
+def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank",
+                  gpus_per_replica: int | None = None) -> tuple[bool, str]:
+    """Whether ``cfg`` selects ``rank`` (out of ``world``); raises for ranks outside the world.
+
+    ``gpus_per_replica`` (replica ranks only, when known) lets the error name the replica that holds
+    a rank read as a global GPU rank, the likeliest mistake (:func:`replicas_holding`)."""
     if not cfg.enable:
         return False, "enable=false"
     if cfg.ranks and cfg.ranks[-1] >= world:  # ranks are sorted (rlprof.config.values.parse_ranks)
@@ -137,7 +143,8 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
         shown = _shown_ranks(cfg.ranks)
         raise ConfigError(
             f"{cfg.key_path}.ranks: got {shown}; allowed: {counts}s 0..{world - 1} "
-            f"({counts} {bad} is outside a world of {world})",
+            f"({counts} {bad} is outside a world of {world}"
+            f"{replicas_holding(cfg.ranks, bad, world, gpus_per_replica) if gpus_per_replica else ''})",
             key=f"{cfg.key_path}.ranks",
         )
     if cfg.all_ranks:
@@ -148,6 +155,18 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
     if i < len(cfg.ranks) and cfg.ranks[i] == rank:
         return True, f"{counts} {rank} in ranks={_shown_ranks(cfg.ranks)}"
     return False, f"{counts} {rank} not in ranks={_shown_ranks(cfg.ranks)}"
+
+
+def replicas_holding(ranks: tuple[int, ...], bad: int, replicas: int, gpus_per_replica: int) -> str:
+    """The hint for rollout ``ranks`` outside the replicas: they count replica ranks, and read as
+    global GPU ranks (as verl 0.9.1's code does, with ``gpus_per_replica`` GPUs each) they are held by
+    these replicas: ``"; ranks count replicas, not GPUs: global rank 4 is held by replica 1 (4 GPUs
+    per replica): write ranks: [1]"``. Empty when that reading leaves the replicas too."""
+    held = sorted({r // gpus_per_replica for r in ranks})
+    if held[-1] >= replicas:
+        return ""
+    return (f"; ranks count replicas, not GPUs: global rank {bad} is held by replica {bad // gpus_per_replica} "
+            f"({gpus_per_replica} GPUs per replica): write ranks: {_shown_ranks(tuple(held))}")
 
 
 def _shown_ranks(ranks: tuple[int, ...]) -> str:
@@ -185,14 +204,15 @@ def resolve_plan(
             continue
         cfg = config.roles[name]
         if name == "rollout" and config.agent_loop:
-            r, w, counts = (
+            r, w, counts, gpus = (
                 rank if replica_rank is None else replica_rank,
                 world_size if num_replicas is None else num_replicas,
                 "replica rank",
+                config.gpus_per_replica,
             )
         else:
-            r, w, counts = rank, world_size, "rank"
-        selected, reason = role_selected(cfg, r, w, counts=counts)
+            r, w, counts, gpus = rank, world_size, "rank", None
+        selected, reason = role_selected(cfg, r, w, counts=counts, gpus_per_replica=gpus)
         chosen_by = every_rank if cfg.enable and every_rank is not None else None
         if chosen_by is not None:
             selected, reason = True, f"every rank: {chosen_by} follows verl (ranks/all_ranks not read)"

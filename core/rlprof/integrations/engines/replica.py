@@ -339,10 +339,23 @@ def token_window_of(schedule: Any) -> tuple[int, int] | None:
     return (schedule.wait, schedule.active)
 
 
+def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
+    """The name an engine's file gets in the run: ``replica<r>.`` then the engine's own name without
+    the capture's ``<prefix>_``/``<prefix>-``. The engine names files by its worker inside the replica
+    (vLLM: ``rank0.<ns>.pt.trace.json.gz`` on every replica), so the replica comes first:
+    ``replica1.rank0.<ns>.pt.trace.json.gz``. The worker part stays (one file per GPU of a replica)."""
+    for separator in "_-":
+        if name.startswith(prefix + separator):
+            name = name[len(prefix) + 1:]
+            break
+    return f"replica{replica_rank}.{name}"
+
+
 def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
-    """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything; each name
-    loses ``<prefix>_``. Recorded (``ctx.add_artifact``) with ``replica_rank`` and ``engine``; returns where
-    each file is now. A file that cannot be moved stays where it is and is recorded there: never lost."""
+    """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything, each named
+    by :func:`replica_file_name`. Recorded (``ctx.add_artifact``) with ``replica_rank`` and ``engine``;
+    returns where each file is now. A file that cannot be moved stays where it is and is recorded
+    there: never lost."""
     from rlprof.layout import place
 
     target_dir = ctx.output_dir()
@@ -350,7 +363,7 @@ def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, en
     moved: list[Path] = []
     for source in files:
         source = Path(source)
-        name = source.name[len(prefix) + 1:] if source.name.startswith(prefix + "_") else source.name
+        name = replica_file_name(source.name, prefix, replica_rank)
         where = source
         try:
             where = place(source, target_dir / name, root)

@@ -493,31 +493,32 @@ class RolloutDistProfiler(DistProfiler):
 def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
                                 tool_config: Any = None, engine: str | None = None) -> DistProfiler:
     """A :class:`RolloutDistProfiler` for rollout replica ``replica_rank`` whose engine spans
-    ``replica_world_size`` GPUs: ``ranks`` lists global GPU ranks, and a replica is selected when it
-    owns one of them (``rank // replica_world_size``), as in verl. ``ranks: []`` selects no replica
-    (rlprof's rule). The caller's config is not changed. ``engine`` names the engine adapter when an
-    inference engine generates for the replica and its own profiler captures (verl's vLLM server:
-    ``"vllm"``, see :mod:`rlprof.integrations.verl.vllm_server`); then no backend runs in this process."""
+    ``replica_world_size`` GPUs. ``ranks`` count **replica** ranks, the rule of verl's profiling guide
+    and of every rlprof Profiler (verl 0.9.1's own function reads them as global GPU ranks and selects
+    the replica owning one, ``rank // replica_world_size``: docs/verl.md, "Deliberate differences").
+    Where the two readings would select different replicas, a warning says so once per process, with
+    the replica ranks verl's reading meant. A replica is never told how many replicas there are, so a
+    rank past the last replica selects nothing here; ``rlprof check --world-size N`` names it as an
+    error. ``ranks: []`` selects no replica (rlprof's rule). The caller's config is not changed.
+    ``engine`` names the engine adapter when an inference engine generates for the replica and its own
+    profiler captures (verl's vLLM server: ``"vllm"``, see :mod:`rlprof.integrations.verl.vllm_server`);
+    then no backend runs in this process."""
     if config is not None and not field(config, "all_ranks", False):
-        ranks = list(field(config, "ranks", None) or [])
-        if ranks and replica_world_size and replica_world_size > 0:
-            config = _with_ranks(config, sorted({int(r) // replica_world_size for r in ranks}))
+        _warn_if_read_as_global(list(field(config, "ranks", None) or []), replica_world_size)
     return RolloutDistProfiler(rank=replica_rank, config=config, tool_config=tool_config, save_file_prefix="rollout",
                                replica_rank=replica_rank, engine=engine)
 
 
-def _with_ranks(config: Any, ranks: list[int]) -> Any:
-    import copy
-    import dataclasses
-
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        try:
-            return dataclasses.replace(config, ranks=ranks)
-        except Exception:  # verl's BaseConfig dataclasses may refuse replace(); copy and set instead
-            pass
-    config = copy.deepcopy(config)
-    if isinstance(config, dict):
-        config["ranks"] = ranks
-    else:
-        object.__setattr__(config, "ranks", ranks) if dataclasses.is_dataclass(config) else setattr(config, "ranks", ranks)
-    return config
+def _warn_if_read_as_global(ranks: list[Any], gpus_per_replica: int) -> None:
+    """Say once when ``ranks``, read as global GPU ranks (verl 0.9.1), would select other replicas."""
+    if not gpus_per_replica or gpus_per_replica < 2 or not all(isinstance(r, int) for r in ranks):
+        return
+    as_global = sorted({r // gpus_per_replica for r in ranks})
+    if as_global == sorted(set(ranks)):
+        return
+    key = "actor_rollout_ref.rollout.profiler.ranks"
+    say_once(f"rollout ranks read as replica ranks: {sorted(set(ranks))} / {gpus_per_replica}", log,
+             "rlprof: %s: %s count replica ranks (verl's profiling guide; verl 0.9.1's own code reads global GPU "
+             "ranks): replicas %s are profiled. If you meant global GPU ranks, with %d GPUs per replica they are "
+             "held by replicas %s: write ranks: %s", key, sorted(set(ranks)), sorted(set(ranks)), gpus_per_replica,
+             as_global, as_global)
