@@ -11,19 +11,7 @@ import rlprof
 from rlprof.analysis.report import build_reports, render
 from rlprof.manifest import manifest_files
 from rlprof.runtime.session import ProcessSession
-
-
-class FakeClock:
-    """A nanosecond clock that moves only when the work or the writing advances it."""
-
-    def __init__(self):
-        self.now_ns = 1_700_000_000 * 10**9
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def advance_ms(self, ms: float) -> None:
-        self.now_ns += int(ms * 1_000_000)
+from fake_clock import FakeClock  # tests/fake_clock.py
 
 
 class SlowWriter:

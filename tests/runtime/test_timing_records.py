@@ -12,23 +12,10 @@ import pytest
 import rlprof
 from rlprof.manifest import read_records
 from rlprof.runtime.session import ProcessSession
+from fake_clock import FakeClock  # tests/fake_clock.py
 
 SLOW_MS = 150
 WORK_MS = 20
-
-
-class FakeClock:
-    """A nanosecond clock that moves only when told (a callable object: read through the session
-    class without being bound to the session)."""
-
-    def __init__(self):
-        self.now_ns = 1_700_000_000 * 10**9
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def advance_ms(self, ms: float) -> None:
-        self.now_ns += int(ms * 1_000_000)
 
 
 class SlowCaptures:
