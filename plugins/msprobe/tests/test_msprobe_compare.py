@@ -40,8 +40,10 @@ def test_the_perturbed_layer_is_named_first(runs, method):
     assert key == (1, "actor_update", 0) and result.method == method
     assert result.layers[0].layer == "Module.2.Linear"
     first = {d.layer: d.first for d in result.layers}
-    # the layer before it ran identically forward; only its gradients (backward, after the perturbed layer) differ
-    assert ".backward." in first["Module.0.Linear"] or ".parameters_grad" in first["Module.0.Linear"]
+    # the layer before it ran identically forward; only its gradients (backward, after the perturbed layer) differ.
+    # Module.1, not Module.0: msprobe leaves a model's first and last modules out whenever verl is imported
+    # in the process (as it is when the whole suite runs), see plugins/msprobe/README.md
+    assert ".backward." in first["Module.1.Tanh"]
 
 
 @pytest.mark.parametrize("method", ["msprobe", "statistics"])
