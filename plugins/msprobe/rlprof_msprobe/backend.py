@@ -41,6 +41,9 @@ class PrecisionDebuggerBackend:
 
     rlprof_contract = 1
     """The rlprof hook contract this backend is written for (docs/migration.md)."""
+    reads_module = True
+    """It dumps the region's model (``ctx.module``): integrations that look the model up (the verl
+    drop-in, from verl's worker) do so for it."""
 
     def __init__(self) -> None:
         self._open: list[tuple[Path, str] | None] = []
