@@ -279,6 +279,10 @@ class DistProfiler:
         role's other regions are captured whole, as in verl. ``color``/``domain``/``category`` are the backends' business
         (NVTX/mstx colours): accepted and not used by rlprof's ranges.
 
+        When a selected backend reads the model (``reads_module``: precision_debugger), each entry
+        hands the region the module verl's worker holds for its role
+        (:func:`rlprof.integrations.verl.models.worker_module`; None when nothing resolves).
+
         Cost when nothing is profiled: one attribute check; the role and stage are resolved at
         decoration and the region once per profiler.
         """
