@@ -58,6 +58,11 @@ message (backend, distribution, versions, docs/migration.md); no declaration is 
 contract, said once; a context attribute a later contract removed (:data:`rlprof.context.REMOVED_ATTRIBUTES`) raises an
 ``AttributeError`` naming its replacement, once: the backend is then released like any that raised.
 
+A backend that reads the region's model (``RoleContext.module``) declares ``reads_module = True``
+as a class attribute, next to ``rlprof_contract``: integrations that must look the model up (the verl
+drop-in, from verl's worker) do so only then. Optional within contract 1; without it ``ctx.module`` is
+still whatever the trainer passed to ``prof.role(..., module=...)``.
+
 A backend's voice: ``ctx.warn(message)`` (something the user should know; logged once per process on
 the ``rlprof`` logger and recorded) and ``ctx.skip(reason)`` (this capture writes nothing, and why); both
 become manifest records that ``rlprof report`` and the verdict show. A capture skipped with a reason

@@ -154,3 +154,32 @@ def test_nsys_reports_with_the_actors_role_ranges(workdir, tmp_path):
         assert ranges == {"rlprof_capture": 1, f"step{step}": 1, "actor_compute_log_prob": 1, "actor_update": 1}, (path, ranges)
         assert {"actor_compute_log_prob", "actor_update"} <= by_step[step]
     assert not list((workdir / "ray").rglob("*.nsys-rep"))  # nothing left behind in Ray's session
+
+
+MSPROBE_STATISTICS = {"task": "statistics", "level": "L0", "rank": [], "step": [], "async_dump": False,
+                      "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}}
+"""msprobe's statistics task per layer call (what verl's precision guide starts from)."""
+
+
+def test_precision_debugger_dumps_actor_update_on_every_trainer_rank_and_nothing_else(workdir, tmp_path):
+    """verl's fifth tool under the drop-in (rlprof-msprobe): ``ranks: []`` as verl's precision guide writes
+    it selects every rank; the module is the one verl's worker holds for the actor. About 70-100 s here."""
+    pytest.importorskip("rlprof_msprobe", reason="rlprof-msprobe is not installed (scripts/setup.sh installs it)")
+    pytest.importorskip("msprobe", reason="mindstudio-probe is not installed (rlprof-msprobe depends on it)")
+    config = tmp_path / "msprobe_config.json"
+    config.write_text(json.dumps({**MSPROBE_STATISTICS, "dump_path": str(tmp_path / "msprobe-default")}))
+    save = tmp_path / "profile"
+    section = "global_profiler.global_tool_config.precision_debugger"
+    profile = ["global_profiler.tool=precision_debugger", f"global_profiler.steps=[{','.join(map(str, PROFILED))}]",
+               f"{section}.config_path={config}", f"{section}.stages=[actor_update]",
+               "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.ranks=[]"]
+    run = train(workdir, save, profile=profile)
+    trainers = {p["rank"] for p in run["processes"] if p["replica_rank"] is None}
+    records = list(read_records([save]))
+    dumps = sorted((r["step"], r["region"], r["rank"]) for r in records
+                   if r["type"] == "artifact" and r.get("kind") == "msprobe_dump")
+    assert trainers and dumps == [(s, "actor_update", rank) for s in PROFILED for rank in sorted(trainers)], dumps
+    skipped = {r["region"] for r in records if r["type"] == "skip"}
+    assert skipped == {"actor_compute_log_prob"}, skipped  # the actor's other stage says why it wrote nothing
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
+    assert report.stdout.count("tensors dumped") == len(dumps), report.stdout[-4000:]

@@ -308,7 +308,7 @@ def parse(raw: Mapping[str, Any], *, installed: Iterable[str], warnings: Iterabl
         if r.follows:
             continue
         suffix = also if r.name == "actor" else ""
-        if r.enable and not r.all_ranks and not r.ranks and tools and steps and not set(tools) & set(EVERY_RANK_TOOLS):
+        if tools and steps and r.collects_nothing(tools):
             warnings.append(f"{r.key_path}: enable=true but ranks=[] and all_ranks=false: this role collects nothing "
                             f"(set ranks or all_ranks=true){suffix}")
         if r.enable and r.schedule is not None and not r.discrete and tools and steps:

@@ -143,6 +143,12 @@ class RoleConfig:
     follows: str | None = None
     """Set to ``actor`` when this role had no section of its own."""
 
+    def collects_nothing(self, tools: tuple[str, ...]) -> bool:
+        """Enabled, yet no rank is selected for ``tools``: ``ranks: []`` and ``all_ranks: false`` (the
+        guides' rule), unless one of ``tools`` selects every rank (:data:`EVERY_RANK_TOOLS`, verl's rule).
+        What ``rlprof check`` and the verl drop-in warn about."""
+        return self.enable and not self.all_ranks and not self.ranks and not set(tools) & set(EVERY_RANK_TOOLS)
+
 
 GLOBAL_KEYS = keys_of(GlobalConfig)
 ROLE_KEYS = keys_of(RoleConfig) | mirrored_keys(GlobalConfig)

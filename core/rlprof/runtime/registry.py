@@ -144,6 +144,9 @@ class Backends:
             self.pm.register(plugin, name=name)
             refuse_ordering_options(self.pm, name)
         self.pm.check_pending()
+        self.reads_module = any(getattr(plugin, "reads_module", False) is True for plugin in self.plugins.values())
+        """A backend declares ``reads_module = True``: it reads the region's model (``ctx.module``), so
+        integrations that must look the model up (the verl drop-in) do so, and only then."""
         self.impls: dict[str, list[_Impl]] = {}
         """Hook name -> implementations in ``names`` order."""
         order = {n: i for i, n in enumerate(self.names)}

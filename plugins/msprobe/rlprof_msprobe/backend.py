@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rlprof import hookimpl
+from rlprof.hookspecs import CliCommand
 
 from .debugger import PROCESS
-from .dumps import dump_files
+from .dumps import details, dump_files
 from .settings import MSPROBE_PACKAGE, STAGES, PrecisionSettings, config_problem, precision_settings
 
 ARTIFACT_KIND = "msprobe_dump"
@@ -41,6 +42,9 @@ class PrecisionDebuggerBackend:
 
     rlprof_contract = 1
     """The rlprof hook contract this backend is written for (docs/migration.md)."""
+    reads_module = True
+    """It dumps the region's model (``ctx.module``): integrations that look the model up (the verl
+    drop-in, from verl's worker) do so for it."""
 
     def __init__(self) -> None:
         self._open: list[tuple[Path, str] | None] = []
@@ -99,6 +103,24 @@ class PrecisionDebuggerBackend:
     def finalize(self, ctx) -> None:
         PROCESS.stop()  # the core closes every region first; this only guards a dump left open by a crash
         self._open.clear()
+
+    # ------------------------------------------------------------------ outside a run
+
+    @hookimpl
+    def report_details(self, path) -> list[str]:
+        return details(path)
+
+    @hookimpl
+    def cli_commands(self) -> Mapping[str, CliCommand]:
+        return {"msprobe-compare": CliCommand(
+            "compare two runs' msprobe dumps: the layers that differ beyond a tolerance, first divergence first",
+            _compare, "RUN_A RUN_B [--tolerance T] [--method auto|msprobe|statistics] [--step N] [--region R] [--rank R]")}
+
+
+def _compare(argv: list[str]) -> int:
+    from .compare import main  # argparse and csv: only when the command runs
+
+    return main(argv)
 
 
 def _why_not(ctx, settings: PrecisionSettings, stage: str) -> str | None:

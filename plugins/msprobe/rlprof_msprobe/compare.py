@@ -24,6 +24,7 @@ API call is its own "layer" (``Functional.linear.3``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import re
@@ -105,7 +106,8 @@ def _msprobe_rows(a: Path, b: Path) -> list[tuple[str, float]]:
     from msprobe.pytorch.compare.pt_compare import pt_compare
 
     with tempfile.TemporaryDirectory(prefix="rlprof-msprobe-compare-") as out:
-        pt_compare({"npu_path": str(a), "bench_path": str(b), "is_print_compare_log": False}, out)
+        with contextlib.redirect_stdout(sys.stderr):  # msprobe prints its log lines: stdout is the comparison's
+            pt_compare({"npu_path": str(a), "bench_path": str(b), "is_print_compare_log": False}, out)
         [result] = sorted(Path(out).glob("compare_result_*.csv"))
         with open(result, newline="", encoding="utf-8") as f:
             return [(row["NPU Name"], max((_percent(row.get(c)) for c in MSPROBE_COLUMNS), default=0.0))

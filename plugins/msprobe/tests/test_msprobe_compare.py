@@ -3,6 +3,8 @@ compare and by the plain statistics comparison; two identical runs differ nowher
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("msprobe")
@@ -40,8 +42,10 @@ def test_the_perturbed_layer_is_named_first(runs, method):
     assert key == (1, "actor_update", 0) and result.method == method
     assert result.layers[0].layer == "Module.2.Linear"
     first = {d.layer: d.first for d in result.layers}
-    # the layer before it ran identically forward; only its gradients (backward, after the perturbed layer) differ
-    assert ".backward." in first["Module.0.Linear"] or ".parameters_grad" in first["Module.0.Linear"]
+    # the layer before it ran identically forward; only its gradients (backward, after the perturbed layer) differ.
+    # Module.1, not Module.0: msprobe leaves a model's first and last modules out whenever verl is imported
+    # in the process (as it is when the whole suite runs), see plugins/msprobe/README.md
+    assert ".backward." in first["Module.1.Tanh"]
 
 
 @pytest.mark.parametrize("method", ["msprobe", "statistics"])
@@ -63,3 +67,42 @@ def test_layer_names():
     assert layer_of("Module.rnn.GRU.forward.0.output.0") == "Module.rnn.GRU"
     assert layer_of("Module.2.Linear.parameters_grad.weight") == "Module.2.Linear"
     assert layer_of("Functional.linear.3.backward.input.0") == "Functional.linear.3"
+
+
+# --------------------------------------------------------------------------- through the rlprof command line
+
+
+def rlprof(capsys, *args):
+    """``rlprof ARGS`` in this process (the function the ``rlprof`` script calls): (status, stdout, stderr)."""
+    from rlprof.cli import main as rlprof_main
+
+    capsys.readouterr()
+    code = rlprof_main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_rlprof_msprobe_compare_names_the_perturbed_layer_first(runs, capsys):
+    code, out, _ = rlprof(capsys, "msprobe-compare", runs / "perturbed", runs / "reference", "--tolerance", "1e-6")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("step 1 actor_update rank 0 (msprobe, ")
+    assert lines[1].startswith("  1. Module.2.Linear  (first: Module.2.Linear.forward.0.")
+    code, out, _ = rlprof(capsys, "msprobe-compare", runs / "same", runs / "reference", "--tolerance", "1e-6")
+    assert code == 0 and "no layer differs beyond 1e-06" in out
+
+
+def test_rlprof_help_shows_the_command_in_one_line(capsys):
+    code, out, _ = rlprof(capsys, "--help")
+    assert code == 0 and "compare two runs' msprobe dumps: the layers that differ" in " ".join(out.split())
+    assert "  rlprof msprobe-compare RUN_A RUN_B [--tolerance T]" in out
+
+
+def test_rlprof_report_lists_each_dump_with_its_tensors_and_size(runs, capsys):
+    code, out, _ = rlprof(capsys, "report", runs / "reference")
+    assert code == 0, out
+    dumps = [l for l in out.splitlines() if "precision_debugger/actor_update" in l]
+    assert len(dumps) == 1, out
+    details = [l.strip() for l in out.splitlines() if "tensors dumped" in l]
+    assert len(details) == 1 and re.search(r"^step\d+/(rank|proc)\d+: \d+ tensors dumped, [\d.]+ [KM]?B of tensor data, \d+ calls",
+                                           details[0]), out

@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Callable, Mapping
 
 from rlprof.integrations.verl import run_signals
+from rlprof.integrations.verl.models import worker_module
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
 from rlprof.notices import say_once
 
@@ -95,6 +96,11 @@ def _process() -> _Process:
 class DistProfiler:
     """verl's ``DistProfiler`` surface over an :class:`rlprof.Profiler` (see the module doc)."""
 
+    _reads_module = False
+    """A selected backend reads the region's model (:attr:`rlprof.runtime.registry.Backends.reads_module`),
+    so annotated regions are handed the module verl's worker holds (:mod:`rlprof.integrations.verl.models`);
+    asked once, when the first region is built (a live call: the process's backends exist then)."""
+
     _rlprof_live = False
     """A cache, derived from the Profiler (active, inside a step) and written only by :meth:`_sync_live`:
     the one attribute the decorated methods read when idle (asking the Profiler would cost a property
@@ -128,7 +134,7 @@ class DistProfiler:
         # verl's check_this_rank: rank selection alone, whatever enable and tool say (its calls pair it
         # with check_enable()); ranks=[] selects no rank here (the guides' rule, warned about below)
         self._this_rank = role_cfg.all_ranks or rank in role_cfg.ranks
-        if self._enable and not role_cfg.all_ranks and not role_cfg.ranks:
+        if self._enable and role_cfg.collects_nothing(cfg.global_.tools):  # not said for precision_debugger: every rank
             say_once(
                 f"verl: {role_cfg.key_path}.ranks is []", log,
                 "rlprof: %s.ranks is [] and all_ranks is false, so this role collects nothing on any rank (the rule of "
@@ -273,6 +279,10 @@ class DistProfiler:
         role's other regions are captured whole, as in verl. ``color``/``domain``/``category`` are the backends' business
         (NVTX/mstx colours): accepted and not used by rlprof's ranges.
 
+        When a selected backend reads the model (``reads_module``: precision_debugger), each entry
+        hands the region the module verl's worker holds for its role
+        (:func:`rlprof.integrations.verl.models.worker_module`; None when nothing resolves).
+
         Cost when nothing is profiled: one attribute check; the role and stage are resolved at
         decoration and the region once per profiler.
         """
@@ -294,6 +304,8 @@ class DistProfiler:
                 region = profiler._regions.get(key)
                 if region is None:
                     region = profiler._region(key, named_role, stage, name)
+                if profiler._reads_module:  # a selected backend reads the model: verl's worker holds it
+                    region.module = worker_module(self_instance, region.role)
                 with region:
                     return func(self_instance, *args, **kwargs)
 
@@ -310,6 +322,8 @@ class DistProfiler:
         scheduled = key[1]
         # verl samples only the scheduled stage (the update loop); the role's other stages stay whole
         region = self._regions[key] = self._prof.role(role, stage) if scheduled else self._prof.unsampled_role(role, stage)
+        backends = self._prof.backends
+        self._reads_module = backends is not None and backends.reads_module
         return region
 
 
