@@ -74,6 +74,12 @@ def steps_label(steps: tuple[int, ...]) -> str:
     return f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
 
 
+MANIFEST_DIR, BUDGET_DIR = "manifest", "budget"
+CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR)
+"""The folders of a run directory the core writes itself, beside the captures: every process's manifest,
+and each node's count of bytes written (:mod:`rlprof.runtime.budget`). No backend writes there."""
+
+
 def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid: int) -> Path:
     return run_dir / f"{capture_id}{os.sep}{process_tag(rank, host, pid)}"  # one Path operation, not two
 

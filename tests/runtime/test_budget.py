@@ -134,3 +134,16 @@ def test_the_report_shows_bytes_and_what_the_budget_skipped_as_explained(save_pa
     assert "budget skipped: rank 0 steps 2, 3 (actor): over global_profiler.capture_budget_mb" in text
     assert "skipped: rank 0: writes steps 2,3 (actor): over global_profiler.capture_budget_mb" in text
     assert [s["steps"] for s in report.as_dict()["budget_skipped"]] == [[2], [3]]
+
+
+def test_a_link_planted_at_the_budget_folder_redirects_nothing(save_path, tmp_path):
+    """The node's count file is written through the layout's link-refusing walk: a ``budget`` folder
+    swapped for a link to elsewhere gets nothing (the count goes on in the process), and training ends."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = save_path / "budget-run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "budget").symlink_to(elsewhere, target_is_directory=True)
+    assert train(save_path, {"step": 3000}, extra=["global_profiler.run_budget_gb=1"]) == 4
+    assert list(elsewhere.iterdir()) == []
+    assert records(save_path, "capture")  # the captures were still recorded

@@ -26,11 +26,11 @@ The decision is the core's, for every backend alike: a backend never sees a budg
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlprof.layout import BUDGET_DIR, open_file
 from rlprof.manifest import WRITING, WRITTEN
 
 log = logging.getLogger("rlprof")
@@ -72,7 +72,8 @@ class CaptureBudget:
     def __init__(self, capture_mb: float, run_gb: float, run_dir: Path, host: str):
         self.capture_limit = int(capture_mb * MB)
         self.run_limit = int(run_gb * GB)
-        self.node_file = run_dir / "budget" / f"node-{host}.log"
+        self._run_dir = run_dir
+        self.node_file = run_dir / BUDGET_DIR / f"node-{host}.log"
         self.over: dict[str, Refusal] = {}
         """Role -> why its captures are skipped from now on (its capture went over ``capture_budget_mb``)."""
         self.sizes: dict[str, int] = {}
@@ -132,12 +133,10 @@ class CaptureBudget:
         if not self.run_limit:
             return
         try:
-            self.node_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.node_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            try:
-                os.write(fd, f"{size}\n".encode())
-            finally:
-                os.close(fd)
+            # one short line, one append (O_APPEND: other processes' lines never interleave inside it), through
+            # the layout's link-refusing walk (a link planted at budget/ never redirects it)
+            with open_file(self.node_file, self._run_dir, "ab") as handle:
+                handle.write(f"{size}\n".encode())
         except OSError as exc:
             self._tell(exc)
             self._node_bytes += size  # this process's own bytes still count
