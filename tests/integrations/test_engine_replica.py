@@ -348,3 +348,19 @@ def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_unprofiled_wit
     [warning] = [r for r in recs if r["type"] == "warning"]
     assert warning["key"] == "global_profiler.tool" and "torch or npu" in warning["message"]
     assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "region")]
+
+
+def test_finalize_from_another_thread_waits_for_the_export_on_the_replicas_loop(save_path):
+    import asyncio
+
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
+    engine = SlowExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+
+    async def loop():  # verl's run-end watcher finalizes from its own thread while the server's loop runs
+        await replica.start_async(engine, 1)
+        await replica.stop_async(engine)
+        await asyncio.to_thread(replica.finalize)
+
+    asyncio.run(loop())
+    _, recs = records(save_path)
+    assert len([r for r in recs if r["type"] == "artifact"]) == 2 and not [r for r in recs if r["type"] == "error"]

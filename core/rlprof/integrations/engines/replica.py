@@ -384,10 +384,30 @@ class EngineReplica:
         await self.exported(timeout=timeout, why="the end of the run")
         self.finalize(reason)
 
+    def _await_from_another_thread(self) -> None:
+        exporting = self._exporting
+        if exporting is None or exporting.done():
+            return
+        loop = exporting.get_loop()
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not loop.is_running():
+            return
+        waiting = asyncio.run_coroutine_threadsafe(self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"), loop)
+        try:
+            waiting.result(FINALIZE_WAIT_S + 5.0)
+        except Exception:  # the loop stopped or the wait timed out: named as unfinished below
+            pass
+
     def finalize(self, reason: str = "end") -> None:
         """End the replica's run: close what is open, finalize the Profiler, remove the engine's (empty)
-        directory. Idempotent. An export still running (:meth:`stop_async`, not awaited by
-        :meth:`finalize_async`) is named as unfinished: an ``error`` record with the capture's step."""
+        directory. Idempotent. An export still running (:meth:`stop_async`) is waited for (at most
+        :data:`FINALIZE_WAIT_S`) when this runs on another thread than the replica's event loop (verl's
+        run-end watcher); past that, or on the loop's own thread, it is named as unfinished: an
+        ``error`` record with the capture's step."""
+        self._await_from_another_thread()
         exporting, self._exporting = self._exporting, None
         if exporting is not None and (not exporting.done() or exporting.cancelled()):
             step = self.profiler.current_step
