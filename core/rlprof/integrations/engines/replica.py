@@ -11,7 +11,7 @@ the engine's own; the engine's profiler captures instead, driven from outside as
         replica.start(llm, step)           # async engines: await replica.start_async(engine, step)
         outputs = llm.generate(...)
         replica.stop(llm)                  # async engines: await replica.stop_async(engine)
-    replica.finalize()
+    replica.finalize()                     # async engines: await replica.finalize_async()
 
 or, when the caller must make the engine calls itself (verl's server awaits ``engine.start_profile()``)::
 
