@@ -37,6 +37,10 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   (``capture_budget_mb`` or ``run_budget_gb``), ``limit_bytes``, ``measured_bytes``, ``measured`` (what went over).
 * ``cleanup``  — the core released a backend that had raised: ``backend``, ``closed`` (capture ids
   it closed for it), ``finalized`` (its finalize ran without raising).
+* ``profiling_wait`` — training waited for profiling's own work outside a hook (a rollout replica's
+  trace export still running when its next generate came): ``source`` (the engine), ``step``,
+  ``replica_rank``, ``capture`` (the engine capture waited for), ``start_ns``, ``end_ns``, ``ms``. The
+  report counts it as profiling's cost of that step.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
@@ -218,6 +222,12 @@ def region_record(region: Any) -> dict[str, Any]:
         "iterations": list(region.sampled) if region.sampled is not None else None,
         "marked_iterations": region.marked, "error": describe_error(region.error),
     }
+
+
+def wait_record(source: str, start_ns: int, end_ns: int, **details: Any) -> dict[str, Any]:
+    """The ``profiling_wait`` record of a wait from ``start_ns`` to ``end_ns`` (``time.time_ns()``)."""
+    return {"source": source, "start_ns": start_ns, "end_ns": end_ns, "ms": round((end_ns - start_ns) / 1e6, 3),
+            **details}
 
 
 def error_record(backend: str | None, hook: str | None, kind: str, error: str, **details: Any) -> dict[str, Any]:

@@ -242,11 +242,96 @@ def test_an_async_engine_is_awaited(save_path):
         for step in (1, 2):
             await replica.start_async(engine, step)
             await replica.stop_async(engine)
+        await replica.finalize_async()
 
     asyncio.run(loop())
-    replica.finalize()
     _, recs = records(save_path)
     assert len([r for r in recs if r["type"] == "artifact"]) == 4 and not [r for r in recs if r["type"] == "error"]
+
+
+class SlowExportEngine(RecordingEngine):
+    """An async engine whose ``stop_profile`` takes ``export_s`` to write its trace (vLLM 0.32 exports
+    inside ``stop_profile``)."""
+
+    export_s = 0.5
+
+    async def start_profile(self, *args, **kwargs):
+        super().start_profile(*args, **kwargs)
+
+    async def stop_profile(self):
+        import asyncio
+
+        await asyncio.sleep(self.export_s)
+        super().stop_profile()
+
+
+def test_stop_returns_before_the_export_and_the_next_generate_waits_for_it_on_the_record(save_path):
+    import asyncio
+
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = SlowExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    stops = []
+
+    async def loop():
+        for step in (1, 2):
+            await replica.start_async(engine, step)
+            began = time.perf_counter()
+            await replica.stop_async(engine)
+            stops.append(time.perf_counter() - began)
+            if step == 1:
+                assert not list(engine.directory.glob("step1_*"))  # still exporting: the trainer did not wait
+                await asyncio.sleep(0.1)  # the trainer's update, shorter than the export
+        await replica.finalize_async()
+
+    asyncio.run(loop())
+    assert max(stops) < 0.25, stops
+    run, recs = records(save_path)
+    [wait] = [r for r in recs if r["type"] == "profiling_wait" and r["step"] is not None]
+    assert wait["step"] == 2 and wait["replica_rank"] == 0 and 200 < wait["ms"] < 1000, wait
+    assert "next generate call" in wait["reason"]
+    traces = [r for r in recs if r["type"] == "artifact" and r["path"].endswith(".pt.trace.json.gz")]
+    assert sorted(r["step"] for r in traces) == [1, 2]
+    for r in traces:  # listed once complete: every listed trace loads
+        with gzip.open(run / r["path"], "rt") as f:
+            assert json.load(f)["traceEvents"]
+    assert not [r for r in recs if r["type"] in ("error", "skip")]
+
+
+def test_an_export_still_running_at_the_end_is_named_unfinished_and_not_listed(save_path):
+    import asyncio
+
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
+    engine = SlowExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    engine.export_s = 5.0
+
+    async def loop():
+        await replica.start_async(engine, 1)
+        await replica.stop_async(engine)
+        await replica.finalize_async(timeout=0.1)
+
+    asyncio.run(loop())
+    _, recs = records(save_path)
+    [error] = [r for r in recs if r["type"] == "error"]
+    assert error["unfinished"] is True and error["step"] == 1 and "still running" in error["error"]
+    assert not [r for r in recs if r["type"] == "artifact"]
+    [skip] = [r for r in recs if r["type"] == "skip"]
+    assert "unfinished" in skip["reason"]
+
+
+def test_a_sync_replica_answering_before_its_stop_records_the_next_calls_wait(save_path):
+    replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    replica.start(engine, 1)
+    sent = time.time_ns()  # the next call is sent while this stop (the export) still runs
+    replica.stop(engine)
+    replica.start(engine, 2, sent_ns=sent)
+    replica.stop(engine)
+    replica.start(engine, 3, sent_ns=time.time_ns())  # sent after the export: no wait
+    replica.stop(engine)
+    replica.finalize()
+    _, recs = records(save_path)
+    [wait] = [r for r in recs if r["type"] == "profiling_wait"]
+    assert wait["step"] == 2 and wait["start_ns"] == sent and wait["ms"] >= 0
 
 
 def test_the_rollout_backend_never_runs_in_the_replica(save_path):
@@ -276,3 +361,19 @@ def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_unprofiled_wit
     [warning] = [r for r in recs if r["type"] == "warning"]
     assert warning["key"] == "global_profiler.tool" and "torch or npu" in warning["message"]
     assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "region")]
+
+
+def test_finalize_from_another_thread_waits_for_the_export_on_the_replicas_loop(save_path):
+    import asyncio
+
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
+    engine = SlowExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+
+    async def loop():  # verl's run-end watcher finalizes from its own thread while the server's loop runs
+        await replica.start_async(engine, 1)
+        await replica.stop_async(engine)
+        await asyncio.to_thread(replica.finalize)
+
+    asyncio.run(loop())
+    _, recs = records(save_path)
+    assert len([r for r in recs if r["type"] == "artifact"]) == 2 and not [r for r in recs if r["type"] == "error"]

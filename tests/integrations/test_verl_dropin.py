@@ -379,3 +379,39 @@ def test_verl_plugin_entry_point_swaps_only_when_switched_on(tmp_path):
                               env={"PATH": "/usr/bin:/bin", **env})
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1] == expected
+
+
+# ------------------------------------------------------------------------ a replica's export off the trainer's path
+
+
+def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_next_start_waits_on_the_record(tmp_path):
+    import asyncio
+
+    config, tool_config = torch_config(tmp_path, discrete=True, all_ranks=True)
+    profiler = build_rollout_dist_profiler(0, 1, config=config, tool_config=tool_config)
+    traces = []
+
+    def listed():
+        return [r for r in read_records(tmp_path.glob("*/manifest/*.jsonl")) if r["type"] == "artifact"]
+
+    async def server():  # verl's async start_profile/stop_profile on the server's loop
+        profiler.start(profile_step=1)
+        await asyncio.sleep(0.01)  # generating
+        profiler.stop()
+        traces.append(len(listed()))  # stop_profile answers here: nothing written yet
+        await asyncio.sleep(0.05)  # the trainer updates: the replica writes meanwhile
+        traces.append(len(listed()))
+        profiler.start(profile_step=2)
+        profiler.stop()
+        profiler.start(profile_step=3)  # the next generate came before the export ran: it runs first, on the record
+        profiler.stop()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(server())
+    profiler.finalize()
+    assert traces == [0, 1]
+    records = list(read_records(tmp_path.glob("*/manifest/*.jsonl")))
+    assert sorted(r["step"] for r in records if r["type"] == "artifact") == [1, 2, 3]
+    [wait] = [r for r in records if r["type"] == "profiling_wait"]
+    assert wait["step"] == 3 and wait["replica_rank"] == 0 and "next generate call" in wait["reason"]
+    assert not [r for r in records if r["type"] in ("error", "skip")]

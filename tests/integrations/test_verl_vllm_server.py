@@ -82,7 +82,9 @@ async def main():
                 await server.stop_profile()
             trainer.stop(run_command=False)
     summary["run_id"] = shared_run_id()
-    summary["not_finalized"] = run_signals.finish_run([shared_run_id()], timeout_s=60)  # the driver's exit path
+    # the driver's exit path, from another thread as from verl's driver process: the server's loop runs on
+    # (the replica writes its last trace there while the run ends)
+    summary["not_finalized"] = await asyncio.to_thread(run_signals.finish_run, [shared_run_id()], timeout_s=60)
     servers[1]._server_task.cancel()       # verl's uvicorn task, then the engine's processes
     servers[1].engine.shutdown()
     print("SUMMARY " + json.dumps(summary), flush=True)

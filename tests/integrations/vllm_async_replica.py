@@ -39,7 +39,7 @@ async def main(model, save):
         await replica.start_async(engine, step)
         await asyncio.gather(*(request(step, i) for i in range(4)))
         await replica.stop_async(engine)
-    replica.finalize()
+    await replica.finalize_async()  # the last capture exports in the background: wait for it
     engine.shutdown()
     print(json.dumps({"run_dir": str(replica.profiler.run.run_dir)}), flush=True)
     os._exit(0)  # AsyncLLM.__del__ at interpreter exit only adds noise

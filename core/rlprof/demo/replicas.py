@@ -69,24 +69,31 @@ class VllmReplica:
     def ready(self) -> int:
         return os.getpid()
 
-    def generate(self, prompts: list[list[int]], step: int, group_size: int, response_len: int) -> list[list[int]]:
-        """``group_size`` responses of ``response_len`` tokens per prompt (engine token ids), in prompt order."""
+    def generate(self, prompts: list[list[int]], step: int, group_size: int, response_len: int,
+                 sent_ns: int | None = None) -> list[list[int]]:
+        """``group_size`` responses of ``response_len`` tokens per prompt (engine token ids), in prompt order.
+        The engine's profiler is left running: :meth:`finish` (queued by the caller right behind this
+        call) stops it and writes the trace while the trainer updates. ``sent_ns``: when the caller
+        sent this call; the part of a previous ``finish`` after it is recorded as profiling's wait."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(n=group_size, max_tokens=response_len, min_tokens=response_len, ignore_eos=True,
                                 temperature=1.0)
         batch = [TokensPrompt(prompt_token_ids=row) for row in to_engine_tokens(prompts)]
-        self.replica.start(self.llm, step)
-        error = None
+        self.replica.start(self.llm, step, sent_ns=sent_ns)
         try:
             outputs = self.llm.generate(batch, params, use_tqdm=False)
         except BaseException as exc:
-            error = exc
+            self.replica.stop(self.llm, exc)
             raise
-        finally:
-            self.replica.stop(self.llm, error)
         return [list(c.token_ids) for out in outputs for c in out.outputs]
+
+    def finish(self) -> None:
+        """The generate call's capture ends: the engine's profiler stops and writes its trace (on this
+        actor's thread, the one that started it), the files are listed. The engine is idle since the
+        call answered, so it collected nothing more."""
+        self.replica.stop(self.llm)
 
     def close(self) -> list[dict[str, Any]]:
         """Finalize the replica's profiling (its manifest closes) and free the engine; its artifact records."""
@@ -113,6 +120,8 @@ class Replicas:
         actor = ray.remote(VllmReplica).options(num_cpus=0, runtime_env={"env_vars": dict(ENGINE_ENV)})
         self.handles = [actor.remote(controller.config, rank, count, controller.run_id, model_dir) for rank in range(count)]
         self.count = count
+        self.finishing: list = []
+        """The replicas' :meth:`VllmReplica.finish` calls of the last generate, not awaited by the step."""
         self.timeout_s = max(timeout_s, 180.0)  # an engine takes 10-30 s to start on a loaded machine
         try:
             ray.get([h.ready.remote() for h in self.handles], timeout=self.timeout_s)
@@ -130,13 +139,19 @@ class Replicas:
 
         from rlprof.integrations.ray import describe_error
 
+        import time
+
         shares = prompts.tensor_split(self.count)
-        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len)
+        asked = [h for h, share in zip(self.handles, shares) if len(share)]
+        sent_ns = time.time_ns()
+        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len, sent_ns)
                 for h, share in zip(self.handles, shares) if len(share)]
         try:
             rows = [row for out in ray.get(refs, timeout=self.timeout_s) for row in out]
         except Exception as exc:
             raise ReplicaFailed(f"rollout generate (vLLM replicas): {describe_error(exc)}") from exc
+        # each replica writes its trace while the trainer goes on; a replica's next call queues behind it
+        self.finishing = [h.finish.remote() for h in asked]
         return torch.tensor(to_policy_tokens(rows, sizes.vocab), dtype=torch.long)
 
     def close(self, artifacts: list) -> list[str]:
@@ -144,6 +159,10 @@ class Replicas:
         import ray
 
         failures = []
+        try:
+            ray.get(self.finishing, timeout=self.timeout_s)
+        except Exception as exc:
+            failures.append(f"finishing the last captures: {type(exc).__name__}: {exc}")
         for rank, handle in enumerate(self.handles):
             try:
                 artifacts.extend(ray.get(handle.close.remote(), timeout=self.timeout_s))

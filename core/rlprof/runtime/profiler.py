@@ -289,6 +289,14 @@ class Profiler:
         if self._session is not None:
             self._session.record_warning(source, message, **details)
 
+    def record_wait(self, source: str, start_ns: int, end_ns: int, **details: Any) -> None:
+        """Record that training waited ``[start_ns, end_ns]`` for profiling's own work outside a hook
+        (a rollout replica's export still running when the next generate came): a ``profiling_wait``
+        record, so the wait counts as profiling's cost instead of hiding in the caller's time. Does
+        nothing when this process does not profile."""
+        if self._session is not None:
+            self._session.record_wait(source, start_ns, end_ns, **details)
+
     def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,

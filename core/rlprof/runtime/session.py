@@ -53,7 +53,7 @@ from rlprof.errors import ConfigError
 from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
 from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
-                       plain_steps_record, region_record, step_record)
+                       plain_steps_record, region_record, step_record, wait_record)
 
 log = logging.getLogger("rlprof")
 
@@ -563,6 +563,11 @@ class ProcessSession:
         honour): a ``warning`` record of kind ``backend``, shown by the report and the verdict."""
         with self.lock:
             self.manifest.write("warning", kind="backend", backend=source, message=message, **details)
+
+    def record_wait(self, source: str, start_ns: int, end_ns: int, **details: Any) -> None:
+        """Record a wait of training on profiling outside the hooks: a ``profiling_wait`` record."""
+        with self.lock:
+            self.manifest.write("profiling_wait", **wait_record(source, start_ns, end_ns, **details))
 
     def _record_error(self, entry: dict[str, Any]) -> None:
         self.errors.append(entry)

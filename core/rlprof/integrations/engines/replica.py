@@ -11,7 +11,7 @@ the engine's own; the engine's profiler captures instead, driven from outside as
         replica.start(llm, step)           # async engines: await replica.start_async(engine, step)
         outputs = llm.generate(...)
         replica.stop(llm)                  # async engines: await replica.stop_async(engine)
-    replica.finalize()
+    replica.finalize()                     # async engines: await replica.finalize_async()
 
 or, when the caller must make the engine calls itself (verl's server awaits ``engine.start_profile()``)::
 
@@ -43,8 +43,10 @@ replica is not profiled and an error record says why.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from enum import Enum, unique
 from pathlib import Path
 from typing import Any, Mapping
@@ -59,6 +61,10 @@ ENGINE_TOOLS = ("torch", "npu")
 
 REGION = ("rollout", "generate")
 """The region a replica's generate call is: ``rollout_generate``."""
+
+FINALIZE_WAIT_S = 120.0
+"""How long :meth:`EngineReplica.finalize_async` waits for an export still running; past it the capture
+is named as unfinished (an ``error`` record) and the run ends without it."""
 
 
 @unique
@@ -120,6 +126,14 @@ class EngineReplica:
         the region's time is the generate call's own (the session stamps it after the capture opened and
         before it closes, as for any backend)."""
         self._captures = 0
+        self._exporting: asyncio.Task | None = None
+        """The engine's stop of the last capture (its trace export), running in the background on the
+        replica's event loop while the trainer updates (:meth:`stop_async`); awaited by the next
+        :meth:`start_async` and by :meth:`finalize_async`."""
+        self._unfinished = False
+        """The run ended during an export: what the engine has written so far is left where it is."""
+        self._exported_ns: int | None = None
+        """When the last deferred stop (:meth:`stop`) ended, for the wait of a call sent before it."""
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 
@@ -208,9 +222,17 @@ class EngineReplica:
             generating.__exit__(type(error) if error else None, error, None)
         self.profiler.step_boundary()
 
-    def start(self, engine: Any, step: int | None = None) -> EngineCapture | None:
+    def start(self, engine: Any, step: int | None = None, sent_ns: int | None = None) -> EngineCapture | None:
         """:meth:`begin` with the engine's profiler started as the capture opens (a sync engine: vLLM
-        ``LLM``); the region ``rollout_generate`` then times the generate call alone."""
+        ``LLM``); the region ``rollout_generate`` then times the generate call alone.
+
+        ``sent_ns`` (``time.time_ns()``): when the caller asked for this generate call. A replica that
+        runs its previous :meth:`stop` after answering (the demo's replica actor: the stop is queued
+        behind the answer, so the engine writes its trace while the trainer updates) finishes that stop
+        before this call runs; the part of it after ``sent_ns`` is a ``profiling_wait`` record."""
+        if sent_ns is not None and self._exported_ns is not None and self._exported_ns > sent_ns:
+            self._waited(sent_ns, self._exported_ns, step)
+        self._exported_ns = None
         self._engine = engine
         try:
             return self.begin(step)
@@ -226,21 +248,60 @@ class EngineReplica:
             self.end(error)
         finally:
             self._engine = None
+            self._exported_ns = time.time_ns()
 
     async def start_async(self, engine: Any, step: int | None = None) -> EngineCapture | None:
         """:meth:`start` for an async engine (vLLM ``AsyncLLM``): awaits the adapter's call. The hooks cannot
-        await, so here the region ``rollout_generate`` also holds the awaited start and stop."""
+        await, so here the region ``rollout_generate`` also holds the awaited start and the engine's stop.
+        An export of the previous capture still running is awaited first: that wait is a
+        ``profiling_wait`` record (profiling's cost, not the generate call's)."""
+        await self.exported(step=step)
         capture = self.begin(step)
         if capture is not None:
             await self._call_async("start", engine, capture)
         return capture
 
     async def stop_async(self, engine: Any, error: BaseException | None = None) -> None:
-        """:meth:`stop` for an async engine."""
+        """:meth:`stop` for an async engine, returning once the engine has stopped collecting: the
+        engine's ``stop`` (which writes its trace: vLLM 0.32 exports inside ``stop_profile``) then runs
+        as a task on this event loop, while the trainer updates the actor, and closes the region and
+        the step when the files are complete (the artifact records are written then). The generate
+        call has returned, so the engine is idle and records nothing more until the next generate,
+        which :meth:`start_async` holds until the export is done."""
+        await self.exported()
         capture = self.capture
-        if capture is not None and self._failed is None:
+        if capture is None or self._failed is not None:
+            self.end(error)
+            return
+        self._exporting = asyncio.get_running_loop().create_task(self._export(engine, capture, error))
+
+    async def _export(self, engine: Any, capture: EngineCapture, error: BaseException | None) -> None:
+        try:
             await self._call_async("stop", engine, capture)
-        self.end(error)
+        finally:
+            self.end(error)
+
+    async def exported(self, step: int | None = None, timeout: float | None = None,
+                       why: str = "the next generate call") -> bool:
+        """Wait for the export of the last capture, if one is running (at most ``timeout`` seconds);
+        a wait is recorded as ``profiling_wait``. True when none is left running."""
+        exporting = self._exporting
+        if exporting is None:
+            return True
+        if not exporting.done():
+            began = time.time_ns()
+            try:
+                await asyncio.wait_for(asyncio.shield(exporting), timeout)
+            except asyncio.TimeoutError:
+                return False
+            finally:
+                self._waited(began, time.time_ns(), step, why)
+        self._exporting = None
+        return True
+
+    def _waited(self, start_ns: int, end_ns: int, step: int | None, why: str = "the next generate call") -> None:
+        self.profiler.record_wait(self.engine_name, start_ns, end_ns, step=step, replica_rank=self.replica_rank,
+                                  reason=f"{why} waited for the previous capture's export")
 
     def failed(self, call: str, exc: BaseException) -> None:
         """Record that the adapter's ``call`` (``start``/``stop``) raised ``exc`` (for callers that make
@@ -301,6 +362,9 @@ class EngineReplica:
             return []
         if self._engine is not None and self._failed is None:
             self._call("stop", self._engine, capture)
+        if self._unfinished:
+            ctx.skip(f"rollout engine {self.engine_name}, replica {self.replica_rank}: {self._failed}")
+            return []
         try:
             written = list(self.adapter.written(capture))
         except Exception as exc:
@@ -314,9 +378,45 @@ class EngineReplica:
 
     # ------------------------------------------------------------------ the end
 
+    async def finalize_async(self, reason: str = "end", timeout: float = FINALIZE_WAIT_S) -> None:
+        """:meth:`finalize` for a replica with an event loop: waits for an export still running first
+        (at most ``timeout`` seconds)."""
+        await self.exported(timeout=timeout, why="the end of the run")
+        self.finalize(reason)
+
+    def _await_from_another_thread(self) -> None:
+        exporting = self._exporting
+        if exporting is None or exporting.done():
+            return
+        loop = exporting.get_loop()
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not loop.is_running():
+            return
+        waiting = asyncio.run_coroutine_threadsafe(self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"), loop)
+        try:
+            waiting.result(FINALIZE_WAIT_S + 5.0)
+        except Exception:  # the loop stopped or the wait timed out: named as unfinished below
+            pass
+
     def finalize(self, reason: str = "end") -> None:
         """End the replica's run: close what is open, finalize the Profiler, remove the engine's (empty)
-        directory. Idempotent."""
+        directory. Idempotent. An export still running (:meth:`stop_async`) is waited for (at most
+        :data:`FINALIZE_WAIT_S`) when this runs on another thread than the replica's event loop (verl's
+        run-end watcher); past that, or on the loop's own thread, it is named as unfinished: an
+        ``error`` record with the capture's step."""
+        self._await_from_another_thread()
+        exporting, self._exporting = self._exporting, None
+        if exporting is not None and (not exporting.done() or exporting.cancelled()):
+            step = self.profiler.current_step
+            self.profiler.record_error(self.engine_name, "stop_profile",
+                                       f"rollout replica {self.replica_rank}, step {step}: the engine's export was "
+                                       "still running when the run ended: its files are not listed (unfinished)",
+                                       kind="engine", replica_rank=self.replica_rank, step=step, unfinished=True)
+            self._failed = "its export was still running when the run ended (unfinished): its files are not listed"
+            self._unfinished = True
         try:
             if self.profiler.current_step is not None:
                 self.end()

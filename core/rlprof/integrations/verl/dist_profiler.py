@@ -22,6 +22,7 @@ What rlprof decides instead of verl (one rule set for every tool):
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -395,6 +396,9 @@ class RolloutDistProfiler(DistProfiler):
     _engine = None
     _engine_failed = False
     """The :class:`EngineReplica`, once the server asked for its engine's settings or started it, else None."""
+    _closing: "asyncio.Task | None" = None
+    """The step's close (the backend writes its capture), run on the server's event loop after
+    ``stop_profile`` answered (:meth:`stop`); the next :meth:`start` or :meth:`finalize` runs it first."""
 
     def __init__(self, *args: Any, engine: str | None = None, **kwargs: Any):
         self.engine = engine
@@ -416,6 +420,7 @@ class RolloutDistProfiler(DistProfiler):
         return engine_backends(config)  # the engine stands in for the rollout backend: no torch.profiler here
 
     def start(self, **kwargs: Any) -> None:
+        self._closed_first(kwargs.get("profile_step"))
         if kwargs.get("profile_step") is None:
             step = run_signals.current_step(self._prof.run.run_id)
             if step is not None:
@@ -426,12 +431,64 @@ class RolloutDistProfiler(DistProfiler):
             self._generating.__enter__()
 
     def stop(self, run_command: bool | None = None) -> None:
+        """The replica's generating ends. Called from the server's event loop (verl's ``async def
+        stop_profile``, a Ray call the trainer waits for), the capture is closed and written right
+        after ``stop_profile`` has answered, on the same loop and thread (where the profiler started,
+        as Kineto requires), while the trainer updates: the step does not wait for the replica's trace.
+        Elsewhere it closes at once."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or self._generating is None or self._closing is not None:
+            self._close()
+            return
+        self._closing = loop.create_task(self._close_after_answer())
+
+    async def _close_after_answer(self) -> None:
+        # one turn of the loop first: Ray sends the awaited call's answer then (measured: the caller got
+        # stop_profile's answer in 2 ms, against the full export without this turn)
+        await asyncio.sleep(0)
+        self._closing = None
+        self._close()
+
+    def _close(self) -> None:
         generating, self._generating = self._generating, None
         if generating is not None:
             generating.__exit__(None, None, None)
         super().stop(run_command=False)
         if self._enable:
             _process().due(self)  # runs once, when the replica's profiling is finalized
+
+    def _closed_first(self, step: int | None = None, why: str = "the next generate call") -> None:
+        """Run a close still pending (:meth:`stop`) now, on this thread when it is the loop's (the close
+        has not begun: the loop runs one thing at a time), else on the loop, waited for (bounded). The
+        wait is a ``profiling_wait`` record: profiling's cost, not the generate call's."""
+        closing = self._closing
+        if closing is None or closing.done():
+            self._closing = None
+            return
+        import time
+
+        began = time.time_ns()
+        loop = closing.get_loop()
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not loop.is_running():
+            closing.cancel()
+            self._closing = None
+            self._close()
+        else:
+            try:
+                asyncio.run_coroutine_threadsafe(asyncio.wait_for(asyncio.shield(closing), FINALIZE_WAIT_S),
+                                                 loop).result(FINALIZE_WAIT_S + 5.0)
+            except Exception:  # the loop stopped or is stuck: the session's finalize closes what is open
+                pass
+        self._prof.record_wait(self._prof.plan.tools[0] if self._prof.plan.tools else "rollout", began,
+                               time.time_ns(), step=step, replica_rank=self.rank,
+                               reason=f"{why} waited for the previous capture's export")
 
     # ------------------------------------------------------------------ an engine's own profiler
 
@@ -499,9 +556,14 @@ class RolloutDistProfiler(DistProfiler):
         _process().due(self)
 
     def finalize(self) -> list[dict[str, Any]]:
+        self._closed_first(why="the end of the run")
         if self._engine is not None:
             self._engine.finalize()
         return super().finalize()
+
+
+FINALIZE_WAIT_S = 120.0
+"""How long the end of the run waits, from another thread, for a replica's capture still closing."""
 
 
 def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
