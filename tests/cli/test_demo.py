@@ -328,3 +328,15 @@ def test_precision_debugger_compare_names_the_perturbed_layer_first(precision_de
             assert result.layers[0].layer == "Module.rnn.GRU", (step, region, rank, result.method, result.layers[:2])
         else:  # the reference model is a copy made before the perturbation
             assert result.layers == [], (step, region, rank)
+
+
+@pytest.mark.slow
+def test_the_unprofiled_step_stands_beside_the_profiled_ones(default_demo):
+    """The demo trains step 3 without profiling it: the controller records its wall time (its workers hear
+    nothing of it), so the report's profiling cost has an unprofiled step to set the profiled ones against."""
+    proc, save = default_demo
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cost = inside_of(save)["profiling_cost"]
+    assert cost["unprofiled_count"] == 1 and cost["unprofiled_ms"] > 0
+    assert [s["step"] for s in cost["steps"]] == [1, 2]
+    assert "unprofiled steps: none recorded" not in proc.stdout

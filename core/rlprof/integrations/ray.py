@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -65,7 +66,7 @@ from rlprof.integrations.ray_options import HYBRID_ENGINE_STAGES, ProfilerArgs, 
 from rlprof.integrations.ray_run_end import NodeFinishHooks, move_after_exit, worker_sources
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
-from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, short_node
+from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, plain_steps_record, short_node
 from rlprof.runtime.run_id import run_id_for
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HYBRID_ENGINE_STAGES", "FanOut", "ProfiledWorker", "ProfilerArgs",
@@ -105,6 +106,10 @@ class ProfilingController:
         """Every failure of every fan-out, in order."""
         self._step: int | None = None
         """The profiled step begun by :meth:`start_step` and not ended yet (None: none is open)."""
+        self._plain: tuple[int, int] | None = None
+        """An unprofiled step begun and not ended, ``(step, start_ns)``: the workers hear nothing of it, so its
+        wall time is this controller's ``unprofiled_steps`` record, which the report sets beside the
+        profiled steps (what profiling cost them). Two clock reads and one driver-side line a step."""
         self._manifest = None
         self._lost_nodes: set[str] = set()
         """Ray nodes found gone (said once each); which workers ran where is in :attr:`infos`."""
@@ -183,7 +188,10 @@ class ProfilingController:
         """Step ``step`` begins; a no-op (no remote call) unless it is profiled."""
         if self._step is not None:
             self.step_boundary()
+        self._end_plain()
         if not self.profiles(step):
+            if self.config.enabled:
+                self._plain = (step, time.time_ns())
             return FanOut("start_step", step)
         self._step = step
         return self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
@@ -192,6 +200,7 @@ class ProfilingController:
         """The step begun by :meth:`start_step` ends (captures close, traces are written)."""
         step, self._step = self._step, None
         if step is None:
+            self._end_plain()
             return FanOut("step_boundary", None)
         result = self._fan_out("step_boundary", step,
                                lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
@@ -199,10 +208,16 @@ class ProfilingController:
             self._hooks.start(self._workers)
         return result
 
+    def _end_plain(self) -> None:
+        plain, self._plain = self._plain, None
+        if plain is not None:
+            self.write("unprofiled_steps", **plain_steps_record([(*plain, time.time_ns())]))
+
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
         if self._step is not None:
             self.step_boundary()
+        self._end_plain()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
         self._hooks.wait(self._workers, self.timeout_s)
