@@ -110,15 +110,21 @@ def _size_lines(report: RunReport) -> list[str]:
     by_role: dict[str, int] = {}
     by_rank: dict[int, int] = {}
     for c in report.captures:
-        for role in c.get("roles") or ["?"]:
-            by_role[role] = by_role.get(role, 0) + c["bytes"]  # an end-to-end capture counts in each of its roles
+        roles = c.get("roles") or []
+        if len(roles) == 1:  # a discrete capture: one role's bytes
+            by_role[roles[0]] = by_role.get(roles[0], 0) + c["bytes"]
         by_rank[c["rank"]] = by_rank.get(c["rank"], 0) + c["bytes"]
     for c in report.captures[:FILES_SHOWN]:
         lines.append(f"  rank {c['rank']} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
     if len(report.captures) > FILES_SHOWN:
         lines.append(f"  ... and {len(report.captures) - FILES_SHOWN} more captures (--json lists all)")
     if report.captures:
-        lines.append("  per role: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_role.items(), key=lambda i: role_index(i[0]))))
+        shared = any(len(c.get("roles") or []) > 1 for c in report.captures)
+        if by_role:
+            lines.append("  per role: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_role.items(), key=lambda i: role_index(i[0])))
+                         + (" (discrete captures; end-to-end ones hold several roles)" if shared else ""))
+        else:
+            lines.append("  per role: each capture holds every role of its process (end-to-end); discrete mode gives bytes per role")
         lines.append("  per rank: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_rank.items())))
     skipped: dict[tuple, list[int]] = {}
     for s in report.budget_skipped:

@@ -266,6 +266,23 @@ REQUIRED = {
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 
 
+def _capture_sizes(captures: Sequence[dict[str, Any]], artifacts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each capture as its ``capture`` record gives it, with ``bytes`` what its files hold on disk now (their
+    settled sizes: a trace compressed in the background is smaller than the export its capture counted as
+    it closed, which stays as ``bytes_at_close``, what the budget went by)."""
+    on_disk: dict[tuple, int] = {}
+    for a in artifacts:
+        key = (a.get("rank"), a.get("host"), a.get("pid"), a.get("capture"))
+        on_disk[key] = on_disk.get(key, 0) + (a.get("size") or 0)
+    sized = []
+    for r in captures:
+        row = _plain(r, "rank", "host", "pid", "capture", "step", "roles", "region", "bytes")
+        row["bytes_at_close"] = row["bytes"]
+        row["bytes"] = on_disk.get((r["rank"], r.get("host"), r.get("pid"), r["capture"]), row["bytes"])
+        sized.append(row)
+    return sized
+
+
 def usable(record: dict[str, Any]) -> bool:
     """A record the report can use: a known type with its required fields (a manifest edited by hand
     or cut short must not break the report), or a timing record the anatomy accepts."""
@@ -324,8 +341,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         worker_failures=[_plain(r, "worker", "worker_rank", "call", "step", "kind", "error") for r in by_type.get(FAILURE_RECORD, [])],
         skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason", "by", "budget",
                         "limit_bytes", "measured_bytes") for r in skips],
-        captures=[_plain(r, "rank", "host", "pid", "capture", "step", "roles", "region", "bytes")
-                  for r in by_type.get("capture", [])],
+        captures=_capture_sizes(by_type.get("capture", []), artifacts),
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
