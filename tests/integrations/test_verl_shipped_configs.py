@@ -170,3 +170,24 @@ def test_drop_in_worker_construction_accepts_it(name, verl_generated_config, tmp
         for profiler in made:  # a failed assertion must not leave live profilers (exit handlers) to later tests
             profiler.finalize()
     assert len(made) == 2 * WORLD
+
+
+def test_rollout_ranks_inherited_from_the_actor_are_left_out_past_the_replicas_with_a_warning(
+        verl_generated_config, caplog):
+    """verl's generated config writes rollout's ranks as the actor's (``${oc.select:...}``): verl's discrete NPU
+    script sets actor ranks ``[1, 2]`` on 8 GPUs with rollout tp=4, 2 replicas. Read as replica ranks, 2 is past
+    them: left out with one warning naming what to write, not refused (the user wrote no rollout rank)."""
+    import logging
+
+    from rlprof import notices
+
+    notices.forget()
+    overrides = [*SHIPPED["run_qwen3_8b_npu_profile_discrete.sh"], "actor_rollout_ref.rollout.tensor_model_parallel_size=4"]
+    overrides = [o.replace("PROFILE", "/tmp/rlprof-unused") for o in overrides]
+    with caplog.at_level(logging.WARNING, logger="rlprof"):
+        result = check_config(verl_generated_config, overrides, world_size=8, validate_backends=False)
+    said = [r.getMessage() for r in caplog.records if "follows actor's profiler section" in r.getMessage()]
+    assert len(said) == 1 and "Write actor_rollout_ref.rollout.profiler.ranks" in said[0], said
+    assert "global rank 2 is held by replica 0" in said[0]
+    rollout = {c.first: c.plan.roles["rollout"].selected for c in result.classes if "rollout" in c.plan.roles}
+    assert rollout.get(1) is True and not rollout.get(0)

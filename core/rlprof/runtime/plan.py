@@ -22,12 +22,14 @@ Rules (one place, one rule each):
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Mapping, Sequence
 
 from rlprof.config.schema import EVERY_RANK_TOOLS, ROLES, ProfilerConfig, RoleConfig
 from rlprof.errors import ConfigError
+from rlprof.notices import say_once
 from rlprof.config.schedule import Schedule
 
 
@@ -138,6 +140,8 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
     a rank read as a global GPU rank, the likeliest mistake (:func:`replicas_holding`)."""
     if not cfg.enable:
         return False, "enable=false"
+    if cfg.follows and counts != "rank" and cfg.ranks and cfg.ranks[-1] >= world:
+        cfg = _inherited_within(cfg, world, counts, gpus_per_replica)
     if cfg.ranks and cfg.ranks[-1] >= world:  # ranks are sorted (rlprof.config.values.parse_ranks)
         bad = cfg.ranks[bisect.bisect_left(cfg.ranks, world)]
         shown = _shown_ranks(cfg.ranks)
@@ -155,6 +159,21 @@ def role_selected(cfg: RoleConfig, rank: int, world: int, *, counts: str = "rank
     if i < len(cfg.ranks) and cfg.ranks[i] == rank:
         return True, f"{counts} {rank} in ranks={_shown_ranks(cfg.ranks)}"
     return False, f"{counts} {rank} not in ranks={_shown_ranks(cfg.ranks)}"
+
+
+def _inherited_within(cfg: RoleConfig, world: int, counts: str, gpus_per_replica: int | None) -> RoleConfig:
+    """A rollout section nobody wrote follows the actor's, whose ``ranks`` the user wrote as global ranks
+    (verl's own shipped scripts do: actor ranks ``[1, 2]`` on 2 replicas of 4 GPUs). Read as replica ranks,
+    those past the replicas are left out with one warning saying what to write, not refused: the user
+    never wrote a rollout rank. A rollout section the user wrote is held to its word (an error)."""
+    kept = tuple(r for r in cfg.ranks if r < world)
+    left = [r for r in cfg.ranks if r >= world]
+    hint = replicas_holding(cfg.ranks, left[0], world, gpus_per_replica) if gpus_per_replica else ""
+    say_once(f"plan: {cfg.key_path} inherits ranks", logging.getLogger("rlprof"),
+             "rlprof: %s follows %s's profiler section; its ranks %s count %ss there, and %s %s past the %d "
+             "there are is left out%s. Write %s.ranks to choose them", cfg.key_path, cfg.follows,
+             _shown_ranks(cfg.ranks), counts, counts, _shown_ranks(tuple(left)), world, hint, cfg.key_path)
+    return replace(cfg, ranks=kept)
 
 
 def replicas_holding(ranks: tuple[int, ...], bad: int, replicas: int, gpus_per_replica: int) -> str:
@@ -210,6 +229,11 @@ def resolve_plan(
                 "replica rank",
                 config.gpus_per_replica,
             )
+            actor = config.roles["actor"]
+            if not cfg.follows and cfg.ranks and cfg.ranks == actor.ranks:
+                # verl's own config writes rollout's ranks as ${oc.select:...actor.profiler.ranks}: the actor's
+                # global ranks, reaching rollout unwritten (its shipped scripts rely on it)
+                cfg = replace(cfg, follows="actor")
         else:
             r, w, counts, gpus = rank, world_size, "rank", None
         selected, reason = role_selected(cfg, r, w, counts=counts, gpus_per_replica=gpus)
