@@ -256,7 +256,7 @@ REQUIRED = {
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
     "capture": {"rank": int, "capture": str, "bytes": int},
-    "unprofiled_steps": {"rank": int, "steps": list, "start_ns": list, "end_ns": list},
+    "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},  # rank None: the Ray controller's
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
     NODE_RECORD: {"node_run_dir": str},
