@@ -72,3 +72,20 @@ def test_no_warning_when_profiling_is_cheap(save_path, monkeypatch):
     (report,) = build_reports([save_path])
     assert [s.profiling_ms for s in report.cost.steps] == [0.0, 0.0]
     assert "warning: profiling took" not in render(report)
+
+
+def test_a_replicas_background_export_is_not_the_steps_cost():
+    """A rollout replica writes its trace while the actor updates: the trainer does not wait for it, so
+    it is no part of the step's cost; only a wait on it (``profiling_wait``) is. The demo with
+    ``--rollout vllm`` reported 92% of each profiled step as writing, most of it that export (seen)."""
+    from rlprof.analysis.cost import profiling_cost
+
+    ms = 1_000_000
+    trainer = [{"type": "step", "_manifest": "rank0", "step": 2, "start_ns": 0, "end_ns": 100 * ms, "closed_ns": 120 * ms}]
+    replica = [  # generate 10-30 ms; the export runs in the background until 300 ms, the replica's step ends then
+        {"type": "step", "_manifest": "replica0", "step": 2, "start_ns": 5 * ms, "end_ns": 300 * ms, "closed_ns": 300 * ms},
+        {"type": "region", "_manifest": "replica0", "step": 2, "start_ns": 10 * ms, "end_ns": 30 * ms, "closed_ns": 300 * ms},
+        {"type": "profiling_wait", "_manifest": "replica0", "step": 2, "start_ns": 0, "end_ns": 7 * ms},
+    ]
+    (step,) = profiling_cost([*trainer, *replica], background={"replica0"}).steps
+    assert (step.total_ms, step.writing_ms, step.waits_ms) == (120.0, 20.0, 7.0)  # the trainer's export and the wait

@@ -11,7 +11,9 @@ Profiling's cost in a profiled step is everything the step waited for because it
   ``end_ns - start_ns``, counted in the step it names.
 
 A profiled step's whole time runs from its first start to the last moment any process was done with it
-(its ``closed_ns`` when captures were written after its end). Unprofiled steps (``unprofiled_steps``
+(its ``closed_ns`` when captures were written after its end). A rollout replica's export is not
+writing: the replica writes while the actor updates, and the trainer pays only what it waits for it (a
+``profiling_wait`` record). Unprofiled steps (``unprofiled_steps``
 records, written by profiling processes for the steps they did not profile) give the comparison:
 their median per process, then the median over processes, as the anatomy takes a step's time.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from rlprof.analysis.intervals import length, union
 
@@ -72,20 +74,32 @@ def is_wait(kind: Any) -> bool:
     return isinstance(kind, str) and "profiling_wait" in kind
 
 
-def profiling_cost(records: Iterable[dict[str, Any]]) -> ProfilingCost:
-    """The cost of every profiled step from a run's ``step``, ``region``, ``unprofiled_steps`` and wait records."""
+def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str] = ()) -> ProfilingCost:
+    """The cost of every profiled step from a run's ``step``, ``region``, ``unprofiled_steps`` and wait records.
+
+    ``background``: the manifests of processes that write their captures off the trainer's path (rollout
+    replicas export while the actor updates): their regions bound the step by their own time, never by the
+    export after it, and that export is no writing of the step; what the trainer waited for it is a wait record.
+    """
     window: dict[int, list[int]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
     waits: dict[int, float] = {}
     plain: dict[str, list[float]] = {}
+
+    def spans(step: int, start: int, end: int) -> None:
+        span = window.setdefault(step, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+
     for r in records:
         kind = r.get("type")
+        if kind in ("step", "region") and r.get("_manifest") in background:
+            if kind == "region":
+                spans(r["step"], r["start_ns"], r["end_ns"])
+            continue
         if kind in ("step", "region") and (r.get("closed_ns") or 0) > r["end_ns"]:
             writing.setdefault(r["step"], []).append((r["end_ns"], r["closed_ns"]))
         if kind == "step":
-            ends = max(r["end_ns"], r.get("closed_ns") or 0)
-            span = window.setdefault(r["step"], [r["start_ns"], ends])
-            span[0], span[1] = min(span[0], r["start_ns"]), max(span[1], ends)
+            spans(r["step"], r["start_ns"], max(r["end_ns"], r.get("closed_ns") or 0))
         elif kind == "unprofiled_steps":
             plain.setdefault(r.get("_manifest", ""), []).extend(
                 (end - start) / 1e6 for start, end in zip(r["start_ns"], r["end_ns"]) if isinstance(end, int) and isinstance(start, int))
