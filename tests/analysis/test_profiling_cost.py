@@ -47,7 +47,7 @@ def test_each_profiled_step_shows_its_cost_beside_unprofiled_steps(save_path, mo
     assert (cost.unprofiled_ms, cost.unprofiled_count) == (100.0, 3)
     text = render(report)
     assert "step 2: 150.0 ms, of which profiling 50.0 ms (33%: writing 50.0 ms)" in text
-    assert "unprofiled steps: median 100.0 ms over 3 step records" in text
+    assert "unprofiled steps: median 100.0 ms over 3 steps" in text
     assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; more than 20%)" in text
 
 
@@ -89,3 +89,18 @@ def test_a_replicas_background_export_is_not_the_steps_cost():
     ]
     (step,) = profiling_cost([*trainer, *replica], background={"replica0"}).steps
     assert (step.total_ms, step.writing_ms, step.waits_ms) == (120.0, 20.0, 7.0)  # the trainer's export and the wait
+
+
+def test_an_unprofiled_step_is_timed_over_every_process_that_timed_it():
+    """An unprofiled step's time is taken as a profiled step's: first start to last end over the processes
+    (a Ray controller's whole step holds a replica's generate). Before, the median of each process's
+    median mixed a replica's 30 ms generate with the controller's 100 ms step (65 ms, seen)."""
+    from rlprof.analysis.cost import profiling_cost
+
+    ms = 1_000_000
+    controller = {"type": "unprofiled_steps", "_manifest": "controller", "steps": [1, 3],
+                  "start_ns": [0, 1000 * ms], "end_ns": [100 * ms, 1104 * ms]}
+    replica = {"type": "unprofiled_steps", "_manifest": "replica0", "steps": [1, 3],
+               "start_ns": [10 * ms, 1010 * ms], "end_ns": [40 * ms, 1040 * ms]}
+    cost = profiling_cost([controller, replica])
+    assert (cost.unprofiled_ms, cost.unprofiled_count) == (102.0, 2)

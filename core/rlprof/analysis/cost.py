@@ -14,8 +14,9 @@ A profiled step's whole time runs from its first start to the last moment any pr
 (its ``closed_ns`` when captures were written after its end). A rollout replica's export is not
 writing: the replica writes while the actor updates, and the trainer pays only what it waits for it (a
 ``profiling_wait`` record). Unprofiled steps (``unprofiled_steps``
-records, written by profiling processes for the steps they did not profile) give the comparison:
-their median per process, then the median over processes, as the anatomy takes a step's time.
+records, written by profiling processes and a Ray controller for the steps they did not profile) give
+the comparison: each one's time taken as a profiled step's (first start to last end over the processes
+that timed it), then their median.
 
 The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a profiled step.
 """
@@ -57,7 +58,9 @@ class StepCost:
 class ProfilingCost:
     steps: list[StepCost]
     unprofiled_ms: float | None
-    """The median unprofiled step (median over processes of each one's median); None when none was recorded."""
+    """The median unprofiled step, each step's time taken as a profiled step's is: first start to last end
+    over every process that timed it (a Ray controller's whole step, not a replica's generate alone);
+    None when none was recorded."""
     unprofiled_count: int
 
     @property
@@ -84,7 +87,7 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     window: dict[int, list[int]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
     waits: dict[int, float] = {}
-    plain: dict[str, list[float]] = {}
+    plain: dict[Any, list[int]] = {}
 
     def spans(step: int, start: int, end: int) -> None:
         span = window.setdefault(step, [start, end])
@@ -101,8 +104,10 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
         if kind == "step":
             spans(r["step"], r["start_ns"], max(r["end_ns"], r.get("closed_ns") or 0))
         elif kind == "unprofiled_steps":
-            plain.setdefault(r.get("_manifest", ""), []).extend(
-                (end - start) / 1e6 for start, end in zip(r["start_ns"], r["end_ns"]) if isinstance(end, int) and isinstance(start, int))
+            for step, start, end in zip(r["steps"], r["start_ns"], r["end_ns"]):
+                if isinstance(start, int) and isinstance(end, int):
+                    span = plain.setdefault(step, [start, end])
+                    span[0], span[1] = min(span[0], start), max(span[1], end)
         elif is_wait(kind) and isinstance(r.get("step"), int):
             ms = r.get("duration_ms")
             if not isinstance(ms, (int, float)) and isinstance(r.get("end_ns"), int) and isinstance(r.get("start_ns"), int):
@@ -111,5 +116,5 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
                 waits[r["step"]] = waits.get(r["step"], 0.0) + float(ms)
     steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
              for step, (start, end) in sorted(window.items())]
-    medians = [statistics.median(v) for v in plain.values() if v]
-    return ProfilingCost(steps, round(statistics.median(medians), 3) if medians else None, sum(map(len, plain.values())))
+    plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
+    return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms))

@@ -95,7 +95,7 @@ def _cost_lines(report: RunReport) -> list[str]:
         lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling {s.profiling_ms:.1f} ms ({_pct(s.share)}: "
                      f"writing {s.writing_ms:.1f} ms{waits})")
     if cost.unprofiled_ms is not None:
-        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} step records")
+        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps")
     else:
         lines.append("  unprofiled steps: none recorded (every step was profiled, or an rlprof that did not record them)")
     return lines
