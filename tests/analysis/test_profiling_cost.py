@@ -104,3 +104,18 @@ def test_an_unprofiled_step_is_timed_over_every_process_that_timed_it():
                "start_ns": [10 * ms, 1010 * ms], "end_ns": [40 * ms, 1040 * ms]}
     cost = profiling_cost([controller, replica])
     assert (cost.unprofiled_ms, cost.unprofiled_count) == (102.0, 2)
+
+
+def test_a_wait_paid_in_an_unprofiled_step_is_shown(save_path, monkeypatch):
+    """A replica still writing the last profiled step's trace when the next (unprofiled) step's generate
+    comes makes that step wait: profiling's cost, shown though no profiled step holds it (it was dropped)."""
+    clock = FakeClock()
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
+    run(save_path, clock)
+    (manifest,) = manifest_files([save_path])
+    with open(manifest, "a") as handle:
+        handle.write(json.dumps({"type": "profiling_wait", "run": "cost-run", "rank": 0, "host": "h", "pid": 1,
+                                 "step": 4, "duration_ms": 30.0}) + "\n")
+    (report,) = build_reports([save_path])
+    assert report.cost.unprofiled_waits == {4: 30.0}
+    assert "profiling waits paid in unprofiled steps (a replica still writing the last capture): step 4 30.0 ms" in render(report)

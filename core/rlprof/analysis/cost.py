@@ -24,7 +24,7 @@ The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a pro
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Iterable
 
 from rlprof.analysis.intervals import length, union
@@ -62,6 +62,10 @@ class ProfilingCost:
     over every process that timed it (a Ray controller's whole step, not a replica's generate alone);
     None when none was recorded."""
     unprofiled_count: int
+    unprofiled_waits: dict[int, float] = field(default_factory=dict)
+    """Waits on profiling paid in a step that was not profiled (a replica still exporting the last
+    profiled step's trace when the next ``generate`` came), ms per step: profiling's cost all the same,
+    and part of that step's time above."""
 
     @property
     def costly(self) -> list[StepCost]:
@@ -69,7 +73,8 @@ class ProfilingCost:
 
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
-                "unprofiled_count": self.unprofiled_count, "warn_share": COST_WARN_SHARE}
+                "unprofiled_count": self.unprofiled_count, "unprofiled_waits": self.unprofiled_waits,
+                "warn_share": COST_WARN_SHARE}
 
 
 def is_wait(kind: Any) -> bool:
@@ -117,4 +122,6 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
              for step, (start, end) in sorted(window.items())]
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
-    return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms))
+    paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
+    return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms),
+                         paid_unprofiled)
