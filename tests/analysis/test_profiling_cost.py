@@ -119,3 +119,16 @@ def test_a_wait_paid_in_an_unprofiled_step_is_shown(save_path, monkeypatch):
     (report,) = build_reports([save_path])
     assert report.cost.unprofiled_waits == {4: 30.0}
     assert "profiling waits paid in unprofiled steps (a replica still writing the last capture): step 4 30.0 ms" in render(report)
+
+
+def test_replicas_waited_on_at_once_cost_the_step_once():
+    """Two replicas still exporting when the step's generate comes are waited on together: the step lost
+    that time once. Summed, the demo with ``--rollout vllm`` showed profiling as 112% of a step (seen)."""
+    from rlprof.analysis.cost import profiling_cost
+
+    ms = 1_000_000
+    step = {"type": "step", "_manifest": "rank0", "step": 3, "start_ns": 0, "end_ns": 500 * ms, "closed_ns": 500 * ms}
+    waits = [{"type": "profiling_wait", "_manifest": f"replica{i}", "step": 3, "start_ns": 10 * ms, "end_ns": (320 + i) * ms,
+              "ms": 310.0 + i} for i in range(2)]
+    (cost,) = profiling_cost([step, *waits]).steps
+    assert (cost.total_ms, cost.waits_ms) == (500.0, 311.0)

@@ -7,8 +7,9 @@ Profiling's cost in a profiled step is everything the step waited for because it
   at the step's end, after the step's own window, which the anatomy's ``(writing captures)`` row leaves
   out: that is where most of a profiled step's extra time went);
 * **waits**: any timing record whose type names a wait on profiling (``profiling_wait``, e.g. a rollout
-  replica still exporting its trace when the next ``generate`` arrives): its ``duration_ms``, or
-  ``end_ns - start_ns``, counted in the step it names.
+  replica still exporting its trace when the next ``generate`` arrives), counted in the step it names:
+  the union of their ``start_ns``..``end_ns`` (replicas waited on at once cost the step once), plus the
+  ``duration_ms`` of any without those.
 
 A profiled step's whole time runs from its first start to the last moment any process was done with it
 (its ``closed_ns`` when captures were written after its end). A rollout replica's export is not
@@ -92,6 +93,8 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     window: dict[int, list[int]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
     waits: dict[int, float] = {}
+    """Per step, waits known only by their length (``duration_ms``), then the union of the timed ones."""
+    waited: dict[int, list[tuple[int, int]]] = {}
     plain: dict[Any, list[int]] = {}
 
     def spans(step: int, start: int, end: int) -> None:
@@ -114,11 +117,12 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
                     span = plain.setdefault(step, [start, end])
                     span[0], span[1] = min(span[0], start), max(span[1], end)
         elif is_wait(kind) and isinstance(r.get("step"), int):
-            ms = r.get("duration_ms")
-            if not isinstance(ms, (int, float)) and isinstance(r.get("end_ns"), int) and isinstance(r.get("start_ns"), int):
-                ms = (r["end_ns"] - r["start_ns"]) / 1e6
-            if isinstance(ms, (int, float)):
-                waits[r["step"]] = waits.get(r["step"], 0.0) + float(ms)
+            if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int):
+                waited.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"]))
+            elif isinstance(r.get("duration_ms"), (int, float)):
+                waits[r["step"]] = waits.get(r["step"], 0.0) + float(r["duration_ms"])
+    for step, intervals in waited.items():  # two replicas waited on at once: the trainer waited once
+        waits[step] = waits.get(step, 0.0) + length(union(intervals)) / 1e6
     steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
              for step, (start, end) in sorted(window.items())]
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
