@@ -196,7 +196,7 @@ class ProfilingController:
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
         if not self.profiles(step):
-            if self.config.enabled:
+            if self._profiled_steps:  # profiling is on (a set built from config.enabled, not re-read each step)
                 self._unprofiled = (step, self.clock_ns())
             return FanOut("start_step", step)
         self._write_unprofiled_steps()
