@@ -17,9 +17,9 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
 * ``unprofiled_steps`` — steps a profiling process ran without profiling them (not selected, or left out by
-  a budget), many per record: ``steps``, ``start_ns``, ``end_ns`` (lists, one item per step); the Ray
-  controller writes one (``rank`` null) for each step it did not profile, which its workers never hear of.
-  The report puts profiled steps beside them.
+  a budget), many per record: ``steps``, ``start_ns``, ``end_ns`` (lists, one item per step). The report
+  puts profiled steps beside them. A Ray controller writes them too (``rank`` None), timed from its
+  ``start_step`` to its ``step_boundary``: its workers hear nothing of an unprofiled step.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
   ``capture`` (the first capture it was in), ``start_ns``, ``end_ns``, ``duration_ms``,

@@ -7,13 +7,17 @@ Profiling's cost in a profiled step is everything the step waited for because it
   at the step's end, after the step's own window, which the anatomy's ``(writing captures)`` row leaves
   out: that is where most of a profiled step's extra time went);
 * **waits**: any timing record whose type names a wait on profiling (``profiling_wait``, e.g. a rollout
-  replica still exporting its trace when the next ``generate`` arrives): its ``duration_ms``, or
-  ``end_ns - start_ns``, counted in the step it names.
+  replica still exporting its trace when the next ``generate`` arrives), counted in the step it names:
+  the union of their ``start_ns``..``end_ns`` (replicas waited on at once cost the step once), plus the
+  ``duration_ms`` of any without those.
 
 A profiled step's whole time runs from its first start to the last moment any process was done with it
-(its ``closed_ns`` when captures were written after its end). Unprofiled steps (``unprofiled_steps``
-records, written by profiling processes for the steps they did not profile) give the comparison:
-their median per process, then the median over processes, as the anatomy takes a step's time.
+(its ``closed_ns`` when captures were written after its end). A rollout replica's export is not
+writing: the replica writes while the actor updates, and the trainer pays only what it waits for it (a
+``profiling_wait`` record). Unprofiled steps (``unprofiled_steps``
+records, written by profiling processes and a Ray controller for the steps they did not profile) give
+the comparison: each one's time taken as a profiled step's (first start to last end over the processes
+that timed it), then their median.
 
 The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a profiled step.
 """
@@ -21,8 +25,8 @@ The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a pro
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Collection, Iterable
 
 from rlprof.analysis.intervals import length, union
 
@@ -55,8 +59,14 @@ class StepCost:
 class ProfilingCost:
     steps: list[StepCost]
     unprofiled_ms: float | None
-    """The median unprofiled step (median over processes of each one's median); None when none was recorded."""
+    """The median unprofiled step, each step's time taken as a profiled step's is: first start to last end
+    over every process that timed it (a Ray controller's whole step, not a replica's generate alone);
+    None when none was recorded."""
     unprofiled_count: int
+    unprofiled_waits: dict[int, float] = field(default_factory=dict)
+    """Waits on profiling paid in a step that was not profiled (a replica still exporting the last
+    profiled step's trace when the next ``generate`` came), ms per step: profiling's cost all the same,
+    and part of that step's time above."""
 
     @property
     def costly(self) -> list[StepCost]:
@@ -64,7 +74,8 @@ class ProfilingCost:
 
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
-                "unprofiled_count": self.unprofiled_count, "warn_share": COST_WARN_SHARE}
+                "unprofiled_count": self.unprofiled_count, "unprofiled_waits": self.unprofiled_waits,
+                "warn_share": COST_WARN_SHARE}
 
 
 def is_wait(kind: Any) -> bool:
@@ -72,30 +83,49 @@ def is_wait(kind: Any) -> bool:
     return isinstance(kind, str) and "profiling_wait" in kind
 
 
-def profiling_cost(records: Iterable[dict[str, Any]]) -> ProfilingCost:
-    """The cost of every profiled step from a run's ``step``, ``region``, ``unprofiled_steps`` and wait records."""
+def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str] = ()) -> ProfilingCost:
+    """The cost of every profiled step from a run's ``step``, ``region``, ``unprofiled_steps`` and wait records.
+
+    ``background``: the manifests of processes that write their captures off the trainer's path (rollout
+    replicas export while the actor updates): their regions bound the step by their own time, never by the
+    export after it, and that export is no writing of the step; what the trainer waited for it is a wait record.
+    """
     window: dict[int, list[int]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
     waits: dict[int, float] = {}
-    plain: dict[str, list[float]] = {}
+    """Per step, waits known only by their length (``duration_ms``), then the union of the timed ones."""
+    waited: dict[int, list[tuple[int, int]]] = {}
+    plain: dict[Any, list[int]] = {}
+
+    def spans(step: int, start: int, end: int) -> None:
+        span = window.setdefault(step, [start, end])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+
     for r in records:
         kind = r.get("type")
+        if kind in ("step", "region") and r.get("_manifest") in background:
+            if kind == "region":
+                spans(r["step"], r["start_ns"], r["end_ns"])
+            continue
         if kind in ("step", "region") and (r.get("closed_ns") or 0) > r["end_ns"]:
             writing.setdefault(r["step"], []).append((r["end_ns"], r["closed_ns"]))
         if kind == "step":
-            ends = max(r["end_ns"], r.get("closed_ns") or 0)
-            span = window.setdefault(r["step"], [r["start_ns"], ends])
-            span[0], span[1] = min(span[0], r["start_ns"]), max(span[1], ends)
+            spans(r["step"], r["start_ns"], max(r["end_ns"], r.get("closed_ns") or 0))
         elif kind == "unprofiled_steps":
-            plain.setdefault(r.get("_manifest", ""), []).extend(
-                (end - start) / 1e6 for start, end in zip(r["start_ns"], r["end_ns"]) if isinstance(end, int) and isinstance(start, int))
+            for step, start, end in zip(r["steps"], r["start_ns"], r["end_ns"]):
+                if isinstance(start, int) and isinstance(end, int):
+                    span = plain.setdefault(step, [start, end])
+                    span[0], span[1] = min(span[0], start), max(span[1], end)
         elif is_wait(kind) and isinstance(r.get("step"), int):
-            ms = r.get("duration_ms")
-            if not isinstance(ms, (int, float)) and isinstance(r.get("end_ns"), int) and isinstance(r.get("start_ns"), int):
-                ms = (r["end_ns"] - r["start_ns"]) / 1e6
-            if isinstance(ms, (int, float)):
-                waits[r["step"]] = waits.get(r["step"], 0.0) + float(ms)
+            if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int):
+                waited.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"]))
+            elif isinstance(r.get("duration_ms"), (int, float)):
+                waits[r["step"]] = waits.get(r["step"], 0.0) + float(r["duration_ms"])
+    for step, intervals in waited.items():  # two replicas waited on at once: the trainer waited once
+        waits[step] = waits.get(step, 0.0) + length(union(intervals)) / 1e6
     steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
              for step, (start, end) in sorted(window.items())]
-    medians = [statistics.median(v) for v in plain.values() if v]
-    return ProfilingCost(steps, round(statistics.median(medians), 3) if medians else None, sum(map(len, plain.values())))
+    plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
+    paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
+    return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms),
+                         paid_unprofiled)

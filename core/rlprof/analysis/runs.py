@@ -256,7 +256,7 @@ REQUIRED = {
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
     "capture": {"rank": int, "capture": str, "bytes": int},
-    "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},
+    "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},  # rank None: the Ray controller's
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
     NODE_RECORD: {"node_run_dir": str},
@@ -326,7 +326,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     cells = _cells(artifacts, regions, replicas)
     anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True)
     waits = [r for kind, rs in by_type.items() if is_wait(kind) for r in rs]
-    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits])
+    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits],
+                          background={p.manifest for p in ordered if p.replica_rank is not None})
     return RunReport(
         run_id=run_id,
         run_dirs=sorted(run_dirs),

@@ -55,7 +55,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.integrations.gather import Destination, Gathered, gather_traces
@@ -68,6 +68,7 @@ from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, plain_steps_record, short_node
 from rlprof.runtime.run_id import run_id_for
+from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HYBRID_ENGINE_STAGES", "FanOut", "ProfiledWorker", "ProfilerArgs",
            "ProfilingController", "WorkerFailure", "WorkerSpec", "describe_error", "worker_options"]
@@ -86,6 +87,9 @@ class ProfilingController:
     :param timeout_s: the longest any fan-out waits for a worker (``setup`` included, which also
         waits for the actors to start); may be changed between calls.
     """
+
+    clock_ns: Callable[[], int] = time.time_ns
+    """The clock unprofiled steps are timed with (the workers' records use the same one)."""
 
     def __init__(
         self,
@@ -106,10 +110,12 @@ class ProfilingController:
         """Every failure of every fan-out, in order."""
         self._step: int | None = None
         """The profiled step begun by :meth:`start_step` and not ended yet (None: none is open)."""
-        self._plain: tuple[int, int] | None = None
-        """An unprofiled step begun and not ended, ``(step, start_ns)``: the workers hear nothing of it, so its
-        wall time is this controller's ``unprofiled_steps`` record, which the report sets beside the
-        profiled steps (what profiling cost them). Two clock reads and one driver-side line a step."""
+        self._unprofiled: tuple[int, int] | None = None
+        """The unprofiled step begun by :meth:`start_step` and when (None: none is open). The workers
+        hear nothing of it, so the controller times it: two clock reads a step."""
+        self._unprofiled_steps: list[tuple[int, int, int]] = []
+        """Unprofiled steps not written yet, ``(step, start_ns, end_ns)``: one ``unprofiled_steps`` record
+        at the next profiled step, at ``finalize``, or every :data:`PLAIN_STEPS_BUFFERED` steps."""
         self._manifest = None
         self._lost_nodes: set[str] = set()
         """Ray nodes found gone (said once each); which workers ran where is in :attr:`infos`."""
@@ -185,14 +191,15 @@ class ProfilingController:
         return Path(self.config.global_.save_path).absolute() / self.run_id
 
     def start_step(self, step: int) -> FanOut:
-        """Step ``step`` begins; a no-op (no remote call) unless it is profiled."""
-        if self._step is not None:
+        """Step ``step`` begins; no remote call unless it is profiled (an unprofiled step is only timed,
+        so the report can put the profiled steps beside it)."""
+        if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
-        self._end_plain()
         if not self.profiles(step):
-            if self.config.enabled:
-                self._plain = (step, time.time_ns())
+            if self._profiled_steps:  # profiling is on (a set built from config.enabled, not re-read each step)
+                self._unprofiled = (step, self.clock_ns())
             return FanOut("start_step", step)
+        self._write_unprofiled_steps()
         self._step = step
         return self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
 
@@ -200,7 +207,7 @@ class ProfilingController:
         """The step begun by :meth:`start_step` ends (captures close, traces are written)."""
         step, self._step = self._step, None
         if step is None:
-            self._end_plain()
+            self._end_unprofiled_step()
             return FanOut("step_boundary", None)
         result = self._fan_out("step_boundary", step,
                                lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
@@ -208,16 +215,11 @@ class ProfilingController:
             self._hooks.start(self._workers)
         return result
 
-    def _end_plain(self) -> None:
-        plain, self._plain = self._plain, None
-        if plain is not None:
-            self.write("unprofiled_steps", **plain_steps_record([(*plain, time.time_ns())]))
-
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
-        if self._step is not None:
+        if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
-        self._end_plain()
+        self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
         self._hooks.wait(self._workers, self.timeout_s)
@@ -270,6 +272,21 @@ class ProfilingController:
         g = self.config.global_
         return Destination(run_dir=self.run_dir, timeout_s=self.timeout_s, budget_gb=g.gather_budget_gb,
                            delete_local=g.gather_delete_local, write=self.write)
+
+    def _end_unprofiled_step(self) -> None:
+        """The unprofiled step in progress (if any) ended now."""
+        if self._unprofiled is None:
+            return
+        (step, start_ns), self._unprofiled = self._unprofiled, None
+        self._unprofiled_steps.append((step, start_ns, self.clock_ns()))
+        if len(self._unprofiled_steps) >= PLAIN_STEPS_BUFFERED:
+            self._write_unprofiled_steps()
+
+    def _write_unprofiled_steps(self) -> None:
+        """The unprofiled steps timed so far, as one ``unprofiled_steps`` record of the controller's manifest."""
+        plain, self._unprofiled_steps = self._unprofiled_steps, []
+        if plain:
+            self.write("unprofiled_steps", **plain_steps_record(plain))
 
     def _fan_out(self, call: str, step: int | None, submit) -> FanOut:
         result = self._workers.fan_out(call, step, submit, self._received, self.timeout_s)
