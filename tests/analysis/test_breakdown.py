@@ -112,3 +112,20 @@ def test_a_trace_alone_has_no_wait_figures():
     rows = split(trace)
     apportion_waits([(trace, rows)])
     assert rows[0].communication_wait_ms is None
+
+
+def test_the_last_rank_to_arrive_waits_for_nobody_whatever_its_clock():
+    """Each trace's times are relative to its own first event, with ``clock_ms`` (epoch ms) added back to
+    compare ranks. The last rank's own start, shifted to that clock and back, can come back a rounding
+    error later than itself: that must not be a wait, let alone a wait for itself."""
+    from rlprof.analysis.breakdown import Collective, TraceEvents, _waits
+
+    early = TraceEvents(path="a", rank=0, device="cpu", group="g", clock_ms=1795636077134.3643 - 100)
+    late = TraceEvents(path="b", rank=1, device="cpu", group="g", clock_ms=1795636077134.3643)
+    early.collectives = [Collective("gloo:all_reduce", 0, 10.123456789, 600.0, None)]
+    late.collectives = [Collective("gloo:all_reduce", 0, 84.74337369372327, 90.0, None)]  # (s + c) - c > s here
+    waits_early, waits_late = _waits([early, late])
+    assert waits_late == []
+    [wait] = waits_early
+    assert wait.late_rank == 1
+    assert (wait.start, wait.end) == pytest.approx((10.123456789, 184.74337369372327))

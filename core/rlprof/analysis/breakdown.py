@@ -263,6 +263,8 @@ def _waits(traces: list[TraceEvents]) -> list[list[Wait]]:
         last_index, last = max(arrivals, key=lambda a: a[1].start + traces[a[0]].clock_ms)
         last_start = last.start + traces[last_index].clock_ms
         for index, call in arrivals:
+            if index == last_index:  # the last to arrive waits for nobody (its own start, shifted to the shared
+                continue             # clock and back, can come back a rounding error later: a wait for itself)
             until = min(call.end, last_start - traces[index].clock_ms)
             if until > call.start:
                 waits[index].append(Wait(call.start, until, call.launch, traces[last_index].rank, call.name))
