@@ -26,7 +26,7 @@ def test_rlprof_run_returns_profiler_artifacts_and_manifest(rlprof_run, rlprof_r
     run = rlprof_run(rlprof_recorder, name="recorder", mode="discrete", steps=(2,), roles=("ref", "actor"))
     assert run.profiler.plan.discrete and run.backend is rlprof_recorder
     assert [a["capture"] for a in run.artifacts] == ["step2.ref_compute_log_prob", "step2.actor_update"]
-    assert {r["type"] for r in run.records} == {"process", "artifact", "step", "region", "finalized", "skip"}  # the kit's recorder says it writes nothing
+    assert {r["type"] for r in run.records} == {"process", "artifact", "step", "region", "finalized", "skip", "capture", "unprofiled_steps"}  # the kit's recorder says it writes nothing
     assert all(path.is_file() for path in run.artifact_paths())
     assert run.errors == [] and run.raised is None
 

@@ -120,6 +120,9 @@ def start_ray(num_cpus: int) -> None:
     * The token-authentication notice is informational (Ray secured its own local cluster): its
       logger is raised to ERROR while ``ray.init`` runs, token authentication itself stays on.
     * ``logging_level=WARNING`` drops Ray's INFO start-up lines.
+    * ``address="local"``: a cluster of its own. Without it Ray joins a cluster it finds on the host (one
+      started with ``ray start``, another job's), where ``num_cpus`` is refused and the demo's workers
+      would share someone else's machine.
     """
     import ray
 
@@ -127,7 +130,7 @@ def start_ray(num_cpus: int) -> None:
     level = notice.level
     notice.setLevel(logging.ERROR)
     try:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     finally:
         notice.setLevel(level)
 
