@@ -137,8 +137,8 @@ def test_the_verl_driver_waits_for_the_run_id_it_exported(monkeypatch):
     """Outside Ray the only id a process of the run can have is ``RLPROF_RUN_ID``, spelled as its directory."""
     from rlprof.runtime.run_id import export_run_id, possible_run_ids
 
-    monkeypatch.delenv("RLPROF_RUN_ID", raising=False)
-    exported = export_run_id()
+    monkeypatch.setenv("RLPROF_RUN_ID", "")  # empty counts as unset; monkeypatch then restores the variable's absence,
+    exported = export_run_id()               # where delenv of an absent one recorded nothing and the id leaked on
     assert possible_run_ids() == [exported] and export_run_id() == exported  # set once, then kept
     monkeypatch.setenv("RLPROF_RUN_ID", "a run")
     assert possible_run_ids() == ["a_run"]
