@@ -104,7 +104,9 @@ def test_rlprof_demo_on_ray_with_pyspy_ends_with_verdict_ok_and_pyspy_hints(pysp
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
     assert "rlprof demo: ok" in out and "ok: every profiled step x role x rank produced output" in out
     assert "py-spy profiles (.speedscope.json): open in https://www.speedscope.app" in out
-    assert "skipped:" not in out and "warning:" not in out, out[-4000:]  # py-spy attached before every region began
+    said = [line for line in out.splitlines() if ("skipped:" in line or "warning:" in line)
+            and "warning: profiling took" not in line]  # the verdict's cost warning is the core's, not the backend's
+    assert not said, out[-4000:]  # py-spy attached before every region began
     assert ".pt.trace.json.gz" not in out and "--with-traces" not in out  # no torch hints for a pyspy-only run
     [report] = build_reports([save])
     profiles = [f for f in report.files if f.path.endswith(".speedscope.json")]
