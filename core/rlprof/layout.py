@@ -84,7 +84,7 @@ def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid:
     return run_dir / f"{capture_id}{os.sep}{process_tag(rank, host, pid)}"  # one Path operation, not two
 
 
-_PROCESS_TAG = re.compile(r"rank(\d+)-.+-\d+$")
+_PROCESS_TAG = re.compile(r"rank(\d+)-(.+)-\d+$")
 
 
 def process_of(path: Path) -> tuple[int, Path] | None:
@@ -95,6 +95,16 @@ def process_of(path: Path) -> tuple[int, Path] | None:
         matched = _PROCESS_TAG.match(directory.name)
         if matched:
             return int(matched.group(1)), directory.parent
+    return None
+
+
+def host_of(path: os.PathLike | str) -> str | None:
+    """The host a file under a process's directory of this layout was written on (:func:`process_tag`),
+    or None for a file elsewhere. The analysis asks it to know which traces share one clock."""
+    for directory in Path(path).resolve().parents:
+        matched = _PROCESS_TAG.match(directory.name)
+        if matched:
+            return matched.group(2)
     return None
 
 

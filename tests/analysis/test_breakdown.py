@@ -124,7 +124,7 @@ def test_the_last_rank_to_arrive_waits_for_nobody_whatever_its_clock():
     late = TraceEvents(path="b", rank=1, device="cpu", group="g", clock_ms=1795636077134.3643)
     early.collectives = [Collective("gloo:all_reduce", 0, 10.123456789, 600.0, None)]
     late.collectives = [Collective("gloo:all_reduce", 0, 84.74337369372327, 90.0, None)]  # (s + c) - c > s here
-    waits_early, waits_late = _waits([early, late])
+    waits_early, waits_late = _waits([early, late], [early.clock_ms, late.clock_ms])
     assert waits_late == []
     [wait] = waits_early
     assert wait.late_rank == 1

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
+from rlprof.analysis.clocks import host_clocks
+from rlprof.layout import host_of
 
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 """The classes of work (stored in a byte array, one per event)."""
@@ -156,6 +158,11 @@ class Row:
     """The rank that arrived last in the collective this process waited longest for in the region."""
     waited_in: str | None = None
     """That collective's name (``c10d::allreduce_``, ``ncclDevKernel_AllReduce...``)."""
+    clock_offset_ms: float | None = None
+    """Ranks on several hosts: what was added to this trace's host clock to align it on the reference
+    host's by the collectives they share (:mod:`rlprof.analysis.clocks`); None on one host."""
+    clock_residual_ms: float | None = None
+    """How far those clocks still disagree after aligning (the waits above are good to about this)."""
 
 
 def split(trace: TraceEvents) -> list[Row]:
@@ -237,7 +244,8 @@ def apportion_waits(traces: Sequence[tuple[TraceEvents, list[Row]]]) -> None:
 
     Within a group, the ``ordinal``-th call of a collective name on each trace is one collective; on
     every rank the wait is from its own start until the last rank's call starts (wall clock: the
-    traces' ``clock_ms`` added), the transfer is the rest. A trace alone in its group gets None.
+    traces' ``clock_ms`` added, and across hosts the offset of :func:`~rlprof.analysis.clocks.host_clocks`),
+    the transfer is the rest. A trace alone in its group gets None.
     """
     groups: dict[str, list[tuple[TraceEvents, list[Row]]]] = defaultdict(list)
     for trace, rows in traces:
@@ -245,13 +253,19 @@ def apportion_waits(traces: Sequence[tuple[TraceEvents, list[Row]]]) -> None:
     for members in groups.values():
         if len(members) < 2:
             continue
-        waits = _waits([trace for trace, _ in members])
-        for (trace, rows), parts in zip(members, waits):
+        group = [trace for trace, _ in members]
+        hosts = [host_of(trace.path) for trace in group]
+        clocks = host_clocks(group, hosts=hosts)
+        aligned = [clocks[host or ""] if clocks else None for host in hosts]
+        waits = _waits(group, [trace.clock_ms + (clock.offset_ms if clock else 0.0) for trace, clock in zip(group, aligned)])
+        for (trace, rows), parts, clock in zip(members, waits, aligned):
             for row in rows:
                 _fill_wait(trace, row, parts)
+                if clock is not None:
+                    row.clock_offset_ms, row.clock_residual_ms = clock.offset_ms, clock.residual_ms
 
 
-def _waits(traces: list[TraceEvents]) -> list[list[Wait]]:
+def _waits(traces: list[TraceEvents], clock_ms: list[float]) -> list[list[Wait]]:
     calls: dict[tuple[str, int], list[tuple[int, Collective]]] = defaultdict(list)
     for index, trace in enumerate(traces):
         for call in trace.collectives:
@@ -260,12 +274,12 @@ def _waits(traces: list[TraceEvents]) -> list[list[Wait]]:
     for arrivals in calls.values():
         if len(arrivals) < 2:
             continue
-        last_index, last = max(arrivals, key=lambda a: a[1].start + traces[a[0]].clock_ms)
-        last_start = last.start + traces[last_index].clock_ms
+        last_index, last = max(arrivals, key=lambda a: a[1].start + clock_ms[a[0]])
+        last_start = last.start + clock_ms[last_index]
         for index, call in arrivals:
             if index == last_index:  # the last to arrive waits for nobody (its own start, shifted to the shared
                 continue             # clock and back, can come back a rounding error later: a wait for itself)
-            until = min(call.end, last_start - traces[index].clock_ms)
+            until = min(call.end, last_start - clock_ms[index])
             if until > call.start:
                 waits[index].append(Wait(call.start, until, call.launch, traces[last_index].rank, call.name))
     return waits
