@@ -7,10 +7,14 @@ what the traces hold; tests/cli/test_demo.py checks the same on real demo runs."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.breakdown import Row
+from rlprof.analysis.breakdown import Row, TraceEvents
+from rlprof.analysis.breakdown_files import CACHE_VERSION, FileRows, rows_document
+from rlprof.analysis.inside import add_inside
+from rlprof.layout import shipped_rows_path
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import inside_of, moved
 from rlprof.analysis.report import build_reports, main, render
@@ -106,3 +110,39 @@ def test_report_reads_no_trace_with_no_traces_and_says_one_line_per_unreadable_o
     assert main([str(tmp_path), "--json", "--no-details", "--no-traces"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["runs"][0]["inside"] is None and captured.err == ""
+
+
+def ship_rows(report, rows, size_of=lambda f: f.size):
+    """What a Ray controller holds for traces left on their nodes: each trace's rows file under its run
+    directory (rlprof.integrations.node_rows); the traces themselves are removed here."""
+    run_dir = Path(report.run_dirs[0])
+    for f in report.files:
+        mine = [r for r in rows if r.path == f.path]
+        document = rows_document(FileRows(TraceEvents(path=f.path, rank=f.rank, device="cpu"), mine),
+                                 {"size": size_of(f), "mtime_ns": 1, "version": CACHE_VERSION})
+        target = shipped_rows_path(run_dir, f.node, f.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document))
+        Path(f.path).unlink()
+
+
+def test_the_split_comes_from_rows_shipped_by_the_nodes_when_the_traces_are_not_here(tmp_path):
+    report = report_with_slow_rank(tmp_path)
+    rows, _, ms = rows_for(report, waited=0.0)
+    ship_rows(report, rows)
+    [report] = build_reports([tmp_path])
+    assert not any(f.exists for f in report.files)
+    add_inside([report], workers=1)
+    assert [(s.region, s.name, round(s.compute_ms, 6)) for s in report.inside.splits] == \
+        [("actor_update", "rank 0", round(0.7 * ms[0], 6)), ("actor_update", "rank 1", round(0.7 * ms[0], 6))]
+    assert report.inside.errors == []
+
+
+def test_shipped_rows_of_a_trace_of_another_size_are_never_used(tmp_path):
+    """The manifest says how big each trace was; rows made from a file of another size are stale."""
+    report = report_with_slow_rank(tmp_path)
+    rows, _, _ = rows_for(report, waited=0.0)
+    ship_rows(report, rows, size_of=lambda f: f.size + 1)
+    [report] = build_reports([tmp_path])
+    add_inside([report], workers=1)
+    assert report.inside is None

@@ -7,7 +7,9 @@ which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_
 cannot be read costs one line naming it and the reason; every other file is still reported.
 
 The rows of a file are cached in ``<file>.rlprof-breakdown.json`` beside it, keyed to the file's
-size and mtime, when its directory is writable, so a second run reads no trace.
+size and mtime, when its directory is writable, so a second run reads no trace. On a Ray run the node
+that holds a trace writes that cache, and the same bytes are shipped to the controller
+(:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rlprof import plugins
 from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
+from rlprof.layout import ROWS_SUFFIX, rows_path
 
 def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
     """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
@@ -49,7 +52,7 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
     return answers, lines
 
 
-CACHE_SUFFIX = ".rlprof-breakdown.json"
+CACHE_SUFFIX = ROWS_SUFFIX
 CACHE_VERSION = 1
 WORKERS = 2
 
@@ -97,10 +100,11 @@ def file_rows(path: str, target: str) -> FileRows:
     return result
 
 
-def breakdown(paths: Sequence[Path], workers: int = WORKERS,
-              answers: Mapping[str, TraceReader] | None = None) -> tuple[list[Row], list[tuple[str, str]]]:
-    """Rows of every file (waits matched across the files' ranks) and ``(path, reason)`` for those that
-    failed; ``answers``: the readers to use (default: every installed backend's)."""
+def breakdown(paths: Sequence[Path], workers: int = WORKERS, answers: Mapping[str, TraceReader] | None = None,
+              shipped: Sequence[FileRows] = ()) -> tuple[list[Row], list[tuple[str, str]]]:
+    """Rows of every file (waits matched across the files' ranks, ``shipped`` ones included: rows of
+    traces read on the node that holds them) and ``(path, reason)`` for those that failed;
+    ``answers``: the readers to use (default: every installed backend's)."""
     if answers is None:
         answers, _ = readers()
     jobs, errors = [], []
@@ -112,7 +116,7 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS,
             errors.append((str(path), "no installed reader for this kind of file"))
         else:
             jobs.append((str(path), target))
-    results: list[FileRows] = []
+    results: list[FileRows] = list(shipped)
     for (path, _), outcome in zip(jobs, _run(jobs, workers)):
         if isinstance(outcome, FileRows):
             results.append(outcome)
@@ -120,6 +124,18 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS,
             errors.append((path, outcome))
     apportion_waits([(result.trace, result.rows) for result in results])
     return [row for result in results for row in result.rows], errors
+
+
+def shipped(rows_file: Path, trace: str, size: int) -> FileRows | None:
+    """The rows a node shipped for ``trace`` (its path there), read from ``rows_file`` on this disk;
+    None when there are none, or they were made from a file of another size than ``size`` (the
+    manifest's record of the trace; 0: unknown) or by another version of this analysis."""
+    data = _rows_data(str(rows_file))
+    if data is None or data.get("key", {}).get("version") != CACHE_VERSION:
+        return None
+    if size and data["key"].get("size") != size:
+        return None  # the trace changed after its node read it: its rows would be stale
+    return _file_rows(data, trace)
 
 
 def _run(jobs: list[tuple[str, str]], workers: int) -> list[FileRows | str]:
@@ -156,18 +172,42 @@ def _key(path: str) -> dict[str, int]:
 
 
 def _cached(path: str) -> FileRows | None:
+    data = _rows_data(rows_path(path))
+    if data is None or data.get("key") != _key(path):
+        return None  # no cache, another version's, or the file changed since: read the trace again
+    return _file_rows(data, path)
+
+
+def _rows_data(rows_file: str) -> dict | None:
     try:
-        with open(path + CACHE_SUFFIX, encoding="utf-8") as handle:
+        with open(rows_file, encoding="utf-8") as handle:
             data = json.load(handle)
-        if data.get("key") != _key(path):
-            return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _file_rows(data: dict, path: str) -> FileRows | None:
+    """A rows file's content as the :class:`FileRows` of the trace at ``path``; None when damaged."""
+    try:
         meta = data["trace"]
         trace = TraceEvents(path=path, rank=meta["rank"], device=meta["device"], group=meta["group"],
                             clock_ms=meta["clock_ms"], collectives=[Collective(*c) for c in meta["collectives"]])
         rows = [Row(**{**row, "path": path}) for row in data["rows"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no cache, another version's, or damaged: read the trace again
+    except (KeyError, TypeError, ValueError):
+        return None
     return FileRows(trace, rows)
+
+
+def rows_document(result: FileRows, key: dict[str, int]) -> dict:
+    """A trace's rows file (the cache beside it; the same bytes travel from its node to a Ray
+    controller): ``key`` (the file's size, mtime and :data:`CACHE_VERSION`), the trace's rank, device,
+    group, clock and collective calls (for the waits across ranks), and its rows."""
+    trace = result.trace
+    return {"key": key, "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
+                                  "clock_ms": trace.clock_ms,
+                                  "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch] for c in trace.collectives]},
+            "rows": [vars(row) for row in result.rows]}
 
 
 def _store(path: str, result: FileRows) -> None:
@@ -175,17 +215,12 @@ def _store(path: str, result: FileRows) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.access(directory, os.W_OK):
         return
-    trace = result.trace
-    data = {"key": _key(path), "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
-                                          "clock_ms": trace.clock_ms,
-                                          "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch]
-                                                          for c in trace.collectives]},
-            "rows": [vars(row) for row in result.rows]}
-    temporary = f"{path}{CACHE_SUFFIX}.{os.getpid()}.tmp"
+    data = rows_document(result, _key(path))
+    temporary = f"{rows_path(path)}.{os.getpid()}.tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
-        os.replace(temporary, path + CACHE_SUFFIX)
+        os.replace(temporary, rows_path(path))
     except OSError:
         try:
             os.unlink(temporary)
