@@ -109,6 +109,8 @@ class NodeRows:
 
     def submit(self) -> None:
         """One task per node for the traces noted since the last call (returns at once)."""
+        if not self._new:
+            return
         import ray
 
         new, self._new = self._new, {}
@@ -122,10 +124,10 @@ class NodeRows:
 
     def collect(self, wait_s: float = 0.0) -> None:
         """Write the rows of the tasks done (waiting at most ``wait_s`` for the others)."""
-        import ray
-
         if not self._running:
             return
+        import ray
+
         ready, _ = ray.wait(list(self._running), num_returns=len(self._running), timeout=wait_s)
         for ref in ready:
             node, paths = self._running.pop(ref)
