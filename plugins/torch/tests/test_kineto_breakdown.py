@@ -174,6 +174,18 @@ def test_a_file_that_is_one_endless_token_is_refused_without_holding_it(tmp_path
     assert len(read_trace(str(good)).kinds) > 0  # a real trace passes the same check
 
 
+def test_address_where_no_cluster_listens_is_one_line_not_a_hang(tmp_path, capsys):
+    """ray.init retries such an address for ever (seen: 5 minutes of warnings until killed)."""
+    good = write_trace(tmp_path / "good.json", 0, steps=1)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["--address", f"127.0.0.1:{port}", str(good)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"rlprof breakdown: cannot reach a Ray cluster at 127.0.0.1:{port}: Connection refused"]
+    assert captured.out == ""
+
+
 def test_a_kineto_trace_written_on_one_line_is_read(tmp_path):
     spread = write_trace(tmp_path / "spread.json", 0, steps=2)
     one_line = tmp_path / "one_line.json"
