@@ -112,6 +112,31 @@ def test_report_reads_no_trace_with_no_traces_and_says_one_line_per_unreadable_o
     assert json.loads(captured.out)["runs"][0]["inside"] is None and captured.err == ""
 
 
+def test_a_trace_that_is_one_endless_line_costs_one_line_and_the_rest_of_the_report_stands(tmp_path, capsys):
+    """Rank 1's trace is a single 64 MB token (gzip'd): the reader stops 16 MB in, not at the end, and
+    says so in one line; rank 0's trace is still split."""
+    import gzip
+
+    generate_run(tmp_path, ranks=2, steps=(1,), trace_bytes=2 * 100)
+    [report] = build_reports([tmp_path])
+    first, second = sorted(report.files, key=lambda f: f.rank)
+    events = [{"ph": "X", "cat": "user_annotation", "name": "actor_update", "ts": 0, "dur": 20, "pid": 1, "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 2, "dur": 10, "pid": 1, "tid": 1}]
+    with gzip.open(first.path, "wt") as out:
+        json.dump({"traceEvents": events}, out)
+    with gzip.open(second.path, "wb", compresslevel=1) as out:
+        out.write(b'{"traceEvents": "')
+        for _ in range(64):
+            out.write(b"a" * (1 << 20))
+    assert main([str(tmp_path), "--json", "--no-details"]) == 0
+    captured = capsys.readouterr()
+    [run] = json.loads(captured.out)["runs"]
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"rlprof report: {second.path}: TokenTooLong: no JSON structure in the 16 MB before byte")
+    assert [(s["region"], s["rank"]) for s in run["inside"]["splits"]] == [("actor_update", 0)]
+    assert {r["rank"] for r in run["rows"]} == {0, 1}  # both ranks' timings are all there
+
+
 def ship_rows(report, rows, size_of=lambda f: f.size):
     """What a Ray controller holds for traces left on their nodes: each trace's rows file under its run
     directory (rlprof.integrations.node_rows); the traces themselves are removed here."""
