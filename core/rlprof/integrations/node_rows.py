@@ -1,7 +1,7 @@
 """Each node analyses its own traces; only their breakdown rows travel to the controller.
 
 On a Ray run whose traces stay on their nodes (``gather: none`` or ``manifests``; a node whose files the
-controller does not read where they are), ``rlprof report`` on the controller would have the region
+controller does not read where they are; with ``gather: traces`` the traces themselves come), ``rlprof report`` on the controller would have the region
 timings but no split inside them. So, as a trace becomes whole on its node (its ``artifact`` record, or
 the ``written`` one of a file written in the background, reaches the controller in a manifest batch),
 the controller's :class:`NodeRows` has that node analyse it: one Ray task per node and batch, pinned to
@@ -18,8 +18,8 @@ the node (``num_cpus=0``: it never waits for, nor takes, a CPU the trainer reser
 layers apart: integrations never import the analysis, they run its command.
 
 Nothing here fails or holds up training: tasks are submitted after a step's fan-out returned and
-collected without waiting, except at ``finalize``, which waits for the last ones at most the
-controller's ``timeout_s``; a task that fails or runs out of time is logged once, and that trace's
+collected without waiting, except at ``finalize``, which waits for the last ones only while its
+own ``timeout_s`` (counted from its start) lasts; a task that fails or runs out of time is logged once, and that trace's
 split is missing from the report (its timings are not).
 """
 

@@ -180,7 +180,8 @@ class ProfilingController:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
         if self.collector is None and self.config.enabled:
             self.collector = RunCollector(self.run_dir, current_node())
-            self.node_rows = NodeRows(self.run_dir, list(self.config.global_.tools))
+            if self.config.global_.gather != "traces":  # else the traces themselves come here
+                self.node_rows = NodeRows(self.run_dir, list(self.config.global_.tools))
         shipped = self.config.with_overrides(finish_hook_cmd=None) if self._hooks.command else self.config
         result = self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
             shipped, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
@@ -225,14 +226,15 @@ class ProfilingController:
 
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
+        began = time.monotonic()
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
         self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
         self._hooks.wait(self._workers, self.timeout_s)
-        if self.node_rows is not None:
-            self.node_rows.finish(self.timeout_s)
+        if self.node_rows is not None:  # within the finalize's own limit: what is not done by then is left out
+            self.node_rows.finish(max(0.0, self.timeout_s - (time.monotonic() - began)))
         if self.config.enabled and self.config.global_.gather == "traces":
             self.gathered = gather_traces(self.destination(),
                                           worker_sources(result.results, self._workers, self.infos, self.collector))
