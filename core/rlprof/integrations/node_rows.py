@@ -136,11 +136,14 @@ class NodeRows:
             except Exception as exc:
                 self._lost(paths, f"the analysis on node {short_node(node)} failed: {type(exc).__name__}")
                 continue
+            reasons: dict[str, list[str]] = {}
             for path, answer in answers.items():
                 if isinstance(answer, bytes):
                     self._write(node, path, answer)
                 else:
-                    self._lost([path], answer)
+                    reasons.setdefault(answer, []).append(path)
+            for reason, lost in reasons.items():
+                self._lost(lost, reason)
 
     def finish(self, timeout_s: float) -> None:
         """At ``finalize``: submit the last traces and wait for every task, at most ``timeout_s``."""
