@@ -42,6 +42,8 @@ log = logging.getLogger("rlprof")
 
 NICE = 10
 """How much lower the node's analysis runs than training (``os.nice``)."""
+_NICE_BREAKDOWN = f"import os, sys; os.nice({NICE}); from rlprof.cli import main; sys.exit(main(sys.argv[1:]))"
+"""The child lowers itself (``preexec_fn`` is unsafe in a process with threads, as a Ray worker is)."""
 CHILD_LIMIT_S = 600.0
 """The longest one node's ``rlprof breakdown`` runs (it is off the training's path; ``finalize`` waits
 for it only the controller's ``timeout_s``)."""
@@ -50,9 +52,9 @@ for it only the controller's ``timeout_s``)."""
 def analyse_here(paths: list[str], timeout_s: float) -> dict[str, bytes | str]:
     """On the node that holds ``paths`` (a Ray task): ``rlprof breakdown`` over them in a child process,
     at most ``timeout_s``; for each path the bytes of its rows file, or the reason it has none (one line)."""
-    command = [sys.executable, "-m", "rlprof.cli", "breakdown", "--json", "--workers", "1", *paths]
+    command = [sys.executable, "-c", _NICE_BREAKDOWN, "breakdown", "--json", "--workers", "1", *paths]
     try:
-        proc = subprocess.run(command, capture_output=True, timeout=timeout_s, preexec_fn=lambda: os.nice(NICE))
+        proc = subprocess.run(command, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return dict.fromkeys(paths, f"not analysed within {timeout_s:.0f} s")
     except OSError as exc:
