@@ -51,7 +51,7 @@ BUILTIN = (
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
             "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
     Command("breakdown", "inside each region of trace files: compute, exposed communication, copies, idle",
-            "PATH [PATH ...] [--json] [--steps] [--regions]", "rlprof.analysis.breakdown_files:main"),
+            "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.analysis.breakdown_files:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
             "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.analysis.compare:main"),
 )

@@ -74,10 +74,29 @@ def steps_label(steps: tuple[int, ...]) -> str:
     return f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
 
 
-MANIFEST_DIR, BUDGET_DIR = "manifest", "budget"
-CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR)
+MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR = "manifest", "budget", "breakdown"
+CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR)
 """The folders of a run directory the core writes itself, beside the captures: every process's manifest,
-and each node's count of bytes written (:mod:`rlprof.runtime.budget`). No backend writes there."""
+each node's count of bytes written (:mod:`rlprof.runtime.budget`), and on a Ray controller the breakdown
+rows its nodes shipped (:func:`shipped_rows_path`). No backend writes there."""
+
+
+ROWS_SUFFIX = ".rlprof-breakdown.json"
+"""A trace's breakdown rows, beside it (``<trace>.rlprof-breakdown.json``: the analysis's cache) and, for a
+trace on another node, under the controller's :data:`BREAKDOWN_DIR`."""
+
+
+def rows_path(trace: str) -> str:
+    """The rows of ``trace``, cached beside it (where its node analysed it, or a report read it)."""
+    return trace + ROWS_SUFFIX
+
+
+def shipped_rows_path(run_dir: Path, node: str | None, trace: str) -> Path:
+    """Where the controller's run directory keeps the rows of ``trace`` (its absolute path on Ray node
+    ``node``), shipped from that node. Named by a digest of both, so no name in a manifest can lead
+    the file outside ``run_dir``, and two nodes' equal paths stay apart."""
+    digest = hashlib.sha256(f"{node or ''}\0{trace}".encode()).hexdigest()[:24]
+    return run_dir / BREAKDOWN_DIR / f"{digest}{ROWS_SUFFIX}"
 
 
 def capture_directory(run_dir: Path, capture_id: str, rank: int, host: str, pid: int) -> Path:

@@ -7,10 +7,14 @@ what the traces hold; tests/cli/test_demo.py checks the same on real demo runs."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.breakdown import Row
+from rlprof.analysis.breakdown import Row, TraceEvents
+from rlprof.analysis.breakdown_files import CACHE_VERSION, FileRows, rows_document
+from rlprof.analysis.inside import add_inside
+from rlprof.layout import shipped_rows_path
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import inside_of, moved
 from rlprof.analysis.report import build_reports, main, render
@@ -106,3 +110,64 @@ def test_report_reads_no_trace_with_no_traces_and_says_one_line_per_unreadable_o
     assert main([str(tmp_path), "--json", "--no-details", "--no-traces"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["runs"][0]["inside"] is None and captured.err == ""
+
+
+def test_a_trace_that_is_one_endless_line_costs_one_line_and_the_rest_of_the_report_stands(tmp_path, capsys):
+    """Rank 1's trace is a single 64 MB token (gzip'd): the reader stops 16 MB in, not at the end, and
+    says so in one line; rank 0's trace is still split."""
+    import gzip
+
+    generate_run(tmp_path, ranks=2, steps=(1,), trace_bytes=2 * 100)
+    [report] = build_reports([tmp_path])
+    first, second = sorted(report.files, key=lambda f: f.rank)
+    events = [{"ph": "X", "cat": "user_annotation", "name": "actor_update", "ts": 0, "dur": 20, "pid": 1, "tid": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 2, "dur": 10, "pid": 1, "tid": 1}]
+    with gzip.open(first.path, "wt") as out:
+        json.dump({"traceEvents": events}, out)
+    with gzip.open(second.path, "wb", compresslevel=1) as out:
+        out.write(b'{"traceEvents": "')
+        for _ in range(64):
+            out.write(b"a" * (1 << 20))
+    assert main([str(tmp_path), "--json", "--no-details"]) == 0
+    captured = capsys.readouterr()
+    [run] = json.loads(captured.out)["runs"]
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"rlprof report: {second.path}: TokenTooLong: no JSON structure in the 16 MB before byte")
+    assert [(s["region"], s["rank"]) for s in run["inside"]["splits"]] == [("actor_update", 0)]
+    assert {r["rank"] for r in run["rows"]} == {0, 1}  # both ranks' timings are all there
+
+
+def ship_rows(report, rows, size_of=lambda f: f.size):
+    """What a Ray controller holds for traces left on their nodes: each trace's rows file under its run
+    directory (rlprof.integrations.node_rows); the traces themselves are removed here."""
+    run_dir = Path(report.run_dirs[0])
+    for f in report.files:
+        mine = [r for r in rows if r.path == f.path]
+        document = rows_document(FileRows(TraceEvents(path=f.path, rank=f.rank, device="cpu"), mine),
+                                 {"size": size_of(f), "mtime_ns": 1, "version": CACHE_VERSION})
+        target = shipped_rows_path(run_dir, f.node, f.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document))
+        Path(f.path).unlink()
+
+
+def test_the_split_comes_from_rows_shipped_by_the_nodes_when_the_traces_are_not_here(tmp_path):
+    report = report_with_slow_rank(tmp_path)
+    rows, _, ms = rows_for(report, waited=0.0)
+    ship_rows(report, rows)
+    [report] = build_reports([tmp_path])
+    assert not any(f.exists for f in report.files)
+    add_inside([report], workers=1)
+    assert [(s.region, s.name, round(s.compute_ms, 6)) for s in report.inside.splits] == \
+        [("actor_update", "rank 0", round(0.7 * ms[0], 6)), ("actor_update", "rank 1", round(0.7 * ms[0], 6))]
+    assert report.inside.errors == []
+
+
+def test_shipped_rows_of_a_trace_of_another_size_are_never_used(tmp_path):
+    """The manifest says how big each trace was; rows made from a file of another size are stale."""
+    report = report_with_slow_rank(tmp_path)
+    rows, _, _ = rows_for(report, waited=0.0)
+    ship_rows(report, rows, size_of=lambda f: f.size + 1)
+    [report] = build_reports([tmp_path])
+    add_inside([report], workers=1)
+    assert report.inside is None

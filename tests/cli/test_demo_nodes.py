@@ -1,6 +1,7 @@
 """``rlprof demo --nodes N``: a simulated cluster of N Ray nodes, each writing under its own root beside
 the save path; ``rlprof report <save path>`` then sees every rank, says on which node each file is,
-and still gives the timings once the nodes' roots are gone."""
+and still gives the timings, and the split inside each region, once the nodes' roots are gone: each
+node analysed its own traces and only their rows reached the controller."""
 
 import json
 import shutil
@@ -41,6 +42,14 @@ def test_demo_on_three_nodes_reports_every_rank_and_where_each_file_lives(tmp_pa
         node_of_rank = {p["rank"]: p["node"] for p in run["processes"]}
         assert f["node"] == node_of_rank[f["rank"]] and f["path"].startswith(str(node_roots)) and f["exists"]
 
+    # Each node analysed its own traces; only their rows crossed, one small file per trace.
+    shipped = sorted((save / run["run"] / "breakdown").glob("*.rlprof-breakdown.json"))
+    assert len(shipped) == 6
+    print("bytes of breakdown rows that crossed to the controller, per trace:", [p.stat().st_size for p in shipped])
+    assert all(p.stat().st_size < 64 * 1024 for p in shipped)
+    assert sorted(p.relative_to(save / run["run"]).parts[0] for p in (save / run["run"]).rglob("*") if p.is_file()) \
+        == ["breakdown"] * 6 + ["manifest"] * len(list((save / run["run"] / "manifest").iterdir()))  # no trace here
+
     shutil.rmtree(node_roots)
     after = rlprof("report", str(save))
     text = after.stdout
@@ -48,6 +57,16 @@ def test_demo_on_three_nodes_reports_every_rank_and_where_each_file_lives(tmp_pa
         assert f"rank {rank}" in text
     assert "step 1:" in text and "step 2:" in text and "actor_update" in text  # the timings survive the nodes
     assert text.count("(on node ") == 6
+    # ... and so does the split inside every region, for every rank, from the rows the nodes shipped
+    assert "inside regions (from the traces" in text, text[-3000:]
+    [run] = json.loads(rlprof("report", str(save), "--json").stdout)["runs"]
+    splits = run["inside"]["splits"]
+    regions = {(s["step"], s["region"]) for s in splits}
+    assert {"actor_update", "rollout_generate"} <= {region for _, region in regions}
+    for step, region in regions:
+        assert {s["rank"] for s in splits if (s["step"], s["region"]) == (step, region)} == {0, 1, 2}
+    assert not run["inside"]["errors"]
+    assert "inside regions" not in rlprof("report", str(save), "--no-traces").stdout
 
 
 def test_vllm_replicas_on_simulated_nodes_are_refused_before_ray_starts(tmp_path):

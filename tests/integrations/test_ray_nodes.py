@@ -11,6 +11,8 @@ import hashlib
 import json
 import logging
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -18,6 +20,7 @@ from rlprof.analysis.report import build_reports, main
 from rlprof.integrations.nodes import pinned, simulated_cluster
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
 from rlprof.testing.ray_worker import ScriptedWorker
+from test_node_rows import kineto
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("rlprof_torch")
@@ -85,6 +88,16 @@ def test_every_node_records_reach_the_controller_and_files_stay_on_their_node(cl
     text_before = main([str(tmp_path / "controller")]) == 0 and capsys.readouterr().out
     assert "3 Ray nodes" in text_before and "problems: none" in text_before
 
+    # each node read its own traces (a scripted worker's hold no ops: one reason each, no rows shipped)
+    assert sorted(controller.node_rows.failed) == sorted(f.path for f in report.files)
+    assert all(reason == "NotKineto: no device events and no host ops" for reason in controller.node_rows.failed.values())
+    # rlprof breakdown --address: a file is read on the node that holds it; only rows come back
+    trace = str(kineto(roots[1] / "elsewhere" / "rank0.pt.trace.json"))
+    by_address = breakdown_on_cluster(trace, str(roots[1] / "absent.json"))
+    answer = json.loads(by_address.stdout)
+    assert by_address.returncode == 0 and {(r["path"], r["region"]) for r in answer["rows"]} >= {(trace, "actor_update")}
+    assert answer["errors"] == [{"path": str(roots[1] / "absent.json"), "reason": "on no node of the cluster"}]
+
     for root in roots:  # the nodes' disks are gone: the timings are not
         shutil.rmtree(root / controller.run_id)
     [after] = build_reports([tmp_path / "controller"])
@@ -95,6 +108,13 @@ def test_every_node_records_reach_the_controller_and_files_stay_on_their_node(cl
     assert text.count("(on node ") == 2 * NODES and "on other nodes" in text
     for node in nodes:
         assert f"(on node {node[:8]}" in text
+
+
+def breakdown_on_cluster(*paths):
+    """``rlprof breakdown --address`` in its own process (a driver of its own, as a user runs it)."""
+    address = ray.get_runtime_context().gcs_address
+    return subprocess.run([sys.executable, "-m", "rlprof.cli", "breakdown", "--address", address, "--json", *paths],
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_gather_traces_moves_every_trace_with_a_verified_checksum(cluster, tmp_path, caplog):

@@ -1,4 +1,5 @@
-"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool, cached beside each file.
+"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
+on the nodes of a Ray cluster that hold them), cached beside each file.
 
 Each file goes to the reader of the backend that writes its format (each backend names it through the
 ``trace_reader`` hook, :func:`readers`), in a pool of
@@ -7,7 +8,9 @@ which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_
 cannot be read costs one line naming it and the reason; every other file is still reported.
 
 The rows of a file are cached in ``<file>.rlprof-breakdown.json`` beside it, keyed to the file's
-size and mtime, when its directory is writable, so a second run reads no trace.
+size and mtime, when its directory is writable, so a second run reads no trace. On a Ray run the node
+that holds a trace writes that cache, and the same bytes are shipped to the controller
+(:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import argparse
 import fnmatch
 import importlib
 import json
+import logging
 import os
+import socket
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +33,7 @@ from rlprof import plugins
 from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
+from rlprof.layout import ROWS_SUFFIX, rows_path
 
 def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
     """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
@@ -49,7 +55,7 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
     return answers, lines
 
 
-CACHE_SUFFIX = ".rlprof-breakdown.json"
+CACHE_SUFFIX = ROWS_SUFFIX
 CACHE_VERSION = 1
 WORKERS = 2
 
@@ -97,10 +103,11 @@ def file_rows(path: str, target: str) -> FileRows:
     return result
 
 
-def breakdown(paths: Sequence[Path], workers: int = WORKERS,
-              answers: Mapping[str, TraceReader] | None = None) -> tuple[list[Row], list[tuple[str, str]]]:
-    """Rows of every file (waits matched across the files' ranks) and ``(path, reason)`` for those that
-    failed; ``answers``: the readers to use (default: every installed backend's)."""
+def breakdown(paths: Sequence[Path], workers: int = WORKERS, answers: Mapping[str, TraceReader] | None = None,
+              shipped: Sequence[FileRows] = ()) -> tuple[list[Row], list[tuple[str, str]]]:
+    """Rows of every file (waits matched across the files' ranks, ``shipped`` ones included: rows of
+    traces read on the node that holds them) and ``(path, reason)`` for those that failed;
+    ``answers``: the readers to use (default: every installed backend's)."""
     if answers is None:
         answers, _ = readers()
     jobs, errors = [], []
@@ -112,7 +119,7 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS,
             errors.append((str(path), "no installed reader for this kind of file"))
         else:
             jobs.append((str(path), target))
-    results: list[FileRows] = []
+    results: list[FileRows] = list(shipped)
     for (path, _), outcome in zip(jobs, _run(jobs, workers)):
         if isinstance(outcome, FileRows):
             results.append(outcome)
@@ -120,6 +127,18 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS,
             errors.append((path, outcome))
     apportion_waits([(result.trace, result.rows) for result in results])
     return [row for result in results for row in result.rows], errors
+
+
+def shipped(rows_file: Path, trace: str, size: int) -> FileRows | None:
+    """The rows a node shipped for ``trace`` (its path there), read from ``rows_file`` on this disk;
+    None when there are none, or they were made from a file of another size than ``size`` (the
+    manifest's record of the trace; 0: unknown) or by another version of this analysis."""
+    data = _rows_data(str(rows_file))
+    if data is None or data.get("key", {}).get("version") != CACHE_VERSION:
+        return None
+    if size and data["key"].get("size") != size:
+        return None  # the trace changed after its node read it: its rows would be stale
+    return _file_rows(data, trace)
 
 
 def _run(jobs: list[tuple[str, str]], workers: int) -> list[FileRows | str]:
@@ -156,18 +175,42 @@ def _key(path: str) -> dict[str, int]:
 
 
 def _cached(path: str) -> FileRows | None:
+    data = _rows_data(rows_path(path))
+    if data is None or data.get("key") != _key(path):
+        return None  # no cache, another version's, or the file changed since: read the trace again
+    return _file_rows(data, path)
+
+
+def _rows_data(rows_file: str) -> dict | None:
     try:
-        with open(path + CACHE_SUFFIX, encoding="utf-8") as handle:
+        with open(rows_file, encoding="utf-8") as handle:
             data = json.load(handle)
-        if data.get("key") != _key(path):
-            return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _file_rows(data: dict, path: str) -> FileRows | None:
+    """A rows file's content as the :class:`FileRows` of the trace at ``path``; None when damaged."""
+    try:
         meta = data["trace"]
         trace = TraceEvents(path=path, rank=meta["rank"], device=meta["device"], group=meta["group"],
                             clock_ms=meta["clock_ms"], collectives=[Collective(*c) for c in meta["collectives"]])
         rows = [Row(**{**row, "path": path}) for row in data["rows"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no cache, another version's, or damaged: read the trace again
+    except (KeyError, TypeError, ValueError):
+        return None
     return FileRows(trace, rows)
+
+
+def rows_document(result: FileRows, key: dict[str, int]) -> dict:
+    """A trace's rows file (the cache beside it; the same bytes travel from its node to a Ray
+    controller): ``key`` (the file's size, mtime and :data:`CACHE_VERSION`), the trace's rank, device,
+    group, clock and collective calls (for the waits across ranks), and its rows."""
+    trace = result.trace
+    return {"key": key, "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
+                                  "clock_ms": trace.clock_ms,
+                                  "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch] for c in trace.collectives]},
+            "rows": [vars(row) for row in result.rows]}
 
 
 def _store(path: str, result: FileRows) -> None:
@@ -175,17 +218,12 @@ def _store(path: str, result: FileRows) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.access(directory, os.W_OK):
         return
-    trace = result.trace
-    data = {"key": _key(path), "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
-                                          "clock_ms": trace.clock_ms,
-                                          "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch]
-                                                          for c in trace.collectives]},
-            "rows": [vars(row) for row in result.rows]}
-    temporary = f"{path}{CACHE_SUFFIX}.{os.getpid()}.tmp"
+    data = rows_document(result, _key(path))
+    temporary = f"{rows_path(path)}.{os.getpid()}.tmp"
     try:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(data, handle)
-        os.replace(temporary, path + CACHE_SUFFIX)
+        os.replace(temporary, rows_path(path))
     except OSError:
         try:
             os.unlink(temporary)
@@ -217,6 +255,118 @@ def _table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+class ClusterUnreachable(RuntimeError):
+    """``--address`` names no Ray cluster this process can join (the message is the user's one line)."""
+
+
+def on_cluster(address: str, paths: Sequence[str], timeout_s: float = 600.0) -> tuple[list[Row], list[tuple[str, str]]]:
+    """``rlprof breakdown --address``: each path read on the node of a running Ray cluster that holds it
+    (a task pinned there with ``NodeAffinitySchedulingStrategy``, on no CPU a job reserved), so only its
+    rows come back; waits are then matched across every node's files here. Which node holds a path is
+    asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
+    a manifest once said. A path no node holds costs one line.
+
+    :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
+    """
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError:
+        raise ClusterUnreachable("--address needs Ray (pip install 'ray[default]')") from None
+    unreachable = _unreachable(address)
+    if unreachable:
+        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {unreachable}")
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, a bad address (ValueError), Ray's own errors
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {reason}") from None
+    try:
+        def on(node: str):
+            return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        held = dict(zip(nodes, _answers([ray.remote(_held_here).options(**on(n)).remote(list(paths)) for n in nodes],
+                                        timeout_s)))
+        where: dict[str, list[str]] = {}
+        errors = []
+        for path in paths:
+            node = next((n for n in nodes if isinstance(held[n], set) and path in held[n]), None)
+            if node is None:
+                errors.append((path, "on no node of the cluster"))
+            else:
+                where.setdefault(node, []).append(path)
+        answers = _answers([ray.remote(_read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
+    finally:
+        ray.shutdown()
+    results = []
+    for mine, answer in zip(where.values(), answers):
+        if isinstance(answer, str):
+            errors += [(path, answer) for path in mine]
+        else:
+            results += answer[0]
+            errors += answer[1]
+    apportion_waits([(result.trace, result.rows) for result in results])
+    return [row for result in results for row in result.rows], errors
+
+
+def _answers(refs: list, timeout_s: float) -> list:
+    """Each task's value, or one line saying why there is none (a node's failure costs its files only)."""
+    import ray
+
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    found = []
+    for ref in refs:
+        if ref not in ready:
+            found.append(f"no answer from its node within {timeout_s:.0f} s")
+            continue
+        try:
+            found.append(ray.get(ref))
+        except Exception as exc:
+            found.append(f"the task on its node failed: {type(exc).__name__}")
+    return found
+
+
+CONNECT_S = 5.0
+"""How long ``--address host:port`` is given to accept a connection before it is called unreachable."""
+
+
+def _unreachable(address: str) -> str | None:
+    """Why nothing listens at ``address``'s ``host:port`` (None: something does, or the address is
+    ``auto``, which Ray resolves itself and fails fast on). Asked first because ``ray.init`` retries
+    an address where nothing listens for ever, printing a warning every few seconds."""
+    host, _, port = address.rpartition("://")[2].rpartition(":")
+    if not host:
+        return None
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_S):
+            return None
+    except ValueError:
+        return f"{port!r} is not a port number"
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+
+
+def _held_here(paths: list[str]) -> set[str]:
+    """On one node: which of ``paths`` are there."""
+    return {path for path in paths if os.path.exists(path)}
+
+
+def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]]]:
+    """On the node holding ``paths``: their rows (one file at a time, from the cache beside each when it
+    is current), and the reason for each file that has none."""
+    answers, _ = readers()
+    results, errors = [], []
+    for path in trace_files(paths):
+        target = reader_for(path, answers)
+        outcome = _attempt(str(path), target) if target else "no installed reader for this kind of file"
+        if isinstance(outcome, FileRows):
+            results.append(outcome)
+        else:
+            errors.append((str(path), outcome))
+    return results, errors
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="rlprof breakdown",
@@ -227,11 +377,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", action="store_true", help="only the ProfilerStep#N rows")
     parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
     parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
+    parser.add_argument("--address", metavar="ADDR",
+                        help="a running Ray cluster (host:port, or auto): each file is read on the node that holds it, "
+                             "only its rows come back")
     args = parser.parse_args(argv)
-    answers, problems = readers()
-    for line in problems:
-        print(f"rlprof breakdown: {line}", file=sys.stderr)
-    rows, errors = breakdown(trace_files(args.paths), workers=args.workers, answers=answers)
+    if args.address:
+        try:
+            rows, errors = on_cluster(args.address, args.paths)
+        except ClusterUnreachable as exc:
+            print(f"rlprof breakdown: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    else:
+        answers, problems = readers()
+        for line in problems:
+            print(f"rlprof breakdown: {line}", file=sys.stderr)
+        rows, errors = breakdown(trace_files(args.paths), workers=args.workers, answers=answers)
     rows = _chosen(rows, args.steps, args.regions)
     for path, reason in errors:
         print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)

@@ -2,7 +2,8 @@
 from the run's own traces, joined to the manifest's regions; and who was late when a rank waited.
 
 When: ``rlprof report`` (``report --html``, ``report --json``) calls :func:`add_inside` whenever the run's
-traces are on this disk (``--no-traces`` skips it). The manifest says how long a region took on each
+traces are on this disk, or their nodes shipped their rows to the controller's run directory (a Ray
+run: :mod:`rlprof.integrations.node_rows`); ``--no-traces`` skips it. The manifest says how long a region took on each
 process; its traces say *why*. Each trace is read once by its backend's reader (the ``trace_reader``
 hook, loaded only for the backends whose files the run holds) and its rows cached beside it
 (:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
@@ -28,8 +29,9 @@ from typing import Any, Callable, Sequence
 
 from rlprof.analysis.anatomy import REPLICAS_AFTER, STRAGGLER_PCT, RankTime, process_name
 from rlprof.analysis.breakdown import Row
-from rlprof.analysis.breakdown_files import breakdown, reader_for, readers
+from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
 from rlprof.analysis.runs import File, RunReport
+from rlprof.layout import shipped_rows_path
 
 COMPONENTS = ("compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms")
 """The four parts of a region's window, in the order every listing shows them."""
@@ -142,8 +144,11 @@ def short_collective(name: str) -> str:
 
 def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER_PCT, workers: int = 2,
                warn: Callable[[str], None] | None = None) -> None:
-    """Read the reports' traces that are on this disk and a backend can read, and set ``report.inside``."""
-    wanted = {f.backend for r in reports for f in r.files if f.exists}
+    """Set ``report.inside`` from the reports' traces a backend can read: those on this disk, and
+    for those that stay on another node, the rows that node shipped to this run directory."""
+    away = {r.run_id: {f.path: rows for f in r.files if not f.exists
+                       for rows in [_shipped_rows(r, f)] if rows is not None} for r in reports}
+    wanted = {f.backend for r in reports for f in r.files if f.exists or f.path in away[r.run_id]}
     if not wanted:
         return
     answers, problems = readers(wanted)
@@ -151,16 +156,28 @@ def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER
         if warn:
             warn(f"rlprof report: {line}")
     for report in reports:
-        files = {f.path: f for f in report.files if f.exists and f.backend in answers
+        files = {f.path: f for f in report.files if (f.exists or f.path in away[report.run_id]) and f.backend in answers
                  and reader_for(Path(f.path), {f.backend: answers[f.backend]})}
         if not files:
             continue
-        rows, errors = breakdown([Path(p) for p in files], workers=workers, answers=answers)
+        here = [Path(p) for p, f in files.items() if f.exists]
+        rows, errors = breakdown(here, workers=workers, answers=answers,
+                                 shipped=[away[report.run_id][p] for p, f in files.items() if not f.exists])
         report.inside = inside_of(report, rows, files, straggler_pct)
         report.inside.errors = errors
         for path, reason in errors:
             if warn:
                 warn(f"rlprof report: {path}: {reason}")
+
+
+def _shipped_rows(report: RunReport, f: File) -> FileRows | None:
+    """The rows of a trace that is not on this disk, as its node shipped them to a run directory of
+    ``report`` (None when none did, or they are not the rows of the file the manifest lists)."""
+    for run_dir in report.run_dirs:
+        rows = shipped(shipped_rows_path(Path(run_dir), f.node, f.path), f.path, f.size)
+        if rows is not None:
+            return rows
+    return None
 
 
 def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], straggler_pct: float) -> Inside:

@@ -29,7 +29,8 @@ The whole story:
   profiled step's end and ``finalize`` carries the lines its manifest gained since, which the
   controller appends in its own run directory, so one ``rlprof report`` sees every node; a dead
   node is recorded as lost; ``gather: traces`` streams the files too (:mod:`rlprof.integrations.gather`);
-  ``finish_hook_cmd`` runs once per node.
+  ``finish_hook_cmd`` runs once per node; each node analyses the traces that stay there and only
+  their breakdown rows come here (:mod:`~rlprof.integrations.node_rows`).
 
 A run, end to end::
 
@@ -59,6 +60,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.integrations.gather import Destination, Gathered, gather_traces
+from rlprof.integrations.node_rows import NodeRows
 from rlprof.integrations.nodes import RunCollector, Sent, current_node
 from rlprof.integrations.ray_fanout import (DEFAULT_TIMEOUT_S, Dead, FanOut, Finished, Stuck, WorkerFailure, Workers,
                                             describe_error)
@@ -121,6 +123,8 @@ class ProfilingController:
         """Ray nodes found gone (said once each); which workers ran where is in :attr:`infos`."""
         self.collector: RunCollector | None = None
         """Where the workers' manifest batches go (the controller's run directory); built at ``setup``."""
+        self.node_rows: NodeRows | None = None
+        """Each node's analysis of its own traces, and the rows it shipped here; built at ``setup``."""
         self.gathered: Gathered | None = None
         """What ``finalize`` gathered (``global_profiler.gather: traces``)."""
         self.infos: dict[str, dict[str, Any]] = {}
@@ -176,6 +180,8 @@ class ProfilingController:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
         if self.collector is None and self.config.enabled:
             self.collector = RunCollector(self.run_dir, current_node())
+            if self.config.global_.gather != "traces":  # else the traces themselves come here
+                self.node_rows = NodeRows(self.run_dir, list(self.config.global_.tools))
         shipped = self.config.with_overrides(finish_hook_cmd=None) if self._hooks.command else self.config
         result = self._fan_out("setup", None, lambda spec, handle: handle.rlprof_setup.remote(
             shipped, run_id=self.run_id, backends=backends, send_manifest=True, **spec.profiler_kwargs()))
@@ -213,16 +219,22 @@ class ProfilingController:
                                lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
         if step == self._hooks.last_step:
             self._hooks.start(self._workers)
+        if self.node_rows is not None:
+            self.node_rows.submit()
+            self.node_rows.collect()
         return result
 
     def finalize(self, reason: str = "end") -> FanOut:
         """End the run on every live worker; ``results`` holds each worker's artifact records."""
+        began = time.monotonic()
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
         self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
         self._hooks.wait(self._workers, self.timeout_s)
+        if self.node_rows is not None:  # within the finalize's own limit: what is not done by then is left out
+            self.node_rows.finish(max(0.0, self.timeout_s - (time.monotonic() - began)))
         if self.config.enabled and self.config.global_.gather == "traces":
             self.gathered = gather_traces(self.destination(),
                                           worker_sources(result.results, self._workers, self.infos, self.collector))
@@ -303,6 +315,8 @@ class ProfilingController:
             return value
         if value.batch is not None and self.collector is not None:
             self.collector.receive(value.batch)
+            if self.node_rows is not None and value.batch.path not in self.collector.visible:
+                self.node_rows.see(value.batch)  # its traces stay on their node: rows travel instead
         return value.value
 
     # ---------------------------------------------------------------- failures

@@ -38,6 +38,7 @@ from typing import Any, Iterator
 import ijson
 
 from rlprof.analysis.breakdown import COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives, regions_in_steps
+from rlprof.analysis.streams import BoundedTokens
 from rlprof.layout import process_of
 
 DEVICE_ROW = "Ascend Hardware"
@@ -72,7 +73,8 @@ def read_trace(path: str) -> TraceEvents:
     if not device_pids:
         raise NotTraceView("no 'Ascend Hardware' row (not a torch_npu trace view, or no device data was collected)")
     reading = _Reading(path, rows, device_pids)
-    with open(path, "rb") as handle:
+    with open(path, "rb") as raw:
+        handle = BoundedTokens(raw)
         for event in ijson.items(handle, prefix, use_float=True):
             if isinstance(event, dict):
                 reading.take(event)
@@ -81,7 +83,8 @@ def read_trace(path: str) -> TraceEvents:
 
 def _events_prefix(path: str) -> str:
     """``item`` for a bare list of events (torch_npu's form), ``traceEvents.item`` for an object holding one."""
-    with open(path, "rb") as handle:
+    with open(path, "rb") as raw:
+        handle = BoundedTokens(raw)
         for tokens, (prefix, kind, _) in enumerate(ijson.parse(handle)):
             if prefix == "" and kind == "start_array":
                 return "item"
@@ -93,7 +96,8 @@ def _events_prefix(path: str) -> str:
 
 
 def _process_names(path: str, prefix: str) -> Iterator[tuple[Any, str]]:
-    with open(path, "rb") as handle:
+    with open(path, "rb") as raw:
+        handle = BoundedTokens(raw)
         for event in ijson.items(handle, prefix, use_float=True):
             if isinstance(event, dict) and event.get("ph") == "M" and event.get("name") == "process_name":
                 args = event.get("args") or {}

@@ -3,7 +3,8 @@
 :func:`read_trace` turns one ``.json`` / ``.json.gz`` into the analysis's neutral
 :class:`~rlprof.analysis.breakdown.TraceEvents`. It streams: ijson's C parser yields one event at a
 time and only what the breakdown needs is kept (times in 8-byte columns), so memory follows the
-number of kernels and ops, not the size of the file; a 2 GB file on one line reads like any other.
+number of kernels and ops, not the size of the file; a 2 GB file on one line reads like any other,
+and one that is a single endless token is refused within its first 16 MB (:mod:`rlprof.analysis.streams`).
 
 What is read, as Kineto writes it (torch 2.x, checked on traces this machine records):
 
@@ -21,13 +22,15 @@ import gzip
 import math
 import re
 from array import array
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
 import ijson
 
 from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Region, TraceEvents, device_kind, is_host_collective,
                                        numbered_collectives, regions_in_steps)
+from rlprof.analysis.streams import BoundedTokens
 
 DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
 """Device event categories -> whether the event is a copy (memory) rather than a kernel."""
@@ -59,8 +62,11 @@ def read_trace(path: str) -> TraceEvents:
     return reading.finish()
 
 
-def _open(path: str) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+@contextmanager
+def _open(path: str) -> Iterator[BoundedTokens]:
+    """The file's (decompressed) bytes, refused at a token no trace has (:mod:`rlprof.analysis.streams`)."""
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as handle:
+        yield BoundedTokens(handle)
 
 
 def _header(path: str) -> tuple[dict[str, Any], str]:

@@ -139,6 +139,53 @@ def test_each_bad_file_costs_one_line_naming_it_and_the_rest_is_reported(tmp_pat
         assert [line for line in lines if str(files[name]) in line and expected in line], (name, lines)
 
 
+def test_a_2_gb_single_line_file_costs_one_line_and_the_rest_is_reported(tmp_path, capsys):
+    """A 2 GB file with no newline (sparse: made in no time) beside a good trace: `rlprof breakdown` names
+    it with its reason, reports the good one, and reads no more of it than its first bytes."""
+    good = write_trace(tmp_path / "good.json", 0, steps=1)
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as handle:
+        handle.write(b'{"traceEvents": "')
+        handle.truncate(2 << 30)
+    status = main([str(good), str(huge), "--json", "--workers", "1"])
+    captured = capsys.readouterr()
+    assert status == 0 and {Path(r["path"]).name for r in json.loads(captured.out)["rows"]} == {"good.json"}
+    [line] = captured.err.splitlines()
+    assert str(huge) in line and "IncompleteJSONError: lexical error: invalid character inside string" in line
+
+
+def test_a_file_that_is_one_endless_token_is_refused_without_holding_it(tmp_path, monkeypatch, capsys):
+    """ijson holds a whole token in memory (a 300 MB unclosed string took 6.5 min and 320 MB, seen): the
+    readers stop at LONGEST_TOKEN bytes without JSON structure. The cap is made small here, so the file
+    is too; the message says where reading stopped: within one read of the cap."""
+    from rlprof.analysis import streams
+
+    monkeypatch.setattr(streams, "LONGEST_TOKEN", 1 << 20)
+    good = write_trace(tmp_path / "good.json", 0, steps=1)
+    endless = tmp_path / "endless.json"
+    endless.write_bytes(b'{"traceEvents": "' + b"a" * (24 << 20))
+    status = main([str(good), str(endless), "--json", "--workers", "1"])
+    captured = capsys.readouterr()
+    assert status == 0 and {Path(r["path"]).name for r in json.loads(captured.out)["rows"]} == {"good.json"}
+    [line] = captured.err.splitlines()
+    assert str(endless) in line and "TokenTooLong: no JSON structure in the 1 MB before byte" in line
+    stopped_at = int(line.rsplit("before byte ", 1)[1].split(":")[0])
+    assert stopped_at < (1 << 20) + (1 << 17)  # 1 MB and one read of 64 KB at most: not the 24 MB file
+    assert len(read_trace(str(good)).kinds) > 0  # a real trace passes the same check
+
+
+def test_address_where_no_cluster_listens_is_one_line_not_a_hang(tmp_path, capsys):
+    """ray.init retries such an address for ever (seen: 5 minutes of warnings until killed)."""
+    good = write_trace(tmp_path / "good.json", 0, steps=1)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["--address", f"127.0.0.1:{port}", str(good)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"rlprof breakdown: cannot reach a Ray cluster at 127.0.0.1:{port}: Connection refused"]
+    assert captured.out == ""
+
+
 def test_a_kineto_trace_written_on_one_line_is_read(tmp_path):
     spread = write_trace(tmp_path / "spread.json", 0, steps=2)
     one_line = tmp_path / "one_line.json"
