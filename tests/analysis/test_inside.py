@@ -171,3 +171,15 @@ def test_shipped_rows_of_a_trace_of_another_size_are_never_used(tmp_path):
     [report] = build_reports([tmp_path])
     add_inside([report], workers=1)
     assert report.inside is None
+
+
+def test_a_late_rank_that_entered_first_is_said_to_be_slower_inside_not_late_by_a_negative_time():
+    """Seen in the demo: 'rank 0 waited 4.7 ms in allreduce for rank 1, late by -3.8 ms entering actor_update'."""
+    from rlprof.analysis.inside import Waited
+
+    first_in = Waited(2, "actor_update", "rank 0", 4.7, "c10d::allreduce_", "rank 1", -3.8)
+    assert first_in.line() == ("step 2 actor_update: rank 0 waited 4.7 ms in allreduce for rank 1, "
+                               "which entered actor_update 3.8 ms earlier and was slower inside it")
+    late = Waited(2, "actor_update", "rank 0", 4.7, "c10d::allreduce_", "rank 1", 5.8)
+    assert "late by 5.8 ms entering actor_update" in late.line()
+    assert "late by" not in first_in.line()

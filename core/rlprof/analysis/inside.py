@@ -104,13 +104,19 @@ class Waited:
     collective: str
     late: str
     late_by_ms: float | None
-    """How much later the late rank entered the region than the waiter (the host's clock); None when
-    the manifest does not say (another host, or no record of the late rank in that region)."""
+    """How much later the late rank entered the region than the waiter (the host's clock; negative: it
+    entered first and was slower before the collective); None when the manifest does not say (another
+    host, or no record of the late rank in that region)."""
     was_flagged: bool = False
     """The anatomy had flagged the waiter as a straggler; its excess was this wait, so the flag was taken off."""
 
     def line(self) -> str:
-        late_by = f", late by {self.late_by_ms:.1f} ms entering {self.region}" if self.late_by_ms is not None else ""
+        if self.late_by_ms is None:
+            late_by = ""
+        elif self.late_by_ms > 0:
+            late_by = f", late by {self.late_by_ms:.1f} ms entering {self.region}"
+        else:  # it came in first, and still reached the collective last: its time went inside the region
+            late_by = f", which entered {self.region} {-self.late_by_ms:.1f} ms earlier and was slower inside it"
         return (f"step {self.step} {self.region}: {self.waiter} waited {self.wait_ms:.1f} ms in {short_collective(self.collective)} "
                 f"for {self.late}{late_by}" + (" (not a straggler: the wait was the late rank's)" if self.was_flagged else ""))
 
