@@ -23,6 +23,11 @@ rank's, so the two are never merged or named alike). Definitions (one place, use
   covers: the union of their intervals on the shared wall clock. Generation in a replica therefore
   counts as inside, and time every process spent outside regions (gaps, controller work) as outside.
   A nested region's time is inside its parent's.
+* What "outside regions" holds: its **gaps**, the stretches of the step window that no top-level
+  region nor a capture being written covers, the largest :data:`GAPS` first, each with its
+  neighbours: the region that ended last before it and the one that began first after it, with
+  their process (``after rank 0 actor_update, before replica 0 rollout_generate``). A gap at the
+  window's edge has one neighbour. Gaps under :data:`GAP_FLOOR_MS` are not listed.
 * A process straggles in a region when its time exceeds the region's median by more than
   ``straggler_pct`` percent *and* by more than :data:`STRAGGLER_FLOOR` of the step's median time (so
   microsecond noise in tiny regions is not flagged) *and* by more than the region's **noise** as the other
@@ -45,6 +50,12 @@ STRAGGLER_PCT = 25.0
 
 STRAGGLER_FLOOR = 0.01
 """...and more than 1% of the step's median time over it."""
+
+GAPS = 3
+"""How many of a step's largest gaps outside regions are named."""
+
+GAP_FLOOR_MS = 0.1
+"""Gaps shorter than this are noise between two calls, not named."""
 
 
 def process_name(rank: int, replica_rank: int | None) -> str:
@@ -140,6 +151,27 @@ class RegionTime:
 
 
 @dataclass
+class Gap:
+    """A stretch of a step that no region covers (module doc, "What outside regions holds")."""
+
+    ms: float
+    offset_ms: float
+    """Where it begins, from the step window's start."""
+    after: str | None
+    """The region that ended last before it: ``"rank 0 actor_update"``; None at the window's start."""
+    before: str | None
+    """The region that began first after it; None at the window's end."""
+
+    def line(self) -> str:
+        where = [f"after {self.after}"] if self.after else ["at the step's start"]
+        where += [f"before {self.before}"] if self.before else ["at the step's end"]
+        return f"{self.ms:.1f} ms {', '.join(where)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ms": _r(self.ms), "offset_ms": _r(self.offset_ms), "after": self.after, "before": self.before}
+
+
+@dataclass
 class StepTime:
     """One profiled step: its window, the per-process step times, its regions and what they leave."""
 
@@ -155,6 +187,8 @@ class StepTime:
     writing_ms: float = 0.0
     """How much more of the window profiling itself took, writing the captures it closed (a trace
     exported at a step's or a discrete region's end, from ``closed_ns``), where no region covers it."""
+    gaps: list[Gap] = field(default_factory=list)
+    """The largest stretches outside regions, with their neighbours (largest first)."""
 
     @property
     def span_ms(self) -> float | None:
@@ -178,7 +212,7 @@ class StepTime:
         span, untracked = self.span_ms, self.untracked_ms
         return {"step": self.step, "span_ms": None if span is None else _r(span), **spread,
                 "untracked_ms": None if untracked is None else _r(untracked), "writing_ms": _r(self.writing_ms),
-                "regions": [r.as_dict() for r in self.regions]}
+                "outside": [g.as_dict() for g in self.gaps], "regions": [r.as_dict() for r in self.regions]}
 
 
 @dataclass
@@ -273,6 +307,8 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     region_times: dict[tuple[int, str], dict[tuple, RankTime]] = {}
     intervals: dict[int, list[tuple[int, int]]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
+    labels: dict[int, list[tuple[int, int, str]]] = {}
+    """step -> (start, end, "<process> <region>") of every top-level region: the gaps' neighbours"""
     """step -> when captures were being written (``end_ns`` to ``closed_ns`` of step and region records)"""
     shape: dict[str, tuple[str, int, str | None]] = {}
     first_seen: dict[str, int] = {}
@@ -304,6 +340,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             first_seen[name] = r["start_ns"]
         if not r.get("depth"):
             intervals.setdefault(step, []).append((r["start_ns"], r["end_ns"]))
+            labels.setdefault(step, []).append((r["start_ns"], r["end_ns"], f"{process_name(rank, replica)} {name}"))
         cell = region_times.setdefault((step, name), {})
         known = cell.get(who)
         if known is None:
@@ -343,7 +380,8 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         written = 0.0
         if start is not None and step in writing:
             written = _covered_ns(intervals.get(step, []) + writing[step], start, end) / 1e6 - covered
-        steps.append(StepTime(step, spread, regions, start, end, covered, written))
+        gaps = _gaps(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
+        steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
 
 
@@ -356,6 +394,22 @@ def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
             covered += finish - begin
             reached = finish
     return covered
+
+
+def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:
+    """The :data:`GAPS` largest stretches of ``[start, end]`` that neither ``regions`` nor ``writing``
+    cover, each with the region that ended last before it and the one that began first after it."""
+    spans = sorted([*regions, *((a, b, "(writing captures)") for a, b in writing)])
+    found: list[Gap] = []
+    reached, last = start, None
+    for begin, finish, label in [*spans, (end, end, None)]:
+        begin = min(max(begin, start), end)
+        if begin - reached >= GAP_FLOOR_MS * 1e6:
+            found.append(Gap((begin - reached) / 1e6, (reached - start) / 1e6, last, label if begin < end else None))
+        if finish >= reached:
+            reached = max(reached, min(finish, end))
+            last = label
+    return sorted(found, key=lambda g: -g.ms)[:GAPS]
 
 
 def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dict[str, dict[int, float]]:

@@ -200,6 +200,8 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
             share = step.untracked_ms / step.span_ms if step.span_ms else None
             rows.append(("(outside regions)", "", "", f"{step.untracked_ms:.1f}", "", "", _pct(share), ""))
         lines += _table(rows, indent="  ")
+        if step.gaps and step.regions:
+            lines.append("    outside regions, largest gaps: " + "; ".join(g.line() for g in step.gaps))
     return lines + _straggler_lines(anatomy)
 
 
