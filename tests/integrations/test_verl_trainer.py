@@ -103,6 +103,33 @@ def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp
     run = train(workdir, save, discrete)
     assert run["modes"] == [mode]
     check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
+    if mode == "discrete":
+        check_inside_regions(run)
+
+
+def check_inside_regions(run: dict) -> None:
+    """What the traces say inside each region (issue 32, verl torch discrete): the actor's regions hold
+    FSDP's gloo collectives, the replica's ``rollout_generate`` is split from its own trace, and every
+    row of ``rlprof breakdown --json`` on the run's traces adds up: compute + exposed communication +
+    memory + idle = window, within 1%."""
+    splits = {(s["step"], s["region"], s["name"]): s for s in run["inside"]["splits"]}
+    replica = next(p["name"] for p in run["processes"] if p["replica_rank"] is not None)
+    trainers = {p["name"] for p in run["processes"] if p["replica_rank"] is None}
+    for step in PROFILED:
+        for name in trainers:
+            for region in ("actor_update", "actor_compute_log_prob"):
+                assert splits[(step, region, name)]["communication_ms"] > 0, (step, region, name, splits.keys())
+        generate = splits[(step, "rollout_generate", replica)]
+        assert generate["compute_ms"] > 0 and generate["wall_ms"] > 0, generate
+    traces = [f["path"] for f in run["files"] if f["path"].endswith(".pt.trace.json.gz")]
+    out = subprocess.run([sys.executable, "-m", "rlprof.cli", "breakdown", *traces, "--json"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)["rows"]
+    assert rows and {r["region"] for r in rows} >= {"actor_update", "actor_compute_log_prob", "rollout_generate"}
+    for r in rows:
+        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["memory_ms"] + r["idle_ms"]
+        assert parts == pytest.approx(r["window_ms"], rel=0.01, abs=1e-3), r
 
 
 def test_continuous_steps_one_capture_for_the_run_of_steps(workdir, tmp_path):
