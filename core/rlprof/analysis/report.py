@@ -202,6 +202,9 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
         lines += _table(rows, indent="  ")
         if step.gaps and step.regions:
             lines.append("    outside regions, largest gaps: " + "; ".join(g.line() for g in step.gaps))
+        if step.phases and step.regions:
+            lines.append(f"    outside regions, by the driver's phases ({step.phase_source or 'its own timers'}): "
+                         + ", ".join(f"{name} {ms:.1f} ms" for name, ms in step.phases))
     return lines + _straggler_lines(anatomy)
 
 
