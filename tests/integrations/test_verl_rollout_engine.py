@@ -119,6 +119,7 @@ def test_with_nsys_verl_drops_the_servers_section_yet_the_replica_times_generate
     lines = verdict([tmp_path]).lines
     why = [line for line in lines if line.startswith("skipped:") and "does not capture the rollout engine" in line]
     assert len(why) == 1 and "nsys" in why[0] and "torch or npu only" in why[0], lines  # once, for both steps
+    assert why[0].startswith("skipped: replica 0: nsys captures step1, step2:"), why  # the replica, by its name
 
 
 def test_without_a_published_section_a_server_verl_gave_none_stays_out_of_the_run(tmp_path, shared_store):

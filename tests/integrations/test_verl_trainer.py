@@ -171,7 +171,13 @@ def test_nsys_reports_with_the_actors_role_ranges(workdir, tmp_path):
     assert "agent loop only supports torch and npu profilers, got nsys" in (tmp_path / "trainer.log").read_text()
     check_participants(run, save, PROFILED, regions=("actor_compute_log_prob", "actor_update"))
     why = [line for line in run["verdict"] if "does not capture the rollout engine" in line]
-    assert len(why) == 1 and "torch or npu only" in why[0], run["verdict"]
+    assert len(why) == 1 and "torch or npu only" in why[0] and why[0].startswith("skipped: replica 0:"), run["verdict"]
+    for s in run["steps"]:  # what "(outside regions)" holds: verl's own phases (timing_s), and its largest gaps
+        named = {p["name"]: p["ms"] for p in s["outside_phases"]}
+        assert set(named) - {"step", "(no phase)"}, (s["step"], named)
+        assert all(p["source"] == "verl timing_s" for p in s["outside_phases"])
+        assert 0.9 * s["untracked_ms"] - 0.5 <= sum(named.values()) <= s["untracked_ms"] + 0.01, (s["untracked_ms"], named)
+        assert s["outside"] and all(g["ms"] > 0 for g in s["outside"]), s["outside"]
     by_step = {s["step"]: {r["region"] for r in s["regions"]} for s in run["steps"]}
     reports = [f for f in run["files"] if f["backend"] == "nsys"]
     assert sorted((f["pid"], f["capture"]) for f in reports) == sorted((pid, f"step{s}") for pid in trainers for s in PROFILED)
