@@ -87,13 +87,11 @@ def shared_store(monkeypatch):
 def test_with_nsys_verl_drops_the_servers_section_yet_the_replica_times_generate_and_says_why(tmp_path, shared_store,
                                                                                             engine):
     from rlprof.analysis.verdict import verdict
-    from rlprof.verl import DistProfiler
 
-    # the training worker hosting the rollout role is built first and publishes its section; verl's server
-    # then builds its controller with config=None ("agent loop only support torch and npu profiler")
+    # the training worker hosting the rollout role is built first and publishes the rollout's section; verl's
+    # server then builds its controller with config=None ("agent loop only support torch and npu profiler")
     nsys = {"tool": "nsys", "enable": True, "all_ranks": True, "save_path": str(tmp_path)}
-    # (rank 1: a session of its own in this test process, as in its own process in a run)
-    trainer = DistProfiler(rank=1, config=nsys, tool_config={"discrete": False}, save_file_prefix="actor_rollout_ref")
+    trainer = actor_rollout_ref_worker(actor=nsys, rollout=nsys).profiler
     replica = build_rollout_dist_profiler(0, 1, config=None, tool_config=None, engine=engine)
     assert replica.check_enable() and replica.check_this_rank()  # what verl's hf-style _should_profile asks
 
@@ -122,10 +120,31 @@ def test_with_nsys_verl_drops_the_servers_section_yet_the_replica_times_generate
     assert why[0].startswith("skipped: replica 0: nsys captures step1, step2:"), why  # the replica, by its name
 
 
-def test_without_a_published_section_a_server_verl_gave_none_stays_out_of_the_run(tmp_path, shared_store):
+def actor_rollout_ref_worker(actor, rollout):
+    """verl's fused worker: its profiler is built from the actor's section, its config holds the rollout's.
+    (Its rank is 1: a session of its own in this test process, as in its own process in a run.)"""
+    from rlprof.verl import DistProfiler, DistProfilerExtension
+
+    class Worker(DistProfilerExtension):
+        def __init__(self):
+            self.config = {"actor": {"profiler": actor}, "rollout": {"profiler": rollout}}
+            DistProfilerExtension.__init__(self, DistProfiler(rank=1, config=actor, tool_config={"discrete": False},
+                                                              save_file_prefix="actor_rollout_ref"))
+
+    return Worker()
+
+
+@pytest.mark.parametrize("published", [False, True])
+def test_a_server_verl_gave_no_section_stays_out_unless_the_rollouts_own_section_profiles(tmp_path, shared_store,
+                                                                                       published):
+    if published:  # the actor profiles, the rollout's own section does not (verl's precision guide does this)
+        actor = {"tool": "nsys", "enable": True, "all_ranks": True, "save_path": str(tmp_path)}
+        worker = actor_rollout_ref_worker(actor=actor, rollout={"tool": "nsys", "enable": False})
     replica = build_rollout_dist_profiler(0, 1, config=None, tool_config=None)
     assert not replica.check_enable()
     replica.start(profile_step=1)
     replica.stop()
     replica.finalize()
-    assert not list(read_records([tmp_path]))
+    if published:
+        worker.profiler.finalize()
+    assert not [r for r in read_records([tmp_path]) if r.get("replica_rank") is not None or r["type"] == "region"]

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 from rlprof.integrations.verl import run_signals
 from rlprof.integrations.verl.models import worker_module
-from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source, role_section, tools_of
+from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source, tools_of
 from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
@@ -150,8 +150,6 @@ class DistProfiler:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
             run_id = self._prof.run.run_id
             run_signals.watch(run_id, functools.partial(_finalize_process, run_id))
-            if "rollout" in self.roles and self._enable:  # for the replicas verl builds without a section
-                run_signals.publish_rollout_section(run_id, role_section(config, tool_config))
 
     def _world(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
         """The number of ranks: what the caller or the environment says (``world_size``, ``WORLD_SIZE``),

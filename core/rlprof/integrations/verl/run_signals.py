@@ -15,8 +15,8 @@ So, under the run id every process shares (``<run>`` below), in Ray's internal k
   (the trainer's last profiled step), ``exit`` when the driver of ``python -m rlprof.verl`` saw
   verl's entry point return;
 * ``<run>/process/<host>-<pid>`` — ``open`` while a process profiles, ``finalized`` once it finalized;
-* ``<run>/rollout`` — the profiler section the training worker that hosts the rollout role was given
-  (JSON). verl's agent-loop servers drop theirs when the tool is not torch or npu (they pass
+* ``<run>/rollout`` — the rollout's own profiler section (``config.rollout.profiler`` of the training
+  worker that hosts the rollout role; JSON). verl's agent-loop servers drop theirs when the tool is not torch or npu (they pass
   ``config=None``); a replica then reads this one, so that rlprof still times its ``rollout_generate``
   (:func:`rlprof.integrations.verl.dist_profiler.build_rollout_dist_profiler`).
 
