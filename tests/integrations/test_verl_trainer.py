@@ -215,7 +215,13 @@ def test_precision_debugger_dumps_actor_update_on_every_trainer_rank_and_nothing
     dumps = sorted((r["step"], r["region"], r["rank"]) for r in records
                    if r["type"] == "artifact" and r.get("kind") == "msprobe_dump")
     assert trainers and dumps == [(s, "actor_update", rank) for s in PROFILED for rank in sorted(trainers)], dumps
-    skipped = {r["region"] for r in records if r["type"] == "skip"}
+    training = {p["pid"] for p in run["processes"] if p["replica_rank"] is None}
+    skipped = {r["region"] for r in records if r["type"] == "skip" and r["pid"] in training}
     assert skipped == {"actor_compute_log_prob"}, skipped  # the actor's other stage says why it wrote nothing
+    # the rollout follows the actor's section (verl's config): the replica times its generate call, and
+    # says why msprobe did not dump its engine
+    engine = {r["reason"] for r in records if r["type"] == "skip" and r["pid"] not in training}
+    assert engine == {"precision_debugger does not capture the rollout engine: an agent-loop replica's server profiles "
+                      "its engine with torch or npu only (verl's rule); rlprof still times rollout_generate"}, engine
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
     assert report.stdout.count("tensors dumped") == len(dumps), report.stdout[-4000:]
