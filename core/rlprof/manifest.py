@@ -42,6 +42,10 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   trace export still running when its next generate came): ``source`` (the engine), ``step``,
   ``replica_rank``, ``capture`` (the engine capture waited for), ``start_ns``, ``end_ns``, ``ms``. The
   report counts it as profiling's cost of that step.
+* ``phase``    — a phase of the training driver's own step, as the driver times it (verl's trainer:
+  its ``timing_s/*``, ``gen``, ``reward``, ``adv``, ``update_actor``...): ``step``, ``name``, ``source``,
+  ``start_ns``, ``end_ns``, ``duration_ms``. Written by the driver (``manifest/driver-<host>-<pid>.jsonl``,
+  ``rank`` None) for profiled steps only; the report names what "(outside regions)" holds with them.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
@@ -204,6 +208,16 @@ def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = N
     if closed_ns is not None:
         record["closed_ns"] = closed_ns
     return record
+
+
+PHASE_RECORD = "phase"
+"""A phase of the driver's step (verl's ``timing_s/<name>``), see the module doc."""
+
+
+def phase_record(step: int, name: str, start_ns: int, end_ns: int, source: str) -> dict[str, Any]:
+    """The ``phase`` record of the driver's phase ``name`` of ``step`` (``time.time_ns()`` bounds)."""
+    return {"step": step, "name": name, "source": source, "start_ns": start_ns, "end_ns": end_ns,
+            "duration_ms": round((end_ns - start_ns) / 1e6, 6)}
 
 
 def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:

@@ -55,6 +55,11 @@ def test_report_json_has_the_anatomy_of_every_region_and_survives_removed_traces
             assert ANATOMY_FIELDS <= set(r) and r["role"] == REGIONS[name]
             assert 0 < r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["slowest_rank"] in (0, 1)
             assert 0 < r["share_of_step"] < 1 and {p["rank"] for p in r["per_rank"]} == {0, 1}
+        # what "(outside regions)" holds: its largest gaps, between named regions of named ranks
+        gaps = step["outside"]
+        assert gaps and sum(g["ms"] for g in gaps) <= step["untracked_ms"] + 0.01, step
+        neighbours = {f"rank {rank} {name}" for rank in (0, 1) for name in REGIONS} | {None}
+        assert all(g["after"] in neighbours and g["before"] in neighbours and g["ms"] > 0 for g in gaps), gaps
     expected_files = 2 * 2 if mode == "e2e" else 2 * 2 * len(REGIONS)  # per step x rank (x region)
     assert len(run["files"]) == expected_files and all(f["exists"] for f in run["files"])
     assert run["total_size"] == sum(f["size"] for f in run["files"])

@@ -33,6 +33,15 @@ def test_a_module_imported_later_is_patched_right_after_it_executes(package):
     assert module.__spec__.loader.get_source(package).startswith("VALUE = 'as written'")  # the loader still answers
 
 
+def test_two_parts_of_the_drop_in_patching_one_module_both_run_in_order(package):
+    # verl's trainer module is patched for its phases and for its unprofiled steps: neither may drop the other
+    seen = []
+    on_import.when_imported(package, lambda module: seen.append("phases"))
+    on_import.when_imported(package, lambda module: seen.append("steps"))
+    __import__(package)
+    assert seen == ["phases", "steps"]
+
+
 def test_a_module_already_loaded_is_patched_at_once(package):
     module = __import__(package)
     on_import.when_imported(package, mark)

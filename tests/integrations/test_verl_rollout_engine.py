@@ -58,3 +58,93 @@ def test_an_engine_rlprof_cannot_drive_leaves_the_server_unprofiled_with_an_erro
     replica.finalize()
     (error,) = [r for r in read_records([tmp_path]) if r["type"] == "error"]
     assert "no-such-engine" in error["error"] and error["replica_rank"] == 0
+
+
+class _Store:
+    """Ray's internal key-value store as run_signals uses it (the run's processes share it)."""
+
+    def __init__(self):
+        self.values = {}
+
+    def _internal_kv_put(self, key, value, overwrite=True, namespace=None):
+        self.values[key] = value
+
+    def _internal_kv_get(self, key, namespace=None):
+        return self.values.get(key)
+
+
+@pytest.fixture
+def shared_store(monkeypatch):
+    from rlprof.integrations.verl import run_signals
+
+    store = _Store()
+    monkeypatch.setattr(run_signals, "_kv", lambda: store)
+    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize: None)  # no run-end thread in a unit test
+    return store
+
+
+@pytest.mark.parametrize("engine", ["vllm", None])  # verl's vLLM server; a server generating in its own process
+def test_with_nsys_verl_drops_the_servers_section_yet_the_replica_times_generate_and_says_why(tmp_path, shared_store,
+                                                                                            engine):
+    from rlprof.analysis.verdict import verdict
+
+    # the training worker hosting the rollout role is built first and publishes the rollout's section; verl's
+    # server then builds its controller with config=None ("agent loop only support torch and npu profiler")
+    nsys = {"tool": "nsys", "enable": True, "all_ranks": True, "save_path": str(tmp_path)}
+    trainer = actor_rollout_ref_worker(actor=nsys, rollout=nsys).profiler
+    replica = build_rollout_dist_profiler(0, 1, config=None, tool_config=None, engine=engine)
+    assert replica.check_enable() and replica.check_this_rank()  # what verl's hf-style _should_profile asks
+
+    async def serve():  # the server's event loop: verl's async start_profile/stop_profile
+        for step in (1, 2):
+            if engine is None:
+                replica.start(profile_step=step)
+                replica.stop()
+            else:
+                await replica.start_engine(object(), profile_step=step)
+                await replica.stop_engine(object())
+            await asyncio.sleep(0.01)
+
+    asyncio.run(serve())
+    assert replica.engine_kwargs() == {}  # no engine profiler is configured for nsys
+    replica.finalize()
+    trainer.finalize()
+    records = list(read_records([tmp_path]))
+    (server,) = [r["pid"] for r in records if r["type"] == "process" and r["replica_rank"] == 0]
+    generated = sorted((r["step"], r["region"]) for r in records if r["type"] == "region" and r["pid"] == server)
+    assert generated == [(1, "rollout_generate"), (2, "rollout_generate")]
+    assert not [r for r in records if r["type"] == "error"]
+    lines = verdict([tmp_path]).lines
+    why = [line for line in lines if line.startswith("skipped:") and "does not capture the rollout engine" in line]
+    assert len(why) == 1 and "nsys" in why[0] and "torch or npu only" in why[0], lines  # once, for both steps
+    assert why[0].startswith("skipped: replica 0: nsys captures step1, step2:"), why  # the replica, by its name
+
+
+def actor_rollout_ref_worker(actor, rollout):
+    """verl's fused worker: its profiler is built from the actor's section, its config holds the rollout's.
+    (Its rank is 1: a session of its own in this test process, as in its own process in a run.)"""
+    from rlprof.verl import DistProfiler, DistProfilerExtension
+
+    class Worker(DistProfilerExtension):
+        def __init__(self):
+            self.config = {"actor": {"profiler": actor}, "rollout": {"profiler": rollout}}
+            DistProfilerExtension.__init__(self, DistProfiler(rank=1, config=actor, tool_config={"discrete": False},
+                                                              save_file_prefix="actor_rollout_ref"))
+
+    return Worker()
+
+
+@pytest.mark.parametrize("published", [False, True])
+def test_a_server_verl_gave_no_section_stays_out_unless_the_rollouts_own_section_profiles(tmp_path, shared_store,
+                                                                                       published):
+    if published:  # the actor profiles, the rollout's own section does not (verl's precision guide does this)
+        actor = {"tool": "nsys", "enable": True, "all_ranks": True, "save_path": str(tmp_path)}
+        worker = actor_rollout_ref_worker(actor=actor, rollout={"tool": "nsys", "enable": False})
+    replica = build_rollout_dist_profiler(0, 1, config=None, tool_config=None)
+    assert not replica.check_enable()
+    replica.start(profile_step=1)
+    replica.stop()
+    replica.finalize()
+    if published:
+        worker.profiler.finalize()
+    assert not [r for r in read_records([tmp_path]) if r.get("replica_rank") is not None or r["type"] == "region"]

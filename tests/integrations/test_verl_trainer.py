@@ -11,7 +11,7 @@ training rank and ``rollout_generate`` on every replica, and the replica's proce
 With ``global_profiler.tool=nsys`` (``run.py --nsys``) and the real Nsight Systems on PATH, the training
 worker runs under ``nsys profile`` with rlprof's NVTX capture windows: one report per profiled step, moved
 into the run, holding the actor's role ranges. verl's agent-loop replica server accepts only torch and npu,
-so the replica runs unprofiled there (verl's rule).
+so nsys captures nothing in the replica (verl's rule): rlprof still times its ``rollout_generate`` and says why.
 """
 
 import json
@@ -103,6 +103,33 @@ def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp
     run = train(workdir, save, discrete)
     assert run["modes"] == [mode]
     check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
+    if mode == "discrete":
+        check_inside_regions(run)
+
+
+def check_inside_regions(run: dict) -> None:
+    """What the traces say inside each region (issue 32, verl torch discrete): the actor's regions hold
+    FSDP's gloo collectives, the replica's ``rollout_generate`` is split from its own trace, and every
+    row of ``rlprof breakdown --json`` on the run's traces adds up: compute + exposed communication +
+    memory + idle = window, within 1%."""
+    splits = {(s["step"], s["region"], s["name"]): s for s in run["inside"]["splits"]}
+    replica = next(p["name"] for p in run["processes"] if p["replica_rank"] is not None)
+    trainers = {p["name"] for p in run["processes"] if p["replica_rank"] is None}
+    for step in PROFILED:
+        for name in trainers:
+            for region in ("actor_update", "actor_compute_log_prob"):
+                assert splits[(step, region, name)]["communication_ms"] > 0, (step, region, name, splits.keys())
+        generate = splits[(step, "rollout_generate", replica)]
+        assert generate["compute_ms"] > 0 and generate["wall_ms"] > 0, generate
+    traces = [f["path"] for f in run["files"] if f["path"].endswith(".pt.trace.json.gz")]
+    out = subprocess.run([sys.executable, "-m", "rlprof.cli", "breakdown", *traces, "--json"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout)["rows"]
+    assert rows and {r["region"] for r in rows} >= {"actor_update", "actor_compute_log_prob", "rollout_generate"}
+    for r in rows:
+        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["memory_ms"] + r["idle_ms"]
+        assert parts == pytest.approx(r["window_ms"], rel=0.01, abs=1e-3), r
 
 
 def test_continuous_steps_one_capture_for_the_run_of_steps(workdir, tmp_path):
@@ -137,12 +164,21 @@ def test_nsys_reports_with_the_actors_role_ranges(workdir, tmp_path):
     windows = f"global_profiler.global_tool_config.nsys.worker_nsight_options.capture-range-end=repeat-shutdown:{len(PROFILED)}"
     run = train(workdir, save, "global_profiler.relocate_results=true", windows, profile=profile, flags=["--nsys"])
     assert run["tools"] == ["nsys"] and run["modes"] == ["e2e"]
-    trainers = {p["pid"] for p in run["processes"]}
-    # verl's agent-loop server takes torch and npu only: the replica runs, unprofiled, and says why
-    assert all(p["replica_rank"] is None for p in run["processes"]), run["processes"]
+    trainers = {p["pid"] for p in run["processes"] if p["replica_rank"] is None}
+    # verl's agent-loop server takes torch and npu only (it builds the replica's profiler without a section):
+    # nsys captures nothing there, yet the replica's generate call is timed in every profiled step, and the
+    # report says once why its engine was not captured
     assert "agent loop only supports torch and npu profilers, got nsys" in (tmp_path / "trainer.log").read_text()
+    check_participants(run, save, PROFILED, regions=("actor_compute_log_prob", "actor_update"))
+    why = [line for line in run["verdict"] if "does not capture the rollout engine" in line]
+    assert len(why) == 1 and "torch or npu only" in why[0] and why[0].startswith("skipped: replica 0:"), run["verdict"]
+    for s in run["steps"]:  # what "(outside regions)" holds: verl's own phases (timing_s), and its largest gaps
+        named = {p["name"]: p["ms"] for p in s["outside_phases"]}
+        assert set(named) - {"step", "(no phase)"}, (s["step"], named)
+        assert all(p["source"] == "verl timing_s" for p in s["outside_phases"])
+        assert 0.9 * s["untracked_ms"] - 0.5 <= sum(named.values()) <= s["untracked_ms"] + 0.01, (s["untracked_ms"], named)
+        assert s["outside"] and all(g["ms"] > 0 for g in s["outside"]), s["outside"]
     by_step = {s["step"]: {r["region"] for r in s["regions"]} for s in run["steps"]}
-    assert sorted(by_step) == PROFILED
     reports = [f for f in run["files"] if f["backend"] == "nsys"]
     assert sorted((f["pid"], f["capture"]) for f in reports) == sorted((pid, f"step{s}") for pid in trainers for s in PROFILED)
     for f in reports:
@@ -179,7 +215,13 @@ def test_precision_debugger_dumps_actor_update_on_every_trainer_rank_and_nothing
     dumps = sorted((r["step"], r["region"], r["rank"]) for r in records
                    if r["type"] == "artifact" and r.get("kind") == "msprobe_dump")
     assert trainers and dumps == [(s, "actor_update", rank) for s in PROFILED for rank in sorted(trainers)], dumps
-    skipped = {r["region"] for r in records if r["type"] == "skip"}
+    training = {p["pid"] for p in run["processes"] if p["replica_rank"] is None}
+    skipped = {r["region"] for r in records if r["type"] == "skip" and r["pid"] in training}
     assert skipped == {"actor_compute_log_prob"}, skipped  # the actor's other stage says why it wrote nothing
+    # the rollout follows the actor's section (verl's config): the replica times its generate call, and
+    # says why msprobe did not dump its engine
+    engine = {r["reason"] for r in records if r["type"] == "skip" and r["pid"] not in training}
+    assert engine == {"precision_debugger does not capture the rollout engine: an agent-loop replica's server profiles "
+                      "its engine with torch or npu only (verl's rule); rlprof still times rollout_generate"}, engine
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
     assert report.stdout.count("tensors dumped") == len(dumps), report.stdout[-4000:]

@@ -23,6 +23,14 @@ rank's, so the two are never merged or named alike). Definitions (one place, use
   covers: the union of their intervals on the shared wall clock. Generation in a replica therefore
   counts as inside, and time every process spent outside regions (gaps, controller work) as outside.
   A nested region's time is inside its parent's.
+* What "outside regions" holds: its **gaps**, the stretches of the step window that no top-level
+  region nor a capture being written covers, the largest :data:`GAPS` first, each with its
+  neighbours: the region that ended last before it and the one that began first after it, with
+  their process (``after rank 0 actor_update, before replica 0 rollout_generate``). A gap at the
+  window's edge has one neighbour. Gaps under :data:`GAP_FLOOR_MS` are not listed. Where the driver
+  timed its own phases in the step (``phase`` records: verl's trainer's ``timing_s/*``), the outside
+  time is also given per phase: each instant of it goes to the innermost (shortest) phase around it,
+  and what no phase covers is ``(no phase)``.
 * A process straggles in a region when its time exceeds the region's median by more than
   ``straggler_pct`` percent *and* by more than :data:`STRAGGLER_FLOOR` of the step's median time (so
   microsecond noise in tiny regions is not flagged) *and* by more than the region's **noise** as the other
@@ -45,6 +53,12 @@ STRAGGLER_PCT = 25.0
 
 STRAGGLER_FLOOR = 0.01
 """...and more than 1% of the step's median time over it."""
+
+GAPS = 3
+"""How many of a step's largest gaps outside regions are named."""
+
+GAP_FLOOR_MS = 0.1
+"""Gaps shorter than this are noise between two calls, not named."""
 
 
 def process_name(rank: int, replica_rank: int | None) -> str:
@@ -140,6 +154,27 @@ class RegionTime:
 
 
 @dataclass
+class Gap:
+    """A stretch of a step that no region covers (module doc, "What outside regions holds")."""
+
+    ms: float
+    offset_ms: float
+    """Where it begins, from the step window's start."""
+    after: str | None
+    """The region that ended last before it: ``"rank 0 actor_update"``; None at the window's start."""
+    before: str | None
+    """The region that began first after it; None at the window's end."""
+
+    def line(self) -> str:
+        where = [f"after {self.after}"] if self.after else ["at the step's start"]
+        where += [f"before {self.before}"] if self.before else ["at the step's end"]
+        return f"{self.ms:.1f} ms {', '.join(where)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ms": _r(self.ms), "offset_ms": _r(self.offset_ms), "after": self.after, "before": self.before}
+
+
+@dataclass
 class StepTime:
     """One profiled step: its window, the per-process step times, its regions and what they leave."""
 
@@ -155,6 +190,12 @@ class StepTime:
     writing_ms: float = 0.0
     """How much more of the window profiling itself took, writing the captures it closed (a trace
     exported at a step's or a discrete region's end, from ``closed_ns``), where no region covers it."""
+    gaps: list[Gap] = field(default_factory=list)
+    """The largest stretches outside regions, with their neighbours (largest first)."""
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    """``(phase, ms)``: the outside time per driver phase (largest first); empty without ``phase`` records."""
+    phase_source: str | None = None
+    """Who timed the phases (``verl timing_s``)."""
 
     @property
     def span_ms(self) -> float | None:
@@ -178,6 +219,8 @@ class StepTime:
         span, untracked = self.span_ms, self.untracked_ms
         return {"step": self.step, "span_ms": None if span is None else _r(span), **spread,
                 "untracked_ms": None if untracked is None else _r(untracked), "writing_ms": _r(self.writing_ms),
+                "outside": [g.as_dict() for g in self.gaps],
+                "outside_phases": [{"name": name, "ms": _r(ms), "source": self.phase_source} for name, ms in self.phases],
                 "regions": [r.as_dict() for r in self.regions]}
 
 
@@ -273,13 +316,21 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     region_times: dict[tuple[int, str], dict[tuple, RankTime]] = {}
     intervals: dict[int, list[tuple[int, int]]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
+    labels: dict[int, list[tuple[int, int, str]]] = {}
+    """step -> (start, end, "<process> <region>") of every top-level region: the gaps' neighbours"""
     """step -> when captures were being written (``end_ns`` to ``closed_ns`` of step and region records)"""
     shape: dict[str, tuple[str, int, str | None]] = {}
     first_seen: dict[str, int] = {}
     errors: dict[tuple[int, str], list[str]] = {}
     iterations: dict[tuple[int, str], dict[str, list[list[int]]]] = {}
+    phases: dict[int, list[tuple[int, int, str, str]]] = {}
+    """step -> (start, end, name, source) of the driver's phases"""
     for r in records:
         kind = r.get("type")
+        if kind == "phase":
+            if checked or _phase_record(r):
+                phases.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"], r["name"], str(r.get("source") or "")))
+            continue
         if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
             continue
         step, rank = r["step"], r["rank"]
@@ -304,6 +355,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             first_seen[name] = r["start_ns"]
         if not r.get("depth"):
             intervals.setdefault(step, []).append((r["start_ns"], r["end_ns"]))
+            labels.setdefault(step, []).append((r["start_ns"], r["end_ns"], f"{process_name(rank, replica)} {name}"))
         cell = region_times.setdefault((step, name), {})
         known = cell.get(who)
         if known is None:
@@ -343,7 +395,12 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         written = 0.0
         if start is not None and step in writing:
             written = _covered_ns(intervals.get(step, []) + writing[step], start, end) / 1e6 - covered
-        steps.append(StepTime(step, spread, regions, start, end, covered, written))
+        stretches = _gaps(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
+        named = [g for g in stretches if g.ms >= GAP_FLOOR_MS]
+        gaps = sorted(named, key=lambda g: -g.ms)[:GAPS]
+        outside = _by_phase(phases.get(step, []), stretches, start) if stretches else []
+        source = phases[step][0][3] if outside else None
+        steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps, outside, source))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
 
 
@@ -356,6 +413,53 @@ def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
             covered += finish - begin
             reached = finish
     return covered
+
+
+def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:
+    """Every stretch of ``[start, end]`` that neither ``regions`` nor ``writing`` cover, in time order,
+    each with the region that ended last before it and the one that began first after it (a capture
+    written after a region covers time, and leaves that region the neighbour)."""
+    spans = sorted([*regions, *((a, b, None) for a, b in writing)])  # writing covers; its region is the neighbour
+    found: list[Gap] = []
+    reached, last = start, None
+    for begin, finish, label in [*spans, (end, end, None)]:
+        begin = min(max(begin, start), end)
+        if begin > reached:
+            found.append(Gap((begin - reached) / 1e6, (reached - start) / 1e6, last, label if begin < end else None))
+        if finish >= reached:
+            reached = max(reached, min(finish, end))
+            last = label or last
+    return found
+
+
+def _by_phase(phases: list[tuple[int, int, str, str]], gaps: list[Gap], start: int) -> list[tuple[str, float]]:
+    """The gaps' time per driver phase: innermost (shortest) phase first, then what is left to the next;
+    ``(no phase)`` for what none covers. Empty without phases."""
+    if not phases:
+        return []
+    left = [(start + g.offset_ms * 1e6, start + (g.offset_ms + g.ms) * 1e6) for g in gaps]
+    shares: dict[str, float] = {}
+    for begin, finish, name, _ in sorted(phases, key=lambda p: p[1] - p[0]):
+        rest = []
+        for a, b in left:
+            lo, hi = max(a, begin), min(b, finish)
+            if hi <= lo:
+                rest.append((a, b))
+                continue
+            shares[name] = shares.get(name, 0.0) + (hi - lo) / 1e6
+            rest += [(x, y) for x, y in ((a, lo), (hi, b)) if y > x]
+        left = rest
+    unnamed = sum(b - a for a, b in left) / 1e6
+    if unnamed >= GAP_FLOOR_MS:
+        shares["(no phase)"] = unnamed
+    return sorted(((n, ms) for n, ms in shares.items() if ms >= GAP_FLOOR_MS), key=lambda p: -p[1])
+
+
+def _phase_record(record: dict[str, Any]) -> bool:
+    """A ``phase`` record with the fields the anatomy reads, well typed."""
+    start, end = record.get("start_ns"), record.get("end_ns")
+    return (type(record.get("step")) is int and type(record.get("name")) is str and type(start) is int
+            and type(end) is int and end >= start)
 
 
 def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dict[str, dict[int, float]]:

@@ -200,6 +200,11 @@ def _anatomy_lines(anatomy: Anatomy) -> list[str]:
             share = step.untracked_ms / step.span_ms if step.span_ms else None
             rows.append(("(outside regions)", "", "", f"{step.untracked_ms:.1f}", "", "", _pct(share), ""))
         lines += _table(rows, indent="  ")
+        if step.gaps and step.regions:
+            lines.append("    outside regions, largest gaps: " + "; ".join(g.line() for g in step.gaps))
+        if step.phases and step.regions:
+            lines.append(f"    outside regions, by the driver's phases ({step.phase_source or 'its own timers'}): "
+                         + ", ".join(f"{name} {ms:.1f} ms" for name, ms in step.phases))
     return lines + _straggler_lines(anatomy)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, WRITING, WRITTEN, read_records,
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, WRITING, WRITTEN, read_records,
                              settled_artifacts)
 
 
@@ -262,6 +262,7 @@ REQUIRED = {
     NODE_RECORD: {"node_run_dir": str},
     NODE_LOST_RECORD: {"node": str},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
+    PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 
@@ -324,7 +325,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
     cells = _cells(artifacts, regions, replicas)
-    anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions, straggler_pct, checked=True)
+    anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions + by_type.get(PHASE_RECORD, []),
+                           straggler_pct, checked=True)
     waits = [r for kind, rs in by_type.items() if is_wait(kind) for r in rs]
     cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits],
                           background={p.manifest for p in ordered if p.replica_rank is not None})

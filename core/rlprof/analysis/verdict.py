@@ -60,7 +60,7 @@ def verdict_lines(report: RunReport) -> list[str]:
                          f"on {on}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
-    lines += skip_lines(report.skipped)
+    lines += skip_lines(report.skipped, {(p.host, p.pid): p.name for p in report.processes})
     if report.cost is not None:
         lines += [f"warning: profiling took {s.share:.0%} of profiled step {s.step} ({s.profiling_ms:.1f} of {s.total_ms:.1f} ms; "
                   f"more than {COST_WARN_SHARE:.0%})" for s in report.cost.costly]
@@ -97,9 +97,11 @@ def _nothing_because(report: RunReport) -> str:
     return "the backends wrote no file for the profiled steps"
 
 
-def skip_lines(skipped: list[dict]) -> list[str]:
+def skip_lines(skipped: list[dict], names: dict[tuple, str] | None = None) -> list[str]:
     """Captures a backend or a budget skipped with a reason (explained, not counted as missing): one line
-    per process, backend and reason, naming the captures (or, where none opened, the steps and roles)."""
+    per process, backend and reason, naming the captures (or, where none opened, the steps and roles).
+    ``names``: ``(host, pid)`` -> the process's name (``replica 0``); else ``rank N``."""
+    names = names or {}
     grouped: dict[tuple, tuple[list[str], list[int], list[str]]] = {}
     for s in skipped:
         captures, steps, roles = grouped.setdefault((s["rank"], s.get("host"), s.get("pid"), s["backend"], s["reason"]), ([], [], []))
@@ -108,14 +110,14 @@ def skip_lines(skipped: list[dict]) -> list[str]:
         steps += [n for n in s.get("steps") or () if n not in steps]
         roles += [r for r in s.get("roles") or () if r not in roles]
     lines = []
-    for (rank, _, _, backend, reason), (captures, steps, roles) in grouped.items():
+    for (rank, host, pid, backend, reason), (captures, steps, roles) in grouped.items():
         if captures:
             what = f"capture{'s' if len(captures) != 1 else ''} {', '.join(captures)}"
         elif steps:
             what = f"step{'s' if len(steps) != 1 else ''} {_list(steps)}" + (f" ({', '.join(roles)})" if roles else "")
         else:
             what = "its capture"
-        lines.append(f"skipped: rank {rank}: {backend} {what}: {reason}")
+        lines.append(f"skipped: {names.get((host, pid), f'rank {rank}')}: {backend} {what}: {reason}")
     return lines
 
 

@@ -541,15 +541,46 @@ class EngineStandIn:
 
 
 class _Inert:
-    """Another selected tool (``torch_memory``, ``nsys``, ``pyspy``...) in a replica process: not run there."""
+    """A selected tool that does not run in a replica process. Beside an engine that captures (``torch_memory``
+    beside ``torch``...) it is silent: the engine's capture is the replica's output. Where it is the only
+    kind of tool (``nsys``: no engine can stand in for it), ``reason`` says why each capture it would
+    open writes nothing, once per replica (a ``skip`` record); the session still times the regions."""
 
     rlprof_contract = 1
+
+    def __init__(self, reason: str | None = None):
+        self.reason = reason
+
+    @hookimpl
+    def start_step(self, ctx):
+        if ctx.opens_capture and self.reason:
+            ctx.skip(self.reason)
+
+    @hookimpl
+    def start_role(self, ctx):
+        if ctx.opens_capture and self.reason:
+            ctx.skip(self.reason)
+
+
+def not_captured_reason(tool: str) -> str:
+    """Why ``tool`` captures nothing in a rollout replica (said once per replica, in the verdict)."""
+    return (f"{tool} does not capture the rollout engine: an agent-loop replica's server profiles its engine with "
+            f"{' or '.join(ENGINE_TOOLS)} only (verl's rule); rlprof still times rollout_generate")
+
+
+def engine_captures(config: Any) -> bool:
+    """One of the selected tools is one an engine's profiler can stand in for (:data:`ENGINE_TOOLS`)."""
+    return any(t in ENGINE_TOOLS for t in config.global_.tools)
 
 
 def engine_backends(config: Any) -> Mapping[str, Any]:
     """``{tool: instance}`` for a replica's :class:`~rlprof.Profiler` (its ``backends=`` argument): the
     first of ``torch``/``npu`` among the selected tools is an :class:`EngineStandIn`; other tools do not
-    run in a replica process (their work there is the engine's)."""
+    run in a replica process (their work there is the engine's). With neither ``torch`` nor ``npu``
+    selected, nothing captures in the replica: each tool says why (:func:`not_captured_reason`), and the
+    replica's ``rollout_generate`` is timed all the same (region timing is the core's, not a backend's)."""
     tools = config.global_.tools
     first = next((t for t in tools if t in ENGINE_TOOLS), None)
+    if first is None:
+        return {t: _Inert(not_captured_reason(t)) for t in tools}
     return {t: EngineStandIn(t) if t == first else _Inert() for t in tools}

@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 from rlprof.integrations.verl import run_signals
 from rlprof.integrations.verl.models import worker_module
-from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
+from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source, tools_of
 from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
@@ -413,11 +413,14 @@ class RolloutDistProfiler(DistProfiler):
         return max(known, _covering(rank, config))
 
     def _backends(self, config: Any) -> Any:
-        if self.engine is None:
-            return None
-        from rlprof.integrations.engines.replica import engine_backends
+        """An engine stands in for the rollout backend (no torch.profiler here); a tool no engine stands in
+        for (nsys) captures nothing in a replica, and says why: only the region is timed. Generation in
+        this process (no engine) with torch or npu: the real backends."""
+        from rlprof.integrations.engines.replica import engine_backends, engine_captures
 
-        return engine_backends(config)  # the engine stands in for the rollout backend: no torch.profiler here
+        if not config.global_.tools or (self.engine is None and engine_captures(config)):
+            return None
+        return engine_backends(config)
 
     def start(self, **kwargs: Any) -> None:
         self._closed_first(kwargs.get("profile_step"))
@@ -498,6 +501,10 @@ class RolloutDistProfiler(DistProfiler):
         could not be built (an error record says why; the server runs unprofiled). Built once."""
         if self.engine is None or self._engine_failed or not (self._enable and self._this_rank and self._prof.active):
             return None
+        from rlprof.integrations.engines.replica import engine_captures
+
+        if not engine_captures(self._prof.config):  # no engine profiler for this tool: start() and stop() time the region
+            return None
         if self._engine is None:
             try:
                 from rlprof.integrations.engines.replica import EngineReplica
@@ -515,6 +522,13 @@ class RolloutDistProfiler(DistProfiler):
                    f"({call}): {type(exc).__name__}: {exc}; the server goes on")
         log.error("rlprof: %s", message)
         self._prof.record_error(self.engine, call, message, kind="engine", replica_rank=self.rank)
+
+    def engine_timed(self) -> bool:
+        """No engine profiler captures on this replica (the tool is not one an engine stands in for: nsys),
+        but the replica is selected: :meth:`start_engine`/:meth:`stop_engine` time ``rollout_generate``."""
+        from rlprof.integrations.engines.replica import engine_captures
+
+        return self._enable and self._this_rank and self._prof.active and not engine_captures(self._prof.config)
 
     def engine_profiled(self) -> bool:
         """The engine's profiler captures on this replica on some step (what verl's ``_should_profile()`` asks)."""
@@ -534,6 +548,8 @@ class RolloutDistProfiler(DistProfiler):
         arguments (vLLM's ``profile_prefix``, a per-call window) are the core's to decide: ignored."""
         replica = self.engine_replica()
         if replica is None:
+            if self.engine_timed():
+                self.start(**kwargs)
             return
         step = kwargs.get("profile_step")
         if step is None:
@@ -548,6 +564,8 @@ class RolloutDistProfiler(DistProfiler):
         layout and manifest, the step ends on this replica. Never the end of the run (see ``stop``)."""
         replica = self._engine
         if replica is None:
+            if self.engine_timed():
+                self.stop()
             return
         try:
             await replica.stop_async(engine)
@@ -579,6 +597,14 @@ def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, conf
     ``engine`` names the engine adapter when an inference engine generates for the replica and its own
     profiler captures (verl's vLLM server: ``"vllm"``, see :mod:`rlprof.integrations.verl.vllm_server`);
     then no backend runs in this process."""
+    if config is None:  # verl's server dropped its section (a tool other than torch/npu): the rollout's, as published
+        from rlprof.integrations.verl.run_id import shared_run_id
+        from rlprof.runtime.run_id import run_id_for
+
+        shared = shared_run_id()
+        config = run_signals.rollout_section(run_id_for(shared)) if shared else None
+        tools = tools_of(config)
+        tool_config = (field(config, "tool_config") or {}).get(tools[0]) if tools else None
     if config is not None and not field(config, "all_ranks", False):
         _warn_if_read_as_global(list(field(config, "ranks", None) or []), replica_world_size)
     return RolloutDistProfiler(rank=replica_rank, config=config, tool_config=tool_config, save_file_prefix="rollout",

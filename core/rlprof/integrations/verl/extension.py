@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rlprof.integrations.verl import run_signals
 from rlprof.integrations.verl.dist_profiler import DistProfiler
+from rlprof.integrations.verl.sections import field, role_section
 
 
 def _one_to_all(method: Callable) -> Callable:
@@ -27,6 +29,23 @@ class DistProfilerExtension:
 
     def __init__(self, profiler: DistProfiler):
         self.profiler = profiler
+        self._publish_rollout_section()
+
+    def _publish_rollout_section(self) -> None:
+        """A worker hosting the rollout role (verl's ``ActorRolloutRefWorker``, its ``config.rollout``)
+        publishes the rollout's own profiler section for the run's replicas: verl builds a replica
+        server's profiler without one when the tool is not torch or npu
+        (:func:`rlprof.integrations.verl.dist_profiler.build_rollout_dist_profiler` reads it)."""
+        prof = getattr(self.profiler, "profiler", None)
+        section = field(field(getattr(self, "config", None), "rollout"), "profiler")
+        if section is None or prof is None or not prof.plan.active or "rollout" not in self.profiler.roles:
+            return
+        try:
+            run_signals.publish_rollout_section(prof.run.run_id, role_section(section, None))
+        except Exception as exc:  # the replicas then run unprofiled, as verl builds them
+            import logging
+
+            logging.getLogger("rlprof").debug("rlprof: the rollout's section not published: %s", exc)
 
     @_one_to_all
     def start_profile(self, **kwargs: Any) -> None:

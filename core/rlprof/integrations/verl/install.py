@@ -34,7 +34,7 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.integrations.verl import dist_profiler, extension, run_signals, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, phases, run_signals, vllm_server
     from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
@@ -66,6 +66,7 @@ def install() -> None:
         for name in NAMES:
             setattr(target, name, ours[name])
     vllm_server.watch()  # verl's vLLM rollout server: patched when it is imported (never imported here)
+    phases.watch()  # verl's trainer: its own phases (timing_s) recorded on profiled steps, for the report
 
 
 def installed() -> bool:
@@ -80,9 +81,13 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
-    from rlprof.integrations.verl import dist_profiler, extension, on_import, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, on_import, phases, vllm_server
 
     on_import.forget(vllm_server.MODULE)
+    for name in phases.TRAINERS:
+        on_import.forget(name)
+        if name in sys.modules:
+            phases.unpatch(sys.modules[name])
     if vllm_server.MODULE in sys.modules:
         vllm_server.unpatch(sys.modules[vllm_server.MODULE])
     if not _originals:

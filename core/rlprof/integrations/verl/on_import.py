@@ -19,8 +19,9 @@ from typing import Callable
 
 log = logging.getLogger("rlprof")
 
-_pending: dict[str, Callable] = {}
-"""Module name → the patch to run once it has executed (each module patched once)."""
+_pending: dict[str, list[Callable]] = {}
+"""Module name → the patches to run once it has executed, in the order they were asked for (several
+parts of the drop-in may patch one module: each keeps its own)."""
 _lock = threading.Lock()
 _finder: "_PatchAfterImport | None" = None
 
@@ -33,14 +34,16 @@ def when_imported(name: str, patch: Callable) -> None:
         return
     global _finder
     with _lock:
-        _pending[name] = patch
+        patches = _pending.setdefault(name, [])
+        if patch not in patches:
+            patches.append(patch)
         if _finder is None or _finder not in sys.meta_path:
             _finder = _PatchAfterImport()
             sys.meta_path.insert(0, _finder)
 
 
 def forget(name: str) -> None:
-    """Do not patch ``name`` when it is imported later (``rlprof.verl.uninstall``)."""
+    """Do not patch ``name`` when it is imported later (``rlprof.verl.uninstall``): none of its patches."""
     with _lock:
         _pending.pop(name, None)
 
@@ -57,8 +60,7 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
     """Finds nothing itself: for a pending module it asks the other finders and wraps the loader they return."""
 
     def find_spec(self, fullname, path, target=None):
-        patch = _pending.get(fullname)
-        if patch is None:
+        if fullname not in _pending:
             return None
         for finder in sys.meta_path:
             if finder is self:
@@ -72,24 +74,25 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         with _lock:
-            _pending.pop(fullname, None)
-        spec.loader = _ThenPatch(spec.loader, patch)
+            patches = _pending.pop(fullname, [])
+        spec.loader = _ThenPatch(spec.loader, patches)
         return spec
 
 
 class _ThenPatch(importlib.abc.Loader):
-    """A loader that executes the module with the original loader, then runs the patch."""
+    """A loader that executes the module with the original loader, then runs the patches."""
 
-    def __init__(self, loader, patch: Callable):
+    def __init__(self, loader, patches: list[Callable]):
         self._loader = loader
-        self._patch = patch
+        self._patches = patches
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        _run(self._patch, module)
+        for patch in self._patches:  # one that raises leaves the others to run
+            _run(patch, module)
 
     def __getattr__(self, name):  # get_code, get_source, is_package...: the original loader's
         return getattr(self._loader, name)

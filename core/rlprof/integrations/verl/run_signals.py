@@ -14,7 +14,11 @@ So, under the run id every process shares (``<run>`` below), in Ray's internal k
 * ``<run>/done`` — profiling is over: ``last`` when a training worker got ``stop(run_command=True)``
   (the trainer's last profiled step), ``exit`` when the driver of ``python -m rlprof.verl`` saw
   verl's entry point return;
-* ``<run>/process/<host>-<pid>`` — ``open`` while a process profiles, ``finalized`` once it finalized.
+* ``<run>/process/<host>-<pid>`` — ``open`` while a process profiles, ``finalized`` once it finalized;
+* ``<run>/rollout`` — the rollout's own profiler section (``config.rollout.profiler`` of the training
+  worker that hosts the rollout role; JSON). verl's agent-loop servers drop theirs when the tool is not torch or npu (they pass
+  ``config=None``); a replica then reads this one, so that rlprof still times its ``rollout_generate``
+  (:func:`rlprof.integrations.verl.dist_profiler.build_rollout_dist_profiler`).
 
 Every profiling process inside Ray runs one daemon thread (:func:`watch`) that reads ``<run>/done``
 every :data:`POLL_S` seconds and then finalizes the process's profiling (``last``: once no step of the
@@ -102,6 +106,31 @@ def current_step(run_id: str) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def publish_rollout_section(run_id: str, section: dict) -> None:
+    """The rollout's profiler section (verl's role-section keys, plain values), for the replicas whose
+    server verl built without one. A section that is not JSON is left unpublished."""
+    import json
+
+    try:
+        text = json.dumps(section)
+    except (TypeError, ValueError) as exc:
+        log.debug("rlprof: the rollout's profiler section is not JSON, not published: %s", exc)
+        return
+    _put(f"{run_id}/rollout", text)
+
+
+def rollout_section(run_id: str) -> dict | None:
+    """The section :func:`publish_rollout_section` stored for ``run_id``, or None."""
+    import json
+
+    value = _get(f"{run_id}/rollout")
+    try:
+        section = json.loads(value) if value is not None else None
+    except ValueError:
+        return None
+    return section if isinstance(section, dict) else None
 
 
 def publish_done(run_id: str, how: str) -> None:

@@ -99,6 +99,21 @@ def tools_of(config: Any) -> list[str]:
     return [str(t) for t in plain(tool)]
 
 
+def role_section(config: Any, tool_config: Any) -> dict[str, Any]:
+    """verl's role section ``config`` as plain values, the tool's settings ``tool_config`` (what the
+    worker passed explicitly) under ``tool_config.<first tool>``: a section :func:`rlprof_source` reads
+    as it reads the two, for a process that is handed it as data (a rollout replica, see
+    :func:`rlprof.integrations.verl.run_signals.publish_rollout_section`)."""
+    section = plain(config) if config is not None else {}
+    section = dict(section) if isinstance(section, dict) else {}
+    tools = tools_of(config)
+    explicit = plain(tool_config) if tool_config is not None else None
+    if tools and isinstance(explicit, dict):
+        per_tool = section.get("tool_config")
+        section["tool_config"] = {**(per_tool if isinstance(per_tool, dict) else {}), tools[0]: explicit}
+    return section
+
+
 def rlprof_source(config: Any, tool_config: Any, roles: tuple[str, ...]) -> dict[str, Any]:
     """The rlprof configuration (verl's layout) of a process hosting ``roles`` whose verl worker was
     given the role section ``config`` and the tool's settings ``tool_config``.

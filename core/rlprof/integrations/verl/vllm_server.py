@@ -22,7 +22,10 @@ and through the replica participant it owns, :class:`rlprof.integrations.engines
   ``profile_token_start``/``profile_token_end``;
 * ``start_profile()``/``stop_profile()`` go through the participant, which files the step's capture
   under the step the trainer began (read from the run's signals), moves what the engine wrote into
-  rlprof's layout and manifest with the ``replica_rank``, and records ``rollout_generate``;
+  rlprof's layout and manifest with the ``replica_rank``, and records ``rollout_generate``; with a tool
+  no engine stands in for (``nsys``: verl then builds the server's controller without a section, and
+  rlprof reads the rollout's from the run's signals) the replica still records ``rollout_generate``
+  and says, once, why its engine was not captured;
 * nothing is relocated: there is no per-replica folder beside the run.
 
 A server whose controller is verl's own (rlprof switched off in that process) runs verl's code
@@ -160,7 +163,7 @@ def _start_profile(original):
         replica = participant(self)
         if replica is None:
             return await original(self, **kwargs)
-        if self.node_rank != 0 or replica.engine_replica() is None:  # verl's rule: node 0 holds the engine
+        if self.node_rank != 0:  # verl's rule: node 0 holds the engine
             return None
         await replica.start_engine(self.engine, **kwargs)
 
@@ -173,7 +176,7 @@ def _stop_profile(original):
         replica = participant(self)
         if replica is None:
             return await original(self)
-        if self.node_rank != 0 or replica.engine_replica() is None:
+        if self.node_rank != 0:
             return None
         await replica.stop_engine(self.engine)
 

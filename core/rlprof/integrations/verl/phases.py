@@ -1,0 +1,150 @@
+"""verl's trainer's own phases (what it logs as ``timing_s/<name>``) in the run's manifest, on profiled steps.
+
+Why: the roles' regions say what the workers did in a step; between them verl's driver (its
+``TaskRunner`` actor, which holds no Profiler) computes rewards and advantages, moves weights, runs
+validation. The report showed that time only as "(outside regions)". verl's ``RayPPOTrainer.fit``
+times each phase of its step with ``marked_timer(name, timing_raw)`` (``gen``, ``reward``,
+``old_log_prob``, ``adv``, ``update_actor``, ``update_weights``, ``testing``, and ``step`` around
+them); rlprof records the same phases, so the report can say which of them the outside time was.
+
+:func:`watch` (from :func:`rlprof.integrations.verl.install.install`) patches verl's trainer modules
+(:data:`TRAINERS`) when each is imported: the trainer's ``fit`` says which trainer runs in this
+process, and each module's ``marked_timer`` also writes a ``phase`` record
+(:func:`rlprof.manifest.phase_record`) per phase of a profiled step (``global_profiler.tool`` set and
+the trainer's ``global_steps`` in ``global_profiler.steps``) to
+``<save_path>/<run>/manifest/driver-<host>-<pid>.jsonl``. verl's timer itself runs unchanged inside,
+and nothing is written on other steps. A failure here is logged and never reaches the trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rlprof")
+
+TRAINERS = {
+    "verl.trainer.ppo.ray_trainer": "RayPPOTrainer",
+    "verl.trainer.ppo.v1.trainer_base": "PPOTrainer",
+    "verl.trainer.ppo.v1.trainer_sync": None,
+    "verl.trainer.ppo.v1.trainer_colocate_async": None,
+    "verl.trainer.ppo.v1.trainer_separate_async": None,
+}
+"""verl 0.9.1's trainer modules -> the class whose ``fit`` runs the steps (None: the module only times
+phases of the steps its base class runs). ``main_ppo``'s ``TaskRunnerV1`` runs the ``v1`` trainers."""
+SOURCE = "verl timing_s"
+"""What timed the phases, as the report names it."""
+
+
+class _Driver:
+    """This process's trainer while its ``fit`` runs, and the manifest its phases go to."""
+
+    def __init__(self) -> None:
+        self.trainer: Any = None
+        self._writer: Any = None
+
+    def record(self, name: str, start_ns: int, end_ns: int) -> None:
+        """The trainer's phase ``name`` ran from ``start_ns`` to ``end_ns``: a record when its step is profiled."""
+        trainer = self.trainer
+        if trainer is None:
+            return
+        try:
+            step = int(trainer.global_steps)
+            section = trainer.config.global_profiler
+            if not section.get("tool") or step not in list(section.get("steps") or ()):
+                return
+            writer = self._writer or self._open(str(section.save_path))
+            if writer is not None:
+                from rlprof.manifest import PHASE_RECORD, phase_record
+
+                writer.write(PHASE_RECORD, **phase_record(step, str(name), start_ns, end_ns, SOURCE))
+        except Exception as exc:  # the trainer's own timing must never fail because of rlprof
+            log.debug("rlprof: verl's phase %s not recorded: %s: %s", name, type(exc).__name__, exc)
+
+    def _open(self, save_path: str):
+        from rlprof.integrations.verl.run_id import shared_run_id
+        from rlprof.layout import MANIFEST_DIR, ensure_dir, hostname
+        from rlprof.manifest import ManifestWriter
+        from rlprof.runtime.run_id import run_id_for
+
+        shared = shared_run_id()
+        if not shared:  # no run id the workers share: the phases could not be put beside their regions
+            return None
+        run_id = run_id_for(shared)
+        run_dir = Path(save_path).absolute() / run_id
+        ensure_dir(run_dir / MANIFEST_DIR, run_dir)
+        host, pid = hostname(), os.getpid()
+        self._writer = ManifestWriter(run_dir / MANIFEST_DIR / f"driver-{host}-{pid}.jsonl",
+                                      {"run": run_id, "rank": None, "host": host, "pid": pid}, root=run_dir)
+        return self._writer
+
+    def close(self) -> None:
+        writer, self._writer, self.trainer = self._writer, None, None
+        if writer is not None:
+            writer.close()
+
+
+DRIVER = _Driver()
+
+
+def watch() -> None:
+    """Patch verl's trainer modules now if they are loaded, else right after each is imported."""
+    from rlprof.integrations.verl.on_import import when_imported
+
+    for name in TRAINERS:
+        when_imported(name, patch)
+
+
+def patch(module: Any) -> None:
+    """Wrap ``module.marked_timer`` and the ``fit`` of its trainer class (:data:`TRAINERS`; idempotent)."""
+    timer = getattr(module, "marked_timer", None)
+    if timer is not None and not hasattr(timer, "_rlprof_original"):
+        module.marked_timer = _recorded(timer)
+    trainer = getattr(module, TRAINERS.get(module.__name__) or "RayPPOTrainer", None)
+    fit = vars(trainer).get("fit") if trainer is not None else None
+    if fit is not None and not hasattr(fit, "_rlprof_original"):
+        trainer.fit = _running(fit)
+
+
+def unpatch(module: Any) -> None:
+    """Put verl's timer and ``fit`` back (``rlprof.verl.uninstall``)."""
+    timer = getattr(module, "marked_timer", None)
+    if hasattr(timer, "_rlprof_original"):
+        module.marked_timer = timer._rlprof_original
+    trainer = getattr(module, TRAINERS.get(module.__name__) or "RayPPOTrainer", None)
+    fit = vars(trainer).get("fit") if trainer is not None else None
+    if hasattr(fit, "_rlprof_original"):
+        trainer.fit = fit._rlprof_original
+
+
+def _recorded(original):
+    @contextlib.contextmanager
+    @functools.wraps(original)
+    def marked_timer(name, timing_raw, *args, **kwargs):
+        start = time.time_ns()
+        try:
+            with original(name, timing_raw, *args, **kwargs):
+                yield
+        finally:
+            DRIVER.record(name, start, time.time_ns())
+
+    marked_timer._rlprof_original = original
+    return marked_timer
+
+
+def _running(original):
+    @functools.wraps(original)
+    def fit(self, *args, **kwargs):
+        DRIVER.trainer = self
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            DRIVER.close()
+
+    fit._rlprof_original = original
+    return fit
