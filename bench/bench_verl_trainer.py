@@ -48,13 +48,15 @@ def profile_overrides(steps: list[int], save: Path) -> list[str]:
     ]
 
 
-def step_times(out: Path, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, float], float]:
-    """verl's ``timing_s/step`` of each step of one run, and the run's wall time."""
+def step_times(out: Path, name: str, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, float], float]:
+    """verl's ``timing_s/step`` of each step of one run, and the run's wall time. The run's console
+    log is kept as ``<out>/<name>.log`` (verl's other ``timing_s/*`` figures say where a step went)."""
     cmd = [sys.executable, str(RUN), "--out", str(out), "--steps", str(steps), *(["--rlprof"] if rlprof else []), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
     wall = time.monotonic() - start
     text = proc.stdout + proc.stderr
+    (out / f"{name}.log").write_text(text)
     if proc.returncode != 0:
         sys.exit(f"run failed ({proc.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
     times = {int(m.group(1)): float(m.group(2)) for m in STEP_LINE.finditer(text)}
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if name not in chosen:
             continue
-        times, wall = step_times(out, a.steps, extra, rlprof)
+        times, wall = step_times(out, name, a.steps, extra, rlprof)
         runs[name] = times
         print(f"{name:7s} run: {wall:6.1f} s wall; timing_s/step " +
               " ".join(f"{s}:{t:.2f}" for s, t in sorted(times.items())), flush=True)
