@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlprof.errors import ConfigError
+from rlprof.env_seconds import seconds_from_env
 from rlprof.layout import ScratchDir, new_file, place
 
 log = logging.getLogger("rlprof.torch")
@@ -49,19 +49,11 @@ DEFAULT_WAIT_S = 300.0
 
 
 def wait_limit_from_env(environ: Any = None) -> float:
-    """``finalize``'s wait, in seconds, from ``RLPROF_TORCH_WRITE_TIMEOUT_S`` (default 300; ``0``: do not
-    wait). A value that is not a finite number is a :class:`~rlprof.errors.ConfigError` naming the variable."""
-    text = (os.environ if environ is None else environ).get(WAIT_ENV)
-    if text is None or not text.strip():
-        return DEFAULT_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{WAIT_ENV}={text!r}: not a number of seconds; allowed: a finite number of seconds "
-                          f"finalize waits for traces still being written (0: do not wait)", key=WAIT_ENV)
-    return max(value, 0.0)
+    """``finalize``'s wait, in seconds, from ``RLPROF_TORCH_WRITE_TIMEOUT_S`` (default 300; ``0`` or
+    less: do not wait). A value that is not a finite number is a :class:`~rlprof.errors.ConfigError`
+    naming the variable (:func:`rlprof.env_seconds.seconds_from_env`)."""
+    return max(seconds_from_env(WAIT_ENV, DEFAULT_WAIT_S, "a finite number of seconds finalize waits for traces "
+                                "still being written (0: do not wait)", environ=environ), 0.0)
 
 
 @dataclass(eq=False)
