@@ -415,3 +415,61 @@ def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_
     [wait] = [r for r in records if r["type"] == "profiling_wait"]
     assert wait["step"] == 3 and wait["replica_rank"] == 0 and "next generate call" in wait["reason"]
     assert not [r for r in records if r["type"] in ("error", "skip")]
+
+
+# ------------------------------------------------------------------------ the trainer's unprofiled steps
+
+
+def test_the_trainers_unprofiled_steps_are_timed_in_the_driver_and_reported_beside_the_profiled_ones(tmp_path):
+    # verl's workers hear of profiled steps only; the driver's trainer calls _start_profiling/_stop_profiling
+    # every step. Before, a drop-in run's report said "unprofiled steps: none recorded" (seen).
+    import importlib.util
+    import time
+    import types
+
+    from rlprof.analysis.report import build_reports, render
+    from rlprof.integrations.verl import trainer_steps
+
+    source = importlib.util.find_spec(trainer_steps.MODULE).loader.get_source(trainer_steps.MODULE)
+    assert "def _start_profiling(self, do_profile" in source and "def _stop_profiling(self, do_profile" in source
+
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    worker = Worker(DistProfiler(0, config=config, tool_config=tool_config, save_file_prefix="actor"))
+    profiled = [2]
+
+    class RayPPOTrainer:  # verl 0.9.1's fit, as far as profiling goes
+        def __init__(self):
+            self.config = {"global_profiler": {"tool": "torch", "steps": profiled, "save_path": str(tmp_path)}}
+            self.global_steps = 1
+
+        def _start_profiling(self, do_profile):
+            if do_profile:
+                worker.profiler.start(profile_step=self.global_steps)
+
+        def _stop_profiling(self, do_profile, run_command=False):
+            if do_profile:
+                worker.profiler.stop(run_command=run_command)
+
+        def fit(self, steps):
+            for _ in range(steps):
+                profile = self.global_steps in profiled
+                self._start_profiling(profile)
+                worker.compute_log_prob()
+                time.sleep(0.02)
+                self._stop_profiling(profile, run_command=profile and self.global_steps == max(profiled))
+                self.global_steps += 1
+
+    module = types.ModuleType("ray_trainer_stand_in")
+    module.RayPPOTrainer = RayPPOTrainer
+    trainer_steps.patch(module)
+    trainer_steps.patch(module)  # once only
+    RayPPOTrainer().fit(4)
+
+    run_dir = tmp_path / f"dropin-{tmp_path.name}"
+    records = [r for r in read_records([run_dir]) if r["type"] == "unprofiled_steps"]
+    assert [r["steps"] for r in records] == [[1], [3], [4]] and {r["rank"] for r in records} == {None}
+    (report,) = build_reports([run_dir])
+    assert report.cost.unprofiled_count == 3 and report.cost.unprofiled_ms >= 20
+    assert "unprofiled steps: median" in render(report)
+    trainer_steps.unpatch(module)
+    assert not getattr(RayPPOTrainer._start_profiling, "rlprof_wrapped", False)

@@ -12,7 +12,8 @@ the worker classes are built on rlprof's ``DistProfilerExtension`` and construct
 
 In the driver (a process that installs before it joins Ray), :func:`install` also registers the exit
 callback that waits for every profiling process of the run to finalize before the job ends
-(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`).
+(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`), and times the trainer's unprofiled steps
+(:mod:`rlprof.integrations.verl.trainer_steps`).
 
 Three ways to switch it on, all equivalent:
 
@@ -34,13 +35,14 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.integrations.verl import dist_profiler, extension, run_signals, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, run_signals, trainer_steps, vllm_server
     from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
     if not _ray_connected():  # a driver about to start Ray
         export_run_id()  # a local cluster's workers inherit it
         run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
+        trainer_steps.watch()  # the trainer's unprofiled steps, timed here (its workers never hear of them)
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module
 
@@ -80,9 +82,12 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
-    from rlprof.integrations.verl import dist_profiler, extension, on_import, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, on_import, trainer_steps, vllm_server
 
     on_import.forget(vllm_server.MODULE)
+    on_import.forget(trainer_steps.MODULE)
+    if trainer_steps.MODULE in sys.modules:
+        trainer_steps.unpatch(sys.modules[trainer_steps.MODULE])
     if vllm_server.MODULE in sys.modules:
         vllm_server.unpatch(sys.modules[vllm_server.MODULE])
     if not _originals:
