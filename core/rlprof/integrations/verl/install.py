@@ -12,8 +12,9 @@ the worker classes are built on rlprof's ``DistProfilerExtension`` and construct
 
 In the driver (a process that installs before it joins Ray), :func:`install` also registers the exit
 callback that waits for every profiling process of the run to finalize before the job ends
-(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`), and times the trainer's unprofiled steps
-(:mod:`rlprof.integrations.verl.trainer_steps`).
+(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`). In every process, it times the trainer's
+unprofiled steps should the process run verl's trainer (``main_ppo`` runs it in a ``TaskRunner`` actor, not
+in the driver; :mod:`rlprof.integrations.verl.trainer_steps`).
 
 Three ways to switch it on, all equivalent:
 
@@ -42,7 +43,7 @@ def install() -> None:
     if not _ray_connected():  # a driver about to start Ray
         export_run_id()  # a local cluster's workers inherit it
         run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
-        trainer_steps.watch()  # the trainer's unprofiled steps, timed here (its workers never hear of them)
+    trainer_steps.watch()  # where the trainer runs (verl's TaskRunner actor): its unprofiled steps, timed there
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module
 
@@ -85,9 +86,7 @@ def uninstall() -> None:
     from rlprof.integrations.verl import dist_profiler, extension, on_import, trainer_steps, vllm_server
 
     on_import.forget(vllm_server.MODULE)
-    on_import.forget(trainer_steps.MODULE)
-    if trainer_steps.MODULE in sys.modules:
-        trainer_steps.unpatch(sys.modules[trainer_steps.MODULE])
+    trainer_steps.forget()
     if vllm_server.MODULE in sys.modules:
         vllm_server.unpatch(sys.modules[vllm_server.MODULE])
     if not _originals:

@@ -1,13 +1,14 @@
-"""The trainer's unprofiled steps, timed in the driver, so the report sets the profiled steps beside them.
+"""The trainer's unprofiled steps, timed where the trainer runs, so the report sets the profiled steps beside them.
 
 verl's trainer tells its workers about profiled steps only (``start_profile``/``stop_profile``), so no
-worker's Profiler sees the other steps. But ``RayPPOTrainer.fit`` calls ``_start_profiling(do_profile)``
-at the top of every step and ``_stop_profiling(do_profile)`` at its end, profiled or not. In the driver,
-the drop-in wraps both (:func:`watch`, once the trainer's module is imported) and, for a step that is not
-in ``global_profiler.steps``, writes its wall time, from the first call to the end of the second (the span
-a profiled step's own ``step`` record covers on the workers), as an ``unprofiled_steps`` record of the
-driver's manifest, ``manifest/controller-<host>-<pid>.jsonl`` (rank None, as the Ray controller writes
-them; :func:`rlprof.manifest.plain_steps_record`). An unprofiled step costs two clock reads and one line.
+worker's Profiler sees the other steps. But its ``fit`` calls ``_start_profiling``
+at the top of every step and ``_stop_profiling`` at its end, profiled or not (:data:`TRAINERS`). Wherever verl's
+trainer module is imported (:func:`watch`), the drop-in wraps both and, for a step that is not in
+``global_profiler.steps``, writes its wall time, from the first call to the end of the second (the span a
+profiled step's own ``step`` record covers on the workers), as an ``unprofiled_steps`` record of the
+manifest of the process running the trainer (verl's ``main_ppo`` runs it in a ``TaskRunner`` actor, not
+in the driver): ``manifest/controller-<host>-<pid>.jsonl``, rank None, as the Ray controller writes them
+(:func:`rlprof.manifest.plain_steps_record`). An unprofiled step costs two clock reads and one line.
 
 Nothing is timed when profiling is off (no tool or no steps) or when the run id is not known.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,16 +32,33 @@ from rlprof.manifest import ManifestWriter, plain_steps_record
 
 log = logging.getLogger("rlprof")
 
-MODULE = "verl.trainer.ppo.ray_trainer"
+TRAINERS = {
+    "verl.trainer.ppo.ray_trainer": "RayPPOTrainer",  # trainer.use_v1=false
+    "verl.trainer.ppo.v1.trainer_base": "PPOTrainer",  # trainer.use_v1=true: its trainers derive from it
+}
+"""verl's trainer classes (module -> class) whose ``_start_profiling``/``_stop_profiling`` run every step."""
 
 
 def watch() -> None:
-    """Wrap the trainer's two per-step calls once its module is imported (never imported here)."""
-    on_import.when_imported(MODULE, patch)
+    """Wrap each trainer's two per-step calls once its module is imported (never imported here)."""
+    for module, name in TRAINERS.items():
+        on_import.when_imported(module, functools.partial(_patch, name=name))
 
 
-def patch(module: Any) -> None:
-    trainer = getattr(module, "RayPPOTrainer", None)
+def forget() -> None:
+    """Leave the trainers as verl wrote them (``rlprof.verl.uninstall``)."""
+    for module, name in TRAINERS.items():
+        on_import.forget(module)
+        if module in sys.modules:
+            unwrap(getattr(sys.modules[module], name, None))
+
+
+def _patch(module: Any, name: str) -> None:
+    wrap(getattr(module, name, None))
+
+
+def wrap(trainer: Any) -> None:
+    """Time the unprofiled steps of ``trainer`` (a class; wrapped once)."""
     if trainer is None or getattr(trainer._start_profiling, "rlprof_wrapped", False):
         return
     start, stop = trainer._start_profiling, trainer._stop_profiling
@@ -60,9 +79,8 @@ def patch(module: Any) -> None:
     trainer._start_profiling, trainer._stop_profiling = _start_profiling, _stop_profiling
 
 
-def unpatch(module: Any) -> None:
-    """Put the trainer's own two calls back (``rlprof.verl.uninstall``)."""
-    trainer = getattr(module, "RayPPOTrainer", None)
+def unwrap(trainer: Any) -> None:
+    """Put ``trainer``'s own two calls back."""
     for name in ("_start_profiling", "_stop_profiling"):
         method = getattr(trainer, name, None)
         if getattr(method, "rlprof_wrapped", False):
