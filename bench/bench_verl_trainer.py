@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench_demo_cost import print_cost  # bench/: the same figures as for rlprof demo
+from rlprof.analysis.report import build_reports
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "examples" / "verl-cpu" / "run.py"
 STEP_LINE = re.compile(r"step:(\d+) - .*?timing_s/step:([0-9.]+)")
@@ -105,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  rlprof             {median(pick('rlprof', profiled))}")
     print(f"  verl's own         {median(pick('verl', profiled))}")
     print(f"  (no profiler       {median(pick('plain', profiled))})")
+    if runs["rlprof"]:
+        unprofiled_median = statistics.median(pick("rlprof", unprofiled) or [float("nan")])
+        print("\nunder rlprof, each profiled step over the median unprofiled step of the same run (timing_s/step): " +
+              ", ".join(f"step {s} {runs['rlprof'][s] / unprofiled_median:.2f}x" for s in profiled if s in runs["rlprof"]))
+        print("the run's report (rlprof's own step records; the trainer's unprofiled steps timed by the drop-in):")
+        (report,) = build_reports([out / "profile-rlprof"])
+        print_cost("rlprof run", report)
     return 0
 
 
