@@ -3,8 +3,7 @@
 Two limits, both ``global_profiler`` keys (:mod:`rlprof.config.sections`):
 
 * ``capture_budget_mb``, per capture: a capture that wrote more is kept (it is already on disk), and
-  its roles are *over budget*: from the next profiled step on (from the one after, when its files are
-  still being written in the background as that step begins), their captures are skipped (discrete
+  its roles are *over budget*: from the next profiled step on, their captures are skipped (discrete
   mode: that role's regions; end-to-end: the process's whole step capture, which holds every role).
 * ``run_budget_gb``, per run and node: the bytes every process of the node wrote, added up. Once it is
   reached, no process of the node opens another capture.
@@ -13,7 +12,8 @@ The process session (:mod:`rlprof.runtime.session`) owns one :class:`CaptureBudg
 moments only, so the hot path (a region entered) never pays for it: when a capture closes
 (:meth:`CaptureBudget.closed`: its size, the ``capture`` record) and when a profiled step begins
 (:meth:`CaptureBudget.refused`: which roles it leaves out, and why, for the ``skip`` records; a stat of
-each file still listed ``writing`` without a size). Artifact records count as they are written
+each file still listed ``writing`` without a size, and a bounded wait for those of closed captures, see
+:data:`SIZE_WAIT_S`). Artifact records count as they are written
 (:meth:`CaptureBudget.add_artifact`).
 
 How the processes of one node agree, cheaply: each appends one line (``<bytes>\\n``, a single
@@ -29,6 +29,7 @@ The decision is the core's, for every backend alike: a backend never sees a budg
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -40,6 +41,10 @@ log = logging.getLogger("rlprof")
 
 MB = 1024 * 1024
 GB = 1024 * MB
+SIZE_WAIT_S = 2.0
+"""How long a profiled step waits, at most, for the size of a closed capture's file still being written in
+the background, where ``capture_budget_mb`` may turn on it. Such a file is normally in place long before
+the next profiled step; back-to-back profiled steps of a few ms may wait (a ``profiling_wait`` record)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ class CaptureBudget:
         self._over_captures: set[str] = set()
         self._unsized: dict[Path, str | None] = {}
         """Files listed ``writing`` whose size is not known yet -> their capture (see :meth:`add_artifact`)."""
+        self.waited = False
+        """The last :meth:`refused` waited for a file still being written (:data:`SIZE_WAIT_S`)."""
         self._node_bytes = 0
         self._read_to = 0
         self._told = False
@@ -143,6 +150,15 @@ class CaptureBudget:
         """A file listed ``writing`` without its size now has one."""
         self.add(self._unsized.pop(path), size)
 
+    def _wait_for_sizes(self) -> None:
+        """Wait (at most :data:`SIZE_WAIT_S`) until the files of closed captures still being written are in
+        place, so ``capture_budget_mb`` decides on every closed capture; :attr:`waited` says whether it waited."""
+        deadline = time.monotonic() + SIZE_WAIT_S
+        while any(capture in self._closed for capture in self._unsized.values()) and time.monotonic() < deadline:
+            self.waited = True
+            time.sleep(0.002)
+            self._size_written()
+
     def _size_written(self) -> None:
         """The files listed ``writing`` without a size that are in place by now (a stat each)."""
         for path in list(self._unsized):
@@ -154,8 +170,11 @@ class CaptureBudget:
 
     def refused(self, roles: tuple[str, ...]) -> dict[str, Refusal]:
         """Of ``roles`` (those a profiled step would profile here), the ones the budgets leave out, and why."""
+        self.waited = False
         if self._unsized:
             self._size_written()
+            if self.capture_limit:
+                self._wait_for_sizes()
         if self.run_limit:
             node = self._node_total()
             if node >= self.run_limit:

@@ -194,20 +194,10 @@ def test_a_capture_over_its_budget_written_in_the_background_skips_the_next_step
     assert skip["budget"] == "capture_budget_mb" and skip["measured_bytes"] > 105 and "step1" in skip["reason"]
 
 
-def test_a_trace_still_being_written_as_the_next_step_begins_counts_from_the_step_after(make_config, held_writer):
+def test_the_next_step_waits_for_a_trace_still_being_written_where_the_capture_budget_turns_on_it(make_config, held_writer):
     release, _ = held_writer
-    config = make_config(steps=(1, 2, 3))
-    config["global_profiler"]["capture_budget_mb"] = 0.0001
-    prof = rlprof.Profiler(config, roles=("actor", "ref"))
-    for step in (1, 2, 3):
-        prof.start_step(step)
-        with prof.role("actor", "update"):
-            sum(range(1000))
-        prof.step_boundary()
-        if step == 2:  # step 1's trace was still held as step 2 began: step 2 was captured; now it is written
-            release.set()
-            assert writer.process_writer().wait_idle(30)
-    prof.finalize()
-    records = list(read_records([prof.run.run_dir]))
-    assert [r["capture"] for r in records if r["type"] == "artifact" and r["state"] == "written"] == ["step1", "step2"]
-    assert [r["step"] for r in records if r["type"] == "skip"] == [3]
+    threading.Timer(0.3, release.set).start()  # step 1's trace is still being written as step 2 begins
+    captured, skipped, records = budget_run(make_config, {"capture_budget_mb": 0.0001}, settle=False)
+    assert captured == ["step1"] and skipped == [2, 3, 4]
+    [wait] = [r for r in records if r["type"] == "profiling_wait"]  # profiling's cost, in the report
+    assert wait["source"] == "budget" and wait["step"] == 2 and wait["ms"] >= 100
