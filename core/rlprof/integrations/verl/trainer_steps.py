@@ -27,8 +27,9 @@ from rlprof.config.values import DEFAULT_SAVE_PATH
 from rlprof.integrations.verl import on_import
 from rlprof.integrations.verl.run_id import shared_run_id
 from rlprof.integrations.verl.sections import field, plain
-from rlprof.layout import hostname
+from rlprof.layout import MANIFEST_DIR, ensure_dir, hostname
 from rlprof.manifest import ManifestWriter, plain_steps_record
+from rlprof.runtime.run_id import run_id_for
 
 log = logging.getLogger("rlprof")
 
@@ -97,9 +98,9 @@ class StepTimer:
         profiler = field(config, "global_profiler")
         steps, tool = field(profiler, "steps"), field(profiler, "tool")
         self.profiled = frozenset(int(s) for s in (plain(steps) or ())) if tool else frozenset()
-        run_id = shared_run_id()
-        self.run_dir = (Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id
-                        if self.profiled and run_id else None)
+        shared = shared_run_id()
+        self.run_dir = (Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared)
+                        if self.profiled and shared else None)  # the directory the workers' Profilers write in
         self._open: tuple[int, int] | None = None
         self._manifest: ManifestWriter | None = None
 
@@ -120,7 +121,8 @@ class StepTimer:
             return
         if self._manifest is None:
             host, pid = hostname(), os.getpid()
-            self._manifest = ManifestWriter(self.run_dir / "manifest" / f"controller-{host}-{pid}.jsonl",
+            ensure_dir(self.run_dir / MANIFEST_DIR, self.run_dir)
+            self._manifest = ManifestWriter(self.run_dir / MANIFEST_DIR / f"controller-{host}-{pid}.jsonl",
                                             {"run": self.run_dir.name, "rank": None, "host": host, "pid": pid},
                                             root=self.run_dir)
         self._manifest.write("unprofiled_steps", **plain_steps_record([(step, opened[1], self.clock_ns())]))
