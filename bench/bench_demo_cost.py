@@ -44,7 +44,7 @@ def demo_cost(rollout: str, keep: bool) -> None:
             print(f"rlprof demo --rollout {rollout}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
             return
         (report,) = build_reports([save_path])
-        print_cost(rollout, report)
+        print_cost(f"rlprof demo --rollout {rollout}, {TRAIN_STEPS} steps, profiled {STEPS}", report)
     finally:
         if keep:
             print(f"  kept: {save_path}")
@@ -52,12 +52,12 @@ def demo_cost(rollout: str, keep: bool) -> None:
             shutil.rmtree(save_path, ignore_errors=True)
 
 
-def print_cost(rollout: str, report) -> None:
+def print_cost(run: str, report) -> None:
+    """Each profiled step of ``report``'s run beside its unprofiled steps (bench_verl_trainer.py prints it too)."""
     cost, windows = report.cost, {s.step: s for s in report.anatomy.steps}
     plain = cost.unprofiled_ms
-    print(f"rlprof demo --rollout {rollout}, {TRAIN_STEPS} steps, profiled {STEPS}: "
-          f"unprofiled step median {plain:.1f} ms over {cost.unprofiled_count}" if plain is not None
-          else f"rlprof demo --rollout {rollout}: no unprofiled step recorded")
+    print(f"{run}: unprofiled step median {plain:.1f} ms over {cost.unprofiled_count}" if plain is not None
+          else f"{run}: no unprofiled step recorded")
     print(f"  {'step':>4}  {'whole_ms':>9}  {'x unprofiled':>12}  {'profiling':>15}  {'(writing captures)':>22}")
     for s in cost.steps:
         ratio = f"{s.total_ms / plain:.2f}x" if plain else "-"

@@ -2,7 +2,8 @@
 
 One traced training step of a tiny MLP (ref log-probs + actor update in 4 micro-batches) is the unit:
 
-* raw (torch gz): ``torch.profiler.profile`` start, ``record_function`` per region, stop,
+* raw (torch gz): ``torch.profiler.profile`` (with the arguments rlprof gives it: :func:`raw_profile`)
+  start, ``record_function`` per region, stop,
   ``export_chrome_trace("....json.gz")`` (torch's own gzip path: what most scripts do);
 * raw (same gz):  the same, but exported as plain JSON and compressed in the same way
   (:func:`rlprof_torch.writer.gzip_beside`), on the training thread, as a script does;
@@ -13,8 +14,8 @@ One traced training step of a tiny MLP (ref log-probs + actor update in 4 micro-
   fault isolation, links refused on the way down), not of the files it writes;
 * rlprof: ``prof.start_step`` / ``prof.role`` per region / ``prof.step_boundary`` with
   ``global_profiler.tool=torch`` in end-to-end mode: what the training thread waits for (start, stop,
-  plain JSON export, contexts, layout, metadata, the ``ProfilerStep#`` range, manifest lines). The
-  trace is compressed by the background writer (:mod:`rlprof_torch.writer`); the unit waits for it
+  contexts, layout, metadata, the ``ProfilerStep#`` range, manifest lines). The trace is exported and
+  compressed by the background writer (:mod:`rlprof_torch.writer`); the unit waits for it
   after its timing, so one round's writing never runs into the next one's;
 * rlprof (written): the same, its timing ending once the writer has put the trace in place: the
   same work as raw (same output), so against it the ratio is rlprof's machinery alone (the issue's
@@ -43,6 +44,7 @@ import torch
 from torch.autograd.profiler import record_function
 
 import rlprof
+from rlprof_torch.options import profile_arguments
 from rlprof_torch.session import quiet_kineto
 from rlprof_torch.writer import gzip_beside, gzip_into, process_writer
 from torch_bench_workload import step_body, tiny_mlp
@@ -53,6 +55,12 @@ TORCH_GZ_ROUNDS = 20
 WARMUP = 3
 STEPS = ROUNDS + TORCH_GZ_ROUNDS + 2 * WARMUP
 MICRO_BATCHES = 4
+
+
+def raw_profile():
+    """The raw sides' profiler, with the arguments rlprof's torch backend gives its own (``trace_only``
+    included: the same trace, less work at ``stop()``), so the ratios measure the machinery, not a setting."""
+    return torch.profiler.profile(**profile_arguments((), torch.cuda.is_available()))
 
 
 def raw_region(role: str, stage: str):
@@ -76,7 +84,7 @@ def main() -> None:
         creation = time.perf_counter() - created
 
         def raw_unit(step: int, torch_gzip: bool) -> None:
-            session = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            session = raw_profile()
             session.start()
             step_body(model, optimizer, batch, MICRO_BATCHES, raw_region)
             session.stop()
@@ -148,7 +156,7 @@ class SameOutput:
         return TimedRegion(self, role, stage)
 
     def unit(self, step: int) -> None:
-        session = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        session = raw_profile()
         session.start()
         self.regions = []
         started = time.time_ns()

@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench_demo_cost import print_cost  # bench/: the same figures as for rlprof demo
+from rlprof.analysis.report import build_reports
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "examples" / "verl-cpu" / "run.py"
 STEP_LINE = re.compile(r"step:(\d+) - .*?timing_s/step:([0-9.]+)")
@@ -48,13 +51,15 @@ def profile_overrides(steps: list[int], save: Path) -> list[str]:
     ]
 
 
-def step_times(out: Path, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, float], float]:
-    """verl's ``timing_s/step`` of each step of one run, and the run's wall time."""
+def step_times(out: Path, name: str, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, float], float]:
+    """verl's ``timing_s/step`` of each step of one run, and the run's wall time. The run's console
+    log is kept as ``<out>/<name>.log`` (verl's other ``timing_s/*`` figures say where a step went)."""
     cmd = [sys.executable, str(RUN), "--out", str(out), "--steps", str(steps), *(["--rlprof"] if rlprof else []), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
     wall = time.monotonic() - start
     text = proc.stdout + proc.stderr
+    (out / f"{name}.log").write_text(text)
     if proc.returncode != 0:
         sys.exit(f"run failed ({proc.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
     times = {int(m.group(1)): float(m.group(2)) for m in STEP_LINE.finditer(text)}
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if name not in chosen:
             continue
-        times, wall = step_times(out, a.steps, extra, rlprof)
+        times, wall = step_times(out, name, a.steps, extra, rlprof)
         runs[name] = times
         print(f"{name:7s} run: {wall:6.1f} s wall; timing_s/step " +
               " ".join(f"{s}:{t:.2f}" for s, t in sorted(times.items())), flush=True)
@@ -103,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  rlprof             {median(pick('rlprof', profiled))}")
     print(f"  verl's own         {median(pick('verl', profiled))}")
     print(f"  (no profiler       {median(pick('plain', profiled))})")
+    if runs["rlprof"]:
+        unprofiled_median = statistics.median(pick("rlprof", unprofiled) or [float("nan")])
+        print("\nunder rlprof, each profiled step over the median unprofiled step of the same run (timing_s/step): " +
+              ", ".join(f"step {s} {runs['rlprof'][s] / unprofiled_median:.2f}x" for s in profiled if s in runs["rlprof"]))
+        print("the run's report (rlprof's own step records; the trainer's unprofiled steps timed by the drop-in):")
+        (report,) = build_reports([out / "profile-rlprof"])
+        print_cost("rlprof run", report)
     return 0
 
 

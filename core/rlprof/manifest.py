@@ -270,7 +270,7 @@ def artifact_record(backend: str, ctx: Any, path: os.PathLike | str, kind: str, 
         "iterations": list(iterations) if iterations else None,
         "world_size": world_size,
         "path": shown,
-        "size": path_size(path),
+        "size": 0 if extra.get("state") == WRITING else path_size(path),  # not on disk yet: no stat on the step
         "kind": kind,
         "outside_output_dir": not within,
         **extra,

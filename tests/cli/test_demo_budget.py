@@ -15,7 +15,7 @@ def test_demo_with_a_capture_budget_below_one_capture(tmp_path):
     pytest.importorskip("rlprof_torch")
     save = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "1", "--steps", "1,2,3",
-                           "--train-steps", "4", "--save-path", str(save), "global_profiler.capture_budget_mb=0.001"],
+                           "--train-steps", "4", "--save-path", str(save), "global_profiler.capture_budget_mb=0.0001"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True, text=True)

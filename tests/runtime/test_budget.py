@@ -117,6 +117,34 @@ def test_each_node_keeps_its_own_run_budget(tmp_path):
         assert [s["step"] for s in records(tmp_path / node, "skip")] == [3]
 
 
+def test_three_simulated_nodes_each_keep_their_own_run_budget(tmp_path):
+    """As ``rlprof demo --nodes 3`` lays a run out (one root per node, one host name for all): node 0 holds
+    ranks 0 and 1, nodes 1 and 2 one rank each, all stepping together. 0.6 MB per capture, 1 MB per node:
+    node 0 is over after step 1 (two ranks), nodes 1 and 2 after step 2; one count for all would have
+    stopped every node after step 1."""
+    extra = [f"global_profiler.run_budget_gb={MB / 1024 ** 3}"]
+    roots = {0: tmp_path / "node0", 1: tmp_path / "node0", 2: tmp_path / "node1", 3: tmp_path / "node2"}
+    profs = {rank: rlprof.Profiler(None, rank=rank, world_size=4, run_id="nodes-run", backends={"writes": Writes({"step": 600_000})},
+                                   overrides=["global_profiler.tool=writes", f"global_profiler.save_path={root}",
+                                              "global_profiler.steps=[1,2,3]", "actor_rollout_ref.actor.profiler.enable=true",
+                                              "actor_rollout_ref.actor.profiler.all_ranks=true", *extra])
+             for rank, root in roots.items()}
+    for step in range(1, 5):
+        for prof in profs.values():
+            prof.start_step(step)
+        for prof in profs.values():
+            with prof.role("actor", "update"):
+                pass
+            prof.step_boundary()
+    for prof in profs.values():
+        prof.finalize()
+    captured = {node: sorted((r["rank"], r["step"]) for r in records(tmp_path / node, "capture")) for node in ("node0", "node1", "node2")}
+    assert captured == {"node0": [(0, 1), (1, 1)], "node1": [(2, 1), (2, 2)], "node2": [(3, 1), (3, 2)]}
+    skipped = {node: sorted((s["rank"], s["step"], s["budget"]) for s in records(tmp_path / node, "skip")) for node in captured}
+    assert skipped == {"node0": [(0, 2, "run_budget_gb"), (0, 3, "run_budget_gb"), (1, 2, "run_budget_gb"), (1, 3, "run_budget_gb")],
+                       "node1": [(2, 3, "run_budget_gb")], "node2": [(3, 3, "run_budget_gb")]}
+
+
 def test_zero_means_no_limit(save_path):
     train(save_path, {"step": 2 * MB}, extra=["global_profiler.capture_budget_mb=0", "global_profiler.run_budget_gb=0"])
     assert len(records(save_path, "capture")) == 3 and not records(save_path, "skip")

@@ -11,7 +11,10 @@ Two limits, both ``global_profiler`` keys (:mod:`rlprof.config.sections`):
 The process session (:mod:`rlprof.runtime.session`) owns one :class:`CaptureBudget` and asks it at two
 moments only, so the hot path (a region entered) never pays for it: when a capture closes
 (:meth:`CaptureBudget.closed`: its size, the ``capture`` record) and when a profiled step begins
-(:meth:`CaptureBudget.refused`: which roles it leaves out, and why, for the ``skip`` records).
+(:meth:`CaptureBudget.refused`: which roles it leaves out, and why, for the ``skip`` records; a stat of
+each file still listed ``writing`` without a size, and a bounded wait for those of closed captures, see
+:data:`SIZE_WAIT_S`). Artifact records count as they are written
+(:meth:`CaptureBudget.add_artifact`).
 
 How the processes of one node agree, cheaply: each appends one line (``<bytes>\\n``, a single
 ``O_APPEND`` write, atomic on a local file system) to ``<run_dir>/budget/node-<host>.log`` when a capture
@@ -26,6 +29,7 @@ The decision is the core's, for every backend alike: a backend never sees a budg
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,6 +41,10 @@ log = logging.getLogger("rlprof")
 
 MB = 1024 * 1024
 GB = 1024 * MB
+SIZE_WAIT_S = 2.0
+"""How long a profiled step waits, at most, for the size of a closed capture's file still being written in
+the background, where ``capture_budget_mb`` may turn on it. Such a file is normally in place long before
+the next profiled step; back-to-back profiled steps of a few ms may wait (a ``profiling_wait`` record)."""
 
 
 @dataclass(frozen=True)
@@ -78,48 +86,95 @@ class CaptureBudget:
         """Role -> why its captures are skipped from now on (its capture went over ``capture_budget_mb``)."""
         self.sizes: dict[str, int] = {}
         """Capture id -> bytes its artifacts measured so far."""
-        self._closed: set[str] = set()
+        self._closed: dict[str, tuple[str, ...]] = {}
+        """Closed capture id -> the roles it held."""
+        self._over_captures: set[str] = set()
+        self._unsized: dict[Path, str | None] = {}
+        """Files listed ``writing`` whose size is not known yet -> their capture (see :meth:`add_artifact`)."""
+        self.waited = False
+        """The last :meth:`refused` waited for a file still being written (:data:`SIZE_WAIT_S`)."""
         self._node_bytes = 0
         self._read_to = 0
         self._told = False
 
     def add_artifact(self, entry: Mapping[str, Any]) -> None:
         """An artifact record was written: count its bytes once. A file written in the background is listed
-        twice (:func:`rlprof.manifest.settled_artifacts`): it counts as it is listed ``writing``, by the
-        bytes its capture already put on this disk (``json_size``, the uncompressed export; an upper bound
-        of the final file), so the capture's own close sees it; its ``written``/``failed`` record adds nothing."""
+        twice (:func:`rlprof.manifest.settled_artifacts`): ``writing``, when its bytes are not on disk yet, then
+        ``written`` with its size. It counts once its size is known: from its ``written`` record, or from the
+        file itself if that is in place when a profiled step begins (:meth:`refused`), whichever comes first."""
         state = entry.get("state")
-        if state in (WRITTEN, "failed"):
-            return
-        size = entry.get("json_size") or 0 if state == WRITING else entry.get("size") or 0
-        self.add(entry.get("capture"), int(size))
+        path = self._run_dir / entry["path"] if entry.get("path") else None
+        if state == WRITING and path is not None:
+            self._unsized[path] = entry.get("capture")
+        elif state in (WRITTEN, "failed"):
+            if path in self._unsized:
+                self._sized(path, int(entry.get("size") or 0) if state == WRITTEN else 0)
+        else:
+            self.add(entry.get("capture"), int(entry.get("size") or 0))
 
     def add(self, capture_id: str | None, size: int) -> None:
         """An artifact of ``capture_id`` was listed. Its bytes count towards the capture until it closes;
-        one listed after (a backend that writes at finalize) or tied to no capture fills the node's count now."""
+        one listed after (a backend that writes at finalize, a trace written in the background) or tied to
+        no capture fills the node's count now, and a closed capture it puts over ``capture_budget_mb`` is over."""
         if capture_id is not None:
             self.sizes[capture_id] = self.sizes.get(capture_id, 0) + size
         if size and (capture_id is None or capture_id in self._closed):
             self._publish(size)
+            if capture_id is not None:
+                self._check(capture_id)
 
     def closed(self, capture_id: str, roles: tuple[str, ...]) -> int:
         """``capture_id`` (holding ``roles``) closed: its bytes so far, added to the node's count; roles
-        it put over ``capture_budget_mb`` are skipped from now on. Artifacts listed later (a backend that
-        writes at finalize) are added to the node's count as they come."""
-        self._closed.add(capture_id)
+        it put over ``capture_budget_mb`` are skipped from now on. Artifacts sized later (a backend that
+        writes at finalize or in the background) are added to the node's count, and to the capture's, as they come."""
+        self._closed[capture_id] = roles
         size = self.sizes.get(capture_id, 0)
         if size:
             self._publish(size)
-        if self.capture_limit and size > self.capture_limit:
-            refusal = Refusal("capture_budget_mb", self.capture_limit, size, f"capture {capture_id}")
-            for role in roles:
-                self.over.setdefault(role, refusal)
-            log.warning("rlprof: %s; the next captures of %s are skipped, training goes on", refusal.reason(),
-                        ", ".join(roles))
+        self._check(capture_id)
         return size
+
+    def _check(self, capture_id: str) -> None:
+        """The closed ``capture_id`` over ``capture_budget_mb`` (said once): its roles are skipped from now on."""
+        size, roles = self.sizes.get(capture_id, 0), self._closed[capture_id]
+        if not self.capture_limit or size <= self.capture_limit or capture_id in self._over_captures:
+            return
+        self._over_captures.add(capture_id)
+        refusal = Refusal("capture_budget_mb", self.capture_limit, size, f"capture {capture_id}")
+        for role in roles:
+            self.over.setdefault(role, refusal)
+        log.warning("rlprof: %s; the next captures of %s are skipped, training goes on", refusal.reason(),
+                    ", ".join(roles))
+
+    def _sized(self, path: Path, size: int) -> None:
+        """A file listed ``writing`` without its size now has one."""
+        self.add(self._unsized.pop(path), size)
+
+    def _wait_for_sizes(self) -> None:
+        """Wait (at most :data:`SIZE_WAIT_S`) until the files of closed captures still being written are in
+        place, so ``capture_budget_mb`` decides on every closed capture; :attr:`waited` says whether it waited."""
+        deadline = time.monotonic() + SIZE_WAIT_S
+        while any(capture in self._closed for capture in self._unsized.values()) and time.monotonic() < deadline:
+            self.waited = True
+            time.sleep(0.002)
+            self._size_written()
+
+    def _size_written(self) -> None:
+        """The files listed ``writing`` without a size that are in place by now (a stat each)."""
+        for path in list(self._unsized):
+            try:
+                size = path.stat().st_size
+            except OSError:  # still being written
+                continue
+            self._sized(path, size)
 
     def refused(self, roles: tuple[str, ...]) -> dict[str, Refusal]:
         """Of ``roles`` (those a profiled step would profile here), the ones the budgets leave out, and why."""
+        self.waited = False
+        if self._unsized:
+            self._size_written()
+            if self.capture_limit:
+                self._wait_for_sizes()
         if self.run_limit:
             node = self._node_total()
             if node >= self.run_limit:

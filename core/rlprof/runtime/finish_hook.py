@@ -44,8 +44,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from rlprof.env_seconds import seconds_or_default
 from rlprof.layout import open_file, process_tag
-from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
 TIMEOUT_ENV = "RLPROF_FINISH_HOOK_TIMEOUT"
@@ -189,19 +189,8 @@ def wait_limit_s() -> float:
     default 600. Read here only (the Ray controller asks too). A value that is not a number of
     seconds >= 0 is said once, naming the variable, the value and what is allowed, and the default
     is used: a typo in an environment variable must not raise out of ``finalize`` (it runs at exit)."""
-    text = os.environ.get(TIMEOUT_ENV)
-    if text is None or not text.strip():
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value >= 0 and value != float("inf"):
-        return value
-    say_once(f"finish_hook: {TIMEOUT_ENV}={text}", log, "rlprof: %s=%r is not allowed (allowed: a number of "
-             "seconds >= 0); waiting at most the default %g s for the finish hook", TIMEOUT_ENV, text,
-             DEFAULT_TIMEOUT_S)
-    return DEFAULT_TIMEOUT_S
+    return seconds_or_default(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, "a number of seconds >= 0 (how long finalize "
+                              "waits for the finish hook)", minimum=0, logger=log)
 
 
 def say(rank: object, text: str) -> None:

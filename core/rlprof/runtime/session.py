@@ -311,7 +311,11 @@ class ProcessSession:
     def _within_budget(self, step: int, roles: frozenset) -> frozenset:
         """Of ``roles``, those the budgets still let capture at ``step``; a ``skip`` record per backend for
         the others. End-to-end, one capture holds every role: a role left out leaves the whole step out."""
+        began = self.clock_ns()
         refused = self.budget.refused(tuple(sorted(roles)))
+        if self.budget.waited:  # a closed capture's trace was still being written: profiling's cost
+            self.manifest.write("profiling_wait", **wait_record("budget", began, self.clock_ns(), step=step,
+                                                                reason="the last capture's size, for capture_budget_mb"))
         if not refused:
             return roles
         if not self.plan.discrete:

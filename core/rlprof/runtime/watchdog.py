@@ -18,14 +18,13 @@ hook began. No thread is started per call. The limit comes from ``RLPROF_HOOK_TI
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import traceback
 from time import monotonic
 from typing import Any, Callable
 
-from rlprof.errors import ConfigError, fail
+from rlprof.env_seconds import seconds_from_env
 
 log = logging.getLogger("rlprof")
 
@@ -40,16 +39,9 @@ Report = Callable[[str, str, int, float, str], None]
 def limit_from_env(environ: dict | None = None) -> float | None:
     """The hook time limit in seconds from ``RLPROF_HOOK_TIMEOUT_S`` (default 60; ``0`` or a
     negative number: no watchdog, returned as None). A value that is not a number is a
-    :class:`~rlprof.errors.ConfigError` naming the variable."""
-    text = (os.environ if environ is None else environ).get(ENV)
-    if text is None or not text.strip():
-        return DEFAULT_LIMIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(ENV, text, "a number of seconds (0 turns the hook watchdog off)") from None
-    if value != value or value == float("inf"):
-        raise fail(ENV, text, "a finite number of seconds (0 turns the hook watchdog off)")
+    :class:`~rlprof.errors.ConfigError` naming the variable (:func:`rlprof.env_seconds.seconds_from_env`)."""
+    value = seconds_from_env(ENV, DEFAULT_LIMIT_S, "a finite number of seconds (0 turns the hook watchdog off)",
+                             environ=environ)
     return value if value > 0 else None
 
 

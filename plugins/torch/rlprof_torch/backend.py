@@ -9,12 +9,12 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 * every ``start_role``/``stop_role`` enters/exits ``record_function(ctx.region)``, so the trace
   shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events (the core sends
   ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
-* a hook with ``closes_capture`` stops the session and exports its plain JSON (what must happen on
-  the training thread), then hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`,
-  which compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
-  The trace is listed at once with ``state: "writing"`` (and ``json_size``, the bytes of the plain
-  JSON) and, from the next hook call after it is in place, again with ``state: "written"``, its
-  size and sha256: the step waits for neither compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
+* a hook with ``closes_capture`` stops the session (what must happen on the training thread), then
+  hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`, which exports its plain JSON
+  and compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
+  The trace is listed at once with ``state: "writing"`` and, from the next hook call after it is in
+  place, again with ``state: "written"``, its size and sha256: the step waits for neither the export,
+  the compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
   that hook raises :class:`TraceNotWritten` (the core records the error and releases the backend, as
   when the write failed inside the step);
 * ``finalize`` closes whatever is still open, waits for the traces still being written (at most
@@ -26,7 +26,6 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 from __future__ import annotations
 
 import logging
-import os
 
 from rlprof import hookimpl
 from rlprof.errors import ConfigError
@@ -165,22 +164,23 @@ class TorchBackend:
         self._session = session
 
     def _close(self, ctx) -> None:
-        """Stop and export the open capture, hand it to the writer, list it as ``writing``."""
+        """Stop the open capture (what must happen on the training thread), hand its export to the
+        writer, list it as ``writing``."""
         session, self._session = self._session, None
         if session is None:
             return
         if self._scratch is None:
             self._scratch = ScratchDir(session.directory, session.run.run_dir)
-        plain = session.stop_and_export(self._scratch)
+        session.stop()
         final = session.directory / session.trace_name
         capture = ctx.capture
         belongs = dict(step=capture.steps[0], steps=list(capture.steps), capture=capture.capture_id,
                        region=getattr(ctx, "region", None)) if capture is not None else {}
         if self._writer is None:
             self._writer = writer.process_writer()
-        json_size = os.stat(self._scratch.path_for(plain)).st_size  # known now, the .gz's size only once written
-        self._writer.submit(writer.Export(self._scratch, plain, final, session.run.run_dir, belongs, owner=self))
-        ctx.add_artifact(final, "file", state="writing", json_size=json_size)
+        self._writer.submit(writer.Export(self._scratch, session.plain_name, final, session.run.run_dir, belongs,
+                                          owner=self, dump=session.export))
+        ctx.add_artifact(final, "file", state="writing")  # its size is known once written (the budget waits for it)
 
     def _list_written(self, ctx) -> None:
         """List this backend's traces that the writer finished since the last call (see the module docstring).

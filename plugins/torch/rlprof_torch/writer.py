@@ -1,10 +1,11 @@
 """Writing traces off the training thread: compression, checksum and placing under the final name.
 
-Kineto must be stopped, and its trace exported, on the thread that started the profiler (stopping it
-from another thread crashes the process), so the training thread still does ``stop()`` and
-``export_chrome_trace()`` of plain JSON into the backend's scratch directory. Everything after that
-is an :class:`Export` handed to the process's :class:`TraceWriter`, one daemon thread with a queue:
+Kineto must be stopped on the thread that started the profiler (stopping it from another thread
+crashes the process), so the training thread still does ``stop()``. Everything after that is an
+:class:`Export` handed to the process's :class:`TraceWriter`, one daemon thread with a queue:
 
+0. export the stopped profiler's trace as plain JSON into the backend's scratch directory (Kineto
+   writes it without holding the GIL);
 1. gzip the plain JSON into ``<final>.partial`` (a name no reader takes for a trace), hashing the
    compressed bytes (sha256) as they are written;
 2. put it under its final name with :func:`rlprof.layout.place` (a hard link: it appears whole or not
@@ -32,9 +33,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from rlprof.errors import ConfigError
+from rlprof.env_seconds import seconds_from_env
 from rlprof.layout import ScratchDir, new_file, place
 
 log = logging.getLogger("rlprof.torch")
@@ -49,19 +50,11 @@ DEFAULT_WAIT_S = 300.0
 
 
 def wait_limit_from_env(environ: Any = None) -> float:
-    """``finalize``'s wait, in seconds, from ``RLPROF_TORCH_WRITE_TIMEOUT_S`` (default 300; ``0``: do not
-    wait). A value that is not a finite number is a :class:`~rlprof.errors.ConfigError` naming the variable."""
-    text = (os.environ if environ is None else environ).get(WAIT_ENV)
-    if text is None or not text.strip():
-        return DEFAULT_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{WAIT_ENV}={text!r}: not a number of seconds; allowed: a finite number of seconds "
-                          f"finalize waits for traces still being written (0: do not wait)", key=WAIT_ENV)
-    return max(value, 0.0)
+    """``finalize``'s wait, in seconds, from ``RLPROF_TORCH_WRITE_TIMEOUT_S`` (default 300; ``0`` or
+    less: do not wait). A value that is not a finite number is a :class:`~rlprof.errors.ConfigError`
+    naming the variable (:func:`rlprof.env_seconds.seconds_from_env`)."""
+    return max(seconds_from_env(WAIT_ENV, DEFAULT_WAIT_S, "a finite number of seconds finalize waits for traces "
+                                "still being written (0: do not wait)", environ=environ), 0.0)
 
 
 @dataclass(eq=False)
@@ -70,7 +63,7 @@ class Export:
 
     scratch: ScratchDir
     plain_name: str
-    """The plain JSON torch exported, a name in ``scratch``."""
+    """Where the plain JSON is exported, a name in ``scratch``."""
     final: Path
     root: Path
     """The run directory: nothing is written outside it, no link under it is followed."""
@@ -78,6 +71,9 @@ class Export:
     """What the trace belongs to (its capture, step numbers and region), repeated in its ``written`` record."""
     owner: object
     """Who handed it over (a backend instance): only its owner is told it is done."""
+    dump: Callable[[Path], None] | None = None
+    """Writes the plain JSON to the path it is given (a stopped profiler's export), first thing on the
+    writer's thread; None when it is already there. Dropped once run: it holds the profiler's events."""
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     sha256: str | None = None
@@ -93,6 +89,9 @@ def compress(export: Export) -> None:
     partial = export.partial
     digest = hashlib.sha256()
     try:
+        dump, export.dump = export.dump, None
+        if dump is not None:
+            dump(export.scratch.path_for(export.plain_name))
         gzip_into(export.scratch.path_for(export.plain_name), partial, export.root, digest)
         try:
             place(partial, export.final, export.root)

@@ -1,4 +1,4 @@
-"""Traces are compressed off the training thread: the step does not wait for it, finalize does (up to
+"""Traces are exported and compressed off the training thread: the step does not wait for it, finalize does (up to
 a limit), a file appears under its final name only whole, and a process killed mid-export leaves the
 report naming the capture that was cut."""
 
@@ -54,7 +54,6 @@ def test_after_finalize_every_trace_loads_and_its_record_is_right(run_training, 
         assert trace["rlprof"]["capture"] == record["capture"] and trace["traceEvents"]
         assert record["state"] == "written" and record["size"] == len(data) > 0
         assert record["sha256"] == hashlib.sha256(data).hexdigest()
-        assert record["json_size"] == len(gzip.decompress(data))  # known as the capture closed
     assert not list(run.run_dir.rglob("*.partial")) and not list(run.run_dir.rglob(".rlprof-scratch-*"))
     lines = [json.loads(line) for manifest in (run.run_dir / "manifest").iterdir() for line in manifest.open()]
     states = [(r["capture"], r["state"]) for r in lines if r["type"] == "artifact"]  # on disk: listed at close, then written
@@ -70,6 +69,7 @@ def test_the_step_does_not_wait_for_compression(make_config, held_writer):
         sum(range(1000))
     prof.step_boundary()  # returns although the trace cannot be compressed yet
     assert started.wait(10)
+    assert not list(prof.run.run_dir.rglob("*.json"))  # nor exported: the writer's thread does that too
     [listed] = artifact_records(prof.run.run_dir)
     final = prof.run.run_dir / listed["path"]
     assert listed["state"] == "writing" and not final.exists()
@@ -165,3 +165,39 @@ def test_a_process_killed_mid_export_leaves_no_broken_trace_and_the_report_names
     rlprof_cli(["report", str(run_dir)])
     out = capsys.readouterr().out
     assert "cut: rank 0" in out and "torch capture step1" in out and "was still being written" in out
+
+
+def budget_run(make_config, budget: dict, settle: bool):
+    """Steps 1-4 profiled under ``budget`` (``global_profiler`` keys); ``settle``: each trace is in place
+    before the next step begins (as after any real step's work), else the steps follow at once."""
+    config = make_config(steps=(1, 2, 3, 4))
+    config["global_profiler"].update(budget)
+    prof = rlprof.Profiler(config, roles=("actor", "ref"))
+    for step in (1, 2, 3, 4):
+        prof.start_step(step)
+        with prof.role("actor", "update"):
+            sum(range(1000))
+        prof.step_boundary()
+        if settle:
+            assert writer.process_writer().wait_idle(30)
+    prof.finalize()
+    records = list(read_records([prof.run.run_dir]))
+    return ([r["capture"] for r in records if r["type"] == "artifact" and r["state"] == "written"],
+            sorted({r["step"] for r in records if r["type"] == "skip"}), records)
+
+
+def test_a_capture_over_its_budget_written_in_the_background_skips_the_next_steps(make_config):
+    # The trace's size is known once the writer has put it in place: the next profiled step finds it there.
+    captured, skipped, records = budget_run(make_config, {"capture_budget_mb": 0.0001}, settle=True)
+    assert captured == ["step1"] and skipped == [2, 3, 4]
+    [skip, *_] = [r for r in records if r["type"] == "skip"]
+    assert skip["budget"] == "capture_budget_mb" and skip["measured_bytes"] > 105 and "step1" in skip["reason"]
+
+
+def test_the_next_step_waits_for_a_trace_still_being_written_where_the_capture_budget_turns_on_it(make_config, held_writer):
+    release, _ = held_writer
+    threading.Timer(0.3, release.set).start()  # step 1's trace is still being written as step 2 begins
+    captured, skipped, records = budget_run(make_config, {"capture_budget_mb": 0.0001}, settle=False)
+    assert captured == ["step1"] and skipped == [2, 3, 4]
+    [wait] = [r for r in records if r["type"] == "profiling_wait"]  # profiling's cost, in the report
+    assert wait["source"] == "budget" and wait["step"] == 2 and wait["ms"] >= 100

@@ -184,3 +184,14 @@ def test_torch_distributed_info_is_left_as_torch_wrote_it(run_training, tmp_path
     info = trace["distributedInfo"]
     assert info["backend"] == "gloo" and info["rank"] == 0 and info["world_size"] == 1
     assert "pg_count" in info  # torch's block, not rlprof's
+
+
+@pytest.mark.parametrize(("contents", "trace_only"), [(("cpu",), True), (("cpu", "memory", "shapes"), True),
+                                                      (("cpu", "stack"), False)])
+def test_stop_skips_the_event_tree_except_for_stacks(contents, trace_only, recwarn):
+    # Stopping runs on the training thread; the event tree only key_averages() reads cost a third of it.
+    from rlprof_torch.options import profile_arguments
+
+    profile = torch.profiler.profile(**profile_arguments(contents, torch.cuda.is_available()))
+    assert bool(profile.experimental_config and profile.experimental_config.trace_only) is trace_only
+    assert not [w for w in recwarn if "trace_only" in str(w.message)]  # never asked where torch refuses it

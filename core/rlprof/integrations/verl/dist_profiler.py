@@ -37,6 +37,9 @@ from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
 
+ANSWER_GRACE_S = 0.05
+"""How long a replica's server waits after answering ``stop_profile`` before it stops its profiler."""
+
 
 class _Process:
     """What this process keeps about its DistProfilers: one instance (:func:`_process`), a new one in
@@ -449,9 +452,9 @@ class RolloutDistProfiler(DistProfiler):
         self._closing = loop.create_task(self._close_after_answer())
 
     async def _close_after_answer(self) -> None:
-        # one turn of the loop first: Ray sends the awaited call's answer then (measured: the caller got
-        # stop_profile's answer in 2 ms, against the full export without this turn)
-        await asyncio.sleep(0)
+        # the loop idle a moment first: Ray sends the awaited call's answer then, and the trainer's next
+        # calls get going before the profiler's stop holds this process's GIL
+        await asyncio.sleep(ANSWER_GRACE_S)
         self._closing = None
         self._close()
 

@@ -1,0 +1,128 @@
+"""The trainer's unprofiled steps, timed where the trainer runs, so the report sets the profiled steps beside them.
+
+verl's trainer tells its workers about profiled steps only (``start_profile``/``stop_profile``), so no
+worker's Profiler sees the other steps. But its ``fit`` calls ``_start_profiling``
+at the top of every step and ``_stop_profiling`` at its end, profiled or not (:data:`TRAINERS`). Wherever verl's
+trainer module is imported (:func:`watch`), the drop-in wraps both and, for a step that is not in
+``global_profiler.steps``, writes its wall time, from the first call to the end of the second (the span a
+profiled step's own ``step`` record covers on the workers), as an ``unprofiled_steps`` record of the
+manifest of the process running the trainer (verl's ``main_ppo`` runs it in a ``TaskRunner`` actor, not
+in the driver): ``manifest/controller-<host>-<pid>.jsonl``, rank None, as the Ray controller writes them
+(:func:`rlprof.manifest.plain_steps_record`). An unprofiled step costs two clock reads and one line.
+
+Nothing is timed when profiling is off (no tool or no steps) or when the run id is not known.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlprof.config.values import DEFAULT_SAVE_PATH
+from rlprof.integrations.verl import on_import
+from rlprof.integrations.verl.run_id import shared_run_id
+from rlprof.integrations.verl.sections import field, plain
+from rlprof.layout import MANIFEST_DIR, ensure_dir, hostname
+from rlprof.manifest import ManifestWriter, plain_steps_record
+from rlprof.runtime.run_id import run_id_for
+
+log = logging.getLogger("rlprof")
+
+TRAINERS = {
+    "verl.trainer.ppo.ray_trainer": "RayPPOTrainer",  # trainer.use_v1=false
+    "verl.trainer.ppo.v1.trainer_base": "PPOTrainer",  # trainer.use_v1=true: its trainers derive from it
+}
+"""verl's trainer classes (module -> class) whose ``_start_profiling``/``_stop_profiling`` run every step."""
+
+
+def watch() -> None:
+    """Wrap each trainer's two per-step calls once its module is imported (never imported here)."""
+    for module, name in TRAINERS.items():
+        on_import.when_imported(module, functools.partial(_patch, name=name))
+
+
+def forget() -> None:
+    """Leave the trainers as verl wrote them (``rlprof.verl.uninstall``)."""
+    for module, name in TRAINERS.items():
+        on_import.forget(module)
+        if module in sys.modules:
+            unwrap(getattr(sys.modules[module], name, None))
+
+
+def _patch(module: Any, name: str) -> None:
+    wrap(getattr(module, name, None))
+
+
+def wrap(trainer: Any) -> None:
+    """Time the unprofiled steps of ``trainer`` (a class; wrapped once)."""
+    if trainer is None or getattr(trainer._start_profiling, "rlprof_wrapped", False):
+        return
+    start, stop = trainer._start_profiling, trainer._stop_profiling
+
+    @functools.wraps(start)
+    def _start_profiling(self, *args: Any, **kwargs: Any) -> Any:
+        StepTimer.of(self).begin(self.global_steps)
+        return start(self, *args, **kwargs)
+
+    @functools.wraps(stop)
+    def _stop_profiling(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return stop(self, *args, **kwargs)
+        finally:
+            StepTimer.of(self).end(self.global_steps)
+
+    _start_profiling.rlprof_wrapped = _stop_profiling.rlprof_wrapped = True
+    trainer._start_profiling, trainer._stop_profiling = _start_profiling, _stop_profiling
+
+
+def unwrap(trainer: Any) -> None:
+    """Put ``trainer``'s own two calls back."""
+    for name in ("_start_profiling", "_stop_profiling"):
+        method = getattr(trainer, name, None)
+        if getattr(method, "rlprof_wrapped", False):
+            setattr(trainer, name, method.__wrapped__)
+
+
+class StepTimer:
+    """One trainer's unprofiled steps (see the module doc); made at its first step."""
+
+    clock_ns = staticmethod(time.time_ns)
+    """The workers' ``step`` records use the same clock."""
+
+    def __init__(self, config: Any):
+        profiler = field(config, "global_profiler")
+        steps, tool = field(profiler, "steps"), field(profiler, "tool")
+        self.profiled = frozenset(int(s) for s in (plain(steps) or ())) if tool else frozenset()
+        shared = shared_run_id()
+        self.run_dir = (Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared)
+                        if self.profiled and shared else None)  # the directory the workers' Profilers write in
+        self._open: tuple[int, int] | None = None
+        self._manifest: ManifestWriter | None = None
+
+    @classmethod
+    def of(cls, trainer: Any) -> "StepTimer":
+        timer = trainer.__dict__.get("_rlprof_steps")
+        if timer is None:
+            timer = trainer._rlprof_steps = cls(trainer.config)
+        return timer
+
+    def begin(self, step: int) -> None:
+        if self.run_dir is not None and step not in self.profiled:
+            self._open = (step, self.clock_ns())
+
+    def end(self, step: int) -> None:
+        opened, self._open = self._open, None
+        if opened is None or opened[0] != step:
+            return
+        if self._manifest is None:
+            host, pid = hostname(), os.getpid()
+            ensure_dir(self.run_dir / MANIFEST_DIR, self.run_dir)
+            self._manifest = ManifestWriter(self.run_dir / MANIFEST_DIR / f"controller-{host}-{pid}.jsonl",
+                                            {"run": self.run_dir.name, "rank": None, "host": host, "pid": pid},
+                                            root=self.run_dir)
+        self._manifest.write("unprofiled_steps", **plain_steps_record([(step, opened[1], self.clock_ns())]))
