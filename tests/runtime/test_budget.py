@@ -175,3 +175,34 @@ def test_a_link_planted_at_the_budget_folder_redirects_nothing(save_path, tmp_pa
     assert train(save_path, {"step": 3000}, extra=["global_profiler.run_budget_gb=1"]) == 4
     assert list(elsewhere.iterdir()) == []
     assert records(save_path, "capture")  # the captures were still recorded
+
+
+def _budget_with_a_trace_still_being_written(tmp_path, capture_mb):
+    from rlprof.runtime.budget import CaptureBudget
+
+    budget = CaptureBudget(capture_mb, 0, tmp_path, "host")
+    budget.add_artifact({"state": "writing", "path": "step1/rank0/trace.json.gz", "capture": "step1"})
+    budget.closed("step1", ("actor",))
+    return budget
+
+
+def test_the_default_budget_never_makes_a_profiled_step_wait_for_a_trace_being_written(tmp_path):
+    """The default capture budget guards a disk; waiting on every back-to-back profiled step for a size it
+    will not turn on costs training (seen: the replica waited 0.49 s at step 3 of verl's trainer)."""
+    import time
+
+    from rlprof.config.values import DEFAULT_CAPTURE_BUDGET_MB
+
+    budget = _budget_with_a_trace_still_being_written(tmp_path, DEFAULT_CAPTURE_BUDGET_MB)
+    began = time.monotonic()
+    assert budget.refused(("actor",)) == {}
+    assert not budget.waited and time.monotonic() - began < 0.5
+
+
+def test_a_budget_the_user_set_waits_for_the_size_it_may_turn_on(tmp_path, monkeypatch):
+    from rlprof.runtime import budget as budget_module
+
+    monkeypatch.setattr(budget_module, "SIZE_WAIT_S", 0.05)
+    budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0)
+    budget.refused(("actor",))
+    assert budget.waited

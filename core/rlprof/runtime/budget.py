@@ -5,6 +5,11 @@ Two limits, both ``global_profiler`` keys (:mod:`rlprof.config.sections`):
 * ``capture_budget_mb``, per capture: a capture that wrote more is kept (it is already on disk), and
   its roles are *over budget*: from the next profiled step on, their captures are skipped (discrete
   mode: that role's regions; end-to-end: the process's whole step capture, which holds every role).
+  A trace written in the background may still be unsized when the next profiled step begins. A budget
+  the user set is held exactly: that step waits for the size (at most :data:`SIZE_WAIT_S`, recorded as
+  profiling's cost). The default budget only guards a disk against a runaway capture, so it never makes
+  training wait: it decides on the sizes known as the step begins, and a trace still being written
+  counts from the profiled step after (at most one capture past it).
 * ``run_budget_gb``, per run and node: the bytes every process of the node wrote, added up. Once it is
   reached, no process of the node opens another capture.
 
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlprof.config.values import DEFAULT_CAPTURE_BUDGET_MB
 from rlprof.layout import BUDGET_DIR, open_file
 from rlprof.manifest import WRITING, WRITTEN
 
@@ -43,8 +49,9 @@ MB = 1024 * 1024
 GB = 1024 * MB
 SIZE_WAIT_S = 2.0
 """How long a profiled step waits, at most, for the size of a closed capture's file still being written in
-the background, where ``capture_budget_mb`` may turn on it. Such a file is normally in place long before
-the next profiled step; back-to-back profiled steps of a few ms may wait (a ``profiling_wait`` record)."""
+the background, where a ``capture_budget_mb`` the user set may turn on it (never for the default budget).
+Such a file is normally in place long before the next profiled step; back-to-back profiled steps may
+wait (a ``profiling_wait`` record)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,8 @@ class CaptureBudget:
 
     def __init__(self, capture_mb: float, run_gb: float, run_dir: Path, host: str):
         self.capture_limit = int(capture_mb * MB)
+        self.exact = bool(capture_mb) and capture_mb != DEFAULT_CAPTURE_BUDGET_MB
+        """A budget the user set: a profiled step waits for the sizes it turns on (the default never waits)."""
         self.run_limit = int(run_gb * GB)
         self._run_dir = run_dir
         self.node_file = run_dir / BUDGET_DIR / f"node-{host}.log"
@@ -173,7 +182,7 @@ class CaptureBudget:
         self.waited = False
         if self._unsized:
             self._size_written()
-            if self.capture_limit:
+            if self.exact:
                 self._wait_for_sizes()
         if self.run_limit:
             node = self._node_total()
