@@ -55,3 +55,22 @@ def test_the_html_step_bar_shows_writing_apart_and_adds_up_to_the_step():
     widths = [float(w) for w in re.findall(r'class="segment[^"]*"[^>]*? width="([0-9.]+)"', svg)]
     scale = 760 / 100.0  # the 100 ms window is the longest bar
     assert abs(sum(widths) - 100 * scale) < 1.0  # 40 + 15 regions + 30 writing + 15 outside = the step
+
+
+def test_the_anatomy_says_where_the_rest_of_the_writing_went_so_it_never_seems_to_contradict_the_cost():
+    """Seen in the demo: "(writing captures) 0.5 ms 1%" in the step's table, then "profiling 55.3 ms (41%:
+    writing 55.3 ms)" below, with nothing to say they are the same writing, mostly after the step's end."""
+    from types import SimpleNamespace
+
+    from rlprof.analysis.cost import ProfilingCost, StepCost
+    from rlprof.analysis.report import _anatomy_lines
+
+    step = SimpleNamespace(step=1, writing_ms=0.5, span_ms=80.0, untracked_ms=None, regions=[], gaps=[], phases=[],
+                           spread=None)
+    anatomy = SimpleNamespace(steps=[step], stragglers=[])
+    cost = ProfilingCost(steps=[StepCost(step=1, total_ms=135.2, writing_ms=55.3, waits_ms=0.0)], unprofiled_ms=None,
+                         unprofiled_count=0)
+    (row,) = [line for line in _anatomy_lines(anatomy, cost) if "(writing captures)" in line]
+    assert "+ 54.8 ms after the step's end (profiling cost, below)" in row
+    (row,) = [line for line in _anatomy_lines(anatomy) if "(writing captures)" in line]
+    assert "after the step's end" not in row
