@@ -48,3 +48,15 @@ def test_the_controller_times_the_steps_it_does_not_profile(ray_stand_in, test_b
     records = [r for r in read_records([controller.run_dir]) if r["type"] == "unprofiled_steps"]
     assert [r["steps"] for r in records] == [[1], [3, 4, 5]]  # written as profiled step 2 began, and at finalize
     assert {r["rank"] for r in records} == {None}  # the controller's own manifest
+
+
+def test_the_controllers_own_fan_outs_are_phases_of_the_profiled_step(ray_stand_in, test_backends, tmp_path):
+    """'(outside regions)' of a Ray run holds the controller's own calls: while it starts the step on one
+    worker after another, the first worker's step has begun and no region runs. They are ``phase`` records
+    of the controller, so the report names them (issue 32: "rlprof's Ray controller knows its own calls")."""
+    clock = FakeClock()
+    controller = controller_run(tmp_path, clock, steps=range(1, 4))
+    phases = [r for r in read_records([controller.run_dir]) if r["type"] == "phase"]
+    assert [(r["step"], r["name"], r["source"]) for r in phases] == [
+        (2, "rlprof start_step", "rlprof's Ray controller"), (2, "rlprof step_boundary", "rlprof's Ray controller")]
+    assert all(r["end_ns"] >= r["start_ns"] for r in phases)

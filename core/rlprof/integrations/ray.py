@@ -68,7 +68,7 @@ from rlprof.integrations.ray_options import HYBRID_ENGINE_STAGES, ProfilerArgs, 
 from rlprof.integrations.ray_run_end import NodeFinishHooks, move_after_exit, worker_sources
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
-from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, plain_steps_record, short_node
+from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, phase_record, plain_steps_record, short_node
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
 
@@ -76,6 +76,9 @@ __all__ = ["DEFAULT_TIMEOUT_S", "HYBRID_ENGINE_STAGES", "FanOut", "ProfiledWorke
            "ProfilingController", "WorkerFailure", "WorkerSpec", "describe_error", "worker_options"]
 
 log = logging.getLogger("rlprof")
+
+CONTROLLER_PHASES = "rlprof's Ray controller"
+"""The ``source`` of the controller's ``phase`` records (the report names who timed a phase)."""
 
 
 class ProfilingController:
@@ -207,7 +210,10 @@ class ProfilingController:
             return FanOut("start_step", step)
         self._write_unprofiled_steps()
         self._step = step
-        return self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
+        began = self.clock_ns()
+        result = self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
+        self._phase(step, "rlprof start_step", began)
+        return result
 
     def step_boundary(self) -> FanOut:
         """The step begun by :meth:`start_step` ends (captures close, traces are written)."""
@@ -215,8 +221,10 @@ class ProfilingController:
         if step is None:
             self._end_unprofiled_step()
             return FanOut("step_boundary", None)
+        began = self.clock_ns()
         result = self._fan_out("step_boundary", step,
                                lambda spec, handle: handle.rlprof_step_boundary.remote(send_manifest=True))
+        self._phase(step, "rlprof step_boundary", began)
         if step == self._hooks.last_step:
             self._hooks.start(self._workers)
         if self.node_rows is not None:
@@ -293,6 +301,12 @@ class ProfilingController:
         self._unprofiled_steps.append((step, start_ns, self.clock_ns()))
         if len(self._unprofiled_steps) >= PLAIN_STEPS_BUFFERED:
             self._write_unprofiled_steps()
+
+    def _phase(self, step: int, name: str, began: int) -> None:
+        """One of the controller's own calls in profiled step ``step``, as a ``phase`` record: the workers
+        started (or ended) the step one after the other while it waited, so the report can say which part
+        of "(outside regions)" was rlprof's own fan-out rather than the trainer's."""
+        self.write(PHASE_RECORD, **phase_record(step, name, began, self.clock_ns(), CONTROLLER_PHASES))
 
     def _write_unprofiled_steps(self) -> None:
         """The unprofiled steps timed so far, as one ``unprofiled_steps`` record of the controller's manifest."""
