@@ -8,6 +8,9 @@ Each training step inside the capture is marked ``ProfilerStep#<step>``, the ran
 ``torch.profiler.profile.step()`` would write: HTA and TensorBoard's profiler plugin cut a trace
 into iterations by that name, so per-step analyses work on rlprof traces too.
 
+A session is stopped only on the thread that started it (:class:`OtherThread`); its export may run
+on any thread (the :mod:`~rlprof_torch.writer`'s).
+
 Kineto's console log is switched off before the first session of a process (see
 :func:`quiet_kineto`): otherwise every capture prints ``USDT:... profiler_start`` and
 ``profiler_stop`` lines into the training's stderr.
@@ -16,10 +19,18 @@ Kineto's console log is switched off before the first session of a process (see
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, Mapping
 
 from .metadata import torch_writes_distributed_info, trace_metadata
+
+class OtherThread(RuntimeError):
+    """The session was asked to stop from a thread other than the one that started it. Kineto keeps a
+    session's state on its starting thread: stopped from another it finds none ("disableProfiler called
+    but no active profiling session found") and exporting what it returns crashes the process (seen: a
+    replica's exit handler finalizing on the main thread while its close waited on the event loop). The
+    capture is given up, never stopped from there: the backend's error names it; the process lives."""
 
 
 class TraceSession:
@@ -37,9 +48,12 @@ class TraceSession:
         self._profile = torch.profiler.profile(**profile_arguments)
         self._step_range = None
         self._distributed_info_written = False
+        self._thread: int | None = None
+        """The thread that started the profiler: the only one that may stop it."""
 
     def start(self) -> None:
         quiet_kineto()
+        self._thread = threading.get_ident()
         self._profile.start()
         # torch adds its own distributedInfo as it starts, if a process group exists by then.
         self._distributed_info_written = torch_writes_distributed_info()
@@ -67,6 +81,10 @@ class TraceSession:
     def stop(self) -> None:
         """Stop the profiler: the one step that must run on the thread that started it (Kineto crashes
         when stopped from another). The trace's metadata goes in first."""
+        if threading.get_ident() != self._thread:
+            raise OtherThread(f"torch.profiler was started on thread {self._thread} and cannot be stopped from thread "
+                              f"{threading.get_ident()} ({threading.current_thread().name}): capture {self.capture_id}'s "
+                              "trace is not written")
         self.end_step()
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
                                   distributed_info=not self._distributed_info_written)

@@ -58,3 +58,21 @@ def test_finalize_stops_an_open_capture_and_closes_ranges_once(run, read_trace):
     assert not profiling() and read_trace(path).count("actor_update") == 1
     again = FinalizeContext(**common(run, None))
     assert backend.finalize(again) is None and again._artifacts is None
+
+
+def test_a_capture_finalized_from_another_thread_is_given_up_not_stopped_there(make_config):
+    """Seen: a verl replica's exit handler finalized on the main thread while its capture, started on the
+    server's event-loop thread, waited to close; Kineto found no session there ("disableProfiler called but
+    no active profiling session found") and exporting what it gave crashed the process (SIGSEGV in
+    ActivityTraceWrapper::save). Now that capture is an error naming it, and the process goes on."""
+    import threading
+
+    prof = rlprof.Profiler(make_config(), roles=("actor",))
+    started = threading.Thread(target=lambda: (prof.start_step(1), prof._step))  # the capture opens on this thread
+    started.start()
+    started.join()
+    artifacts = prof.finalize()  # on the main thread: not the one that started torch.profiler
+    assert not [a for a in artifacts if a.get("state") == "written"]
+    (error,) = prof.errors
+    assert "OtherThread" in str(error) or "cannot be stopped from thread" in str(error)
+    assert "step1" in str(error)
