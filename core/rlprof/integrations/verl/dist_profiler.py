@@ -37,8 +37,13 @@ from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
 
-ANSWER_GRACE_S = 0.05
-"""How long a replica's server waits after answering ``stop_profile`` before it stops its profiler."""
+ANSWER_GRACE_S = 0.0
+"""How long a replica's server waits after answering ``stop_profile`` before it stops its profiler: one
+loop turn. 50 ms let the trainer have its answer before Kineto's stop held the replica's GIL (on verl's
+CPU trainer, generate +0.86 s per profiled step without it), but a server whose actor Ray destroyed
+within those 50 ms (its handles dropped by the trainer's runner) then finalized on its main thread,
+where Kineto's session is not: its last capture was lost (and, before the torch backend refused to stop
+a session from another thread, the process crashed). Open: an answer-then-close that survives both."""
 
 
 class _Process:
@@ -76,8 +81,9 @@ class _Process:
         return [p for p in self.members() if p._prof.active and not p._prof.finalized]
 
     def in_step(self) -> list["DistProfiler"]:
-        """The DistProfilers between ``start()`` and ``stop()``, in building order."""
-        return [p for p in self.members() if p._prof.current_step is not None]
+        """The DistProfilers between ``start()`` and ``stop()``, in building order. A replica told ``stop()``
+        whose close is still pending is not: finalizing runs that close first (:meth:`RolloutDistProfiler.finalize`)."""
+        return [p for p in self.members() if p._prof.current_step is not None and not p.closing()]
 
     def due(self, profiler: "DistProfiler") -> None:
         """``profiler``'s finish hook runs when this process's profiling is finalized (once)."""
@@ -260,6 +266,10 @@ class DistProfiler:
             if target is None:
                 return
         target._prof.next_iteration()
+
+    def closing(self) -> bool:
+        """Told ``stop()``, with the close still to run (a replica closes after answering)."""
+        return False
 
     def finalize(self) -> list[dict[str, Any]]:
         """End this process's run (also happens at exit): backends write, the manifest closes."""
@@ -575,6 +585,9 @@ class RolloutDistProfiler(DistProfiler):
         except Exception as exc:
             self._contain("stop_profile", exc)
         _process().due(self)
+
+    def closing(self) -> bool:
+        return self._closing is not None and not self._closing.done()
 
     def finalize(self) -> list[dict[str, Any]]:
         self._closed_first(why="the end of the run")
