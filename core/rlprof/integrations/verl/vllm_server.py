@@ -165,7 +165,7 @@ def _start_profile(original):
             return await original(self, **kwargs)
         if self.node_rank != 0:  # verl's rule: node 0 holds the engine
             return None
-        await replica.start_engine(self.engine, **kwargs)
+        await replica.start_engine(getattr(self, "engine", None), **kwargs)  # a server not launched has none
 
     return start_profile
 
@@ -178,6 +178,6 @@ def _stop_profile(original):
             return await original(self)
         if self.node_rank != 0:
             return None
-        await replica.stop_engine(self.engine)
+        await replica.stop_engine(getattr(self, "engine", None))
 
     return stop_profile
