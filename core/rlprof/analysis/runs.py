@@ -269,8 +269,8 @@ REQUIRED = {
 
 def _capture_sizes(captures: Sequence[dict[str, Any]], artifacts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each capture as its ``capture`` record gives it, with ``bytes`` what its files hold on disk now (their
-    settled sizes: a trace compressed in the background is smaller than the export its capture counted as
-    it closed, which stays as ``bytes_at_close``, what the budget went by)."""
+    settled sizes: a trace written in the background was not on disk yet as its capture closed; what was
+    counted then stays as ``bytes_at_close``)."""
     on_disk: dict[tuple, int] = {}
     for a in artifacts:
         key = (a.get("rank"), a.get("host"), a.get("pid"), a.get("capture"))
