@@ -51,15 +51,21 @@ def test_each_profiled_step_shows_its_cost_beside_unprofiled_steps(save_path, mo
     assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; more than 20%)" in text
 
 
-def test_a_wait_on_a_replicas_export_counts_as_profiling(save_path, monkeypatch):
+def report_with_a_wait(save_path, monkeypatch, *, step: int, ms: float):
+    """The report of :func:`run` with a replica's ``profiling_wait`` of ``ms`` added in ``step``."""
     clock = FakeClock()
     monkeypatch.setattr(ProcessSession, "clock_ns", clock)
     run(save_path, clock)
     (manifest,) = manifest_files([save_path])
     with open(manifest, "a") as handle:
         handle.write(json.dumps({"type": "profiling_wait", "run": "cost-run", "rank": 0, "host": "h", "pid": 1,
-                                 "step": 3, "duration_ms": 25.0}) + "\n")
+                                 "step": step, "duration_ms": ms}) + "\n")
     (report,) = build_reports([save_path])
+    return report
+
+
+def test_a_wait_on_a_replicas_export_counts_as_profiling(save_path, monkeypatch):
+    report = report_with_a_wait(save_path, monkeypatch, step=3, ms=25.0)
     (third,) = [s for s in report.cost.steps if s.step == 3]
     assert (third.writing_ms, third.waits_ms, third.profiling_ms) == (50.0, 25.0, 75.0)
     assert "writing 50.0 ms + waits 25.0 ms" in render(report)
@@ -109,14 +115,7 @@ def test_an_unprofiled_step_is_timed_over_every_process_that_timed_it():
 def test_a_wait_paid_in_an_unprofiled_step_is_shown(save_path, monkeypatch):
     """A replica still writing the last profiled step's trace when the next (unprofiled) step's generate
     comes makes that step wait: profiling's cost, shown though no profiled step holds it (it was dropped)."""
-    clock = FakeClock()
-    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
-    run(save_path, clock)
-    (manifest,) = manifest_files([save_path])
-    with open(manifest, "a") as handle:
-        handle.write(json.dumps({"type": "profiling_wait", "run": "cost-run", "rank": 0, "host": "h", "pid": 1,
-                                 "step": 4, "duration_ms": 30.0}) + "\n")
-    (report,) = build_reports([save_path])
+    report = report_with_a_wait(save_path, monkeypatch, step=4, ms=30.0)
     assert report.cost.unprofiled_waits == {4: 30.0}
     assert "profiling waits paid in unprofiled steps (a replica still writing the last capture): step 4 30.0 ms" in render(report)
 
