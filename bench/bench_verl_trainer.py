@@ -82,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     profiled = [int(s) for s in a.profiled.split(",") if s]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")  # this invocation's save paths: a rerun never reads an earlier run
     unprofiled = [s for s in range(max(profiled) + 1, a.steps + 1)]
 
     chosen = set(a.runs.split(","))
     runs: dict[str, dict[int, float]] = {name: {} for name in ("plain", "rlprof", "verl")}
     for name, rlprof, extra in (
         ("plain", False, []),
-        ("rlprof", True, profile_overrides(profiled, out / "profile-rlprof")),
-        ("verl", False, profile_overrides(profiled, out / "profile-verl")),
+        ("rlprof", True, profile_overrides(profiled, out / f"profile-rlprof-{stamp}")),
+        ("verl", False, profile_overrides(profiled, out / f"profile-verl-{stamp}")),
     ):
         if name not in chosen:
             continue
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nunder rlprof, each profiled step over the median unprofiled step of the same run (timing_s/step): " +
               ", ".join(f"step {s} {runs['rlprof'][s] / unprofiled_median:.2f}x" for s in profiled if s in runs["rlprof"]))
         print("the run's report (rlprof's own step records; the trainer's unprofiled steps timed by the drop-in):")
-        (report,) = build_reports([out / "profile-rlprof"])
+        (report,) = build_reports([out / f"profile-rlprof-{stamp}"])
         print_cost("rlprof run", report)
     return 0
 

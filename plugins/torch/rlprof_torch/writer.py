@@ -5,7 +5,7 @@ crashes the process), so the training thread still does ``stop()``. Everything a
 :class:`Export` handed to the process's :class:`TraceWriter`, one daemon thread with a queue:
 
 0. export the stopped profiler's trace as plain JSON into the backend's scratch directory (Kineto
-   writes it without holding the GIL);
+   holds the GIL while it writes: see :meth:`rlprof_torch.session.TraceSession.export`);
 1. gzip the plain JSON into ``<final>.partial`` (a name no reader takes for a trace), hashing the
    compressed bytes (sha256) as they are written;
 2. put it under its final name with :func:`rlprof.layout.place` (a hard link: it appears whole or not
@@ -16,8 +16,9 @@ under a final name that does not load. Which captures are still being written is
 backend lists each trace when its capture closes with ``state: "writing"``, and again with ``state:
 "written"`` (size, sha256) once it is in place (see :func:`rlprof.manifest.settled_artifacts`).
 
-zlib and file reads release the GIL, so compressing beside the training costs the training little
-CPU time on a machine with a core to spare.
+zlib, hashlib and file reads release the GIL, so compressing beside the training costs the training
+little time on a machine with a core to spare. The export does not: it holds the GIL throughout
+(bench/bench_torch_close.py, "held off").
 """
 
 from __future__ import annotations
