@@ -105,6 +105,10 @@ class CaptureBudget:
         self._node_bytes = 0
         self._read_to = 0
         self._told = False
+        self._node_handle = None
+        """This process's append handle on :attr:`node_file`, opened at its first line."""
+        self._node_reader = None
+        """A read handle on :attr:`node_file`, opened at the first look that finds it."""
 
     def add_artifact(self, entry: Mapping[str, Any]) -> None:
         """An artifact record was written: count its bytes once. A file written in the background is listed
@@ -198,23 +202,40 @@ class CaptureBudget:
             return
         try:
             # one short line, one append (O_APPEND: other processes' lines never interleave inside it), through
-            # the layout's link-refusing walk (a link planted at budget/ never redirects it)
-            with open_file(self.node_file, self._run_dir, "ab") as handle:
-                handle.write(f"{size}\n".encode())
-        except OSError as exc:
+            # a handle opened once by the layout's link-refusing walk (a link planted at budget/ never
+            # redirects it; walking and opening again at every capture cost a mkdir and an open each time)
+            if self._node_handle is None:
+                self._node_handle = open_file(self.node_file, self._run_dir, "ab")
+            self._node_handle.write(f"{size}\n".encode())
+            self._node_handle.flush()
+        except (OSError, ValueError) as exc:  # ValueError: the handle was closed
             self._tell(exc)
+            self.close()  # opened again at the next line
             self._node_bytes += size  # this process's own bytes still count
+
+    def close(self) -> None:
+        """Close the node file's handles (the session's end); a later capture opens them again."""
+        for name in ("_node_handle", "_node_reader"):
+            handle = getattr(self, name)
+            setattr(self, name, None)
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError:
+                    pass
 
     def _node_total(self) -> int:
         """Bytes every process of this node wrote in this run: the lines added since the last look."""
         try:
-            with open(self.node_file, "rb") as handle:
-                handle.seek(self._read_to)
-                new = handle.read()
+            if self._node_reader is None:
+                self._node_reader = open(self.node_file, "rb")  # kept: one read per profiled step after this
+            self._node_reader.seek(self._read_to)
+            new = self._node_reader.read()
         except FileNotFoundError:
             return self._node_bytes
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             self._tell(exc)
+            self.close()
             return self._node_bytes
         complete = new[:new.rfind(b"\n") + 1]  # a line another process is writing right now counts next time
         self._read_to += len(complete)
