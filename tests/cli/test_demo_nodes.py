@@ -4,6 +4,7 @@ and still gives the timings, and the split inside each region, once the nodes' r
 node analysed its own traces and only their rows reached the controller."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -76,3 +77,35 @@ def test_vllm_replicas_on_simulated_nodes_are_refused_before_ray_starts(tmp_path
                   timeout=60)
     assert proc.returncode == 2 and "--rollout vllm with --nodes 2: not supported yet" in proc.stderr
     assert not (tmp_path / "demo").exists()
+
+
+@pytest.mark.slow
+def test_demo_on_three_nodes_each_node_keeps_its_own_run_budget(tmp_path):
+    """The real ``demo --nodes 3`` (4 workers: one node holds two ranks) with a run budget smaller than one
+    capture: every rank captures its first step, then capturing stops on every rank, training goes on to the
+    end, and each node's count is its own. Under one count for the whole run, a node whose ranks wrote one
+    capture could not say it had measured less than the run's total."""
+    pytest.importorskip("ray")
+    pytest.importorskip("rlprof_torch")
+    save = tmp_path / "demo"
+    proc = rlprof("demo", "--nodes", "3", "--workers", "4", "--steps", "1,2,3", "--save-path", str(save),
+                  "global_profiler.run_budget_gb=0.000001", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "budget skipped: rank" in proc.stdout and "over global_profiler.run_budget_gb" in proc.stdout
+
+    [run] = json.loads(rlprof("report", str(save), "--json").stdout)["runs"]
+    node_of = {p["rank"]: p["node"] for p in run["processes"]}
+    assert sorted(node_of) == [0, 1, 2, 3] and len(set(node_of.values())) == 3
+    captured = {(f["rank"], step) for f in run["files"] for step in f["steps"] if f["exists"]}
+    skipped = {(s["rank"], step): s for s in run["budget_skipped"] for step in s["steps"]}
+    for rank in node_of:
+        assert (rank, 1) in captured  # the count starts at zero on every node
+        assert skipped[(rank, 3)]["budget"] == "run_budget_gb"  # then every rank of every node stops capturing
+        assert not {(rank, step) for step in (1, 2, 3)} & captured & set(skipped)
+    bytes_on = {node: sum(f["size"] for f in run["files"] if node_of[f["rank"]] == node) for node in set(node_of.values())}
+    for (rank, _step), skip in skipped.items():
+        node = node_of[rank]
+        assert 0 < skip["measured_bytes"] <= bytes_on[node]  # what this node's ranks wrote, no one else's
+    assert max(bytes_on.values()) < sum(bytes_on.values())
+    assert {s["steps"][0] for s in run["budget_skipped"]} <= {2, 3}
+    assert re.search(r"^step 3 .*actor update .*loss", proc.stdout, re.M)  # training went on to its last step
