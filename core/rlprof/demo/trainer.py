@@ -228,7 +228,7 @@ def _train_step(controller: ProfilingController, phase: "_Phase", step: int, siz
     began = time.perf_counter()
     _require(controller.step_boundary())
     if controller.profiles(step):
-        say(f"{tag}  step boundary      {time.perf_counter() - began:5.2f} s  (captures closed, traces written)")
+        say(f"{tag}  step boundary      {time.perf_counter() - began:5.2f} s  (captures closed; traces written in the background)")
 
 
 class _Phase:
