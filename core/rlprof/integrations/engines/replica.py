@@ -53,6 +53,7 @@ from typing import Any, Mapping
 
 from rlprof.hookspecs import hookimpl
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
+from rlprof.integrations.loops import waitable_from_here
 
 log = logging.getLogger("rlprof")
 
@@ -388,14 +389,10 @@ class EngineReplica:
         exporting = self._exporting
         if exporting is None or exporting.done():
             return
-        loop = exporting.get_loop()
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop or not loop.is_running():
+        if not waitable_from_here(exporting):
             return
-        waiting = asyncio.run_coroutine_threadsafe(self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"), loop)
+        waiting = asyncio.run_coroutine_threadsafe(self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"),
+                                                   exporting.get_loop())
         try:
             waiting.result(FINALIZE_WAIT_S + 5.0)
         except Exception:  # the loop stopped or the wait timed out: named as unfinished below

@@ -486,20 +486,17 @@ class RolloutDistProfiler(DistProfiler):
             return
         import time
 
+        from rlprof.integrations.loops import waitable_from_here
+
         began = time.time_ns()
-        loop = closing.get_loop()
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop or not loop.is_running():
+        if not waitable_from_here(closing):
             closing.cancel()
             self._closing = None
             self._close()
         else:
             try:
                 asyncio.run_coroutine_threadsafe(asyncio.wait_for(asyncio.shield(closing), FINALIZE_WAIT_S),
-                                                 loop).result(FINALIZE_WAIT_S + 5.0)
+                                                 closing.get_loop()).result(FINALIZE_WAIT_S + 5.0)
             except Exception:  # the loop stopped or is stuck: the session's finalize closes what is open
                 pass
         self._prof.record_wait(self._prof.plan.tools[0] if self._prof.plan.tools else "rollout", began,
