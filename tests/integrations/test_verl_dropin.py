@@ -418,6 +418,36 @@ def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_
     assert not [r for r in records if r["type"] in ("error", "skip")]
 
 
+def test_a_replica_whose_loop_cancels_its_pending_close_still_writes_the_capture_on_that_loop(tmp_path):
+    """An actor going away cancels what is pending on its loop, the replica's close among them (it waits
+    ANSWER_GRACE_S after answering stop_profile): the close runs then, on the loop's thread where the
+    profiler started, and the capture is written, not given up."""
+    import asyncio
+
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    profiler = build_rollout_dist_profiler(0, 1, config=config, tool_config=tool_config)
+
+    async def server():
+        profiler.start(profile_step=1)
+        await asyncio.sleep(0.01)  # generating
+        profiler.stop()  # answers; the close waits its grace
+        pending = profiler._closing
+        await asyncio.sleep(0)  # the close is waiting out its grace
+        pending.cancel()  # the loop ends its tasks
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+
+    import threading
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(server(),))  # the server's loop is not the main thread
+    loop_thread.start()
+    loop_thread.join()
+    profiler.finalize()  # the end of the run, on another thread: it could not stop the profiler itself
+    records = list(read_records(tmp_path.glob("*/manifest/*.jsonl")))
+    assert [(r["step"], r["state"]) for r in records if r["type"] == "artifact" and r.get("state") == "written"] == [(1, "written")]
+    assert not [r for r in records if r["type"] == "error"]
+
+
 # ------------------------------------------------------------------------ the trainer's unprofiled steps
 
 

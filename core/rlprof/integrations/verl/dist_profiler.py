@@ -37,13 +37,15 @@ from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
 
-ANSWER_GRACE_S = 0.0
-"""How long a replica's server waits after answering ``stop_profile`` before it stops its profiler: one
-loop turn. 50 ms let the trainer have its answer before Kineto's stop held the replica's GIL (on verl's
-CPU trainer, generate +0.86 s per profiled step without it), but a server whose actor Ray destroyed
-within those 50 ms (its handles dropped by the trainer's runner) then finalized on its main thread,
-where Kineto's session is not: its last capture was lost (and, before the torch backend refused to stop
-a session from another thread, the process crashed). Open: an answer-then-close that survives both."""
+ANSWER_GRACE_S = 0.01
+"""How long a replica's server waits, after answering ``stop_profile``, before it stops its profiler (Kineto's
+stop holds the GIL, 0.8-1 s for a two-second rollout on verl's CPU example). A real wait, not one loop turn:
+Ray sends the answer from another thread of the process, which needs the GIL to do it, and after a bare loop
+turn the stop often won it first (2 of 6 profiled steps on verl's CPU trainer, each then 0.8 s longer: the
+trainer's ``gen`` ended with the replica's stop, not with its generate call). With 10 ms, 4 of 4 answered
+at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhile; 10 ms did not, in three
+runs of ``test_verl_run_end``'s runner-owned actors. If the loop cancels the pending close as the actor
+ends, the close runs then, on the loop's thread (:meth:`RolloutDistProfiler._close_after_answer`)."""
 
 
 class _Process:
@@ -464,7 +466,12 @@ class RolloutDistProfiler(DistProfiler):
     async def _close_after_answer(self) -> None:
         # the loop idle a moment first: Ray sends the awaited call's answer then, and the trainer's next
         # calls get going before the profiler's stop holds this process's GIL
-        await asyncio.sleep(ANSWER_GRACE_S)
+        try:
+            await asyncio.sleep(ANSWER_GRACE_S)
+        except asyncio.CancelledError:  # the loop is ending (the actor goes): close now, on the loop's thread
+            self._closing = None
+            self._close()
+            raise
         self._closing = None
         self._close()
 
