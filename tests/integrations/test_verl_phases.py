@@ -1,4 +1,5 @@
-"""verl's trainer's own phases (``timing_s/*``) recorded on profiled steps, for "(outside regions)".
+"""verl's trainer's own phases (``timing_s/*``) recorded on every step of a profiled run: for "(outside regions)",
+and for which phases profiling made longer.
 
 A stand-in for ``verl.trainer.ppo.v1.trainer_base`` with verl 0.9.1's shape: a module-level
 ``marked_timer(name, timing_raw)`` context manager and ``PPOTrainer.fit`` stepping ``global_steps``
@@ -43,7 +44,7 @@ def verl_like_trainer_module():
     return module
 
 
-def test_profiled_steps_phases_are_written_beside_the_run_and_verls_timing_is_unchanged(tmp_path, monkeypatch):
+def test_every_steps_phases_are_written_beside_the_run_and_verls_timing_is_unchanged(tmp_path, monkeypatch):
     from rlprof.integrations.verl import phases
 
     monkeypatch.setenv("RLPROF_RUN_ID", "phases-run")
@@ -55,7 +56,8 @@ def test_profiled_steps_phases_are_written_beside_the_run_and_verls_timing_is_un
     trainer.fit()
     assert [sorted(t) for t in trainer.timings] == [["adv", "gen", "step"]] * 3  # verl's timing_s as before
     records = [r for r in read_records([tmp_path]) if r["type"] == "phase"]
-    assert sorted((r["step"], r["name"]) for r in records) == [(s, n) for s in (1, 3) for n in ("adv", "gen", "step")]
+    # every step of the run, the unprofiled step 2 too: its phases are what the profiled ones are held against
+    assert sorted((r["step"], r["name"]) for r in records) == [(s, n) for s in (1, 2, 3) for n in ("adv", "gen", "step")]
     assert all(r["_manifest"].startswith(str(tmp_path / "phases-run" / "manifest" / "driver-")) for r in records)
     assert all(r["source"] == "verl timing_s" and r["end_ns"] > r["start_ns"] and r["rank"] is None for r in records)
     assert phases.DRIVER.trainer is None  # fit returned: nothing is recorded any more
@@ -71,6 +73,8 @@ def test_without_profiling_or_a_shared_run_id_nothing_is_written(tmp_path, monke
     monkeypatch.setenv("RLPROF_RUN_ID", "phases-off")
     off = omegaconf.OmegaConf.create({"global_profiler": {"tool": None, "steps": [1], "save_path": str(tmp_path)}})
     module.PPOTrainer(off).fit()
+    none = omegaconf.OmegaConf.create({"global_profiler": {"tool": "torch", "steps": [], "save_path": str(tmp_path)}})
+    module.PPOTrainer(none).fit()  # a tool, but no step profiled
     monkeypatch.delenv("RLPROF_RUN_ID")
     on = omegaconf.OmegaConf.create({"global_profiler": {"tool": "torch", "steps": [1], "save_path": str(tmp_path)}})
     module.PPOTrainer(on).fit()  # outside Ray with no RLPROF_RUN_ID: the workers' run is unknown

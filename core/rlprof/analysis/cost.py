@@ -12,7 +12,12 @@ Profiling's cost in a profiled step is everything the step waited for because it
   ``duration_ms`` of any without those.
 
 A profiled step's whole time runs from its first start to the last moment any process was done with it
-(its ``closed_ns`` when captures were written after its end). A rollout replica's export is not
+(its ``closed_ns`` when captures were written after its end), and covers the trainer's own timing of the
+step where the run recorded it (verl's ``step`` phase, a ``phase`` record): what the trainer waited for
+in other processes busy with profiling (a replica whose profiler's stop and export hold its GIL while the
+trainer syncs weights into it) is then in the step's time, though no record names it a wait. Where the
+trainer recorded its phases on unprofiled steps too, each profiled step lists its phases beside their
+median on unprofiled steps (:class:`PhaseCost`): which of them profiling made longer. A rollout replica's export is not
 writing: the replica writes while the actor updates, and the trainer pays only what it waits for it (a
 ``profiling_wait`` record). Unprofiled steps (``unprofiled_steps``
 records, written by profiling processes and a Ray controller for the steps they did not profile) give
@@ -34,6 +39,23 @@ COST_WARN_SHARE = 0.20
 """Profiling taking more than this share of a profiled step is worth a warning."""
 
 
+STEP_PHASE = "step"
+"""The phase that is the trainer's whole step (verl's ``timing_s/step``)."""
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    """One of the trainer's phases in a profiled step, beside its median over the unprofiled steps."""
+
+    name: str
+    ms: float
+    unprofiled_ms: float
+
+    @property
+    def extra_ms(self) -> float:
+        return self.ms - self.unprofiled_ms
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One profiled step: its whole time and what profiling took of it."""
@@ -42,6 +64,9 @@ class StepCost:
     total_ms: float
     writing_ms: float
     waits_ms: float
+    phases: tuple[PhaseCost, ...] = ()
+    """The trainer's phases in this step beside their unprofiled medians, the most grown first (empty
+    without phase records on both kinds of step)."""
 
     @property
     def profiling_ms(self) -> float:
@@ -52,7 +77,8 @@ class StepCost:
         return self.profiling_ms / self.total_ms if self.total_ms > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "profiling_ms": round(self.profiling_ms, 3), "share": round(self.share, 4)}
+        return {**asdict(self), "profiling_ms": round(self.profiling_ms, 3), "share": round(self.share, 4),
+                "phases": [{**asdict(p), "extra_ms": round(p.extra_ms, 3)} for p in self.phases]}
 
 
 @dataclass(frozen=True)
@@ -96,6 +122,9 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     """Per step, waits known only by their length (``duration_ms``), then the union of the timed ones."""
     waited: dict[int, list[tuple[int, int]]] = {}
     plain: dict[Any, list[int]] = {}
+    phases: dict[int, dict[str, float]] = {}
+    """step -> the trainer's phase -> ms (a phase timed twice in a step: summed)"""
+    trainer_step: dict[int, tuple[int, int]] = {}
 
     def spans(step: int, start: int, end: int) -> None:
         span = window.setdefault(step, [start, end])
@@ -116,6 +145,12 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
                 if isinstance(start, int) and isinstance(end, int):
                     span = plain.setdefault(step, [start, end])
                     span[0], span[1] = min(span[0], start), max(span[1], end)
+        elif kind == "phase" and isinstance(r.get("step"), int) and isinstance(r.get("start_ns"), int) \
+                and isinstance(r.get("end_ns"), int) and isinstance(r.get("name"), str):
+            named = phases.setdefault(r["step"], {})
+            named[r["name"]] = named.get(r["name"], 0.0) + (r["end_ns"] - r["start_ns"]) / 1e6
+            if r["name"] == STEP_PHASE:
+                trainer_step[r["step"]] = (r["start_ns"], r["end_ns"])
         elif is_wait(kind) and isinstance(r.get("step"), int):
             if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int):
                 waited.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"]))
@@ -123,9 +158,34 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
                 waits[r["step"]] = waits.get(r["step"], 0.0) + float(r["duration_ms"])
     for step, intervals in waited.items():  # two replicas waited on at once: the trainer waited once
         waits[step] = waits.get(step, 0.0) + length(union(intervals)) / 1e6
-    steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3), round(waits.get(step, 0.0), 3))
+    for step, (start, end) in trainer_step.items():  # the trainer's own time of the step, where it was recorded
+        if step in window:
+            spans(step, start, end)
+        elif step in plain:
+            span = plain[step]
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    usual = _unprofiled_phases(phases, profiled=window.keys())
+    steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3),
+                      round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual))
              for step, (start, end) in sorted(window.items())]
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
     return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms),
                          paid_unprofiled)
+
+
+def _unprofiled_phases(phases: dict[int, dict[str, float]], profiled: Collection[int]) -> dict[str, float]:
+    """Each phase's median ms over the steps that were not profiled."""
+    seen: dict[str, list[float]] = {}
+    for step, named in phases.items():
+        if step not in profiled:
+            for name, ms in named.items():
+                seen.setdefault(name, []).append(ms)
+    return {name: statistics.median(values) for name, values in seen.items()}
+
+
+def _beside(named: dict[str, float], usual: dict[str, float]) -> tuple[PhaseCost, ...]:
+    """A profiled step's phases (its whole step left out) beside their unprofiled medians, most grown first."""
+    rows = [PhaseCost(name, round(ms, 3), round(usual[name], 3)) for name, ms in named.items()
+            if name != STEP_PHASE and name in usual]
+    return tuple(sorted(rows, key=lambda p: -p.extra_ms))

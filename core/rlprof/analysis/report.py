@@ -84,6 +84,11 @@ def render(report: RunReport) -> str:
     return "\n".join(lines)
 
 
+PHASE_GROWN_MS = 5.0
+"""A phase of a profiled step this much longer than its unprofiled median is listed under the step's cost."""
+PHASES_SHOWN = 4
+
+
 def _cost_lines(report: RunReport) -> list[str]:
     """Per profiled step, what profiling cost it (writing captures, waits on a replica's export), beside
     the median unprofiled step (:mod:`rlprof.analysis.cost`)."""
@@ -95,6 +100,10 @@ def _cost_lines(report: RunReport) -> list[str]:
         waits = f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else ""
         lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling {s.profiling_ms:.1f} ms ({_pct(s.share)}: "
                      f"writing {s.writing_ms:.1f} ms{waits})")
+        grown = [p for p in s.phases if p.extra_ms >= PHASE_GROWN_MS][:PHASES_SHOWN]
+        if grown:
+            lines.append("    its phases that took longer than on unprofiled steps (the trainer's own timing): " +
+                         ", ".join(f"{p.name} {p.ms:.1f} ms (unprofiled {p.unprofiled_ms:.1f})" for p in grown))
     if cost.unprofiled_ms is not None:
         lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps")
     else:

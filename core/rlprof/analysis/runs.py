@@ -328,7 +328,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     anatomy = step_anatomy(by_type.get("process", []) + by_type.get("step", []) + regions + by_type.get(PHASE_RECORD, []),
                            straggler_pct, checked=True)
     waits = [r for kind, rs in by_type.items() if is_wait(kind) for r in rs]
-    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits],
+    cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits,
+                           *by_type.get(PHASE_RECORD, [])],
                           background={p.manifest for p in ordered if p.replica_rank is not None})
     return RunReport(
         run_id=run_id,

@@ -1,19 +1,21 @@
-"""verl's trainer's own phases (what it logs as ``timing_s/<name>``) in the run's manifest, on profiled steps.
+"""verl's trainer's own phases (what it logs as ``timing_s/<name>``) in the run's manifest, on every step of a profiled run.
 
 Why: the roles' regions say what the workers did in a step; between them verl's driver (its
 ``TaskRunner`` actor, which holds no Profiler) computes rewards and advantages, moves weights, runs
 validation. The report showed that time only as "(outside regions)". verl's ``RayPPOTrainer.fit``
 times each phase of its step with ``marked_timer(name, timing_raw)`` (``gen``, ``reward``,
 ``old_log_prob``, ``adv``, ``update_actor``, ``update_weights``, ``testing``, and ``step`` around
-them); rlprof records the same phases, so the report can say which of them the outside time was.
+them); rlprof records the same phases, so the report can say which of them the outside time was, and,
+beside the unprofiled steps' phases, which of them profiling made longer (:mod:`rlprof.analysis.cost`:
+verl's weight sync waits for a replica whose profiler holds its GIL, which no other record shows).
 
 :func:`watch` (from :func:`rlprof.integrations.verl.install.install`) patches verl's trainer modules
 (:data:`TRAINERS`) when each is imported: the trainer's ``fit`` says which trainer runs in this
 process, and each module's ``marked_timer`` also writes a ``phase`` record
-(:func:`rlprof.manifest.phase_record`) per phase of a profiled step (``global_profiler.tool`` set and
-the trainer's ``global_steps`` in ``global_profiler.steps``) to
+(:func:`rlprof.manifest.phase_record`) per phase of every step of a profiled run (``global_profiler.tool``
+set and ``global_profiler.steps`` not empty; about 7 short lines a step) to
 ``<save_path>/<run>/manifest/driver-<host>-<pid>.jsonl``. verl's timer itself runs unchanged inside,
-and nothing is written on other steps. A failure here is logged and never reaches the trainer.
+and nothing is written for a run that profiles no step. A failure here is logged and never reaches the trainer.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class _Driver:
         try:
             step = int(trainer.global_steps)
             section = trainer.config.global_profiler
-            if not section.get("tool") or step not in list(section.get("steps") or ()):
+            if not section.get("tool") or not list(section.get("steps") or ()):
                 return
             writer = self._writer or self._open(str(section.save_path))
             if writer is not None:
