@@ -177,10 +177,10 @@ def test_a_link_planted_at_the_budget_folder_redirects_nothing(save_path, tmp_pa
     assert records(save_path, "capture")  # the captures were still recorded
 
 
-def _budget_with_a_trace_still_being_written(tmp_path, capture_mb):
+def _budget_with_a_trace_still_being_written(tmp_path, capture_mb, exact=False):
     from rlprof.runtime.budget import CaptureBudget
 
-    budget = CaptureBudget(capture_mb, 0, tmp_path, "host")
+    budget = CaptureBudget(capture_mb, 0, tmp_path, "host", exact=exact)
     budget.add_artifact({"state": "writing", "path": "step1/rank0/trace.json.gz", "capture": "step1"})
     budget.closed("step1", ("actor",))
     return budget
@@ -203,6 +203,25 @@ def test_a_budget_the_user_set_waits_for_the_size_it_may_turn_on(tmp_path, monke
     from rlprof.runtime import budget as budget_module
 
     monkeypatch.setattr(budget_module, "SIZE_WAIT_S", 0.05)
-    budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0)
+    budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0, exact=True)
+    budget.refused(("actor",))
+    assert budget.waited
+
+
+def test_a_user_who_sets_the_default_value_is_held_exactly_too(tmp_path, monkeypatch):
+    """Whether the user set ``capture_budget_mb`` is the config's to say, not the value's: 2048 written
+    out is a budget the user chose (before, a value equal to the default was taken for the default)."""
+    from rlprof.config.schema import load_config
+    from rlprof.config.values import DEFAULT_CAPTURE_BUDGET_MB
+    from rlprof.runtime import budget as budget_module
+
+    base = {"global_profiler": {"tool": "torch", "steps": [1], "save_path": str(tmp_path)}}
+    assert not load_config(base).capture_budget_given
+    chosen = load_config(base, [f"global_profiler.capture_budget_mb={DEFAULT_CAPTURE_BUDGET_MB:g}"])
+    assert chosen.capture_budget_given and chosen.global_.capture_budget_mb == DEFAULT_CAPTURE_BUDGET_MB
+    assert not load_config(base, ["global_profiler.capture_budget_mb=null"]).capture_budget_given
+    monkeypatch.setattr(budget_module, "SIZE_WAIT_S", 0.05)
+    budget = _budget_with_a_trace_still_being_written(tmp_path, DEFAULT_CAPTURE_BUDGET_MB,
+                                                      exact=chosen.capture_budget_given)
     budget.refused(("actor",))
     assert budget.waited

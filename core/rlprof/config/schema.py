@@ -56,6 +56,13 @@ class ProfilerConfig:
     GPU rank written where a replica rank belongs."""
 
     @property
+    def capture_budget_given(self) -> bool:
+        """``global_profiler.capture_budget_mb`` was set (not left to its default), whatever its value: a
+        budget the user chose is held exactly (:class:`rlprof.runtime.budget.CaptureBudget`)."""
+        section = self.source.get("global_profiler")
+        return isinstance(section, Mapping) and section.get("capture_budget_mb") is not None
+
+    @property
     def enabled(self) -> bool:
         """Profiling is on at all: a tool and steps are set and some role is enabled."""
         steps = self.global_.steps or self.global_.caller_steps

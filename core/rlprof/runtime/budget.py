@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from rlprof.config.values import DEFAULT_CAPTURE_BUDGET_MB
 from rlprof.layout import BUDGET_DIR, open_file
 from rlprof.manifest import WRITING, WRITTEN
 
@@ -82,11 +81,13 @@ class CaptureBudget:
     :param run_gb: ``global_profiler.run_budget_gb`` (0: no limit).
     :param run_dir: the run's directory on this node.
     :param host: this node's host name (names the node's count file).
+    :param exact: the user set ``capture_budget_mb`` (whatever its value, the default's included), so a
+        profiled step waits for the sizes it turns on; the default budget never makes a step wait.
     """
 
-    def __init__(self, capture_mb: float, run_gb: float, run_dir: Path, host: str):
+    def __init__(self, capture_mb: float, run_gb: float, run_dir: Path, host: str, *, exact: bool = False):
         self.capture_limit = int(capture_mb * MB)
-        self.exact = bool(capture_mb) and capture_mb != DEFAULT_CAPTURE_BUDGET_MB
+        self.exact = bool(capture_mb) and exact
         """A budget the user set: a profiled step waits for the sizes it turns on (the default never waits)."""
         self.run_limit = int(run_gb * GB)
         self._run_dir = run_dir

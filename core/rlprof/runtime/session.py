@@ -199,7 +199,7 @@ class ProcessSession:
             {"run": run.run_id, "rank": run.rank, "host": run.host, "pid": run.pid}, root=run.run_dir,
         )
         self.budget = CaptureBudget(self.config.global_.capture_budget_mb, self.config.global_.run_budget_gb,
-                                    run.run_dir, run.host)
+                                    run.run_dir, run.host, exact=self.config.capture_budget_given)
         """Each capture's size, and which captures the budgets leave out (:mod:`rlprof.runtime.budget`)."""
         self.backends = Backends(self.plan.tools, rank=run.rank, on_error=self._hook_failed, instances=instances)
         self.backends.run = run
