@@ -448,6 +448,33 @@ def test_a_replica_whose_loop_cancels_its_pending_close_still_writes_the_capture
     assert not [r for r in records if r["type"] == "error"]
 
 
+def test_a_start_that_runs_the_pending_close_itself_keeps_its_own_step_open(tmp_path):
+    """The next start_profile came while the last close waited out its grace: it runs that close first and
+    opens its step; the close it cancelled must not close again (it would end the new step's capture)."""
+    import asyncio
+
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    profiler = build_rollout_dist_profiler(0, 1, config=config, tool_config=tool_config)
+    open_steps = []
+
+    async def server():
+        profiler.start(profile_step=1)
+        profiler.stop()
+        await asyncio.sleep(0)  # the close is waiting out its grace
+        profiler.start(profile_step=2)  # runs it now, cancels the waiting task
+        await asyncio.sleep(0.05)  # the cancelled task wakes up
+        open_steps.append(profiler._prof.current_step)
+        profiler.stop()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(server())
+    profiler.finalize()
+    assert open_steps == [2]
+    records = list(read_records(tmp_path.glob("*/manifest/*.jsonl")))
+    assert sorted(r["step"] for r in records if r["type"] == "artifact" and r.get("state") == "written") == [1, 2]
+    assert not [r for r in records if r["type"] == "error"]
+
+
 # ------------------------------------------------------------------------ the trainer's unprofiled steps
 
 

@@ -186,10 +186,10 @@ class ProcessSession:
         with the next step's timing records, or every :data:`PLAIN_STEPS_BUFFERED` steps (one line for many
         steps: a record per step cost more than the step's own bookkeeping)."""
         self._sized: list[tuple[str, dict[str, Any]]] = []
+        """``capture`` records of the captures closed in the step, written with its timing records."""
         self._held: list[tuple[str, dict[str, Any]]] | None = None
         """While a step's captures close (:meth:`_end_step`): their artifact records, written with the step's
         timing records in one append (one write and flush a capture fewer, bench/bench_torch_overhead.py)."""
-        """``capture`` records of the captures closed in the step, written with its timing records."""
         self._implicit: set[str] = set()
         """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
         self._unmarked: set[str] = set()

@@ -468,9 +468,12 @@ class RolloutDistProfiler(DistProfiler):
         # calls get going before the profiler's stop holds this process's GIL
         try:
             await asyncio.sleep(ANSWER_GRACE_S)
-        except asyncio.CancelledError:  # the loop is ending (the actor goes): close now, on the loop's thread
-            self._closing = None
-            self._close()
+        except asyncio.CancelledError:
+            # the loop is ending (the actor goes): close now, on the loop's thread; unless _closed_first
+            # cancelled this close because it ran it itself (then a next step may already be open)
+            if self._closing is asyncio.current_task():
+                self._closing = None
+                self._close()
             raise
         self._closing = None
         self._close()
