@@ -15,7 +15,9 @@ and ``rlprof report``), and without Ray's notice that it enabled token authentic
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,8 +170,10 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
         phase("join process group", lambda rank, w: w.join_process_group.remote(address))
         say(f"{len(specs)} workers ready in {time.perf_counter() - began:.1f} s")
         prompts_source = torch.Generator().manual_seed(0)
-        for step in range(1, train_steps + 1):
-            _train_step(controller, phase, step, sizes, prompts_source, say, engines)
+        with _CtrlC() as ctrl_c:
+            for step in range(1, train_steps + 1):
+                ctrl_c.check()
+                _train_step(controller, phase, step, sizes, prompts_source, say, engines)
     except (TrainingFailed, ReplicaFailed) as exc:
         run.failures.append(str(exc))
         where = f"at step {step}" if step else "before the first step"
@@ -229,6 +233,41 @@ def _train_step(controller: ProfilingController, phase: "_Phase", step: int, siz
     _require(controller.step_boundary())
     if controller.profiles(step):
         say(f"{tag}  step boundary      {time.perf_counter() - began:5.2f} s  (captures closed; traces written in the background)")
+
+
+class _CtrlC:
+    """Ctrl-C during the training loop, remembered as well as raised.
+
+    The first Ctrl-C raises KeyboardInterrupt in the main thread, wherever it is; Python drops one that
+    lands while a finalizer runs (an object's ``__del__``: Ray's object references are collected all
+    the time in the driver) and prints nothing when stderr is a pipe. Seen once in CI: SIGINT sent right
+    after step 2's boundary, and the demo trained all 500 steps. The flag set here stops the loop at the
+    next step in that case. Outside the loop (finalizing) the previous handler is back: a second Ctrl-C
+    quits at once. Only the main thread may set a handler; elsewhere this does nothing."""
+
+    def __init__(self) -> None:
+        self.pressed = threading.Event()
+        self._installed = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:  # a handler set outside Python reads as None: Python's own then
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.pressed.set()
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """Raise the Ctrl-C that a finalizer swallowed, if any."""
+        if self.pressed.is_set():
+            raise KeyboardInterrupt
 
 
 class _Phase:
