@@ -69,7 +69,7 @@ def install() -> None:
         for name in NAMES:
             setattr(target, name, ours[name])
     vllm_server.watch()  # verl's vLLM rollout server: patched when it is imported (never imported here)
-    phases.watch()  # verl's trainer: its own phases (timing_s) recorded on profiled steps, for the report
+    phases.watch()  # verl's trainer: its own phases (timing_s) on every step of a profiled run, for the report
 
 
 def installed() -> bool:
