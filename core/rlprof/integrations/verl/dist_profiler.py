@@ -41,9 +41,9 @@ ANSWER_GRACE_S = 0.01
 """How long a replica's server waits, after answering ``stop_profile``, before it stops its profiler (Kineto's
 stop holds the GIL, 0.8-1 s for a two-second rollout on verl's CPU example). A real wait, not one loop turn:
 Ray sends the answer from another thread of the process, which needs the GIL to do it, and after a bare loop
-turn the stop often won it first (2 of 6 profiled steps on verl's CPU trainer, each then 0.8 s longer: the
-trainer's ``gen`` ended with the replica's stop, not with its generate call). With 10 ms, 4 of 4 answered
-at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhile; 10 ms did not, in three
+turn the stop often won it first (2 of 4 profiled steps in two runs of verl's CPU trainer, each 0.8 s longer: the
+trainer's ``gen`` ended with the replica's stop, not with its generate call). With 10 ms, 6 of 6 answered
+at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhile; 10 ms did not, in four
 runs of ``test_verl_run_end``'s runner-owned actors. If the loop cancels the pending close as the actor
 ends, the close runs then, on the loop's thread (:meth:`RolloutDistProfiler._close_after_answer`)."""
 
