@@ -216,9 +216,9 @@ class CaptureBudget:
 
     def close(self) -> None:
         """Close the node file's handles (the session's end); a later capture opens them again."""
-        for name in ("_node_handle", "_node_reader"):
-            handle = getattr(self, name)
-            setattr(self, name, None)
+        handles = (self._node_handle, self._node_reader)
+        self._node_handle = self._node_reader = None
+        for handle in handles:
             if handle is not None:
                 try:
                     handle.close()

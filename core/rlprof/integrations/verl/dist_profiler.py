@@ -468,15 +468,12 @@ class RolloutDistProfiler(DistProfiler):
         # calls get going before the profiler's stop holds this process's GIL
         try:
             await asyncio.sleep(ANSWER_GRACE_S)
-        except asyncio.CancelledError:
-            # the loop is ending (the actor goes): close now, on the loop's thread; unless _closed_first
-            # cancelled this close because it ran it itself (then a next step may already be open)
+        finally:
+            # after the grace, or cancelled because the loop is ending (the actor goes): close now, on the
+            # loop's thread; unless _closed_first ran this close itself (then a next step may be open)
             if self._closing is asyncio.current_task():
                 self._closing = None
                 self._close()
-            raise
-        self._closing = None
-        self._close()
 
     def _close(self) -> None:
         generating, self._generating = self._generating, None
@@ -490,10 +487,10 @@ class RolloutDistProfiler(DistProfiler):
         """Run a close still pending (:meth:`stop`) now, on this thread when it is the loop's (the close
         has not begun: the loop runs one thing at a time), else on the loop, waited for (bounded). The
         wait is a ``profiling_wait`` record: profiling's cost, not the generate call's."""
-        closing = self._closing
-        if closing is None or closing.done():
+        if not self.closing():
             self._closing = None
             return
+        closing = self._closing
         import time
 
         from rlprof.integrations.loops import waitable_from_here
