@@ -129,6 +129,11 @@ class Change:
             return "only in A" if self.b_ms is None else "only in B"
         return f"moved most: {self.moved}" if self.moved else ""
 
+    @property
+    def said(self) -> str:
+        """The text's last column: the verdict (:func:`_said`), then the note, as ``--json`` gives both."""
+        return "; ".join(part for part in (_said(self.told), self.note) if part)
+
     def as_dict(self) -> dict[str, Any]:
         pct = self.change_pct
         side = {f"{k}_{field}": None if v is None else value(v)
@@ -264,7 +269,7 @@ def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool
     for c in changes:
         cells = [c.region] + ([c.name or "-"] if per_rank else []) + [
             _ms(c.a), _spread(c.a), _ms(c.b), _spread(c.b),
-            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note or _said(c.told)]
+            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.said]
         rows.append(tuple(cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
@@ -292,7 +297,7 @@ def _spread(side: Samples | None) -> str:
 
 
 def _said(told_as: str) -> str:
-    """The note column: a clear change says so; noise and too few samples say that."""
+    """A row's verdict in words: a clear change says so; noise and too few samples say that ("" in one run only)."""
     return f"clearly {told_as}" if told_as in (SLOWER, FASTER) else told_as
 
 
