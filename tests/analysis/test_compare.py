@@ -158,10 +158,11 @@ def test_how_many_samples_it_takes_to_tell(n, m, told):
     only where twice that is at most 1%."""
     from rlprof.analysis.compare import told as judged
 
-    assert judged([1.0] * n, [2.0] * m) == told
+    assert judged([10.0] * n, [20.0] * m) == told
     if told == "slower":
-        assert judged([1.0, 3.0] + [2.0] * (n - 2), [2.5] * m) == "inside the noise"
-        assert judged([2.0] * n, [1.0] * m) == "faster"
+        assert judged([10.0, 30.0] + [20.0] * (n - 2), [25.0] * m) == "inside the noise"
+        assert judged([20.0] * n, [10.0] * m) == "faster"
+        assert judged([1.0] * n, [1.5] * m) == "inside the noise"  # clear to the test, under the 1 ms floor
 
 
 def test_mann_whitney_p_values_match_the_tables():

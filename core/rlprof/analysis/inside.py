@@ -13,7 +13,10 @@ What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
 * one :class:`Split` per (step, region, process) the manifest knows and a trace covers: the rows of
   docs/analysis.md ("Inside a region"), added up when the region ran twice in the step;
 * per (step, region, component) the cross-process **skew**, (max − min) / mean, naming the process
-  with the most, flagged above :data:`SKEW_FLAG` (as msprof-analyze does);
+  with the most, flagged when that process stands clear of the others as a straggler does
+  (:mod:`rlprof.analysis.noise`): its excess over the other processes' median passes the noise of the
+  differences between processes in that component by :data:`SKEW_FLAG` of that median
+  (msprof-analyze's threshold) and by the floor (1 ms, or 1% of the step);
 * **waits**: a process that spent a part of a region waiting in a collective for a later rank is
   named with the rank it waited for and how late that rank entered the region; a process flagged as
   a straggler whose excess over the median is that wait is *not* a straggler (the late rank is the
@@ -30,6 +33,7 @@ from typing import Any, Callable, Sequence
 from rlprof.analysis.anatomy import REPLICAS_AFTER, STRAGGLER_PCT, RankTime, process_name
 from rlprof.analysis.breakdown import Row
 from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
+from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path
 
@@ -37,8 +41,9 @@ COMPONENTS = ("compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms")
 """The four parts of a region's window, in the order every listing shows them."""
 LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "memory_ms": "memory", "idle_ms": "idle"}
 
-SKEW_FLAG = 0.05
-"""A component whose (max − min) / mean across processes exceeds 5% is flagged (msprof-analyze's threshold)."""
+SKEW_FLAG = MARGIN
+"""A component whose largest value passes the other processes' median by the noise, 5% of that median
+(msprof-analyze flags skews above 5%) and the floor is flagged."""
 
 WAIT_SHOWN = 0.05
 """A wait is said when it is more than 5% of the waiting process's time in the region."""
@@ -87,10 +92,8 @@ class Skew:
     """(max − min) / mean across the processes that ran the region."""
     most: str
     """The process with the largest value."""
-
-    @property
-    def flagged(self) -> bool:
-        return self.skew > SKEW_FLAG
+    flagged: bool = False
+    """The difference stands clear of the noise (module docstring)."""
 
 
 @dataclass
@@ -135,7 +138,7 @@ class Inside:
     def as_dict(self) -> dict[str, Any]:
         return {"splits": [{**asdict(s), "name": s.name, "communication_transfer_ms": s.communication_transfer_ms}
                            for s in self.splits],
-                "skew": [{**asdict(k), "flagged": k.flagged} for k in self.skews],
+                "skew": [asdict(k) for k in self.skews],
                 "waits": [{**asdict(w), "line": w.line()} for w in self.waits],
                 "errors": [{"path": path, "reason": reason} for path, reason in self.errors]}
 
@@ -198,7 +201,7 @@ def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], st
         key = (step, row.region, f.rank if f.replica_rank is None else REPLICAS_AFTER + f.replica_rank)
         joined[key] = _added(joined.get(key), row, step, f)
     inside = Inside(splits=sorted(joined.values(), key=lambda s: (order[(s.step, s.region)], s.rank, s.replica_rank or 0)))
-    inside.skews = _skews(inside.splits)
+    inside.skews = _skews(inside.splits, {s.step: s.spread.median_ms for s in report.anatomy.steps if s.spread})
     inside.waits = _waits(report, inside, straggler_pct)
     return inside
 
@@ -217,20 +220,34 @@ def _added(split: Split | None, row: Row, step: int, f: File) -> Split:
     return split
 
 
-def _skews(splits: list[Split]) -> list[Skew]:
+def _skews(splits: list[Split], step_ms: dict[int, float]) -> list[Skew]:
+    """Every (step, region, component) skew across processes, flagged where the process with the most
+    stands clear of the others as a straggler does in a region's time (:mod:`rlprof.analysis.noise`): its
+    excess over the other processes' median passes the noise of the differences between processes in that
+    component (:func:`~rlprof.analysis.noise.between_processes`) by :data:`SKEW_FLAG` of that median and by
+    the floor."""
     cells: dict[tuple[int, str], list[Split]] = {}
     for s in splits:
         cells.setdefault((s.step, s.region), []).append(s)
+    steps: dict[tuple[str, str], list[dict[str, float]]] = {}
+    """(region, component) -> per step, each process's value"""
+    for (_, region), members in cells.items():
+        for component in COMPONENTS:
+            steps.setdefault((region, component), []).append({s.name: getattr(s, component) for s in members})
+    noise = {key: between_processes(values) for key, values in steps.items()}
     skews = []
     for (step, region), members in cells.items():
         if len(members) < 2:
             continue
         for component in COMPONENTS:
-            values = [getattr(s, component) for s in members]
-            mean = statistics.fmean(values)
+            values = {s.name: getattr(s, component) for s in members}
+            mean = statistics.fmean(values.values())
             if mean > 0:
-                most = max(members, key=lambda s: getattr(s, component))
-                skews.append(Skew(step, region, component, (max(values) - min(values)) / mean, most.name))
+                most = max(members, key=lambda s: getattr(s, component)).name
+                others = others_medians(values)[most]
+                clear = stands_clear(values[most] - others, noise[region, component].get(most, 0.0), others, SKEW_FLAG,
+                                     step_ms.get(step))
+                skews.append(Skew(step, region, component, (max(values.values()) - min(values.values())) / mean, most, clear))
     return skews
 
 
