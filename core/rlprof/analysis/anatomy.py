@@ -49,7 +49,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlprof.analysis.noise import between_processes, others_medians, stands_clear
+from rlprof.analysis.noise import bar_ms, between_processes, others_medians
 from rlprof.roles import ROLES
 
 STRAGGLER_PCT = 25.0
@@ -250,6 +250,11 @@ class Straggler:
     time: RankTime
     median_ms: float
     """The median of the *other* processes' times in the region in that step (with two, the other's)."""
+    noise_ms: float = 0.0
+    """The noise it stood clear of (module docstring)."""
+    bar_ms: float = 0.0
+    """How far past ``median_ms`` it had to be to stand clear (:func:`rlprof.analysis.noise.bar_ms`): the
+    noise and the margins (:mod:`rlprof.analysis.inside` judges it again less a wait with the same margins)."""
 
     @property
     def over_pct(self) -> float:
@@ -391,8 +396,8 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             rs = Spread.of(list(per_rank.values()))
             share = rs.median_ms / span_ms if span_ms else None
             slow = _stragglers(rs, spread, straggler_pct, noise.get(name, {}))
-            stragglers += [Straggler(step, name, t, others) for t, others in slow]
-            regions.append(RegionTime(step, name, role, depth, parent, rs, share, [t for t, _ in slow],
+            stragglers += [Straggler(step, name, t, others, noise.get(name, {}).get(t.key, 0.0), bar) for t, others, bar in slow]
+            regions.append(RegionTime(step, name, role, depth, parent, rs, share, [t for t, _, _ in slow],
                                       errors.get((step, name), []), iterations.get((step, name), {})))
         covered = _covered_ns(intervals.get(step, []), start, end) / 1e6 if start is not None else 0.0
         written = 0.0
@@ -474,16 +479,17 @@ def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dic
     return {name: between_processes(steps) for name, steps in by_region.items()}
 
 
-def _stragglers(region: Spread, step: Spread | None, pct: float, noise_ms: dict[int, float]) -> list[tuple[RankTime, float]]:
-    """``(process, the others' median)`` for each process whose excess over the other processes' median
-    stands clear of the noise (:func:`rlprof.analysis.noise.stands_clear`: by ``pct`` percent of that
-    median and by the floor)."""
+def _stragglers(region: Spread, step: Spread | None, pct: float,
+                noise_ms: dict[int, float]) -> list[tuple[RankTime, float, float]]:
+    """``(process, the others' median, the bar)`` for each process whose excess over the other processes'
+    median stands clear of the noise (:func:`rlprof.analysis.noise.bar_ms`: the noise, and ``pct``
+    percent of that median or the floor)."""
     if len(region.per_rank) < 2:
         return []
     step_ms = step.median_ms if step else None
     others = others_medians({t.key: t.ms for t in region.per_rank})
-    return [(t, others[t.key]) for t in region.per_rank
-            if stands_clear(t.ms - others[t.key], noise_ms.get(t.key, 0.0), others[t.key], pct / 100.0, step_ms)]
+    bars = {t.key: bar_ms(noise_ms.get(t.key, 0.0), others[t.key], pct / 100.0, step_ms) for t in region.per_rank}
+    return [(t, others[t.key], bars[t.key]) for t in region.per_rank if t.ms - others[t.key] > bars[t.key]]
 
 
 def _summaries(steps: list[StepTime], order: list[str], shape: dict) -> list[RegionSummary]:

@@ -19,8 +19,8 @@ What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
   (msprof-analyze's threshold) and by the floor (1 ms, or 1% of the step);
 * **waits**: a process that spent a part of a region waiting in a collective for a later rank is
   named with the rank it waited for and how late that rank entered the region; a process flagged as
-  a straggler whose excess over the median is that wait is *not* a straggler (the late rank is the
-  cause), and its flag is taken off the anatomy.
+  a straggler that would not stand clear of the noise without that wait is *not* a straggler (the late
+  rank is the cause), and its flag is taken off the anatomy.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rlprof.analysis.anatomy import REPLICAS_AFTER, STRAGGLER_PCT, RankTime, process_name
+from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
 from rlprof.analysis.breakdown import Row
 from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
 from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
@@ -151,7 +151,7 @@ def short_collective(name: str) -> str:
     return name
 
 
-def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER_PCT, workers: int = 2,
+def add_inside(reports: Sequence[RunReport], *, workers: int = 2,
                warn: Callable[[str], None] | None = None) -> None:
     """Set ``report.inside`` from the reports' traces a backend can read: those on this disk, and
     for those that stay on another node, the rows that node shipped to this run directory."""
@@ -172,7 +172,7 @@ def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER
         here = [Path(p) for p, f in files.items() if f.exists]
         rows, errors = breakdown(here, workers=workers, answers=answers,
                                  shipped=[away[report.run_id][p] for p, f in files.items() if not f.exists])
-        report.inside = inside_of(report, rows, files, straggler_pct)
+        report.inside = inside_of(report, rows, files)
         report.inside.errors = errors
         for path, reason in errors:
             if warn:
@@ -189,7 +189,7 @@ def _shipped_rows(report: RunReport, f: File) -> FileRows | None:
     return None
 
 
-def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], straggler_pct: float) -> Inside:
+def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File]) -> Inside:
     """Join trace rows to the manifest's (step, region, process), then the skews and the waits."""
     order = {(s.step, r.region): i for i, (s, r) in enumerate((s, r) for s in report.anatomy.steps for r in s.regions)}
     joined: dict[tuple[int, str, int], Split] = {}
@@ -202,7 +202,7 @@ def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], st
         joined[key] = _added(joined.get(key), row, step, f)
     inside = Inside(splits=sorted(joined.values(), key=lambda s: (order[(s.step, s.region)], s.rank, s.replica_rank or 0)))
     inside.skews = _skews(inside.splits, {s.step: s.spread.median_ms for s in report.anatomy.steps if s.spread})
-    inside.waits = _waits(report, inside, straggler_pct)
+    inside.waits = _waits(report, inside)
     return inside
 
 
@@ -251,11 +251,22 @@ def _skews(splits: list[Split], step_ms: dict[int, float]) -> list[Skew]:
     return skews
 
 
-def _waits(report: RunReport, inside: Inside, straggler_pct: float) -> list[Waited]:
-    """The waits worth saying, and stragglers whose excess was a wait taken off the anatomy."""
+def _waits(report: RunReport, inside: Inside) -> list[Waited]:
+    """The waits worth saying, and stragglers whose excess was a wait taken off the anatomy: judged again
+    on every process's time less its wait (the noise, the others' median and the excess alike), a
+    straggler that no longer stands clear was late only because another rank was."""
     entered: dict[tuple[int, str, str], RankTime] = {(s.step, r.region, t.name): t
                                                      for s in report.anatomy.steps for r in s.regions for t in r.spread.per_rank}
     flagged = {(s.step, s.region, s.time.name): s for s in report.anatomy.stragglers}
+    waited = {(s.step, s.region, s.name): s.communication_wait_ms or 0.0 for s in inside.splits}
+    own: dict[tuple[int, str], dict[str, float]] = {}
+    """(step, region) -> process -> its time less its wait"""
+    for (step, region, name), t in entered.items():
+        own.setdefault((step, region), {})[name] = t.ms - waited.get((step, region, name), 0.0)
+    by_region: dict[str, list[dict[str, float]]] = {}
+    for (_, region), values in own.items():
+        by_region.setdefault(region, []).append(values)
+    own_noise = {region: between_processes(steps) for region, steps in by_region.items()}
     waits = []
     for s in inside.splits:
         wait = s.communication_wait_ms or 0.0
@@ -266,7 +277,11 @@ def _waits(report: RunReport, inside: Inside, straggler_pct: float) -> list[Wait
         same_host = waiter is not None and other is not None and waiter.host == other.host
         late_by = (other.start_ns - waiter.start_ns) / 1e6 if same_host and other.start_ns and waiter.start_ns else None
         straggler = flagged.get((s.step, s.region, s.name))
-        excused = straggler is not None and straggler.time.ms - wait <= straggler.median_ms * (1 + straggler_pct / 100.0)
+        excused = False
+        if straggler is not None:
+            values = own[s.step, s.region]
+            margin = straggler.bar_ms - straggler.noise_ms  # the margins it had to pass, beyond the noise
+            excused = values[s.name] - others_medians(values)[s.name] <= own_noise[s.region].get(s.name, 0.0) + margin
         if excused:
             _unflag(report, straggler)
         waits.append(Waited(s.step, s.region, s.name, wait, s.waited_in, late, late_by, excused))

@@ -59,11 +59,16 @@ def floor_ms(step_ms: float | None = None) -> float:
     return max(FLOOR_MS, FLOOR_SHARE * step_ms) if step_ms else FLOOR_MS
 
 
+def bar_ms(noise_ms: float, reference_ms: float, margin: float = MARGIN, step_ms: float | None = None) -> float:
+    """How far past its reference a value must be to stand clear: ``noise_ms`` plus the larger of
+    ``margin`` of ``reference_ms`` and :func:`floor_ms` of the step (module docstring)."""
+    return noise_ms + max(margin * max(reference_ms, 0.0), floor_ms(step_ms))
+
+
 def stands_clear(excess_ms: float, noise_ms: float, reference_ms: float, margin: float = MARGIN,
                  step_ms: float | None = None) -> bool:
-    """Whether ``excess_ms`` (a value minus its reference) passes ``noise_ms`` by both margins: ``margin``
-    of ``reference_ms`` and :func:`floor_ms` of the step (module docstring)."""
-    return excess_ms > noise_ms + max(margin * max(reference_ms, 0.0), floor_ms(step_ms))
+    """Whether ``excess_ms`` (a value minus its reference) passes ``noise_ms`` by both margins (:func:`bar_ms`)."""
+    return excess_ms > bar_ms(noise_ms, reference_ms, margin, step_ms)
 
 
 def others_medians(values: Mapping[P, float]) -> dict[P, float]:

@@ -347,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not opts.no_details:
         add_details(reports, warn=lambda line: print(line, file=sys.stderr))
     if not opts.no_traces:
-        add_inside(reports, straggler_pct=opts.straggler_pct, warn=lambda line: print(line, file=sys.stderr))
+        add_inside(reports, warn=lambda line: print(line, file=sys.stderr))
     if opts.html:
         from rlprof.analysis.html import render_page
 
