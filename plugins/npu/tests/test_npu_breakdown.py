@@ -80,7 +80,7 @@ def test_the_worked_example_splits_from_the_trace_view(tmp_path):
     assert (row.rank, row.step, row.device) == (0, 3, "npu")
     # the all-reduce task and the HCCL op are one union; the event wait is no work; SDMA/PCIe DMA are copies
     assert (row.window_ms, row.compute_ms, row.communication_ms, row.overlap_ms, row.exposed_communication_ms,
-            row.memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 1, 1))
+            row.memory_ms, row.exposed_memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 2, 1, 1))
     assert set(by_region(rows)) == {"ProfilerStep#3", "actor_update", "(trace)"}  # torch ops are no regions
 
 

@@ -44,7 +44,7 @@ def test_the_worked_example_splits_from_the_documented_tables(tmp_path):
     row = rows_by_region(rows)["actor_update"]
     assert (row.step, row.device) == (3, "cuda")
     assert (row.window_ms, row.compute_ms, row.communication_ms, row.overlap_ms, row.exposed_communication_ms,
-            row.memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 1, 1))
+            row.memory_ms, row.exposed_memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 2, 1, 1))
     # the capture window and other domains' ranges are no regions; the other process's kernels are not this trace's
     assert set(rows_by_region(rows)) == {"step3", "actor_update", "(trace)"}
     assert rows_by_region(rows)["(trace)"].window_ms == pytest.approx(12)  # first to last device event: 1 -> 13
