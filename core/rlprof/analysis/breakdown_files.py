@@ -1,5 +1,5 @@
 """``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
-on the nodes of a Ray cluster that hold them), cached beside each file.
+on the nodes of a Ray cluster that hold them), cached where the layout says (never beside a file).
 
 Each file goes to the reader of the backend that writes its format (each backend names it through the
 ``trace_reader`` hook, :func:`readers`), in a pool of
@@ -7,9 +7,10 @@ worker processes; a worker returns only the rows and the file's collective calls
 which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
 cannot be read costs one line naming it and the reason; every other file is still reported.
 
-The rows of a file are cached in ``<file>.rlprof-breakdown.json`` beside it, keyed to the file's
-size and mtime, when its directory is writable, so a second run reads no trace. On a Ray run the node
-that holds a trace writes that cache, and the same bytes are shipped to the controller
+The rows of a file are cached, keyed to the file's size and mtime, so a second run reads no trace:
+in its run's own ``breakdown/`` folder, or for a file in no run in the cache folder
+(:func:`rlprof.layout.rows_path`); never beside the file, whose folder holds only what the backends
+wrote. On a Ray run the node that holds a trace writes that cache, and the same bytes are shipped to the controller
 (:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
 """
 
@@ -33,7 +34,7 @@ from rlprof import plugins
 from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
-from rlprof.layout import ROWS_SUFFIX, rows_path
+from rlprof.layout import ROWS_SUFFIX, new_file, rows_path
 
 def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
     """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
@@ -177,7 +178,8 @@ def _key(path: str) -> dict[str, int]:
 
 
 def _cached(path: str) -> FileRows | None:
-    data = _rows_data(rows_path(path))
+    kept = rows_path(path)
+    data = _rows_data(str(kept)) if kept is not None else None
     if data is None or data.get("key") != _key(path):
         return None  # no cache, another version's, or the file changed since: read the trace again
     return _file_rows(data, path)
@@ -205,7 +207,7 @@ def _file_rows(data: dict, path: str) -> FileRows | None:
 
 
 def rows_document(result: FileRows, key: dict[str, int]) -> dict:
-    """A trace's rows file (the cache beside it; the same bytes travel from its node to a Ray
+    """A trace's rows file (its cache, :func:`rlprof.layout.rows_path`; the same bytes travel from its node to a Ray
     controller): ``key`` (the file's size, mtime and :data:`CACHE_VERSION`), the trace's rank, device,
     group, clock and collective calls (for the waits across ranks), and its rows."""
     trace = result.trace
@@ -216,16 +218,18 @@ def rows_document(result: FileRows, key: dict[str, int]) -> dict:
 
 
 def _store(path: str, result: FileRows) -> None:
-    """Write the cache beside the trace, only where that directory is writable (never elsewhere)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.access(directory, os.W_OK):
+    """Keep the rows where the layout says (:func:`rlprof.layout.rows_path`: the run's own ``breakdown/``
+    folder, else the cache folder), never beside the trace; nothing where there is no such place or it
+    cannot be written (a run on a read-only disk, a link planted as the folder: never followed)."""
+    target = rows_path(path)
+    if target is None:
         return
-    data = rows_document(result, _key(path))
-    temporary = f"{rows_path(path)}.{os.getpid()}.tmp"
+    data = json.dumps(rows_document(result, _key(path))).encode()
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(temporary, rows_path(path))
+        with new_file(temporary, target.parent) as handle:
+            handle.write(data)
+        os.replace(temporary, target)
     except OSError:
         try:
             os.unlink(temporary)
@@ -355,7 +359,7 @@ def _held_here(paths: list[str]) -> set[str]:
 
 
 def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]]]:
-    """On the node holding ``paths``: their rows (one file at a time, from the cache beside each when it
+    """On the node holding ``paths``: their rows (one file at a time, from each one's cache when it
     is current), and the reason for each file that has none."""
     answers, _ = readers()
     results, errors = [], []

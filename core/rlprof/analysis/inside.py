@@ -5,8 +5,8 @@ When: ``rlprof report`` (``report --html``, ``report --json``) calls :func:`add_
 traces are on this disk, or their nodes shipped their rows to the controller's run directory (a Ray
 run: :mod:`rlprof.integrations.node_rows`); ``--no-traces`` skips it. The manifest says how long a region took on each
 process; its traces say *why*. Each trace is read once by its backend's reader (the ``trace_reader``
-hook, loaded only for the backends whose files the run holds) and its rows cached beside it
-(:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
+hook, loaded only for the backends whose files the run holds) and its rows cached in the run's own
+``breakdown/`` folder (:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
 
 What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
 

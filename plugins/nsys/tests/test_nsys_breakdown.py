@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -125,11 +126,15 @@ def cpu_report(tmp_path_factory):
     return directory / "cpu.nsys-rep"
 
 
-def test_a_real_report_is_exported_beside_itself_and_its_nvtx_ranges_are_the_regions(cpu_report):
+def test_a_real_report_is_exported_into_the_cache_folder_and_its_nvtx_ranges_are_the_regions(cpu_report):
+    """A report in no run: its export is kept in the cache folder (RLPROF_CACHE_DIR), not beside it."""
     import sqlite3
 
+    from rlprof.layout import rows_path
+
     export = sqlite_reader.exported(cpu_report)
-    assert export == cpu_report.with_name(cpu_report.name + sqlite_reader.EXPORT_SUFFIX)
+    assert export == rows_path(str(cpu_report), sqlite_reader.EXPORT_SUFFIX) and export.is_file()
+    assert export.parent == Path(os.environ["RLPROF_CACHE_DIR"])
     connection = sqlite3.connect(export)
     try:
         regions = sqlite_reader.regions(connection)
@@ -148,15 +153,21 @@ def test_a_real_cpu_only_report_costs_one_line_saying_it_has_no_device_events(cp
         f"rlprof breakdown: {cpu_report}: NotReadable: no device events: no CUDA kernel, memcpy or memset table "
         "(a CPU-only capture; nsys records no host ops to split)"]
     written = {p.name for p in cpu_report.parent.iterdir()}
-    assert written <= {"ranges.py", cpu_report.name, cpu_report.name + sqlite_reader.EXPORT_SUFFIX}  # nothing else, nowhere else
+    assert written == {"ranges.py", cpu_report.name}  # nothing beside the report
 
 
-def test_a_report_in_a_read_only_directory_is_not_exported_and_says_how(tmp_path, monkeypatch):
+def test_a_report_whose_export_has_nowhere_to_go_is_not_exported_and_says_how(tmp_path, monkeypatch):
+    """RLPROF_CACHE_DIR set empty keeps nothing for a report outside a run; a cache folder that cannot be made
+    (a file in its place) says where. Nothing is ever written beside the report."""
     report = tmp_path / "r.nsys-rep"
     report.write_bytes(b"\0")
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode))
-    _, errors = breakdown_files.breakdown([report])
-    assert len(errors) == 1
-    assert "not writable" in errors[0][1] and "nsys export --type sqlite" in errors[0][1]
-    assert list(tmp_path.iterdir()) == [report]
+    monkeypatch.setenv("RLPROF_CACHE_DIR", "")
+    [(_, reason)] = breakdown_files.breakdown([report])[1]
+    assert reason == ("NotReadable: RLPROF_CACHE_DIR is set empty, so its export has nowhere to go: "
+                      "run 'nsys export --type sqlite' on it and give the .sqlite")
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("RLPROF_CACHE_DIR", str(blocked))
+    [(_, reason)] = breakdown_files.breakdown([report])[1]
+    assert reason.startswith(f"NotReadable: its export cannot be kept in {blocked} (") and "nsys export --type sqlite" in reason
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder", "r.nsys-rep"]

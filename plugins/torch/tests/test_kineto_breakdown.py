@@ -15,6 +15,7 @@ import pytest
 from rlprof.analysis import breakdown_files
 from rlprof.analysis.breakdown import Region, Row, split
 from rlprof.analysis.breakdown_files import CACHE_SUFFIX, breakdown, main
+from rlprof.layout import rows_path
 from rlprof_torch.kineto_reader import read_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -89,7 +90,8 @@ def test_json_has_one_row_per_step_per_trace_with_every_field(tmp_path, capsys):
 def test_a_second_run_reads_the_cache_and_no_trace(tmp_path, monkeypatch):
     path = write_trace(tmp_path / "rank0.json", 0, steps=2)
     first, _ = breakdown([path], workers=1)
-    assert (tmp_path / ("rank0.json" + CACHE_SUFFIX)).is_file()
+    assert rows_path(str(path)).is_file() and rows_path(str(path)).name.endswith(CACHE_SUFFIX)
+    assert list(tmp_path.iterdir()) == [path]  # nothing beside the trace
     monkeypatch.setattr(breakdown_files, "_load", lambda target: pytest.fail("the trace was read again"))
     second, _ = breakdown([path], workers=1)
     assert [vars(r) for r in second] == [vars(r) for r in first]
@@ -104,11 +106,17 @@ def test_a_changed_trace_is_read_again(tmp_path):
     assert sum(r.region.startswith("ProfilerStep") for r in rows) == 3
 
 
-def test_no_cache_is_written_where_the_directory_is_read_only(tmp_path, monkeypatch):
-    path = write_trace(tmp_path / "rank0.json", 0, steps=2)
-    monkeypatch.setattr(breakdown_files.os, "access", lambda where, mode: False)  # as a user who cannot write there
+def test_no_cache_is_written_where_there_is_no_place_for_it(tmp_path, monkeypatch):
+    """RLPROF_CACHE_DIR set empty, or a cache folder that cannot be made: the rows are given, nothing is kept."""
+    (tmp_path / "traces").mkdir()
+    path = write_trace(tmp_path / "traces" / "rank0.json", 0, steps=2)
+    monkeypatch.setenv("RLPROF_CACHE_DIR", "")
     rows, errors = breakdown([path], workers=1)
-    assert rows and errors == [] and not list(tmp_path.glob("*" + CACHE_SUFFIX))
+    assert rows and errors == [] and list(tmp_path.rglob("*" + CACHE_SUFFIX)) == []
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("RLPROF_CACHE_DIR", str(tmp_path / "file"))
+    rows, errors = breakdown([path], workers=1)
+    assert rows and errors == [] and list(tmp_path.rglob("*" + CACHE_SUFFIX)) == []
 
 
 def bad_files(directory: Path) -> dict[str, Path]:
