@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from nsys_export_standin import Export, write_export
+from nsys_export_standin import Export, record_cpu_report, write_export
 from rlprof.analysis import breakdown_files
 from rlprof_nsys import sqlite_reader
 
@@ -64,6 +61,19 @@ def test_ranks_of_one_capture_are_matched_and_the_late_rank_is_named(tmp_path):
     assert first.waited_for_rank == 1
 
 
+def test_a_folder_of_exports_is_read_not_passed_over_in_silence(tmp_path, capsys):
+    """Seen before: `rlprof breakdown DIR` on a folder of .sqlite exports printed {"rows": [], "errors": []}
+    (the walk looked for Chrome trace names); the nsys reader's own patterns find them."""
+    folder = tmp_path / "exports"
+    good = write_export(folder / "rank0.sqlite", WORKED_EXAMPLE)
+    other = write_export(folder / "deeper" / "other.sqlite", Export(schema_major="4", kernels=WORKED_EXAMPLE.kernels))
+    code = breakdown_files.main([str(folder), "--json", "--workers", "1"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {(row["path"], row["region"]) for row in out["rows"]} == {(str(good), r) for r in ("step3", "actor_update", "(trace)")}
+    assert [e["path"] for e in out["errors"]] == [str(other)] and out["skipped"] == []
+
+
 def test_an_export_of_another_schema_version_costs_one_line(tmp_path, capsys):
     good = write_export(tmp_path / "good.sqlite", WORKED_EXAMPLE)
     other = write_export(tmp_path / "other.sqlite", Export(schema_major="4", kernels=WORKED_EXAMPLE.kernels))
@@ -106,24 +116,7 @@ def cpu_report(tmp_path_factory):
     """A real nsys report of a process that opens rlprof's step and role ranges (no CUDA here)."""
     if NSYS is None:
         pytest.skip("nsys (Nsight Systems CLI) is not on PATH: run scripts/install-nsys.sh as root")
-    directory = tmp_path_factory.mktemp("nsys-cpu")
-    script = directory / "ranges.py"
-    script.write_text(textwrap.dedent("""
-        import time
-        from rlprof_nsys import nvtx_client
-        tool = nvtx_client.tool()
-        domain = tool.domain("rlprof")
-        for step in (1, 2):
-            outer = tool.range_start(domain, nvtx_client.ascii_text(f"step{step}"), 0xFF7F7F7F, 0)
-            inner = tool.range_start(domain, nvtx_client.ascii_text("actor_update"), 0xFF76B900, 1)
-            time.sleep(0.02)
-            tool.range_end(domain, inner)
-            tool.range_end(domain, outer)
-    """))
-    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
-    subprocess.run([NSYS, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o", str(directory / "cpu"),
-                    sys.executable, str(script)], check=True, capture_output=True, env=env, timeout=180)
-    return directory / "cpu.nsys-rep"
+    return record_cpu_report(tmp_path_factory.mktemp("nsys-cpu"), NSYS)
 
 
 def test_a_real_report_is_exported_into_the_cache_folder_and_its_nvtx_ranges_are_the_regions(cpu_report):
