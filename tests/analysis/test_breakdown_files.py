@@ -180,3 +180,22 @@ def test_a_real_nsys_export_in_the_folder_costs_its_line_and_the_others_still_sp
     reasons = {e["path"]: e["reason"] for e in out["errors"]}
     assert reasons[str(real)].startswith("NotReadable: no device events") and len(reasons) == 2
     assert sorted(p.name for p in real.parent.iterdir()) == ["cpu.sqlite", "rank1.sqlite"]  # nothing written beside them
+
+
+def test_rows_kept_by_the_previous_version_are_made_again(torch_run, rlprof_cli, monkeypatch):
+    """Version 1 held the exposed copies as memory_ms and had no exposed_memory_ms: its rows are never shown."""
+    trace = next(torch_run.run_dir.glob("step1/*/torch/*.pt.trace.json.gz"))
+    assert rlprof_cli("breakdown", trace).returncode == 0
+    kept = rows_path(str(trace))
+    document = json.loads(kept.read_text())
+    document["key"]["version"] = 1
+    for row in document["rows"]:
+        row.pop("exposed_memory_ms")
+        row["memory_ms"] = 123.0
+    kept.write_text(json.dumps(document))
+    read = []
+    real_load = breakdown_files._load
+    monkeypatch.setattr(breakdown_files, "_load", lambda target: read.append(target) or real_load(target))
+    out = json.loads(rlprof_cli("breakdown", trace, "--json", "--workers", "1").stdout)
+    assert read and all(row["memory_ms"] == 0 and "exposed_memory_ms" in row for row in out["rows"])
+    assert json.loads(kept.read_text())["key"]["version"] == breakdown_files.CACHE_VERSION
