@@ -82,13 +82,45 @@ rows its nodes shipped (:func:`shipped_rows_path`). No backend writes there."""
 
 
 ROWS_SUFFIX = ".rlprof-breakdown.json"
-"""A trace's breakdown rows, beside it (``<trace>.rlprof-breakdown.json``: the analysis's cache) and, for a
-trace on another node, under the controller's :data:`BREAKDOWN_DIR`."""
+"""A trace's breakdown rows (the analysis's cache: :func:`rows_path`; for a trace on another node, under the
+controller's :data:`BREAKDOWN_DIR`: :func:`shipped_rows_path`)."""
+CACHE_ENV = "RLPROF_CACHE_DIR"
+"""Where the analysis keeps what it derives from traces that belong to no run (default
+``$XDG_CACHE_HOME/rlprof/breakdown``, that is ``~/.cache/rlprof/breakdown``); set empty, nothing is kept."""
 
 
-def rows_path(trace: str) -> str:
-    """The rows of ``trace``, cached beside it (where its node analysed it, or a report read it)."""
-    return trace + ROWS_SUFFIX
+def rows_path(trace: str, suffix: str = ROWS_SUFFIX) -> Path | None:
+    """Where the analysis keeps what it derives from ``trace``: its breakdown rows, or with ``suffix`` another
+    file made from it (rlprof-nsys: a report's SQLite export). Never beside the trace: the folders that hold
+    traces keep only what the backends wrote, for the tools users hand them to.
+
+    * A trace of a run (under ``<run>/<capture>/rank<R>-<host>-<pid>/``, the run holding its ``manifest/``):
+      ``<run>/breakdown/<digest>-<name><suffix>``, the digest of the trace's path inside the run (so a run
+      directory moved whole keeps its caches).
+    * Any other trace: ``$RLPROF_CACHE_DIR/<digest>-<name><suffix>`` (:data:`CACHE_ENV`), the digest of its
+      absolute path; None when ``RLPROF_CACHE_DIR`` is set empty (nothing kept).
+
+    ``<name>`` is the trace's own name (:func:`safe_name`, shortened), so a person can tell the files apart.
+    """
+    path = Path(os.path.abspath(trace))
+    placed = process_of(path)
+    run_dir = placed[1].parent if placed else None
+    if run_dir is not None and (run_dir / MANIFEST_DIR).is_dir():
+        folder, key = run_dir / BREAKDOWN_DIR, os.path.relpath(path.resolve(), run_dir.resolve())
+    else:
+        folder, key = _cache_dir(), str(path)
+        if folder is None:
+            return None
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return folder / f"{digest}-{safe_name(path.name)[:64]}{suffix}"
+
+
+def _cache_dir() -> Path | None:
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return Path(chosen).expanduser() if chosen.strip() else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlprof" / BREAKDOWN_DIR
 
 
 def shipped_rows_path(run_dir: Path, node: str | None, trace: str) -> Path:

@@ -111,7 +111,7 @@ def check_inside_regions(run: dict) -> None:
     """What the traces say inside each region (issue 32, verl torch discrete): the actor's regions hold
     FSDP's gloo collectives, the replica's ``rollout_generate`` is split from its own trace, and every
     row of ``rlprof breakdown --json`` on the run's traces adds up: compute + exposed communication +
-    memory + idle = window, within 1%."""
+    exposed memory + idle = window, within 1%."""
     splits = {(s["step"], s["region"], s["name"]): s for s in run["inside"]["splits"]}
     replica = next(p["name"] for p in run["processes"] if p["replica_rank"] is not None)
     trainers = {p["name"] for p in run["processes"] if p["replica_rank"] is None}
@@ -128,7 +128,7 @@ def check_inside_regions(run: dict) -> None:
     rows = json.loads(out.stdout)["rows"]
     assert rows and {r["region"] for r in rows} >= {"actor_update", "actor_compute_log_prob", "rollout_generate"}
     for r in rows:
-        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["memory_ms"] + r["idle_ms"]
+        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["exposed_memory_ms"] + r["idle_ms"]
         assert parts == pytest.approx(r["window_ms"], rel=0.01, abs=1e-3), r
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.inside import COMPONENTS, LABELS, Waited
+from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 from rlprof.invocation import rlprof_command
@@ -255,7 +255,7 @@ def _stragglers(anatomy: Anatomy) -> str:
             f"<th>process</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
 
 
-SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
+SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "exposed_memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
 
 
 def _inside(report: RunReport) -> str:
@@ -278,14 +278,15 @@ def _inside(report: RunReport) -> str:
         waited = waits.get((s.step, s.region, s.name))
         rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
                     f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
-                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in COMPONENTS)
+                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in SHOWN)
                     + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
                     + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
     return ("<h3>Inside regions</h3>"
             f'<p class="muted">from the traces: each region\'s window split into {legend} (% of the region\'s wall time; '
-            "definitions in docs/analysis.md); a wait in a collective is the late rank's fault, not the waiter's</p>"
+            "memory: every copy's time, hidden under a kernel or not; definitions in docs/analysis.md); a wait in a "
+            "collective is the late rank's fault, not the waiter's</p>"
             '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
-            + "".join(f"<th>{LABELS[c]}</th>" for c in COMPONENTS) + "<th>split</th><th>waited</th></tr>"
+            + "".join(f"<th>{LABELS[c]}</th>" for c in SHOWN) + "<th>split</th><th>waited</th></tr>"
             + "".join(rows) + "</table>")
 
 

@@ -4,12 +4,12 @@ Use it after a run, on one machine or over every node's ``save_path`` at once (s
 node-local; each process wrote its own manifest, so directories copied from several nodes merge).
 The timings come from the manifests, so a report still works after the traces were uploaded and
 removed; where the traces are on this disk, their split inside each region is added (read once,
-cached beside each trace; ``--no-traces`` opens none). For each run, newest first:
+cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces`` opens none). For each run, newest first:
 
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
-* **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / memory / idle
-  as % of wall per region, cross-process skew, and who waited in a collective for which late rank;
+* **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / exposed memory /
+  idle (and every copy's time) as % of wall per region, cross-process skew, and who waited in a collective for which late rank;
 * the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
   file), and per-file details from the backend where it offers them (its ``report_details`` hook,
   e.g. rlprof-nsys' NVTX summary);
