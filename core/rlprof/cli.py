@@ -12,7 +12,9 @@ commands or to run one that is not built in, never for a built-in command; a bro
 line naming its distribution and version, and never breaks ``rlprof --help``.
 
 Exit status: 0 success; 1 something failed; 2 invalid usage or configuration. Results go to
-stdout, warnings and errors to stderr.
+stdout, warnings and errors to stderr. A command that writes a file where the user works follows
+:mod:`rlprof.output_file`: an existing ``-o FILE`` is replaced only with ``--force``; without ``-o`` it
+names its own file and never replaces one.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ BUILTIN = (
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
     Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
-            "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.analysis.report:main"),
+            "RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]", "rlprof.analysis.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
-            "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
+            "RUN [-o FILE] [--force] [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
     Command("breakdown", "inside each region of trace files: compute, exposed communication, copies, idle",
             "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.analysis.breakdown_files:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",

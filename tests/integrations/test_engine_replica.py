@@ -168,6 +168,21 @@ def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_r
     assert not [r for r in recs if r["type"] in ("error", "skip")]
 
 
+def test_a_replica_set_up_twice_in_one_process_keeps_every_file_of_both(save_path):
+    """Two EngineReplicas of one run and replica in one process, one after the other (issue 40): the second's
+    files go to the same capture directories under the same names (vLLM's ``profiler_out.txt`` has no time in
+    it); each is kept there under its own name, none left behind in the engine's directory, each listed once."""
+    for _ in range(2):
+        replica = EngineReplica(config(save_path, ranks=[1]), replica_rank=1, num_replicas=2, run_id="twice")
+        engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+        generate_twice(replica, engine)
+    run, recs = records(save_path)
+    paths = [r["path"] for r in recs if r["type"] == "artifact"]
+    assert len(paths) == 8 and len(set(paths)) == 8 and all((run / p).is_file() for p in paths)
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.parent.name == "torch") == sorted(paths)
+    assert not [r for r in recs if r["type"] in ("error", "skip", "warning")]
+
+
 @pytest.mark.parametrize("engine_name, ours", [
     ("step3_replica1_c2_rank0.17.pt.trace.json.gz", "replica1.rank0.17.pt.trace.json.gz"),  # vLLM
     ("step3_replica1_c2_dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz",

@@ -450,10 +450,11 @@ def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
 
 def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
     """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything, each named
-    by :func:`replica_file_name`. Recorded (``ctx.add_artifact``) with ``replica_rank`` and ``engine``;
-    returns where each file is now. A file that cannot be moved stays where it is and is recorded
-    there: never lost."""
-    from rlprof.layout import place
+    by :func:`replica_file_name` (or its first free numbered name where that is taken:
+    :func:`rlprof.layout.place_reserved`). Recorded (``ctx.add_artifact``) with ``replica_rank`` and
+    ``engine``; returns where each file is now. A file that cannot be moved stays where it is and is
+    recorded there: never lost."""
+    from rlprof.layout import place_reserved
 
     target_dir = ctx.output_dir()
     root = ctx.run.run_dir
@@ -463,7 +464,7 @@ def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, en
         name = replica_file_name(source.name, prefix, replica_rank)
         where = source
         try:
-            where = place(source, target_dir / name, root)
+            where = place_reserved(source, target_dir / name, root)
             os.unlink(source)
         except Exception as exc:
             ctx.warn(f"could not move {source} into {target_dir}: {type(exc).__name__}: {exc}; listed where it is")
