@@ -16,8 +16,10 @@ whole over a real gloo group.
 
 import asyncio
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,14 +43,21 @@ def example():
     sys.path.remove(str(EXAMPLE))
 
 
+@pytest.fixture
+def out():
+    """The run's directory, short and under /tmp: Ray's temp dir lives in it, and a Unix socket path
+    may not exceed 107 bytes (pytest's tmp_path is too deep)."""
+    path = Path(tempfile.mkdtemp(prefix="rlprof-vfa-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_generation_overlaps_training_and_every_version_reaches_the_replica(tmp_path, example):
+def test_generation_overlaps_training_and_every_version_reaches_the_replica(out, example):
     import fully_async
 
-    out = tmp_path / "run"  # short, under /tmp: Ray's temp dir lives in it (a Unix socket path is at most 107 bytes)
     proc = subprocess.run([sys.executable, str(RUN), "--async", "--out", str(out), "--steps", str(VERSIONS)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    (tmp_path / "run.log").write_text(proc.stdout + proc.stderr)
+                          capture_output=True, text=True, timeout=900, cwd=out)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     log = (out / fully_async.LOG_FILE).read_text()
     assert "Checkpoint manager initialized (backend=gloo)" in log, log[-4000:]
