@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from rlprof.config.schema import ROLES, ProfilerConfig, read_config
+from rlprof.config.sections import replica_not_captured
 from rlprof.errors import ConfigError, ConfigErrors, ErrorList
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 
@@ -124,6 +125,15 @@ class CheckResult:
             out[name]["ranks"] = RankRanges.merge(found)
         return out
 
+    @property
+    def not_captured(self) -> dict[str, str]:
+        """Roles the plan selects that no selected tool can capture, with why (the region is still timed):
+        rollout in agent-loop replicas when no engine profiler stands in for a selected tool
+        (:func:`~rlprof.config.sections.replica_not_captured`, the replicas' own ``skip`` reason)."""
+        why = replica_not_captured(self.config.global_.tools) if self.config.agent_loop else None
+        rollout = self.selection().get("rollout")
+        return {"rollout": why} if why and rollout and rollout["ranks"] else {}
+
     def as_dict(self) -> dict[str, Any]:
         """The plan as JSON data; ``ranks`` are inclusive ``[first, last]`` ranges."""
         g = self.config.global_
@@ -137,6 +147,7 @@ class CheckResult:
             "agent_loop": self.config.agent_loop,
             "roles": roles,
             "captures": [list(run) for run in (self.plans[0].runs if self.plans else ())],
+            "not_captured": self.not_captured,
             "warnings": self.warnings,
         }
 
@@ -153,6 +164,7 @@ class CheckResult:
             runs = self.plans[0].runs if self.plans else ()
             lines.append("captures merged over consecutive steps: " + ", ".join(f"{list(r)}" for r in runs))
         selection = self.selection()
+        not_captured = self.not_captured
         for step in g.steps:
             lines.append(f"step {step}:")
             for name in ROLES:
@@ -168,6 +180,8 @@ class CheckResult:
                     chosen_by = next((p.roles[name].every_rank for p in self.plans if name in p.roles), None)
                     if chosen_by is not None:
                         extra += f"  (every rank of the role: {chosen_by} follows verl, ranks/all_ranks not read)"
+                    if name in not_captured:
+                        extra += f"  (timed, not captured: {not_captured[name]})"
                     lines.append(f"  {name:<7} {entry['mode']:<9} {counts} {entry['ranks']}{extra}")
                 else:
                     reason = next((p.roles[name].reason for p in self.plans if name in p.roles), "")
