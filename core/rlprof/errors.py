@@ -151,7 +151,8 @@ def non_string_key(mapping: str, key: Any) -> ConfigError:
     """The error for a key that is not a string in the mapping at key path ``mapping`` ('' for the
     top level): ``<mapping>: got the key 1 (int); allowed: ...keys must be strings...``."""
     spelled = "true" if key is True else "false" if key is False else "null" if key is None else str(key)[:40]
-    allowed = f"a string key (keys must be strings; in YAML write it in quotes: '{spelled}')"
+    quoted = f"; in YAML write it in quotes: '{spelled}'" if key is None or isinstance(key, (int, float)) else ""
+    allowed = f"a string key (keys must be strings{quoted})"
     return ConfigError(f"{mapping or 'config'}: got the key {describe(key)}; allowed: {allowed}",
                        key=f"{mapping}.{spelled}" if mapping else None, value=key, allowed=allowed)
 
