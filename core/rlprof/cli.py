@@ -262,7 +262,8 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (ranks as [first, last] ranges); an invalid configuration as "
-                             '{"valid": false, "errors": [{"key", "value", "allowed", "message"}, ...]}')
+                             '{"valid": false, "errors": [{"key", "value", "allowed", "message"}, ...], "warnings": [...]} '
+                             "(the warnings that hold whatever the mistakes: bad values for backends that are not selected)")
     return parser
 
 
@@ -275,21 +276,26 @@ def check_main(args: list[str]) -> int:
         print(f"rlprof check: at most one config file, got {len(files)}: {', '.join(files)} "
               "(overrides are key=value)", file=sys.stderr)
         return EXIT_INVALID
-    from rlprof.runtime.checking import check_config
+    from rlprof.runtime.checking import examine_config
     from rlprof.errors import ConfigError, ConfigErrors
 
     roles = [r.strip() for r in opts.roles.split(",") if r.strip()] if opts.roles is not None else None
+    result = None
     try:
-        result = check_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
-                              replicas=opts.replicas, validate_backends=not opts.migrate)
+        result, errors = examine_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
+                                        replicas=opts.replicas, validate_backends=not opts.migrate)
+        errors.raise_if_any()
     except ConfigError as exc:
         mistakes = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        # what holds whatever the mistakes: bad values for backends that are not selected
+        still = result.unselected if result is not None else []
         if opts.json:
-            print(json.dumps({"valid": False, "errors": [m.as_dict() for m in mistakes]}, indent=2))
+            print(json.dumps({"valid": False, "errors": [m.as_dict() for m in mistakes], "warnings": still}, indent=2))
         heading = "invalid configuration:" if len(mistakes) == 1 else f"invalid configuration, {len(mistakes)} mistakes:"
         print(f"rlprof check: {heading}", file=sys.stderr)
         for mistake in mistakes:
             print(f"  {'- ' if len(mistakes) > 1 else ''}{mistake}", file=sys.stderr)
+        _warn(still)
         return EXIT_INVALID
     if opts.migrate:
         from rlprof.config.legacy import to_modern_yaml
