@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     from hypothesis import HealthCheck, Phase, given, seed, settings
     from hypothesis import strategies as st
 
-    from fuzz_configs import bases, cases
+    from fuzz_configs import bases, cases, non_string_key_depths
 
     base_docs = bases(verl_config())
     preload()
@@ -149,6 +149,8 @@ def main(argv=None) -> int:
     samples: dict[str, str] = {}
     by_base = collections.Counter()
     by_input = collections.Counter()
+    key_depths = collections.Counter()  # depth of a key that is not a string -> cases (0: in an override's value)
+    key_cases = collections.Counter()  # worst outcome of the cases holding one
     started = time.perf_counter()
 
     @seed(opts.seed)
@@ -158,12 +160,15 @@ def main(argv=None) -> int:
     def fuzz(data):
         case = data.draw(cases(base_docs))
         by_base[case.base.split(" ")[0]] += 1
+        depths = non_string_key_depths(case)
+        key_depths.update(depths)
         workdir = Path(tempfile.mkdtemp(dir=scratch))
         result = run_forked(case, workdir, opts.timeout)
         shutil.rmtree(workdir, ignore_errors=True)
         label = f"{case.base}; mutations {case.mutations}; form {case.form}; overrides {case.overrides}"
         if "worst" in result:
             worst[result["worst"]] += 1
+            key_cases[result["worst"]] += bool(depths)
             samples.setdefault(result["worst"], label)
             return
         by_input[result.get("input", "?")] += 1
@@ -176,6 +181,7 @@ def main(argv=None) -> int:
                 key = result[stage].strip().splitlines()[-1][:160]
                 samples.setdefault(f"{stage} {outcome}: {key}", f"{label}\n{result[stage][-1200:]}")
         worst[min(outcomes.values(), key=WORST.index)] += 1
+        key_cases[min(outcomes.values(), key=WORST.index)] += bool(depths)
 
     fuzz()
     total = sum(worst.values())
@@ -185,6 +191,8 @@ def main(argv=None) -> int:
     print("by worst outcome per config:")
     for name in WORST:
         print(f"  {name:<17} {worst.get(name, 0)}")
+    print(f"with keys that are not strings: {sum(key_cases.values())} configs, by worst outcome {dict(+key_cases)}; "
+          f"configs per depth of such a key (1: top level, 0: in an override's value): {dict(sorted(key_depths.items()))}")
     print("per stage (ok / rejected with a key path / rejected without / tracebacks), slowest:")
     for stage, counts in per_stage.items():
         print(f"  {stage:<9} {counts.get('ok', 0):>5} / {counts.get('rejected', 0):>5} / {counts.get('rejected-unnamed', 0):>3} / "

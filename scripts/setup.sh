@@ -45,7 +45,7 @@ step "verl's imports" "" -- pip install cloudpickle importlib_metadata orjson "p
 # with the pinned torch alongside so pip never replaces it.
 step "verl's trainer (examples/verl-cpu/requirements.txt)" "examples/verl-cpu/requirements.txt" -- \
   pip install -r examples/verl-cpu/requirements.txt "torch==2.13.0"
-# vLLM's CPU build last: it needs transformers>=5.16.1, which the verl steps above undo whenever they run,
+# vLLM's CPU build last: it needs transformers>=5.16.1, which the "verl's imports" step above undoes whenever it runs,
 # so it runs (FORCE=1) whenever any step above ran. It prints its own lines, the known conflict among them.
 step_loud "vLLM's CPU build" "scripts/install-vllm.sh" -- env FORCE=1 scripts/install-vllm.sh
 

@@ -12,7 +12,9 @@ commands or to run one that is not built in, never for a built-in command; a bro
 line naming its distribution and version, and never breaks ``rlprof --help``.
 
 Exit status: 0 success; 1 something failed; 2 invalid usage or configuration. Results go to
-stdout, warnings and errors to stderr.
+stdout, warnings and errors to stderr. A command that writes a file where the user works follows
+:mod:`rlprof.output_file`: an existing ``-o FILE`` is replaced only with ``--force``; without ``-o`` it
+names its own file and never replaces one.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ BUILTIN = (
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
     Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
-            "RUN [RUN ...] [--run ID] [--json] [--html -o FILE]", "rlprof.analysis.report:main"),
+            "RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]", "rlprof.analysis.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
-            "RUN -o FILE [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
+            "RUN [-o FILE] [--force] [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
     Command("breakdown", "inside each region of trace files: compute, exposed communication, copies, idle",
             "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.analysis.breakdown_files:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
@@ -260,7 +262,8 @@ def check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (ranks as [first, last] ranges); an invalid configuration as "
-                             '{"valid": false, "errors": [{"key", "value", "allowed", "message"}, ...]}')
+                             '{"valid": false, "errors": [{"key", "value", "allowed", "message"}, ...], "warnings": [...]} '
+                             "(the warnings that hold whatever the mistakes: bad values for backends that are not selected)")
     return parser
 
 
@@ -273,21 +276,26 @@ def check_main(args: list[str]) -> int:
         print(f"rlprof check: at most one config file, got {len(files)}: {', '.join(files)} "
               "(overrides are key=value)", file=sys.stderr)
         return EXIT_INVALID
-    from rlprof.runtime.checking import check_config
+    from rlprof.runtime.checking import examine_config
     from rlprof.errors import ConfigError, ConfigErrors
 
     roles = [r.strip() for r in opts.roles.split(",") if r.strip()] if opts.roles is not None else None
+    result = None
     try:
-        result = check_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
-                              replicas=opts.replicas, validate_backends=not opts.migrate)
+        result, errors = examine_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
+                                        replicas=opts.replicas, validate_backends=not opts.migrate)
+        errors.raise_if_any()
     except ConfigError as exc:
         mistakes = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        # what holds whatever the mistakes: bad values for backends that are not selected
+        still = result.unselected if result is not None else []
         if opts.json:
-            print(json.dumps({"valid": False, "errors": [m.as_dict() for m in mistakes]}, indent=2))
+            print(json.dumps({"valid": False, "errors": [m.as_dict() for m in mistakes], "warnings": still}, indent=2))
         heading = "invalid configuration:" if len(mistakes) == 1 else f"invalid configuration, {len(mistakes)} mistakes:"
         print(f"rlprof check: {heading}", file=sys.stderr)
         for mistake in mistakes:
             print(f"  {'- ' if len(mistakes) > 1 else ''}{mistake}", file=sys.stderr)
+        _warn(still)
         return EXIT_INVALID
     if opts.migrate:
         from rlprof.config.legacy import to_modern_yaml

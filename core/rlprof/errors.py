@@ -147,13 +147,20 @@ def did_you_mean(word: Any, choices: Iterable[Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def non_string_key(mapping: str, key: Any) -> ConfigError:
+    """The error for a key that is not a string in the mapping at key path ``mapping`` ('' for the
+    top level): ``<mapping>: got the key 1 (int); allowed: ...keys must be strings...``."""
+    spelled = "true" if key is True else "false" if key is False else "null" if key is None else str(key)[:40]
+    quoted = f"; in YAML write it in quotes: '{spelled}'" if key is None or isinstance(key, (int, float)) else ""
+    allowed = f"a string key (keys must be strings{quoted})"
+    return ConfigError(f"{mapping or 'config'}: got the key {describe(key)}; allowed: {allowed}",
+                       key=f"{mapping}.{spelled}" if mapping else None, value=key, allowed=allowed)
+
+
 def unknown_key(section: str, key: Any, known: Iterable[str]) -> ConfigError:
     known = sorted(k for k in known if isinstance(k, str) and not k.startswith("_"))
     if not isinstance(key, str):
-        return ConfigError(
-            f"{section or 'config'}: got the key {describe(key)}; allowed: string keys: {', '.join(known)}",
-            key=section or None, value=key, allowed=f"string keys: {', '.join(known)}",
-        )
+        return non_string_key(section, key)
     if len(key) > 200:
         key = key[:100] + "..."
     path = f"{section}.{key}" if section else key

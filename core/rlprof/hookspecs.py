@@ -329,6 +329,11 @@ class TraceReader:
     pool, and is imported only when a file of its format is read."""
     format: str = ""
     """The format in a few words (``Kineto JSON``), for messages."""
+    not_traces: tuple[str, ...] = ()
+    """File name patterns of what this backend writes beside its traces that is not a trace (metadata,
+    summaries: torch_npu's ``profiler_info_*.json``). A folder walk names such a file as skipped, saying
+    whose it is, rather than handing it to another reader whose broader pattern matches (``*.json``);
+    the same rule of the more literal pattern decides between a claim and this."""
 
 
 @_hookspec

@@ -18,6 +18,14 @@ directory file descriptors and ``O_NOFOLLOW``, so a link planted as the run dire
 directory, a trace or a manifest name is refused (:class:`UnsafePathError`) instead of followed, and a
 file that exists is never replaced. :func:`check_save_path` says in plain words why a ``save_path``
 cannot be used, before anything is written.
+
+Names that are never taken twice: a file rlprof names itself (a trace, a snapshot, an engine's file moved
+in) may find its name taken, by another Profiler of the same run and rank in the same process (a worker
+set up twice: the same capture directories) or by a trace of that Profiler still being written in the
+background. :func:`reserve` claims the name (``<name>.partial``, created at once) or the first free
+:func:`numbered` one (``rank0.1.pt.trace.json.gz``) before the bytes come, so each writer keeps its file,
+under the name the manifest lists, whatever order they write and place in; :func:`write_reserved` and
+:func:`place_reserved` do the same for a file written at once or moved in.
 """
 
 from __future__ import annotations
@@ -82,13 +90,45 @@ rows its nodes shipped (:func:`shipped_rows_path`). No backend writes there."""
 
 
 ROWS_SUFFIX = ".rlprof-breakdown.json"
-"""A trace's breakdown rows, beside it (``<trace>.rlprof-breakdown.json``: the analysis's cache) and, for a
-trace on another node, under the controller's :data:`BREAKDOWN_DIR`."""
+"""A trace's breakdown rows (the analysis's cache: :func:`rows_path`; for a trace on another node, under the
+controller's :data:`BREAKDOWN_DIR`: :func:`shipped_rows_path`)."""
+CACHE_ENV = "RLPROF_CACHE_DIR"
+"""Where the analysis keeps what it derives from traces that belong to no run (default
+``$XDG_CACHE_HOME/rlprof/breakdown``, that is ``~/.cache/rlprof/breakdown``); set empty, nothing is kept."""
 
 
-def rows_path(trace: str) -> str:
-    """The rows of ``trace``, cached beside it (where its node analysed it, or a report read it)."""
-    return trace + ROWS_SUFFIX
+def rows_path(trace: str, suffix: str = ROWS_SUFFIX) -> Path | None:
+    """Where the analysis keeps what it derives from ``trace``: its breakdown rows, or with ``suffix`` another
+    file made from it (rlprof-nsys: a report's SQLite export). Never beside the trace: the folders that hold
+    traces keep only what the backends wrote, for the tools users hand them to.
+
+    * A trace of a run (under ``<run>/<capture>/rank<R>-<host>-<pid>/``, the run holding its ``manifest/``):
+      ``<run>/breakdown/<digest>-<name><suffix>``, the digest of the trace's path inside the run (so a run
+      directory moved whole keeps its caches).
+    * Any other trace: ``$RLPROF_CACHE_DIR/<digest>-<name><suffix>`` (:data:`CACHE_ENV`), the digest of its
+      absolute path; None when ``RLPROF_CACHE_DIR`` is set empty (nothing kept).
+
+    ``<name>`` is the trace's own name (:func:`safe_name`, shortened), so a person can tell the files apart.
+    """
+    path = Path(os.path.abspath(trace))
+    placed = process_of(path)
+    run_dir = placed[1].parent if placed else None
+    if run_dir is not None and (run_dir / MANIFEST_DIR).is_dir():
+        folder, key = run_dir / BREAKDOWN_DIR, os.path.relpath(path.resolve(), run_dir.resolve())
+    else:
+        folder, key = _cache_dir(), str(path)
+        if folder is None:
+            return None
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return folder / f"{digest}-{safe_name(path.name)[:64]}{suffix}"
+
+
+def _cache_dir() -> Path | None:
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return Path(chosen).expanduser() if chosen.strip() else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlprof" / BREAKDOWN_DIR
 
 
 def shipped_rows_path(run_dir: Path, node: str | None, trace: str) -> Path:
@@ -199,18 +239,24 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
     parent, name = os.path.split(os.path.normpath(path))  # strings, not Path: this runs for every file a capture writes
     dir_fd = _open_dir_chain(parent, root)
     try:
-        try:
-            # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
-            fd = _audited(path, os.open, name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
-                          dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(name, dir_fd)):
-                raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
-            if exc.errno == errno.ENXIO:  # a FIFO without a reader
-                raise UnsafePathError(exc.errno, "refusing to write into a FIFO", str(path)) from None
-            raise
+        return _open_in(dir_fd, name, path, mode, flags)
     finally:
         os.close(dir_fd)
+
+
+def _open_in(dir_fd: int, name: str, path: os.PathLike | str, mode: str, flags: int) -> IO:
+    """:func:`open_file`'s open of ``name`` in the directory ``dir_fd`` (``path``: the same file, for
+    messages and the audit)."""
+    try:
+        # O_NONBLOCK: a FIFO planted at this name must not block the training process in open().
+        fd = _audited(path, os.open, name, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC, 0o666,
+                      dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or (exc.errno == errno.EEXIST and _is_link(name, dir_fd)):
+            raise UnsafePathError(exc.errno, "refusing to write through a symbolic link", str(path)) from None
+        if exc.errno == errno.ENXIO:  # a FIFO without a reader
+            raise UnsafePathError(exc.errno, "refusing to write into a FIFO", str(path)) from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -376,6 +422,166 @@ def new_file(path: Path, root: Path) -> Iterator[IO]:
             except OSError:
                 pass
             raise
+
+
+# ---------------------------------------------------------------------- names that are never taken twice
+
+
+PARTIAL_SUFFIX = ".partial"
+"""A file rlprof is still writing is ``<its final name>.partial`` (:class:`Reserved`): a name no reader takes for
+a trace, and the mark that its final name is claimed."""
+MAX_NUMBER = 9999
+""":func:`reserve` tries ``path`` and its numbered names up to this number."""
+
+
+def numbered(path: os.PathLike | str, n: int) -> Path:
+    """``path`` with ``.n`` after the first part of its name: ``rank0.pt.trace.json.gz`` -> ``rank0.1.pt.trace.json.gz``,
+    ``snapshot.pickle`` -> ``snapshot.1.pickle``, ``report`` -> ``report.1``; ``n == 0``: ``path`` itself. Every
+    suffix stays, so whatever finds files by their suffix (trace readers, ``*.json.gz``) finds this one too."""
+    path = Path(path)
+    return path if n == 0 else path.with_name(_numbered_name(path.name, n))
+
+
+def _numbered_name(name: str, n: int) -> str:
+    if n == 0:
+        return name
+    lead = len(name) - len(name.lstrip("."))
+    stem, dot, rest = name[lead:].partition(".")
+    return f"{name[:lead]}{stem}.{n}{dot}{rest}"
+
+
+class Reserved:
+    """A file name claimed for a file whose bytes come later: from a background thread (a torch trace, listed in
+    the manifest under this name when its capture closes), or from a tool, then moved in. Made by :func:`reserve`.
+
+    Write through :attr:`handle` (a new binary file at ``<path>.partial``), then :meth:`place` it, or
+    :meth:`abandon` it on an error. Until one of the two, the ``.partial`` file holds the claim: no other
+    :func:`reserve` in any process takes :attr:`path` (nor does a killed writer's leftover ``.partial``
+    let its name be taken again)."""
+
+    __slots__ = ("path", "root", "handle")
+
+    def __init__(self, path: Path, root: Path, handle: IO[bytes]):
+        self.path = path
+        """The final name (``path`` as asked, or its first free numbered name)."""
+        self.root = root
+        self.handle = handle
+
+    @property
+    def partial(self) -> Path:
+        return self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+
+    def place(self) -> Path:
+        """Close :attr:`handle` and put the file under :attr:`path` with :func:`place` (a hard link: it
+        appears whole or not at all, never over anything, never through a link); the ``.partial`` name is
+        removed either way. Raises what :func:`place` raises (then nothing is under :attr:`path`)."""
+        self.handle.close()
+        try:
+            place(self.partial, self.path, self.root)
+        finally:
+            self._remove_partial()
+        return self.path
+
+    def abandon(self) -> None:
+        """Give the name up: close :attr:`handle` and remove the ``.partial`` file. Idempotent."""
+        self.handle.close()
+        self._remove_partial()
+
+    def _remove_partial(self) -> None:
+        try:
+            dir_fd = _open_dir_chain(self.path.parent, self.root)
+        except OSError:
+            return  # the directory is gone (or was swapped for a link): nothing of ours to remove there
+        try:
+            os.unlink(self.partial.name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(dir_fd)
+
+
+def reserve(path: os.PathLike | str, root: os.PathLike | str) -> Reserved:
+    """Claim a name for a new file under ``root``: ``path`` when it is free, else the first free
+    :func:`numbered` name (``rank0.1.pt.trace.json.gz``, ``rank0.2...``). The one rule every rlprof writer
+    that names its own files follows, so two writers wanting one name (two Profilers of one run and rank in
+    one process, a finalize while the other's trace is still being written, a process reusing a pid of the
+    run) each keep their file and nothing is replaced, whatever order they write and place in.
+
+    A name is free when neither it nor its ``.partial`` exists. The claim is ``<name>.partial``, created with
+    ``O_EXCL`` (nothing replaced, no link followed, :func:`open_file`'s checks) *before* the final name is
+    looked at: a writer places its file while still holding its ``.partial`` (:meth:`Reserved.place`), so
+    once our ``.partial`` exists, a final name that is absent stays ours. A symbolic link at the final
+    name is refused (:class:`UnsafePathError`), as :func:`open_file` refuses one.
+
+    :raises UnsafePathError: a link in the way (see :func:`open_file`).
+    :raises FileExistsError: every name up to :data:`MAX_NUMBER` is taken."""
+    parent, name = os.path.split(os.path.normpath(path))
+    root = Path(root)
+    dir_fd = _open_dir_chain(parent, root)
+    try:
+        for n in range(MAX_NUMBER + 1):
+            final = _numbered_name(name, n)
+            if _taken(final, dir_fd, parent):  # a quick look first: most taken names are placed files
+                continue
+            partial = final + PARTIAL_SUFFIX
+            try:
+                handle = _open_in(dir_fd, partial, os.path.join(parent, partial), "wb", _FILE_FLAGS["wb"])
+            except FileExistsError:
+                continue  # claimed by a writer still at work, or left by one that was killed
+            try:
+                if not _taken(final, dir_fd, parent):  # the look that counts: made while our claim exists
+                    return Reserved(Path(parent) / final, root, handle)
+            except BaseException:
+                handle.close()
+                os.unlink(partial, dir_fd=dir_fd)
+                raise
+            handle.close()
+            os.unlink(partial, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    raise FileExistsError(errno.EEXIST, f"{name} and its numbered names up to .{MAX_NUMBER} are all taken", str(path))
+
+
+def _taken(name: str, dir_fd: int, parent: str) -> bool:
+    """Whether something is at ``name`` in the directory ``dir_fd``; a symbolic link there is refused."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(mode):
+        raise UnsafePathError(errno.EEXIST, "refusing to write through a symbolic link", os.path.join(parent, name))
+    return True
+
+
+@contextmanager
+def write_reserved(path: os.PathLike | str, root: os.PathLike | str) -> Iterator[Reserved]:
+    """Write a new file at ``path``, or at its first free numbered name when that is taken (:func:`reserve`),
+    in one go: write to ``reserved.handle`` inside the block; when it ends, the file is placed under
+    ``reserved.path`` (whole, or not at all); on an exception nothing is left::
+
+        with write_reserved(directory / "rank0.memory_snapshot.pickle", run_dir) as reserved:
+            pickle.dump(snapshot, reserved.handle)
+        ctx.add_artifact(reserved.path)
+    """
+    reserved = reserve(path, root)
+    try:
+        yield reserved
+    except BaseException:
+        reserved.abandon()
+        raise
+    reserved.place()
+
+
+def place_reserved(source: os.PathLike | str, target: os.PathLike | str, root: os.PathLike | str) -> Path:
+    """:func:`place` ``source`` at ``target``, or at its first free numbered name when that is taken
+    (:func:`reserve`); where it is now. For files a tool wrote elsewhere (an engine's traces): every one is
+    kept, none replaced. ``source`` stays; the caller removes it."""
+    reserved = reserve(target, root)
+    try:
+        reserved.handle.close()
+        return place(source, reserved.path, root)
+    finally:
+        reserved.abandon()
 
 
 def _is_link(name: str, dir_fd: int) -> bool:

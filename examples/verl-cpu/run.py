@@ -1,6 +1,6 @@
 """Run verl 0.9.1's real trainer (``python -m verl.trainer.main_ppo``) on this CPU.
 
-    python examples/verl-cpu/run.py --out DIR [--steps 3] [--rlprof] [--critic] [hydra overrides...]
+    python examples/verl-cpu/run.py --out DIR [--steps 3] [--rlprof] [--critic] [--async] [hydra overrides...]
 
 Builds the tiny model, tokenizer and data into DIR/assets (once; see build_assets.py), then runs
 GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop rollout through the
@@ -9,6 +9,8 @@ GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop r
 
 --rlprof     run under ``python -m rlprof.verl`` (rlprof's drop-in for verl's profiler classes)
 --critic     GAE with a critic, plus a reference policy through the KL loss
+--async      verl's fully async trainer (``fully_async_main``): rollouter and trainer on their own
+             resources, weights through the gloo checkpoint engine, --steps parameter versions
 --nsys       with --rlprof: Nsight Systems on this CPU, workers under ``nsys profile`` with rlprof's NVTX
              capture windows (see ``nsys_overrides``; add ``global_profiler.steps`` and the capture-range-end)
 Extra arguments are hydra overrides appended last (they win). The exit status is verl's.
@@ -164,6 +166,8 @@ def main(argv=None) -> int:
     p.add_argument("--critic", action="store_true", help="GAE with a critic and a reference policy (KL loss)")
     p.add_argument("--nsys", action="store_true", help="Nsight Systems on this CPU (NVTX capture windows)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the assets")
+    p.add_argument("--async", dest="fully_async", action="store_true",
+                   help="verl's fully async trainer (fully_async.py); --steps counts parameter versions")
     a, extra = p.parse_known_args(argv)
 
     out = os.path.abspath(a.out)
@@ -178,14 +182,19 @@ def main(argv=None) -> int:
     with open(info_path) as f:
         assets = json.load(f)
 
-    cmd = [sys.executable, "-m"]
-    cmd += ["rlprof.verl", "verl.trainer.main_ppo"] if a.rlprof else ["verl.trainer.main_ppo"]
-    cmd += overrides(assets, out, a.steps, a.critic) + (nsys_overrides() if a.nsys else []) + list(extra)
+    module, ov = "verl.trainer.main_ppo", overrides(assets, out, a.steps, a.critic)
+    if a.fully_async:
+        sys.path.insert(0, HERE)
+        import fully_async
+
+        module, ov = fully_async.MODULE, fully_async.overrides(ov, a.steps)
+    cmd = [sys.executable, "-m"] + (["rlprof.verl", module] if a.rlprof else [module])
+    cmd += ov + (nsys_overrides() if a.nsys else []) + list(extra)
     env = environment(out)
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     print("+ " + shlex.join(cmd), flush=True)
     t0 = time.monotonic()
-    rc = subprocess.call(cmd, env=env, cwd=out)
+    rc = fully_async.run(cmd, env, out) if a.fully_async else subprocess.call(cmd, env=env, cwd=out)
     print(f"[verl-cpu] exit {rc} after {time.monotonic() - t0:.1f} s", flush=True)
     return rc
 

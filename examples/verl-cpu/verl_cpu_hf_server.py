@@ -6,9 +6,11 @@ Three pieces, as verl's vLLM rollout has them:
 - ``HFServer``: token-in/token-out ``generate`` with log-probs, ``update_weights``,
   ``start_profile``/``stop_profile`` through a profiler controller built with
   ``build_rollout_dist_profiler(replica_rank, replica_world_size, ...)``, and the
-  sleep/wake/kv-cache/abort calls as no-ops;
-- ``HFServerAdapter`` (a ``BaseRollout``, inside the hybrid training worker): hands the trainer's
-  weights to the server after each step.
+  sleep/wake/kv-cache calls as no-ops, and ``abort_all_requests``/``resume_generation`` as
+  verl's servers' submission gate (requests that arrive during a weight sync wait for the resume);
+- ``HFServerAdapter`` (a ``BaseRollout``): hands weights to the server: inside the hybrid training
+  worker after each step (sync trainer), or inside the replica's ``CheckpointEngineWorker`` as a
+  checkpoint engine receives them (fully async trainer, standalone replicas).
 
 Imported lazily (the replica loader that ``verl_cpu_bridge`` registers), like verl imports its
 vLLM server, so the module-level import of ``build_rollout_dist_profiler`` below sees whatever
@@ -18,9 +20,11 @@ vLLM server, so the module-level import of ``build_rollout_dist_profiler`` below
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
+import time
 from typing import Any, Optional
 
 import ray
@@ -31,6 +35,9 @@ from verl.utils.profiler import build_rollout_dist_profiler
 from verl.workers.config import HFModelConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutMode, RolloutReplica, TokenOutput
+from verl.workers.rollout.utils import ensure_async_iterator
+
+from fully_async import EVENTS_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,22 @@ SERVER_NAME_PREFIX = "hf_"
 
 def _server_name(replica_rank: int, node_rank: int) -> str:
     return f"{SERVER_NAME_PREFIX}server_{replica_rank}_{node_rank}"
+
+
+class _Events:
+    """The server's own record of when it generated and when it was paused, in the file that
+    ``EVENTS_ENV`` names (off when unset; ``run.py --async`` sets it to show the overlap): one JSON
+    line per request it generated (``t0``, ``t1``, the parameter version it generated with) and per
+    step of a weight sync it saw (``pause``, ``weights``, ``version``, ``resume``), wall-clock seconds."""
+
+    def __init__(self, replica_rank: int):
+        path = os.environ.get(EVENTS_ENV)
+        self.replica_rank = replica_rank
+        self._file = open(path, "a", buffering=1) if path else None
+
+    def __call__(self, event: str, **fields) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps({"event": event, "replica": self.replica_rank, **fields}) + "\n")
 
 
 def _free_port() -> int:
@@ -88,6 +111,12 @@ class HFServer:
         self._address = ray.util.get_node_ip_address().strip("[]")
         self._port = _free_port()
         self._lock = asyncio.Lock()
+        # the submission gate of verl's servers: closed by abort_all_requests (a weight sync),
+        # opened by resume_generation; requests that arrive meanwhile are parked (or refused)
+        self._admitting = asyncio.Event()
+        self._admitting.set()
+        self._rejecting = False
+        self._events = _Events(replica_rank)
 
         # profiler controller: the same call verl's vLLM server makes
         profiler_config = self.config.profiler
@@ -142,9 +171,23 @@ class HFServer:
         max_tokens = max(1, int(max_tokens))
         want_logprobs = bool(params.pop("logprobs", False))
 
-        # one request at a time: the model is tiny and the host has few cores
-        async with self._lock:
-            token_ids, log_probs = self._generate(prompt_ids, params, max_tokens)
+        # one request at a time: the model is tiny and the host has few cores. It runs on the
+        # actor's event loop, so an abort never lands in the middle of one: it closes the gate
+        # between requests, and the next waits for resume_generation.
+        while True:
+            if not self._admitting.is_set():
+                if self._rejecting:
+                    return TokenOutput(
+                        token_ids=[], log_probs=None, stop_reason="aborted", extra_fields={"global_steps": self.global_steps}
+                    )
+                await self._admitting.wait()
+                continue
+            async with self._lock:
+                if self._admitting.is_set():
+                    t0 = time.time()
+                    token_ids, log_probs = self._generate(prompt_ids, params, max_tokens)
+                    self._events("generate", t0=t0, t1=time.time(), version=self.global_steps)
+                    break
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs if want_logprobs else None,
@@ -179,7 +222,9 @@ class HFServer:
 
     # ---- weights --------------------------------------------------------------------------
     async def update_weights(self, state_dict: dict[str, torch.Tensor]):
+        t0 = time.time()
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        self._events("weights", t0=t0, t1=time.time())
         # tied embeddings arrive once; anything else missing means the names do not match
         missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
@@ -188,8 +233,9 @@ class HFServer:
 
     async def set_global_steps(self, global_steps: int):
         self.global_steps = global_steps
+        self._events("version", t=time.time(), version=global_steps)
 
-    # ---- memory and request control: nothing to release on the CPU ------------------------
+    # ---- memory and request control: nothing to release on the CPU; abort/resume gate requests
     async def wake_up(self, tags: list[str] | None = None):
         return None
 
@@ -210,13 +256,19 @@ class HFServer:
             return None
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False):
+        # nothing is mid-generation when this runs (generation holds the event loop): close the gate
+        self._rejecting = reject_request
+        self._admitting.clear()
+        self._events("pause", t=time.time())
         return {"aborted_count": 0, "request_ids": []}
 
     async def abort_request(self, request_id: str, reset_prefix_cache: bool = True):
         return {"aborted": False, "request_id": request_id}
 
     async def resume_generation(self):
-        return None
+        self._rejecting = False
+        self._admitting.set()
+        self._events("resume", t=time.time())
 
     # ---- profiling ------------------------------------------------------------------------
     def _should_profile(self) -> bool:
@@ -304,7 +356,9 @@ class HFServerAdapter(BaseRollout):
     async def update_weights(self, weights, global_steps: int = None, wire_format: str = "named_tensors", **kwargs):
         assert wire_format == "named_tensors", f"hf rollout takes named_tensors, got {wire_format!r}"
         state = {}
-        for name, tensor in weights:
+        # a list or generator from the training engine (sync mode), an async generator from a
+        # checkpoint engine's receive_weights (a standalone replica's CheckpointEngineWorker)
+        async for name, tensor in ensure_async_iterator(weights):
             if hasattr(tensor, "full_tensor"):  # DTensor: every rank takes part in the gather
                 tensor = tensor.full_tensor()
             state[name] = tensor.detach().to("cpu", copy=True)

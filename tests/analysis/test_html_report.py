@@ -79,19 +79,27 @@ def test_each_bar_is_the_step_window_and_its_whisker_lies_inside(page, tmp_path,
     assert "straggler in the step" in svg and "step times, fastest to slowest" in svg  # the legend explains both
 
 
-def test_html_replaces_only_an_earlier_page(page, tmp_path, capsys):
-    assert main([str(tmp_path / "save"), "--html", "-o", str(page)]) == 0  # refreshed
+def test_html_replaces_a_page_only_with_force(page, tmp_path, capsys):
     notes = tmp_path / "notes.html"
     notes.write_text("<html>my notes</html>")
-    assert main([str(tmp_path / "save"), "--html", "-o", str(notes)]) == 2
-    assert notes.read_text() == "<html>my notes</html>" and "was not written by this command" in capsys.readouterr().err
+    before = page.read_bytes()
+    for existing in (page, notes):  # an earlier page is not replaced unasked either
+        assert main([str(tmp_path / "save"), "--html", "-o", str(existing)]) == 2
+        assert f"{existing} exists; nothing was written" in capsys.readouterr().err
+    assert notes.read_text() == "<html>my notes</html>" and page.read_bytes() == before
+    assert main([str(tmp_path / "save"), "--html", "-o", str(notes), "--force"]) == 0
+    assert "rlprof report" in notes.read_text()
 
 
-def test_html_needs_an_output_file(tmp_path, capsys):
-    generate_run(tmp_path, run_id=RUN, ranks=1, steps=(1,))
+def test_html_without_an_output_file_names_one_beside_the_others(tmp_path, capsys, monkeypatch):
+    generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,))
+    monkeypatch.chdir(tmp_path)
+    assert main(["save", "--html"]) == 0 and main(["save", "--html"]) == 0
+    assert "wrote report.1.html (report.html exists and is kept" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["report.1.html", "report.html"]
     with pytest.raises(SystemExit) as exc:
-        main([str(tmp_path), "--html"])
-    assert exc.value.code == 2 and "-o FILE" in capsys.readouterr().err
+        main(["save", "-o", "x.html"])
+    assert exc.value.code == 2 and "add --html" in capsys.readouterr().err
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -29,7 +29,7 @@ def report_with_slow_rank(tmp_path, factor=2.0):
 
 def row(path, rank, region, wall, compute, comm, idle, wait=None, late=None, step=1):
     return Row(path=path, rank=rank, step=step, region=region, device="cpu", start_ms=0.0, end_ms=wall, wall_ms=wall,
-               window_ms=wall, compute_ms=compute, communication_ms=comm, memory_ms=0.0, overlap_ms=0.0,
+               window_ms=wall, compute_ms=compute, communication_ms=comm, memory_ms=0.0, exposed_memory_ms=0.0, overlap_ms=0.0,
                exposed_communication_ms=comm, idle_ms=idle, communication_wait_ms=wait,
                communication_transfer_ms=None if wait is None else comm - wait, waited_for_rank=late,
                waited_in=None if late is None else "c10d::allreduce_")
@@ -96,6 +96,39 @@ def test_compare_names_the_component_that_moved(tmp_path):
     assert moved(a, a, "actor_update") is None  # nothing moved
     b.inside = None
     assert moved(a, b, "actor_update") is None  # B's traces are not here
+
+
+def test_copies_show_as_every_copy_and_as_the_part_no_kernel_covers_in_text_json_html_and_compare(tmp_path):
+    """A device region of 10 ms: compute 6, exposed comm 2, copies 3 ms of which 1 under no kernel, idle 1.
+    The parts (compute, exposed comm, exposed memory, idle) add up to the window; memory is every copy's time."""
+    report = report_with_slow_rank(tmp_path)
+    files = {f.rank: f for f in report.files}
+    rows = []
+    for rank in (0, 1):
+        r = row(files[rank].path, rank, "actor_update", 10.0, 6.0, 3.0, 1.0)
+        r.device, r.overlap_ms, r.exposed_communication_ms, r.memory_ms, r.exposed_memory_ms = "cuda", 1.0, 2.0, 3.0, 1.0
+        rows.append(r)
+    report.inside = inside_of(report, rows, {f.path: f for f in report.files})
+    [split] = {(s.memory_ms, s.exposed_memory_ms) for s in report.inside.splits}
+    assert split == (3.0, 1.0)
+    [first, _] = report.inside.as_dict()["splits"]
+    assert (first["memory_ms"], first["exposed_memory_ms"]) == (3.0, 1.0)
+    assert sum(first[c] for c in ("compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms")) == 10.0
+    text = render(report).splitlines()
+    head = next(i for i, line in enumerate(text) if line.startswith("inside regions"))
+    assert text[head + 1].split() == ["step", "region", "procs", "compute", "exposed", "comm", "exposed", "memory", "idle",
+                                      "memory"]
+    assert text[head + 2].split() == ["1", "actor_update", "2", "60%", "20%", "10%", "10%", "30%"]
+    page = render_page([report])
+    assert "<th>exposed memory</th><th>idle</th><th>memory</th>" in page
+    assert "<td>60%</td><td>20%</td><td>10%</td><td>10%</td><td>30%</td>" in page
+
+    other = report_with_slow_rank(tmp_path / "b")
+    files = {f.rank: f for f in other.files}
+    for r, rank in zip(rows, (0, 1)):
+        r.path, r.exposed_memory_ms, r.idle_ms, r.memory_ms = files[rank].path, 2.0, 0.0, 4.0  # idle became copying
+    other.inside = inside_of(other, rows, {f.path: f for f in other.files})
+    assert moved(report, other, "actor_update") == "exposed memory +1.00 ms"
 
 
 def test_report_reads_no_trace_with_no_traces_and_says_one_line_per_unreadable_one(tmp_path, capsys):

@@ -98,7 +98,7 @@ def test_a_rank_really_twice_as_slow_in_a_region_is_a_straggler(tmp_path):
 def row(path, rank, region, idle, compute, step):
     wall = idle + compute
     return Row(path=path, rank=rank, step=step, region=region, device="cpu", start_ms=0.0, end_ms=wall, wall_ms=wall,
-               window_ms=wall, compute_ms=compute, communication_ms=0.0, memory_ms=0.0, overlap_ms=0.0,
+               window_ms=wall, compute_ms=compute, communication_ms=0.0, memory_ms=0.0, exposed_memory_ms=0.0, overlap_ms=0.0,
                exposed_communication_ms=0.0, idle_ms=idle, communication_wait_ms=None, communication_transfer_ms=None,
                waited_for_rank=None, waited_in=None)
 
@@ -152,7 +152,7 @@ def test_a_rank_that_only_waited_for_a_late_one_is_no_straggler_though_its_own_w
         wait = waits.get((step, rank), 0.0)
         rows.append(Row(path=f"rank{rank}-step{step}.json", rank=rank, step=step, region="actor_update", device="cpu",
                         start_ms=0.0, end_ms=ms, wall_ms=ms, window_ms=ms, compute_ms=ms - wait - 1.0,
-                        communication_ms=wait + 1.0, memory_ms=0.0, overlap_ms=0.0, exposed_communication_ms=wait + 1.0,
+                        communication_ms=wait + 1.0, memory_ms=0.0, exposed_memory_ms=0.0, overlap_ms=0.0, exposed_communication_ms=wait + 1.0,
                         idle_ms=0.0, communication_wait_ms=wait, communication_transfer_ms=1.0,
                         waited_for_rank=0 if wait else None, waited_in="c10d::allreduce_" if wait else None))
     inside = inside_of(report, rows, files)

@@ -28,7 +28,7 @@ REGIONS = (
 
 def draw(tmp_path, *args) -> dict:
     out = tmp_path / "timeline.json"
-    assert main([*map(str, args), "-o", str(out)]) == 0
+    assert main([*map(str, args), "-o", str(out), "--force"]) == 0  # drawn again in one test: replaced, as asked
     return json.loads(out.read_text())
 
 
@@ -75,15 +75,18 @@ def test_steps_filter_and_ranks_on_several_hosts(tmp_path):
     assert parse_steps("1,3,5-7") == [1, 3, 5, 6, 7]
 
 
-def test_replaces_only_an_earlier_timeline_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
+def test_replaces_a_file_only_with_force_and_says_when_there_is_nothing_to_draw(tmp_path, capsys):
     run_dir = generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,), trace_bytes=100)
     [trace] = run_dir.rglob("*.pt.trace.json.gz")
     before = trace.read_bytes()
     assert main([str(tmp_path / "save"), "-o", str(trace)]) == 2  # a mistyped -o: the trace is kept
-    assert trace.read_bytes() == before and "was not written by this command" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert trace.read_bytes() == before and f"{trace} exists; nothing was written" in err and "--force" in err
     out = tmp_path / "timeline.json"
     assert main([str(tmp_path / "save"), "-o", str(out)]) == 0
-    assert main([str(tmp_path / "save"), "-o", str(out), "--steps", "1"]) == 0  # an earlier timeline: refreshed
+    assert main([str(tmp_path / "save"), "-o", str(out), "--steps", "1"]) == 2  # an earlier timeline too: kept
+    assert json.loads(out.read_text())["otherData"]["rlprof"]["steps"] is None
+    assert main([str(tmp_path / "save"), "-o", str(out), "--steps", "1", "--force"]) == 0  # replaced, as asked
     assert json.loads(out.read_text())["otherData"]["rlprof"]["steps"] == [1]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
     assert main([str(tmp_path / "save"), "-o", str(tmp_path / "t.json"), "--steps", "9"]) == 1

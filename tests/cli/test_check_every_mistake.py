@@ -84,7 +84,7 @@ def test_one_mistake_reads_as_before(test_backends, rlprof_cli):
     assert report == {"valid": False, "errors": [{
         "key": "global_profiler.steps", "value": [0],
         "allowed": "a list of step numbers counted from 1 as verl does, e.g. [1, 2, 5], or null for no profiling",
-        "message": proc.stderr.splitlines()[1].strip()}]}
+        "message": proc.stderr.splitlines()[1].strip()}], "warnings": []}
 
 
 def test_tool_typo_has_a_did_you_mean(test_backends, rlprof_cli, save_path):

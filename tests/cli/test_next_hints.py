@@ -75,3 +75,26 @@ def test_called_from_python_without_rlprof_on_path_hints_python_m(monkeypatch):
 def test_python_m_rlprof_runs_rlprof():
     proc = subprocess.run([sys.executable, "-m", "rlprof", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("rlprof "), proc.stderr
+
+
+def test_the_hints_pasted_twice_run_both_times_and_replace_nothing(tmp_path, monkeypatch, capsys):
+    """A new user pastes each "next:" line, then pastes it again (issue 40): both runs succeed, the second
+    writes beside the first (``timeline.1.json``, ``report.1.html``) and says so; the first files are kept."""
+    generate_run(tmp_path / "save", ranks=2, steps=(1, 2), trace_bytes=64)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "save"]) == 0
+    hints = [line.split("   (")[0] for line in next_lines(capsys)]
+    assert not [h for h in hints if " -o " in h]  # nothing named: each command names its own file
+    said, first = [], None
+    for _ in range(2):
+        for hint in hints:
+            proc = subprocess.run(hint, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            said.append(proc.stdout + proc.stderr)
+        first = first or {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert sorted(first) == ["report.html", "timeline.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "report.1.html", "report.html", "timeline.1.json", "timeline.json"]
+    assert all((tmp_path / name).read_bytes() == data for name, data in first.items())  # the first ones, untouched
+    assert "wrote timeline.1.json (timeline.json exists and is kept" in said[2]
+    assert "wrote report.1.html (report.html exists and is kept" in said[3]

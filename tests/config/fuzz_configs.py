@@ -5,8 +5,9 @@ long run, each case in a child process to catch hangs and crashes).
 
 A case starts from a real configuration — an example of the seed guides (``test_plan_seeds.CASES``,
 the legacy guides' keys) or verl 0.9.1's generated trainer config — and applies a few mutations drawn
-from the real key space: values of the wrong type or range, deleted/renamed/added keys (typos,
-non-string keys), sections replaced by null/list/scalar, interpolations (dangling, malformed,
+from the real key space: values of the wrong type or range, deleted/renamed/added keys (typos;
+keys that are not strings, ``true``, ``1``, ``2.5``, ``null``, a tuple, bytes, planted at every depth of every
+profiler section and in override values), sections replaced by null/list/scalar, interpolations (dangling, malformed,
 self-referencing), deep nesting, shared references (what a YAML alias becomes) up to an alias bomb.
 The result is handed over as a dict, a DictConfig (one nested past the depth limit is built the way a user
 with a raised recursion limit could: `_deep_dictconfig`), a YAML file or dotted overrides.
@@ -42,6 +43,15 @@ SECTION_PATHS = [
     "reward_model.profiler", "trainer", "actor_rollout_ref.profiler", "npu_profile", "trainer.npu_profile.options",
     "actor_rollout_ref.critic", "actor_rollout_ref.rm",
 ]
+KEY_PATHS = SECTION_PATHS + [
+    "global_profiler.global_tool_config.torch", "global_profiler.global_tool_config.npu.contents_by",
+    "actor_rollout_ref.actor.profiler.tool_config.torch", "actor_rollout_ref.actor.profiler.tool_config.torch.schedule",
+    "actor_rollout_ref.rollout.profiler.tool_config.nsys.options", "critic.profiler.tool_config.npu",
+    "critic.profiler.schedule", "reward_model.profiler.tool_config",
+]
+"""Mappings where the "key" mutation plants a key that is not a string (and from there one to three levels down)."""
+NON_STRING_KEYS = [True, False, 0, 1, -1, 7, 2.5, float("nan"), None, (1, 2), b"k"]
+"""Keys YAML (``true:``, ``1:``, ``1.5:``, ``null:``, ``!!binary``), a dict or a DictConfig can hold besides strings."""
 TOOLS = ["torch", "torch_memory", "npu", "nsys", "recorder", "precision_debugger", "torchh", "torch,npu", ""]
 
 LEGACY_EXAMPLES = [
@@ -73,7 +83,8 @@ def hostile_value():
         hostile_scalar(),
         lambda inner: st.one_of(
             st.lists(inner, max_size=5),
-            st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8), st.integers(-2, 3), st.none()), inner, max_size=4),
+            st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=8), st.sampled_from(NON_STRING_KEYS)), inner,
+                            max_size=4),
         ),
         max_leaves=12,
     )
@@ -138,7 +149,7 @@ def mutation(draw, doc: dict) -> str:
 
 def _mutate(draw, doc: dict) -> str:
     kind = draw(st.sampled_from(["set", "set", "set", "delete", "add", "rename", "wrap", "section", "interpolate",
-                                 "nest", "alias", "enable"]))
+                                 "nest", "alias", "enable", "key", "key"]))
     paths = _paths(doc)
     if kind in ("set", "delete", "rename", "wrap", "interpolate", "alias") and not paths:
         kind = "add"
@@ -154,7 +165,7 @@ def _mutate(draw, doc: dict) -> str:
             parent.pop(path[-1])
     elif kind == "add":
         section = _ensure(doc, draw(st.sampled_from(SECTION_PATHS)))
-        key = draw(st.one_of(st.sampled_from(KEYS), st.text(min_size=1, max_size=10), st.sampled_from([0, 1, None, True, 2.5])))
+        key = draw(st.one_of(st.sampled_from(KEYS), st.text(min_size=1, max_size=10), st.sampled_from(NON_STRING_KEYS)))
         section[key] = draw(hostile_value())
     elif kind == "rename":
         path = draw(st.sampled_from([p for p in paths if isinstance(p[-1], str)] or paths))
@@ -190,6 +201,8 @@ def _mutate(draw, doc: dict) -> str:
             _parent(doc, other)[other[-1]] = shared
         except (KeyError, IndexError, TypeError):
             pass
+    elif kind == "key":
+        return _plant_key(draw, doc)
     elif kind == "enable":  # switch profiling on, so the later stages (plan, backends) run too
         g = _ensure(doc, "global_profiler")
         g.setdefault("tool", draw(st.sampled_from(["torch", "torch_memory", "npu", "nsys", "recorder"])))
@@ -198,6 +211,44 @@ def _mutate(draw, doc: dict) -> str:
         role["enable"] = True
         role.setdefault("all_ranks", draw(st.booleans()))
     return kind
+
+
+def _plant_key(draw, doc: dict) -> str:
+    """Put a key that is not a string into a mapping: the top level, a section of :data:`KEY_PATHS`,
+    or up to three mappings below one (whatever the document holds there), so such keys appear at
+    every depth of every profiler section."""
+    dotted = draw(st.sampled_from([""] + KEY_PATHS))
+    node = _ensure(doc, dotted) if dotted else doc
+    depth = len(dotted.split(".")) if dotted else 0
+    for _ in range(draw(st.integers(0, 3))):
+        children = [k for k, v in node.items() if isinstance(v, dict)]
+        if not children:
+            break
+        node = node[draw(st.sampled_from(children))]
+        depth += 1
+    key = draw(st.sampled_from(NON_STRING_KEYS))
+    node[key] = draw(st.one_of(st.none(), st.just({}), hostile_scalar(), st.just({"enable": True})))
+    return f"key {key!r} at depth {depth + 1}"
+
+
+def non_string_key_depths(case: "Case") -> set[int]:
+    """The depths (1: the top level) at which the case's document holds a key that is not a string;
+    0 stands for one in an override's value. Shared references are walked once."""
+    depths, seen, stack = set(), set(), [(case.doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, dict):
+            if any(not isinstance(k, str) for k in node):
+                depths.add(depth)
+            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+    if any(isinstance(o, str) and re.search(r"[{,]\s*(true|false|null|~|-?\d[\d.]*)\s*:", o) for o in case.overrides):
+        depths.add(0)
+    return depths
 
 
 def _nest(draw, doc: dict, paths: list[tuple], levels: list[int]) -> str:
@@ -273,6 +324,9 @@ def cases(draw, base_docs: list[tuple[str, dict]]) -> Case:
         overrides = draw(st.lists(st.one_of(
             st.builds(lambda k, v: f"{k}={v}", st.sampled_from([p + "." + k for p in SECTION_PATHS for k in ("steps", "enable", "ranks", "tool")]),
                       st.sampled_from(["[1,2]", "[0,0]", "'0,1'", "true", "null", "${nope}", "[1", "{a: 1}", "~", "[" * 100, "1e400", ""])),
+            st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEY_PATHS),  # keys that are not strings in a value
+                      st.sampled_from(["{1: x}", "{true: null}", "{torch: {0: 1}}", "{null: 1}", "{1.5: {a: 1}}",
+                                       "{enable: true, false: 1}", "[{2: a}]"])),
             st.sampled_from(["~global_profiler.tool", "~nope.nope", "global_profiler", "=x", "+global_profiler.steps=[1]",
                              "++critic.profiler.enable=true", "~global_profiler.tool=torch", "a..b=1", " =1"]),
         ), max_size=4))

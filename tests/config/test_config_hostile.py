@@ -32,11 +32,11 @@ def error_of(source=None, overrides=()):
 
 def test_non_string_keys_are_named_not_passed_to_difflib():
     msg = error_of(OmegaConf.create({"global_profiler": {1: 2}}))
-    assert msg.startswith("global_profiler: got the key 1 (int); allowed: string keys: ")
-    assert "steps" in msg
+    assert msg.startswith("global_profiler: got the key 1 (int); allowed: a string key (keys must be strings")
     # at the top level of a trainer config, a non-string key is someone else's business
     assert load_config(OmegaConf.create({0: "x", "global_profiler": {"tool": "torch"}})).global_.tools == ("torch",)
-    assert "global_profiler.0: unknown key" in error_of({"global_profiler": {0: "x"}})
+    # a dict says the same as a DictConfig (it used to be read as the unknown key '0'); more in test_config_keys.py
+    assert error_of({"global_profiler": {0: "x"}}).startswith("global_profiler: got the key 0 (int); allowed: a string key")
 
 
 @pytest.mark.parametrize("legacy, message", [

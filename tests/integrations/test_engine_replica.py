@@ -168,6 +168,21 @@ def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_r
     assert not [r for r in recs if r["type"] in ("error", "skip")]
 
 
+def test_a_replica_set_up_twice_in_one_process_keeps_every_file_of_both(save_path):
+    """Two EngineReplicas of one run and replica in one process, one after the other (issue 40): the second's
+    files go to the same capture directories under the same names (vLLM's ``profiler_out.txt`` has no time in
+    it); each is kept there under its own name, none left behind in the engine's directory, each listed once."""
+    for _ in range(2):
+        replica = EngineReplica(config(save_path, ranks=[1]), replica_rank=1, num_replicas=2, run_id="twice")
+        engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+        generate_twice(replica, engine)
+    run, recs = records(save_path)
+    paths = [r["path"] for r in recs if r["type"] == "artifact"]
+    assert len(paths) == 8 and len(set(paths)) == 8 and all((run / p).is_file() for p in paths)
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.parent.name == "torch") == sorted(paths)
+    assert not [r for r in recs if r["type"] in ("error", "skip", "warning")]
+
+
 @pytest.mark.parametrize("engine_name, ours", [
     ("step3_replica1_c2_rank0.17.pt.trace.json.gz", "replica1.rank0.17.pt.trace.json.gz"),  # vLLM
     ("step3_replica1_c2_dp0_pp0_tp1_dcp0_ep0_rank1.18.pt.trace.json.gz",
@@ -349,18 +364,31 @@ def test_a_bad_contents_value_is_refused_as_the_torch_backend_refuses_it(save_pa
         EngineReplica(config(save_path, ranks=[0], contents=("gpu",)), replica_rank=0, num_replicas=1)
 
 
-def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_unprofiled_with_a_warning(save_path):
-    cfg = config(save_path, ranks=[0], tool="torch_memory", contents=())
+@pytest.mark.parametrize("tool", ["torch_memory", "nsys"])
+def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_timed_and_says_why(save_path, tool):
+    """No engine profiler stands in for the tool: the replica's generate calls are timed (steps and
+    rollout_generate), each capture it would open is a skip naming why, the same sentence as ``rlprof
+    check`` (issue 40; it used to record nothing but a warning)."""
+    from rlprof.analysis.verdict import verdict
+    from rlprof.config.sections import replica_not_captured
+
+    cfg = config(save_path, ranks=[0], tool=tool, contents=())
     cfg["actor_rollout_ref"]["rollout"]["profiler"]["tool_config"] = {}
     replica = EngineReplica(cfg, replica_rank=0, num_replicas=1)
     engine = RecordingEngine(save_path / "x")
-    assert replica.settings is None and replica.start(engine, 1) is None
-    replica.stop(engine)
+    assert replica.settings is None and replica.engine_kwargs() == {}
+    for step in (1, 2):
+        assert replica.start(engine, step) is None
+        replica.stop(engine)
     replica.finalize()
     _, recs = records(save_path)
-    [warning] = [r for r in recs if r["type"] == "warning"]
-    assert warning["key"] == "global_profiler.tool" and "torch or npu" in warning["message"]
-    assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "region")]
+    assert engine.calls == [] and not [r for r in recs if r["type"] in ("artifact", "warning", "error")]
+    assert sorted((r["step"], r["region"]) for r in recs if r["type"] == "region") == [(1, "rollout_generate"),
+                                                                                          (2, "rollout_generate")]
+    skips = [r for r in recs if r["type"] == "skip"]
+    assert skips and {s["reason"] for s in skips} == {replica_not_captured([tool])}
+    lines = verdict([save_path]).lines
+    assert any(line.startswith("skipped: replica 0: ") and replica_not_captured([tool]) in line for line in lines), lines
 
 
 def test_finalize_from_another_thread_waits_for_the_export_on_the_replicas_loop(save_path):

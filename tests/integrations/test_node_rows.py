@@ -33,7 +33,8 @@ def test_a_node_returns_the_rows_of_each_trace_and_one_line_for_a_bad_one(tmp_pa
     good, bad = kineto(tmp_path / "rank0.pt.trace.json"), tmp_path / "rank1.pt.trace.json"
     bad.write_text('{"traceEvents": [')
     answers = analyse_here([str(good), str(bad)], timeout_s=120)
-    assert answers[str(good)] == Path(rows_path(str(good))).read_bytes()  # kept beside the trace, and sent
+    assert answers[str(good)] == rows_path(str(good)).read_bytes()  # kept in the cache folder (no run here), and sent
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json", "rank1.pt.trace.json"]  # not beside
     document = json.loads(answers[str(good)])
     assert [row["region"] for row in document["rows"] if row["region"] == "actor_update"] == ["actor_update"]
     assert len(answers[str(good)]) < 4096  # kilobytes, whatever the trace's size
@@ -57,7 +58,10 @@ def test_only_whole_traces_a_reader_reads_are_analysed_and_their_rows_land_where
     rows.see(batch)
     assert rows._new == {NODE: [str(trace)]}
 
+    (node_run / "manifest").mkdir()  # the node's own run directory: its processes' manifests are there
     data = analyse_here([str(trace)], timeout_s=120)[str(trace)]
+    assert data == rows_path(str(trace)).read_bytes() and rows_path(str(trace)).parent == node_run / "breakdown"
+    assert [p.name for p in trace.parent.iterdir()] == [trace.name]  # the node keeps its rows in its run's folder
     rows._write(NODE, str(trace), data)
     assert rows.shipped == {str(trace): len(data)}
     landed = shipped_rows_path(controller_run, NODE, str(trace))

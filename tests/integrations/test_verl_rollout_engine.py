@@ -15,6 +15,8 @@ pytest.importorskip("verl", reason="verl 0.9.1 is not installed (scripts/setup.s
 
 from rlprof.verl import build_rollout_dist_profiler  # noqa: E402
 
+from kv_stand_in import StandInKV  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def run_id(monkeypatch, request):
@@ -60,26 +62,13 @@ def test_an_engine_rlprof_cannot_drive_leaves_the_server_unprofiled_with_an_erro
     assert "no-such-engine" in error["error"] and error["replica_rank"] == 0
 
 
-class _Store:
-    """Ray's internal key-value store as run_signals uses it (the run's processes share it)."""
-
-    def __init__(self):
-        self.values = {}
-
-    def _internal_kv_put(self, key, value, overwrite=True, namespace=None):
-        self.values[key] = value
-
-    def _internal_kv_get(self, key, namespace=None):
-        return self.values.get(key)
-
-
 @pytest.fixture
 def shared_store(monkeypatch):
     from rlprof.integrations.verl import run_signals
 
-    store = _Store()
+    store = StandInKV()  # Ray's internal key-value store as run_signals uses it (the run's processes share it)
     monkeypatch.setattr(run_signals, "_kv", lambda: store)
-    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize: None)  # no run-end thread in a unit test
+    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize, run_dir=None: None)  # no run-end thread in a unit test
     return store
 
 

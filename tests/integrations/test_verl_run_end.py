@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from rlprof.invocation import rlprof_command
 from rlprof.manifest import read_records
 
 pytest.importorskip("verl", reason="verl 0.9.1 is not installed (scripts/setup.sh installs it)")
@@ -72,7 +73,7 @@ def test_after_the_run_end_watcher_finalized_the_process_no_step_is_in_progress(
     from rlprof.integrations.verl import run_signals
 
     watchers = []
-    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize: watchers.append(finalize))
+    monkeypatch.setattr(run_signals, "watch", lambda run_id, finalize, run_dir=None: watchers.append(finalize))
     profiler = DistProfiler(rank=0, config=section(tmp_path), tool_config=TOOL, save_file_prefix="actor")
     profiler.start(profile_step=1)
     assert profiler.check_this_step()
@@ -176,6 +177,10 @@ def test_actors_owned_by_a_runner_finalize_before_the_job_ends(tmp_path, mode):
     processes = records(save, "process")
     assert sorted((p["roles"][0], p["replica_rank"]) for p in processes) == [("actor", None), ("rollout", 0), ("rollout", 1)]
     assert len(records(save, "finalized")) == 3
+    # the driver's last word: where the profile is, every process finalized, the command that reads it
+    (run_dir,) = {p["_run_dir"] for p in processes}
+    assert proc.stdout.splitlines()[-1] == (f"rlprof: the profile of this verl run is in {run_dir} (3 of 3 profiling "
+                                            f"processes finalized); read it: {rlprof_command()} report {run_dir}")
     generate = sorted((r["step"], r["rank"]) for r in records(save, "region") if r["region"] == "rollout_generate")
     assert generate == [(2, 0), (2, 1), (3, 0), (3, 1)]  # the trainer's steps, though the servers heard none
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True,
@@ -205,8 +210,12 @@ def test_sigterm_finalizes_an_asyncio_actor_and_a_killed_one_stays_not_finalized
     proc = subprocess.run([sys.executable, "-c", SIGNALS, str(save), "e2e"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300, env={**__import__("os").environ, "RLPROF_VERL_FINALIZE_WAIT_S": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    terminated, killed = json.loads(proc.stdout.strip().splitlines()[-1])
+    said, closing = proc.stdout.strip().splitlines()[-2:]
+    terminated, killed = json.loads(said)
     finalized = {r["pid"]: r["reason"] for r in records(save, "finalized")}
+    # the terminated worker finalized in its exit handler (its manifest says so); the killed one never did
+    host = records(save, "process")[0]["host"]
+    assert f"(1 of 2 profiling processes finalized; not: {host}-{killed})" in closing, closing
     assert finalized == {terminated: "signal"} or finalized == {terminated: "exit"}
     assert sorted(r["pid"] for r in records(save, "process")) == sorted([terminated, killed])
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)

@@ -15,6 +15,8 @@ so nsys captures nothing in the replica (verl's rule): rlprof still times its ``
 """
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,15 +57,28 @@ def workdir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def train(workdir: Path, save: Path, *extra: str, critic: bool = False, profile=PROFILE, flags=()) -> dict:
+CLOSING = re.compile(r"^rlprof: the profile of this verl run is in (\S+) \((\d+) of (\d+) profiling processes finalized\); "
+                     r"read it: (.+ report \1)$", re.M)
+"""The driver's closing line (``python -m rlprof.verl``): where the profile is, how many processes finalized,
+and the command that reads it."""
+
+
+def train(workdir: Path, save: Path, *extra: str, critic: bool = False, profile=PROFILE, flags=(), steps=STEPS) -> dict:
     """Run the trainer under rlprof; return ``rlprof report --json``'s run after checking its verdict.
-    The trainer's output is kept beside ``save`` as ``trainer.log``."""
-    cmd = [sys.executable, str(RUN), "--out", str(workdir), "--steps", str(STEPS), "--rlprof",
+    The trainer's output is kept beside ``save`` as ``trainer.log``; ``run["report"]`` is the report's text,
+    made by the command the driver's closing line gives, run as pasted."""
+    cmd = [sys.executable, str(RUN), "--out", str(workdir), "--steps", str(steps), "--rlprof",
            *(["--critic"] if critic else []), *flags, *profile, f"global_profiler.save_path={save}", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=workdir)
     save.parent.joinpath("trainer.log").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
+    closing = CLOSING.findall(proc.stdout)
+    assert len(closing) == 1, proc.stdout[-3000:]  # one line per run, from the driver
+    ((run_dir, finalized, processes, command),) = closing
+    assert Path(run_dir).parent == save, run_dir
+    # as pasted into the shell that ran the trainer (run.py puts this interpreter's bin first on PATH)
+    pasted = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    report = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=workdir, env=pasted)
     assert report.returncode == 0, report.stdout[-4000:] + report.stderr[-2000:]
     assert "ok: every profiled step x role x rank produced output" in report.stdout, report.stdout[-4000:]
     as_json = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--json"], capture_output=True,
@@ -71,6 +86,8 @@ def train(workdir: Path, save: Path, *extra: str, critic: bool = False, profile=
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     (run,) = json.loads(as_json.stdout)["runs"]
     assert run["ok"] and not run["unfinalized"], run["verdict"]
+    assert int(finalized) == int(processes) == len(run["processes"]), (closing, run["processes"])
+    run["report"] = report.stdout
     return run
 
 
@@ -111,7 +128,7 @@ def check_inside_regions(run: dict) -> None:
     """What the traces say inside each region (issue 32, verl torch discrete): the actor's regions hold
     FSDP's gloo collectives, the replica's ``rollout_generate`` is split from its own trace, and every
     row of ``rlprof breakdown --json`` on the run's traces adds up: compute + exposed communication +
-    memory + idle = window, within 1%."""
+    exposed memory + idle = window, within 1%."""
     splits = {(s["step"], s["region"], s["name"]): s for s in run["inside"]["splits"]}
     replica = next(p["name"] for p in run["processes"] if p["replica_rank"] is not None)
     trainers = {p["name"] for p in run["processes"] if p["replica_rank"] is None}
@@ -128,7 +145,7 @@ def check_inside_regions(run: dict) -> None:
     rows = json.loads(out.stdout)["rows"]
     assert rows and {r["region"] for r in rows} >= {"actor_update", "actor_compute_log_prob", "rollout_generate"}
     for r in rows:
-        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["memory_ms"] + r["idle_ms"]
+        parts = r["compute_ms"] + r["exposed_communication_ms"] + r["exposed_memory_ms"] + r["idle_ms"]
         assert parts == pytest.approx(r["window_ms"], rel=0.01, abs=1e-3), r
 
 
@@ -141,13 +158,34 @@ def test_continuous_steps_one_capture_for_the_run_of_steps(workdir, tmp_path):
     assert len([f for f in run["files"] if f["pid"] in {p["pid"] for p in run["processes"] if p["replica_rank"] is None}]) == 1
 
 
-def test_ppo_with_critic_and_reference_policy(workdir, tmp_path):
+def test_ppo_with_critic_and_reference_policy_within_a_capture_budget_set_on_verls_command_line(workdir, tmp_path):
+    """Also issue 40's acceptance, sharing this run: ``+global_profiler.capture_budget_mb=1`` (a key rlprof adds to
+    verl's ``global_profiler``, which verl mirrors into no worker) holds in every profiling process. 4 steps, 1-3
+    profiled: each process's first capture is made, the rest are ``skip`` records naming the budget, training
+    reaches its last step, and the report says so. Before the fix every step was captured at full size."""
     save = tmp_path / "profile"
+    profiled = [1, 2, 3]
+    profile = [p if not p.startswith("global_profiler.steps=") else f"global_profiler.steps={profiled}".replace(" ", "")
+               for p in PROFILE]
     run = train(workdir, save, "critic.profiler.enable=true", "critic.profiler.all_ranks=true",
-                "critic.profiler.tool_config.torch.contents=[cpu]", critic=True)
+                "critic.profiler.tool_config.torch.contents=[cpu]", "+global_profiler.capture_budget_mb=1", critic=True,
+                profile=profile, steps=4)
     names = {r["region"] for s in run["steps"] for r in s["regions"]}
     assert any(n.startswith("critic_") for n in names) and any(n.startswith("ref_") for n in names), names
-    check_participants(run, save, PROFILED)
+    check_participants(run, save, profiled[:1])  # steps 2 and 3, left out by the budget, are timed as unprofiled
+    assert "step:4 -" in (tmp_path / "trainer.log").read_text()  # training reached its last step
+    records = list(read_records([save]))
+    for process in run["processes"]:  # every training worker and the replica
+        mine = [r for r in records if r["pid"] == process["pid"]]
+        captured = sorted({s for r in mine if r["type"] == "artifact" for s in r.get("steps") or ()})
+        skips = [r for r in mine if r["type"] == "skip"]
+        assert captured == [1], (process["name"], captured)
+        assert {(s, role) for r in skips for s in r["steps"] for role in r["roles"]} == {
+            (s, role) for s in profiled[1:] for role in process["roles"]}, (process["name"], skips)
+        assert all(r["by"] == "budget" and r["budget"] == "capture_budget_mb" for r in skips), skips
+    said = [line for line in run["report"].splitlines() if line.strip().startswith("skipped:")]
+    assert len(said) == len(run["processes"]), run["report"][-4000:]
+    assert all("over global_profiler.capture_budget_mb (limit 1.0 MiB" in line for line in said), said
 
 
 NSYS = shutil.which("nsys")

@@ -148,6 +148,31 @@ def test_hook_trace_reader(test_plugins, tmp_path, rlprof_cli):
     assert 'rlprof breakdown: backend "unimportable"' in done.stderr
 
 
+def test_a_folder_is_walked_with_every_installed_readers_own_patterns(test_plugins, tmp_path, rlprof_cli):
+    """pytest's collector, for traces: `rlprof breakdown DIR` asks every installed reader what it claims, so
+    a plugin's own kind (``*.outside``) is found in a folder, at any depth; each file no reader claims is
+    named with the reason, in --json and in the text, never passed over in silence."""
+    from pathlib import Path
+
+    folder = tmp_path / "brought"
+    (folder / "deeper").mkdir(parents=True)
+    (folder / "a.outside").write_text("10 20")
+    (folder / "deeper" / "b.outside").write_text("30 45")
+    (folder / "notes.txt").write_text("not a trace")
+    done = rlprof_cli("breakdown", "--json", folder)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert sorted((Path(r["path"]).name, r["window_ms"]) for r in out["rows"] if r["region"] == "outside") == [
+        ("a.outside", 10), ("b.outside", 15)]
+    assert out["errors"] == []
+    assert out["skipped"] == [{"path": str(folder / "notes.txt"), "reason": "no installed reader reads this kind of file"}]
+    text = rlprof_cli("breakdown", folder)
+    said = [line for line in text.stderr.splitlines() if not line.startswith('rlprof breakdown: backend "unimportable"')]
+    assert said[0] == f"rlprof breakdown: {folder / 'notes.txt'}: skipped: no installed reader reads this kind of file"
+    assert said[1].startswith("rlprof breakdown: the installed readers read ") and "outside: *.outside" in said[1]
+    assert len(said) == 2 and "outside" in text.stdout
+
+
 def test_a_built_in_command_loads_no_plugin_command(test_plugins, capsys):
     assert main(["backends"]) == 0
     captured = capsys.readouterr()

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.layout import (MAX_NAME, ScratchDir, UnsafePathError, check_save_path, ensure_dir, open_file, place,
-                           release_held_dirs, safe_name, tool_output)
+from rlprof.layout import (MAX_NAME, ScratchDir, UnsafePathError, check_save_path, ensure_dir, numbered, open_file, place,
+                           place_reserved, release_held_dirs, reserve, safe_name, tool_output, write_reserved)
 
 
 def digest(path: Path) -> str:
@@ -431,6 +431,111 @@ def test_tool_output_places_nothing_when_the_tool_fails(save_path):
             scratch.write_bytes(b"half")
             raise RuntimeError("CUDA error")
     assert os.listdir(target.parent) == []
+
+
+# ---------------------------------------------------------------------- names claimed before the bytes come
+
+
+def test_numbered_names_keep_every_suffix():
+    assert numbered(Path("d/rank0.pt.trace.json.gz"), 1) == Path("d/rank0.1.pt.trace.json.gz")
+    assert numbered("snapshot.pickle", 12).name == "snapshot.12.pickle"
+    assert numbered("report", 2).name == "report.2" and numbered(".hidden.txt", 1).name == ".hidden.1.txt"
+    assert numbered("rank0.pt.trace.json.gz", 0).name == "rank0.pt.trace.json.gz"
+
+
+def test_a_taken_name_gives_the_next_free_one_and_nothing_is_replaced(save_path):
+    run = save_path / "run"
+    directory = ensure_dir(run / "step1" / "rank0-h-1" / "torch", run)
+    target = directory / "rank0.pt.trace.json.gz"
+    first = reserve(target, run)
+    second = reserve(target, run)  # the first is still being written: its name is taken all the same
+    assert (first.path, second.path) == (target, numbered(target, 1))
+    second.handle.write(b"second")
+    first.handle.write(b"first")
+    assert second.place() == numbered(target, 1)  # placed first, under its own name
+    assert first.place() == target
+    third = reserve(target, run)
+    third.abandon()  # given up: its name is free again, and nothing is left of it
+    assert third.path == numbered(target, 2) and reserve(target, run).path == numbered(target, 2)
+    (directory / "rank0.3.pt.trace.json.gz.partial").write_bytes(b"a killed writer's")
+    assert reserve(target, run).path == numbered(target, 4)  # what a killed writer left keeps its name taken
+    assert target.read_bytes() == b"first" and numbered(target, 1).read_bytes() == b"second"
+
+
+def test_a_link_at_the_reserved_name_or_its_partial_is_refused(save_path, victim):
+    run = save_path / "run"
+    directory = ensure_dir(run / "step1", run)
+    (directory / "t.json").symlink_to(victim / "precious.txt")
+    (directory / "u.json.partial").symlink_to(victim / "precious.txt")
+    for name in ("t.json", "u.json"):
+        with pytest.raises(UnsafePathError):
+            reserve(directory / name, run)
+    assert sorted(os.listdir(directory)) == ["t.json", "u.json.partial"]  # no claim left behind
+    assert (victim / "precious.txt").read_text() == "the user's data\n"
+
+
+def test_writers_racing_for_one_name_each_keep_their_file(save_path):
+    """Threads of one process and two processes reserve, write and place the same name at once, in every
+    order the scheduler picks: every file is kept whole under a name of its own."""
+    import threading
+
+    run = save_path / "run"
+    target = ensure_dir(run / "step1" / "rank0-h-1" / "torch", run) / "rank0.pt.trace.json.gz"
+    script = ("import sys; from pathlib import Path; from rlprof.layout import reserve\n"
+              "for i in range(50):\n"
+              "    r = reserve(Path(sys.argv[1]), Path(sys.argv[2])); r.handle.write(f'{sys.argv[3]}-{i}'.encode()); r.place()\n")
+    others = [subprocess.Popen([sys.executable, "-c", script, str(target), str(run), f"process{p}"]) for p in range(2)]
+    start = threading.Barrier(4)
+    failures = []
+
+    def writer(name):
+        try:
+            start.wait()
+            for i in range(50):
+                reserved = reserve(target, run)
+                reserved.handle.write(f"{name}-{i}".encode())
+                reserved.place()
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(f"thread{t}",)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [p.wait(60) for p in others] == [0, 0] and failures == []
+    contents = sorted(p.read_text() for p in target.parent.iterdir())
+    assert contents == sorted(f"{who}-{i}" for who in ("thread0", "thread1", "thread2", "thread3", "process0",
+                                                       "process1") for i in range(50))
+
+
+def test_write_reserved_places_whole_files_or_nothing(save_path):
+    run = save_path / "run"
+    target = run / "step1" / "rank0.memory_snapshot.pickle"
+    with write_reserved(target, run) as first:
+        first.handle.write(b"one")
+    with pytest.raises(RuntimeError):
+        with write_reserved(target, run) as failed:
+            failed.handle.write(b"half")
+            raise RuntimeError("CUDA error")
+    with write_reserved(target, run) as second:
+        second.handle.write(b"two")
+    assert (first.path, second.path) == (target, numbered(target, 1))
+    assert sorted(os.listdir(target.parent)) == sorted([target.name, numbered(target, 1).name])
+    assert target.read_bytes() == b"one" and numbered(target, 1).read_bytes() == b"two"
+
+
+def test_place_reserved_keeps_every_file_moved_in(save_path, tmp_path):
+    run = save_path / "run"
+    target = run / "step1" / "replica0.rank0.profiler_out.txt"
+    placed = []
+    for n in range(3):
+        source = tmp_path / f"engine{n}.txt"
+        source.write_text(f"engine {n}")
+        placed.append(place_reserved(source, target, run))
+    assert placed == [target, numbered(target, 1), numbered(target, 2)]
+    assert [p.read_text() for p in placed] == ["engine 0", "engine 1", "engine 2"]
+    assert sorted(os.listdir(target.parent)) == sorted(p.name for p in placed)
 
 
 def test_scratch_dir_is_private_reused_and_removed(save_path):

@@ -147,7 +147,10 @@ class Row:
     compute_ms: float
     communication_ms: float
     memory_ms: float
-    """Copies not hidden under a kernel (the union of memcpy/memset minus compute and communication)."""
+    """The copies' time: the union of the memcpy/memset intervals, hidden under a kernel or not."""
+    exposed_memory_ms: float
+    """Copies no kernel covers (the copies' union minus compute and communication): the part of the
+    window the device spent only copying. compute + exposed communication + this + idle = window."""
     overlap_ms: float
     exposed_communication_ms: float
     idle_ms: float
@@ -197,7 +200,7 @@ def _device_row(trace: TraceEvents, region: Region, window: tuple[float, float],
     overlap = length(intersection(compute, communication))
     busy = length(union(kernels + memory))
     return _row(trace, region, window, compute=length(compute), communication=length(communication),
-                memory=length(difference(memory, kernels)), overlap=overlap, busy=busy)
+                memory=length(memory), exposed_memory=length(difference(memory, kernels)), overlap=overlap, busy=busy)
 
 
 def _split_host(trace: TraceEvents) -> list[Row]:
@@ -215,17 +218,18 @@ def _split_host(trace: TraceEvents) -> list[Row]:
         window = (region.start, region.end)
         comm = clip(communication, *window)
         rows.append(_row(trace, region, window, compute=length(difference(clip(others, *window), comm)),
-                         communication=length(comm), memory=0.0, overlap=0.0, busy=length(clip(busy, *window))))
+                         communication=length(comm), memory=0.0, exposed_memory=0.0, overlap=0.0,
+                         busy=length(clip(busy, *window))))
     return rows
 
 
 def _row(trace: TraceEvents, region: Region, window: tuple[float, float], *, compute: float, communication: float,
-         memory: float, overlap: float, busy: float) -> Row:
+         memory: float, exposed_memory: float, overlap: float, busy: float) -> Row:
     window_ms = window[1] - window[0]
     return Row(path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
                start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
-               compute_ms=compute, communication_ms=communication, memory_ms=memory, overlap_ms=overlap,
-               exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy))
+               compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
+               overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
-on the nodes of a Ray cluster that hold them), cached beside each file.
+on the nodes of a Ray cluster that hold them), cached where the layout says (never beside a file).
 
 Each file goes to the reader of the backend that writes its format (each backend names it through the
 ``trace_reader`` hook, :func:`readers`), in a pool of
@@ -7,9 +7,10 @@ worker processes; a worker returns only the rows and the file's collective calls
 which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
 cannot be read costs one line naming it and the reason; every other file is still reported.
 
-The rows of a file are cached in ``<file>.rlprof-breakdown.json`` beside it, keyed to the file's
-size and mtime, when its directory is writable, so a second run reads no trace. On a Ray run the node
-that holds a trace writes that cache, and the same bytes are shipped to the controller
+The rows of a file are cached, keyed to the file's size and mtime, so a second run reads no trace:
+in its run's own ``breakdown/`` folder, or for a file in no run in the cache folder
+(:func:`rlprof.layout.rows_path`); never beside the file, whose folder holds only what the backends
+wrote. On a Ray run the node that holds a trace writes that cache, and the same bytes are shipped to the controller
 (:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
 """
 
@@ -30,10 +31,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from rlprof.analysis.breakdown import TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, row_fields, split
 from rlprof import plugins
-from rlprof.analysis.traces import chrome_traces
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
-from rlprof.layout import ROWS_SUFFIX, rows_path
+from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
 
 def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
     """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
@@ -56,7 +56,9 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
 
 
 CACHE_SUFFIX = ROWS_SUFFIX
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+"""The rows' schema and definitions; rows made by another version are made again (2: ``memory_ms`` is every
+copy's time and ``exposed_memory_ms`` the part no kernel covers; 1 held the exposed part as ``memory_ms``)."""
 WORKERS = 2
 
 
@@ -70,26 +72,89 @@ class FileRows:
 
 
 def reader_for(path: Path, answers: Mapping[str, TraceReader]) -> str | None:
-    """The target of the reader whose pattern matches ``path``'s name; with several, the pattern with the
-    most literal characters (``trace_view.json`` over ``*.json``)."""
-    matches = [(len(pattern.replace("*", "").replace("?", "")), reader.target)
-               for reader in answers.values() for pattern in reader.patterns if fnmatch.fnmatch(path.name, pattern)]
-    return max(matches)[1] if matches else None
+    """The target of the reader that claims ``path`` (:func:`claim`), or None."""
+    return claim(path, answers)[0]
 
 
-def trace_files(paths: Sequence[str]) -> list[Path]:
-    """The files named, and the traces inside the directories named (their Chrome traces, else every
-    ``.json``/``.json.gz``), each once; rlprof's own caches never."""
-    found: list[Path] = []
+NO_READER = "no installed reader reads this kind of file"
+OWN_MARK = ".rlprof-"
+"""What rlprof's own derived files carry in their names (:data:`rlprof.layout.ROWS_SUFFIX`, rlprof-nsys's
+export suffix); an older rlprof kept them beside the traces."""
+
+
+def claim(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str | None, str]:
+    """Which reader reads ``path``, asked of every installed reader's own patterns (pytest's collector asks
+    each plugin the same way): ``(target, "")``, or ``(None, why no reader reads it)``.
+
+    Among the patterns that match the file's name, the one with the most literal characters wins
+    (``trace_view.json`` over ``*.json``); a backend's :attr:`~rlprof.hookspecs.TraceReader.not_traces`
+    compete the same way, so ``profiler_info_0.json`` is torch_npu's metadata, not a Kineto trace."""
+    if OWN_MARK in path.name:
+        return None, "rlprof's own file (an older rlprof kept its caches beside the traces; safe to delete)"
+    best: tuple[int, int, str | None, str] | None = None
+    for backend, reader in answers.items():
+        for pattern in reader.patterns:
+            if fnmatch.fnmatch(path.name, pattern):
+                best = max(best or (-1, 0, None, ""), (_literal(pattern), 1, reader.target, ""))
+        for pattern in reader.not_traces:
+            if fnmatch.fnmatch(path.name, pattern):
+                best = max(best or (-1, 0, None, ""), (_literal(pattern), 0, None,
+                                                       f"{backend} writes it beside its traces ({pattern}): not a trace"))
+    if best is None:
+        return None, NO_READER
+    return best[2], best[3]
+
+
+def _literal(pattern: str) -> int:
+    return len(pattern.replace("*", "").replace("?", ""))
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` found: the files to read, and each file or folder passed over with the reason."""
+
+    files: list[Path]
+    skipped: list[tuple[str, str]]
+
+
+def collect(paths: Sequence[str], answers: Mapping[str, TraceReader]) -> Collected:
+    """The files named, and every file inside the folders named that an installed reader claims
+    (:func:`claim`: the readers' own patterns, a plugin's new kind included), each once. Every other
+    file in those folders is named with the reason it is passed over, and so are a run's own folders
+    (``manifest/``, ``budget/``, ``breakdown/``: rlprof's records and caches, not traces), links to
+    folders (not followed) and a folder with no file at all: nothing is passed over in silence."""
+    files: list[Path] = []
+    skipped: list[tuple[str, str]] = []
     for name in paths:
         path = Path(name)
-        if path.is_dir():
-            inside = chrome_traces(path, limit=100_000) or sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
-            found.extend(p for p in inside if not p.name.endswith(CACHE_SUFFIX))
-        else:
-            found.append(path)
-    return list(dict.fromkeys(found))
+        if not path.is_dir():
+            files.append(path)  # named: read, or its reason said by breakdown()
+            continue
+        seen = 0
+        for directory, folders, names in os.walk(path):
+            here = Path(directory)
+            own = set(CORE_DIRS) if MANIFEST_DIR in folders else set()  # a run directory
+            for folder in sorted(folders):
+                if folder in own:
+                    skipped.append((str(here / folder), f"rlprof's own folder ({folder}), not traces"))
+                elif (here / folder).is_symlink():
+                    skipped.append((str(here / folder), "a link to a folder, not followed"))
+            folders[:] = sorted(f for f in folders if f not in own and not (here / f).is_symlink())
+            for file in sorted(names):
+                seen += 1
+                target, why = claim(here / file, answers)
+                if target is not None:
+                    files.append(here / file)
+                else:
+                    skipped.append((str(here / file), why))
+        if not seen:
+            skipped.append((str(path), "no file in this folder"))
+    return Collected(list(dict.fromkeys(files)), skipped)
+
+
+def readers_line(answers: Mapping[str, TraceReader]) -> str:
+    """What the installed readers read, in one line (said once when a file no reader reads was passed over)."""
+    return "; ".join(f"{backend}: {', '.join(reader.patterns)}" for backend, reader in sorted(answers.items()))
 
 
 def file_rows(path: str, target: str) -> FileRows:
@@ -112,11 +177,11 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS, answers: Mapping[st
         answers, _ = readers()
     jobs, errors = [], []
     for path in paths:
-        target = reader_for(path, answers)
+        target, why = claim(path, answers)
         if not path.is_file():
             errors.append((str(path), "no such file"))
         elif target is None:
-            errors.append((str(path), "no installed reader for this kind of file"))
+            errors.append((str(path), why))
         else:
             jobs.append((str(path), target))
     results: list[FileRows] = list(shipped)
@@ -175,7 +240,8 @@ def _key(path: str) -> dict[str, int]:
 
 
 def _cached(path: str) -> FileRows | None:
-    data = _rows_data(rows_path(path))
+    kept = rows_path(path)
+    data = _rows_data(str(kept)) if kept is not None else None
     if data is None or data.get("key") != _key(path):
         return None  # no cache, another version's, or the file changed since: read the trace again
     return _file_rows(data, path)
@@ -203,7 +269,7 @@ def _file_rows(data: dict, path: str) -> FileRows | None:
 
 
 def rows_document(result: FileRows, key: dict[str, int]) -> dict:
-    """A trace's rows file (the cache beside it; the same bytes travel from its node to a Ray
+    """A trace's rows file (its cache, :func:`rlprof.layout.rows_path`; the same bytes travel from its node to a Ray
     controller): ``key`` (the file's size, mtime and :data:`CACHE_VERSION`), the trace's rank, device,
     group, clock and collective calls (for the waits across ranks), and its rows."""
     trace = result.trace
@@ -214,16 +280,18 @@ def rows_document(result: FileRows, key: dict[str, int]) -> dict:
 
 
 def _store(path: str, result: FileRows) -> None:
-    """Write the cache beside the trace, only where that directory is writable (never elsewhere)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.access(directory, os.W_OK):
+    """Keep the rows where the layout says (:func:`rlprof.layout.rows_path`: the run's own ``breakdown/``
+    folder, else the cache folder), never beside the trace; nothing where there is no such place or it
+    cannot be written (a run on a read-only disk, a link planted as the folder: never followed)."""
+    target = rows_path(path)
+    if target is None:
         return
-    data = rows_document(result, _key(path))
-    temporary = f"{rows_path(path)}.{os.getpid()}.tmp"
+    data = json.dumps(rows_document(result, _key(path))).encode()
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
-        os.replace(temporary, rows_path(path))
+        with new_file(temporary, target.parent) as handle:
+            handle.write(data)
+        os.replace(temporary, target)
     except OSError:
         try:
             os.unlink(temporary)
@@ -240,17 +308,19 @@ def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
 
 
 def _table(rows: list[Row]) -> str:
-    columns = ("window_ms", "compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms", "overlap_ms",
-               "communication_wait_ms")
-    heads = ("window", "compute", "exposed comm", "memory", "idle", "overlap", "comm wait")
+    columns = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms", "memory_ms",
+               "overlap_ms", "communication_wait_ms")
+    heads = ("window", "compute", "exposed comm", "exposed memory", "idle", "memory", "overlap", "comm wait")
+    widths = [max(12, len(h) + 2) for h in heads]
     lines = []
     for path in dict.fromkeys(row.path for row in rows):
         mine = [row for row in rows if row.path == path]
         lines.append(f"{path} (rank {mine[0].rank}, {mine[0].device})")
         width = max(len(row.region) for row in mine) + 2
-        lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>14}" for h in heads))
+        lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
         for row in mine:
-            cells = "".join(f"{'-' if getattr(row, c) is None else format(getattr(row, c), '.2f'):>14}" for c in columns)
+            cells = "".join(f"{'-' if getattr(row, c) is None else format(getattr(row, c), '.2f'):>{w}}"
+                            for c, w in zip(columns, widths))
             lines.append(f"  {row.region:<{width}}{'' if row.step is None else row.step:>5}{cells}")
     return "\n".join(lines)
 
@@ -259,12 +329,14 @@ class ClusterUnreachable(RuntimeError):
     """``--address`` names no Ray cluster this process can join (the message is the user's one line)."""
 
 
-def on_cluster(address: str, paths: Sequence[str], timeout_s: float = 600.0) -> tuple[list[Row], list[tuple[str, str]]]:
+def on_cluster(address: str, paths: Sequence[str],
+               timeout_s: float = 600.0) -> tuple[list[Row], list[tuple[str, str]], list[tuple[str, str]]]:
     """``rlprof breakdown --address``: each path read on the node of a running Ray cluster that holds it
     (a task pinned there with ``NodeAffinitySchedulingStrategy``, on no CPU a job reserved), so only its
     rows come back; waits are then matched across every node's files here. Which node holds a path is
     asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
-    a manifest once said. A path no node holds costs one line.
+    a manifest once said. A path no node holds costs one line. Returns the rows, ``(path, reason)`` of
+    each file that could not be read, and of each file or folder a node's walk passed over (:func:`collect`).
 
     :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
     """
@@ -299,15 +371,16 @@ def on_cluster(address: str, paths: Sequence[str], timeout_s: float = 600.0) -> 
         answers = _answers([ray.remote(_read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
     finally:
         ray.shutdown()
-    results = []
+    results, skipped = [], []
     for mine, answer in zip(where.values(), answers):
         if isinstance(answer, str):
             errors += [(path, answer) for path in mine]
         else:
             results += answer[0]
             errors += answer[1]
+            skipped += answer[2]
     apportion_waits([(result.trace, result.rows) for result in results])
-    return [row for result in results for row in result.rows], errors
+    return [row for result in results for row in result.rows], errors, skipped
 
 
 def _answers(refs: list, timeout_s: float) -> list:
@@ -352,19 +425,20 @@ def _held_here(paths: list[str]) -> set[str]:
     return {path for path in paths if os.path.exists(path)}
 
 
-def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]]]:
-    """On the node holding ``paths``: their rows (one file at a time, from the cache beside each when it
-    is current), and the reason for each file that has none."""
+def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
+    """On the node holding ``paths``: their rows (one file at a time, from each one's cache when it
+    is current), the reason for each file that has none, and what the walk of its folders passed over."""
     answers, _ = readers()
+    collected = collect(paths, answers)
     results, errors = [], []
-    for path in trace_files(paths):
-        target = reader_for(path, answers)
-        outcome = _attempt(str(path), target) if target else "no installed reader for this kind of file"
+    for path in collected.files:
+        target, why = claim(path, answers)
+        outcome = _attempt(str(path), target) if target else why
         if isinstance(outcome, FileRows):
             results.append(outcome)
         else:
             errors.append((str(path), outcome))
-    return results, errors
+    return results, errors, collected.skipped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -373,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Inside each region of trace files: compute, exposed communication, copies and idle "
                     "(ms; definitions in docs/analysis.md, 'Inside a region').")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or directories holding them")
-    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "errors": [...]}')
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "errors": [...], "skipped": [...]}')
     parser.add_argument("--steps", action="store_true", help="only the ProfilerStep#N rows")
     parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
     parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
@@ -381,23 +455,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a running Ray cluster (host:port, or auto): each file is read on the node that holds it, "
                              "only its rows come back")
     args = parser.parse_args(argv)
+    answers, problems = readers()
     if args.address:
         try:
-            rows, errors = on_cluster(args.address, args.paths)
+            rows, errors, skipped = on_cluster(args.address, args.paths)
         except ClusterUnreachable as exc:
             print(f"rlprof breakdown: {exc}", file=sys.stderr)
             return EXIT_FAILED
     else:
-        answers, problems = readers()
         for line in problems:
             print(f"rlprof breakdown: {line}", file=sys.stderr)
-        rows, errors = breakdown(trace_files(args.paths), workers=args.workers, answers=answers)
+        collected = collect(args.paths, answers)
+        skipped = collected.skipped
+        rows, errors = breakdown(collected.files, workers=args.workers, answers=answers)
     rows = _chosen(rows, args.steps, args.regions)
     for path, reason in errors:
         print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)
+    for path, reason in skipped:
+        print(f"rlprof breakdown: {path}: skipped: {reason}", file=sys.stderr)
+    if any(reason == NO_READER for _, reason in skipped):
+        print(f"rlprof breakdown: the installed readers read {readers_line(answers)}", file=sys.stderr)
     if args.json:
         print(json.dumps({"rows": [row_fields(row) for row in rows],
-                          "errors": [{"path": path, "reason": reason} for path, reason in errors]}, indent=1))
+                          "errors": [{"path": path, "reason": reason} for path, reason in errors],
+                          "skipped": [{"path": path, "reason": reason} for path, reason in skipped]}, indent=1))
     elif rows:
         print(_table(rows))
-    return EXIT_OK if rows or not errors else EXIT_FAILED
+    return EXIT_OK if rows or not (errors or skipped) else EXIT_FAILED

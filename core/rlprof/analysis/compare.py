@@ -14,7 +14,7 @@ start to last end). One row per region (per region and process with ``--ranks``:
 rollout replicas named ``replica N``) with A, B, the change and the % change, sorted by impact (the
 absolute change in ms); regions found in only one run are listed too. Where both runs' traces are
 on this disk, each changed region also says which of its parts moved most (compute, exposed
-communication, memory, idle: :mod:`rlprof.analysis.inside`; ``--no-traces`` reads none).
+communication, exposed memory, idle: :mod:`rlprof.analysis.inside`; ``--no-traces`` reads none).
 
 Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
 across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ranks", action="store_true", help="one row per region and process (trainer rank or rollout replica)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--no-traces", action="store_true",
-                        help="do not read the runs' traces to say which part of a region moved (compute, exposed comm, memory, idle)")
+                        help="do not read the runs' traces to say which part of a region moved (compute, exposed comm, exposed memory, idle)")
     parser.add_argument("--fail-above", type=float, default=None, metavar="PCT", help="exit 1 when the step or a region got more than PCT%% slower")
     parser.add_argument("--min-ms", type=float, default=MIN_MS, help=f"--fail-above ignores rows shorter than this in both runs (default {MIN_MS:g})")
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -1,4 +1,4 @@
-"""``rlprof report RUN --html -o FILE``: the report as one self-contained web page.
+"""``rlprof report RUN --html [-o FILE]``: the report as one self-contained web page.
 
 Use it to share a run's findings (attach it to an issue, a CI artifact): one file, no network
 requests (inline CSS and SVG, no script, no font or image fetched), readable offline in any browser.
@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.inside import COMPONENTS, LABELS, Waited
+from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
+from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.invocation import rlprof_command
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -40,7 +41,7 @@ UNTRACKED = "#d9d9d9"
 WRITING = "#8c959f"
 """Profiling's own time in a step: captures being written (``writing_ms``)."""
 MARKER = b'<meta name="generator" content="rlprof report">'
-"""In the head of every page: ``-o`` replaces only a file that holds it (:mod:`rlprof.analysis.outputs`)."""
+"""In the head of every page: the program that wrote it."""
 HEAT_ROWS = 256
 """The heat map draws at most this many processes (the slowest first beyond that)."""
 FILES_LISTED = 200
@@ -255,7 +256,7 @@ def _stragglers(anatomy: Anatomy) -> str:
             f"<th>process</th><th>ms</th><th>the others' median ms</th><th>over</th></tr>{rows}</table>")
 
 
-SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
+SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "exposed_memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
 
 
 def _inside(report: RunReport) -> str:
@@ -278,14 +279,15 @@ def _inside(report: RunReport) -> str:
         waited = waits.get((s.step, s.region, s.name))
         rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
                     f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
-                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in COMPONENTS)
+                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in SHOWN)
                     + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
                     + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
     return ("<h3>Inside regions</h3>"
             f'<p class="muted">from the traces: each region\'s window split into {legend} (% of the region\'s wall time; '
-            "definitions in docs/analysis.md); a wait in a collective is the late rank's fault, not the waiter's</p>"
+            "memory: every copy's time, hidden under a kernel or not; definitions in docs/analysis.md); a wait in a "
+            "collective is the late rank's fault, not the waiter's</p>"
             '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
-            + "".join(f"<th>{LABELS[c]}</th>" for c in COMPONENTS) + "<th>split</th><th>waited</th></tr>"
+            + "".join(f"<th>{LABELS[c]}</th>" for c in SHOWN) + "<th>split</th><th>waited</th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -313,8 +315,9 @@ def _files(report: RunReport) -> str:
     files = report.files
     run_arg = report.run_dirs[0] if report.run_dirs else "SAVE_PATH"
     out = ["<h3>Files to open next</h3>",
-           f"<p>The whole run on one timeline (every rank, every role): <code>{_e(rlprof_command())} timeline {_e(run_arg)} -o timeline.json "
-           f"--with-traces</code>, then open <code>timeline.json</code> in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
+           f"<p>The whole run on one timeline (every rank, every role): <code>{_e(rlprof_command())} timeline {_e(run_arg)} "
+           f"--with-traces</code>, then open the file it names (<code>{TIMELINE_DEFAULT}</code>, or <code>timeline.1.json</code>... "
+           "when that exists) in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
     if not files:
         out.append("<p>No files were written.</p>")
         return "\n".join(out)

@@ -5,8 +5,8 @@ When: ``rlprof report`` (``report --html``, ``report --json``) calls :func:`add_
 traces are on this disk, or their nodes shipped their rows to the controller's run directory (a Ray
 run: :mod:`rlprof.integrations.node_rows`); ``--no-traces`` skips it. The manifest says how long a region took on each
 process; its traces say *why*. Each trace is read once by its backend's reader (the ``trace_reader``
-hook, loaded only for the backends whose files the run holds) and its rows cached beside it
-(:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
+hook, loaded only for the backends whose files the run holds) and its rows cached in the run's own
+``breakdown/`` folder (:mod:`rlprof.analysis.breakdown_files`), so a second report reads no trace.
 
 What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
 
@@ -37,9 +37,13 @@ from rlprof.analysis.noise import MARGIN, between_processes, others_medians, sta
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path
 
-COMPONENTS = ("compute_ms", "exposed_communication_ms", "memory_ms", "idle_ms")
-"""The four parts of a region's window, in the order every listing shows them."""
-LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "memory_ms": "memory", "idle_ms": "idle"}
+COMPONENTS = ("compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms")
+"""The four parts of a region's window (they add up to it), in the order every listing shows them."""
+LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "exposed_memory_ms": "exposed memory",
+          "idle_ms": "idle", "memory_ms": "memory"}
+"""Each figure's name in listings; ``memory`` (every copy's time, hidden under a kernel or not) is shown beside the parts."""
+SHOWN = (*COMPONENTS, "memory_ms")
+"""What the report's table and the HTML page show per region: the parts, then every copy's time."""
 
 SKEW_FLAG = MARGIN
 """A component whose largest value passes the other processes' median by the noise, 5% of that median
@@ -61,9 +65,11 @@ class Split:
     wall_ms: float
     compute_ms: float
     exposed_communication_ms: float
-    memory_ms: float
+    exposed_memory_ms: float
     idle_ms: float
     communication_ms: float
+    memory_ms: float
+    """Every copy's time (the copies' union), hidden under a kernel or not: not one of the parts."""
     communication_wait_ms: float | None
     waited_for_rank: int | None
     waited_in: str | None
@@ -209,9 +215,9 @@ def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File]) ->
 def _added(split: Split | None, row: Row, step: int, f: File) -> Split:
     if split is None:
         return Split(step, row.region, f.rank, f.replica_rank, row.device, row.wall_ms, row.compute_ms,
-                     row.exposed_communication_ms, row.memory_ms, row.idle_ms, row.communication_ms,
-                     row.communication_wait_ms, row.waited_for_rank, row.waited_in)
-    for name in ("wall_ms", *COMPONENTS, "communication_ms"):
+                     row.exposed_communication_ms, row.exposed_memory_ms, row.idle_ms, row.communication_ms,
+                     row.memory_ms, row.communication_wait_ms, row.waited_for_rank, row.waited_in)
+    for name in ("wall_ms", *COMPONENTS, "communication_ms", "memory_ms"):
         setattr(split, name, getattr(split, name) + getattr(row, name))
     if row.communication_wait_ms is not None:
         split.communication_wait_ms = (split.communication_wait_ms or 0.0) + row.communication_wait_ms
@@ -333,14 +339,15 @@ def inside_lines(report: RunReport) -> list[str]:
     inside: Inside | None = getattr(report, "inside", None)
     if inside is None or not inside.splits:
         return []
-    lines = ["", "inside regions (from the traces; % of wall, median across processes; docs/analysis.md):"]
-    rows = [("step", "region", "procs", *(LABELS[c] for c in COMPONENTS), "")]
+    lines = ["", "inside regions (from the traces; % of wall, median across processes; compute + exposed comm + "
+                 "exposed memory + idle = the window; memory: every copy, hidden or not; docs/analysis.md):"]
+    rows = [("step", "region", "procs", *(LABELS[c] for c in SHOWN), "")]
     for (step, region) in dict.fromkeys((s.step, s.region) for s in inside.splits):
         members = inside.of(step, region)
         skewed = [k for k in inside.skews if k.step == step and k.region == region and k.flagged]
         note = "; ".join(f"{LABELS[k.component]} skew {100 * k.skew:.0f}% ({k.most})" for k in skewed)
         rows.append((str(step), region, str(len(members)),
-                     *(f"{100 * statistics.median(s.share(c) for s in members):.0f}%" for c in COMPONENTS), note))
+                     *(f"{100 * statistics.median(s.share(c) for s in members):.0f}%" for c in SHOWN), note))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(row[2:-1], widths[2:])]

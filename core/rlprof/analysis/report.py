@@ -1,15 +1,15 @@
-"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html -o FILE]``: what a run captured and where its steps' time went.
+"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]``: what a run captured and where its steps' time went.
 
 Use it after a run, on one machine or over every node's ``save_path`` at once (save paths are
 node-local; each process wrote its own manifest, so directories copied from several nodes merge).
 The timings come from the manifests, so a report still works after the traces were uploaded and
 removed; where the traces are on this disk, their split inside each region is added (read once,
-cached beside each trace; ``--no-traces`` opens none). For each run, newest first:
+cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces`` opens none). For each run, newest first:
 
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
-* **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / memory / idle
-  as % of wall per region, cross-process skew, and who waited in a collective for which late rank;
+* **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / exposed memory /
+  idle (and every copy's time) as % of wall per region, cross-process skew, and who waited in a collective for which late rank;
 * the **files** the backends wrote, each counted once (an end-to-end trace holding three roles is one
   file), and per-file details from the backend where it offers them (its ``report_details`` hook,
   e.g. rlprof-nsys' NVTX summary);
@@ -33,17 +33,20 @@ from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
 from rlprof.analysis.details import DETAILS_HOOK, add_details
 from rlprof.analysis.inside import add_inside, inside_lines
-from rlprof.analysis.outputs import refusal, replacing
+from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
 from rlprof.invocation import rlprof_command
 from rlprof.manifest import short_node
+from rlprof.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
 
 __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
            "role_index", "size_text", "verdict", "verdict_lines"]
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+HTML_DEFAULT = "report.html"
+"""Where ``--html`` writes without ``-o`` (in the working directory; ``report.1.html``... when taken)."""
 FILES_SHOWN = 24
 """The text report lists this many files, then counts the rest (``--json`` lists all)."""
 
@@ -72,11 +75,12 @@ def render(report: RunReport) -> str:
         run = " ".join(_shown(d) for d in report.run_dirs)  # every node's directory of the run
         rlprof = rlprof_command()  # as this user started it, so the lines run when pasted
         lines.append("")
+        # No -o: each command names its file itself and never replaces one (timeline.1.json when pasted again).
         if any(is_chrome_trace(Path(f.path)) for f in report.files):  # only what the selected backends wrote
-            lines.append(f"next: {rlprof} timeline {run} -o timeline.json --with-traces   (every rank on one timeline: ui.perfetto.dev)")
+            lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT}: every rank on one timeline, ui.perfetto.dev)")
         else:
-            lines.append(f"next: {rlprof} timeline {run} -o timeline.json   (every rank's regions on one timeline: ui.perfetto.dev)")
-        lines.append(f"      {rlprof} report {run} --html -o report.html            (plots: step anatomy, rank x region heat map)")
+            lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT}: every rank's regions on one timeline, ui.perfetto.dev)")
+        lines.append(f"      {rlprof} report {run} --html   (writes {HTML_DEFAULT}: plots of the step anatomy, a rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]
@@ -314,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
     parser.add_argument("--run", default=None, help="only the run with this id (or unique prefix); default: every run found, newest first")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page to -o FILE")
-    parser.add_argument("-o", "--output", default=None, metavar="FILE", help="where --html writes")
+    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page (to -o FILE, else report.html)")
+    add_output_arguments(parser, default=HTML_DEFAULT, what="where --html writes")
     parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
                         help=f"flag a rank more than this many percent over the other ranks' median in a region, beyond the "
                              f"run's own noise (default {STRAGGLER_PCT:g}; docs/analysis.md, \"Noise\")")
@@ -323,13 +327,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-traces", action="store_true",
                         help="do not read the run's traces for the split inside each region (compute / exposed comm / memory / idle)")
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if opts.html and not opts.output:
-        parser.error("--html needs -o FILE")
+    if opts.output is not None and not opts.html:
+        parser.error("-o FILE is where --html writes: add --html")
     if opts.html:
-        from rlprof.analysis.html import MARKER
-
-        refused = refusal(Path(opts.output), MARKER)
-        if refused:
+        try:
+            target = choose_output(opts.output, default=HTML_DEFAULT, force=opts.force)
+        except OutputRefused as refused:
             print(f"rlprof report: {refused}", file=sys.stderr)
             return EXIT_USAGE
     absent = [p for p in opts.paths if not Path(p).exists()]
@@ -352,12 +355,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rlprof.analysis.html import render_page
 
         try:
-            with replacing(Path(opts.output)) as handle:
+            with target.writing() as handle:
                 handle.write(render_page(reports))
+        except OutputRefused as refused:  # the name was taken while the page was built
+            print(f"rlprof report: {refused}", file=sys.stderr)
+            return EXIT_USAGE
         except OSError as exc:
-            print(f"rlprof report: cannot write {opts.output}: {exc}", file=sys.stderr)
+            print(f"rlprof report: cannot write {target.path}: {exc}", file=sys.stderr)
             return EXIT_PROBLEMS
-        print(f"rlprof report: wrote {opts.output} ({len(reports)} run{'s' if len(reports) != 1 else ''})", file=sys.stderr)
+        print(f"rlprof report: wrote {target.said()} ({len(reports)} run{'s' if len(reports) != 1 else ''})", file=sys.stderr)
     if opts.json:
         print(json.dumps({"runs": [report_dict(r) for r in reports]}, indent=1))
     elif not opts.html:

@@ -1,4 +1,4 @@
-"""``rlprof timeline RUN -o FILE [--with-traces] [--steps 1,2] [--run ID]``: one trace for the whole run.
+"""``rlprof timeline RUN [-o FILE [--force]] [--with-traces] [--steps 1,2] [--run ID]``: one trace for the whole run.
 
 Use it to see every rank of a run side by side in Perfetto (https://ui.perfetto.dev),
 chrome://tracing or Holistic Trace Analysis, instead of opening one file per rank per capture.
@@ -17,8 +17,11 @@ From the manifests alone it writes a Chrome trace-event JSON file with
 ``torch · <thread>``, placed on the manifest's clock (:mod:`rlprof.analysis.traces` explains the alignment).
 Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
 
+Without ``-o`` it writes ``timeline.json`` in the working directory, or ``timeline.1.json``... when that
+exists; an existing ``-o FILE`` is replaced only with ``--force`` (:mod:`rlprof.output_file`).
+
 Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
-2 usage (no manifests, unknown run, ``-o`` names a file that is not an earlier timeline).
+2 usage (no manifests, unknown run, ``-o`` names a file that exists and ``--force`` was not given).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.manifest import read_records
-from rlprof.analysis.outputs import refusal, replacing
+from rlprof.output_file import OutputRefused, Target, add_arguments as add_output_arguments, choose as choose_output
 from rlprof.analysis.runs import locate, role_index, without_copies
 from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
 
@@ -216,15 +219,15 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": args}
 
 
-MARKER = b'"otherData": {"rlprof": '
-"""The first bytes of every timeline: ``-o`` replaces only a file that holds them (:mod:`rlprof.analysis.outputs`)."""
+DEFAULT_OUTPUT = "timeline.json"
+"""Where the timeline goes without ``-o`` (in the working directory; ``timeline.1.json``... when taken)."""
 
 
-def write_timeline(events: Iterable[dict[str, Any]], output: Path, other: dict[str, Any]) -> int:
+def write_timeline(events: Iterable[dict[str, Any]], output: Target, other: dict[str, Any]) -> int:
     """Stream the events into ``output`` (through a temporary file: an interrupted write leaves
-    nothing half-written); returns how many."""
+    nothing half-written, :meth:`rlprof.output_file.Target.writing`); returns how many."""
     count = 0
-    with replacing(output) as handle:
+    with output.writing() as handle:
         handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
         for event in events:
             handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
@@ -249,7 +252,7 @@ def parse_steps(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlprof timeline", description="One Chrome/Perfetto trace of a whole run: a process per rank, a track per role, every profiled step's regions.")
     parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the trace to write (.json); never replaces an existing file")
+    add_output_arguments(parser, default=DEFAULT_OUTPUT, what="the trace to write (.json)")
     parser.add_argument("--run", default=None, help="the run id (or unique prefix); default: the newest run found")
     parser.add_argument("--steps", default=None, metavar="1,2,5-7", help="only these profiled steps (default: all)")
     parser.add_argument("--with-traces", action="store_true", help="also merge the backends' Chrome traces of those steps, aligned on the manifest's clock")
@@ -263,9 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if absent:
         print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
         return EXIT_USAGE
-    output = Path(opts.output)
-    refused = refusal(output, MARKER)
-    if refused:
+    try:
+        output = choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
+    except OutputRefused as refused:
         print(f"rlprof timeline: {refused}", file=sys.stderr)
         return EXIT_USAGE
     by_run: dict[str, list[dict[str, Any]]] = {}
@@ -297,12 +300,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
     try:
         count = write_timeline(_chain(first, events), output, other)
+    except OutputRefused as refused:  # the name was taken while the timeline was built
+        print(f"rlprof timeline: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:
-        print(f"rlprof timeline: cannot write {output}: {exc}", file=sys.stderr)
+        print(f"rlprof timeline: cannot write {output.path}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     for line in warnings:
         print(f"rlprof timeline: warning: {line}", file=sys.stderr)
-    print(f"rlprof timeline: wrote {output} ({count} events, run {run_id}); open it in https://ui.perfetto.dev or chrome://tracing")
+    print(f"rlprof timeline: wrote {output.said()} ({count} events, run {run_id}); open it in https://ui.perfetto.dev or chrome://tracing")
     return EXIT_OK
 
 

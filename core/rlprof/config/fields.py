@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, field, fields
 from typing import Any, Callable, Iterator, Mapping
 
-from rlprof.errors import ErrorList, unknown_key
+from rlprof.errors import ConfigError, ErrorList, non_string_key, unknown_key
 
 Reader = Callable[[Any, str], Any]
 
@@ -88,6 +88,33 @@ def read_section(section: type, raw: Mapping[str, Any], path: str, accepted: fro
         if values[f.name] is _BAD:
             values[f.name] = reader(None, key_path)
     return values
+
+
+def string_keys(value: Any, path: str) -> tuple[Any, list[ConfigError]]:
+    """``value`` (plain data taken out of a profiler section at ``path``) without the keys that are
+    not strings, at any depth, and an error naming each one (where, the key, its type).
+
+    YAML, a dict and a ``DictConfig`` can all hold ``1:``, ``true:`` or ``1.5:`` as keys. Keys are
+    names everywhere rlprof reads (sections, tool names, a backend's settings): the loader applies
+    this once to every section it takes out of a configuration (:mod:`rlprof.config.schema`), so
+    no reader meets a key that is not a string (sorting tool names used to raise TypeError), and
+    the rest of the section is still read and checked."""
+    errors: list[ConfigError] = []
+
+    def clean(node: Any, where: str) -> Any:
+        if isinstance(node, Mapping):
+            out = {}
+            for k, v in node.items():
+                if isinstance(k, str):
+                    out[k] = clean(v, f"{where}.{k}")
+                else:
+                    errors.append(non_string_key(where, k))
+            return out
+        if isinstance(node, list):
+            return [clean(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        return node
+
+    return clean(value, path), errors
 
 
 def shape(section: type, count: int = 3) -> str:

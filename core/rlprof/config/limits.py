@@ -12,9 +12,10 @@ is a :class:`~rlprof.errors.ConfigError` that names where and what the limit is.
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from typing import Any, Mapping
 
-from rlprof.errors import ConfigError
+from rlprof.errors import ConfigError, non_string_key
 
 MAX_DEPTH = 64
 """Deepest nesting of mappings/lists (verl's generated trainer config: 7)."""
@@ -29,6 +30,12 @@ MAX_TEXT = 1024 * 1024
 MAX_INTERPOLATIONS = 64
 """Most ``${`` in one string value: OmegaConf's interpolation grammar (ANTLR) takes seconds to
 minutes to reject thousands of nested ``${``."""
+
+
+KEY_TYPES = (str, int, float, bool, bytes, Enum)
+"""The key types an OmegaConf configuration can hold (its ``DictKeyType``). Any other key (``null``
+in YAML, a tuple in a dict) is refused wherever it is; inside the profiler sections only strings are
+keys (:func:`rlprof.config.fields.string_keys`)."""
 
 
 def check_text(text: str, where: str) -> None:
@@ -119,8 +126,9 @@ def _quoted_end(line: str, start: int) -> int:
 
 def check_tree(value: Any, where: str) -> None:
     """Walk plain data (dicts, lists, scalars, OmegaConf nodes) iteratively and refuse it when it nests deeper than
-    :data:`MAX_DEPTH`, holds a list longer than :data:`MAX_LIST`, or reaches more than
-    :data:`MAX_VALUES` values (a value shared N times counts N times; a cycle is too deep)."""
+    :data:`MAX_DEPTH`, holds a list longer than :data:`MAX_LIST`, reaches more than
+    :data:`MAX_VALUES` values (a value shared N times counts N times; a cycle is too deep) or has a key
+    no configuration can hold (not one of :data:`KEY_TYPES`)."""
     budget = MAX_VALUES
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     too_many = ConfigError(f"{where or 'config'}: more than {MAX_VALUES} values (counting each use of a shared value or "
@@ -143,6 +151,9 @@ def check_tree(value: Any, where: str) -> None:
             continue
         if isinstance(node, Mapping):
             children = list(node.items())
+            for key, _ in children:
+                if not isinstance(key, KEY_TYPES):
+                    raise non_string_key(short_path(path), key)
         elif isinstance(node, (list, tuple)):
             if len(node) > MAX_LIST:
                 raise ConfigError(f"{short_path(path)}: a list of {len(node)} items; allowed: at most {MAX_LIST}", key=path)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from rlprof.errors import ConfigError, ErrorList, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
-from rlprof.config.fields import read_section, shape, yaml_name
+from rlprof.config.fields import read_section, shape, string_keys, yaml_name
 from rlprof.config.legacy import LEGACY_ROLE_KEYS, LEGACY_SELECTIONS, migrate, to_verl_layout
 from rlprof.config.sections import (CORE_TOOL_KEYS, EVERY_RANK_TOOLS, GLOBAL_KEYS, ROLE_KEYS,  # noqa: F401  (re-exported)
                                     VERL_TOOLS, GlobalConfig, RoleConfig)
@@ -137,19 +137,25 @@ def _relevant_sections(root, OmegaConf, errors: ErrorList) -> dict[str, Any]:
 
     Every read of the tree is guarded: an interpolation that cannot be resolved (``critic: ${nope}``),
     a malformed one (``${}``) or a self-reference is a ConfigError naming the key path it was read at.
+    Every key that is not a string in a section read, at any depth, goes to ``errors`` and is left out
+    (:func:`~rlprof.config.fields.string_keys`); keys outside these sections are the trainer's.
     """
 
     def select(path: str, *, resolve: bool = True) -> Any:
         try:
             node = OmegaConf.select(root, path, default=_ABSENT, throw_on_missing=False)
-            if node is _ABSENT:
-                return _ABSENT
-            if OmegaConf.is_config(node):
-                return OmegaConf.to_container(node, resolve=resolve) if resolve else node
-            return node
+            if node is _ABSENT or not OmegaConf.is_config(node):
+                return node
+            if not resolve:
+                return node
+            value = OmegaConf.to_container(node, resolve=True)
         except Exception as exc:  # omegaconf's interpolation/grammar errors, RecursionError of a cycle
             raise ConfigError(f"{path}: cannot be resolved: {_first_line(exc)}; allowed: values or interpolations "
                               "(${...}) that point at existing keys", key=path) from None
+        value, bad_keys = string_keys(value, path)  # every section read goes through here
+        for error in bad_keys:
+            errors.add(error)
+        return value
 
     raw: dict[str, Any] = {}
     for key in _keys(root, "", OmegaConf):

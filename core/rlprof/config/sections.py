@@ -39,6 +39,29 @@ EVERY_RANK_TOOLS = ("precision_debugger",)
 precision guide's configs write ``ranks: []``). rlprof follows verl: the plan
 (:func:`rlprof.runtime.plan.resolve_plan`) selects those ranks, and ``ranks: []`` is not "collects nothing"."""
 
+ENGINE_TOOLS = ("torch", "npu")
+"""The tools that can capture an agent-loop rollout replica: its engine's own profiler stands in for them
+(verl's servers: "agent loop only support torch and npu profiler"; :mod:`rlprof.integrations.engines.replica`
+builds the stand-in). With none of them selected a replica's ``rollout_generate`` is timed and nothing is
+captured in it: :func:`replica_not_captured` says why, in ``rlprof check`` and as each replica's ``skip``
+reason, which the report's verdict shows. The one place this is decided."""
+
+
+def not_captured_reason(*tools: str) -> str:
+    """Why ``tools`` capture nothing in a rollout replica (a replica's ``skip`` reason names its one tool)."""
+    who = f"{tools[0]} does" if len(tools) == 1 else f"{', '.join(tools)} do"
+    return (f"{who} not capture the rollout engine: an agent-loop replica's server profiles its engine with "
+            f"{' or '.join(ENGINE_TOOLS)} only (verl's rule); rlprof still times rollout_generate")
+
+
+def replica_not_captured(tools: tuple[str, ...] | list[str]) -> str | None:
+    """Why nothing is captured in a rollout replica with ``tools`` selected, or None when one of them can
+    capture it (:data:`ENGINE_TOOLS`) or none is selected."""
+    if not tools or any(t in ENGINE_TOOLS for t in tools):
+        return None
+    return not_captured_reason(*tools)
+
+
 CORE_TOOL_KEYS = (VERL_MARKER, "discrete", "schedule", "profile_token_start", "profile_token_end")
 """Keys inside ``tool_config.<tool>`` that the core owns (the capture mode, sampling, verl's marker).
 :func:`rlprof.config.load_config` removes them from every tool section it hands on

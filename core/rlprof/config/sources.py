@@ -141,10 +141,12 @@ def _create(data: Any, where: str, OmegaConf) -> Any:
 
 
 def _plain(value: Any, path: str) -> Any:
-    """Mappings as dicts with string keys, tuples as lists; anything else that is not a plain value
-    is refused with its key path. Depth is already bounded by :func:`check_tree`."""
+    """Mappings as dicts, tuples as lists; anything else that is not a plain value is refused with
+    its key path. Keys stay as they are (:func:`check_tree` refused those no configuration can hold;
+    a non-string key inside a profiler section is the schema's to name). Depth is already bounded by
+    :func:`check_tree`."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        return {k: _plain(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, _SCALARS) or _is_omegaconf(value):

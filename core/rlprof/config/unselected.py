@@ -1,6 +1,8 @@
 """Settings that would be ignored: a ``tool_config.<tool>`` section for a tool that is not selected,
 or a configuration written for a tool that was never selected (a guide's example copied without its
-``tool`` line). Warnings only; nothing here changes the configuration.
+``tool`` line). Warnings only; nothing here changes the configuration. ``rlprof check`` also has
+the installed backend of each such section check it (:func:`unselected_sections`): a bad value there is
+a warning now, and would be an error once the tool is selected.
 
 verl's generated trainer config writes a section for every tool into every role and into
 ``global_tool_config``, filled with verl's defaults: that is not the user asking for anything. Such
@@ -16,6 +18,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from rlprof.config.fields import VERL_MARKER
+from rlprof.config.sections import CORE_TOOL_KEYS
+from rlprof.roles import ROLES, profiler_path
 
 BOOKKEEPING = (VERL_MARKER, "name", "controller_nsight_options", "worker_nsight_options")
 """Keys of a tool section that never ask for anything by themselves (verl's bookkeeping, and nsys'
@@ -54,6 +58,36 @@ def warn_unselected_tool(path: str, tool: str, section: Any, tools: tuple[str, .
         shown = ", ".join(f"{k}={show(section[k])}" for k in keys[:4]) + (", ..." if len(keys) > 4 else "")
         warnings.append(f"{path}: sets {shown} but {tool} is not a selected tool (global_profiler.tool={show(list(tools))}): "
                         f"ignored; add {tool} to global_profiler.tool to use it")
+
+
+def unselected_sections(source: Mapping[str, Any], tools: Iterable[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(tool, key path, section)`` for every tool section written for a tool that is not in ``tools``:
+    ``global_profiler.global_tool_config.<tool>`` and each role's ``tool_config.<tool>`` (enabled or
+    not), each where it is written and as written, without the core's keys (:data:`CORE_TOOL_KEYS`).
+
+    ``source`` is a loaded configuration's :attr:`~rlprof.config.ProfilerConfig.source` (verl's layout).
+    What ``rlprof check`` hands each installed backend to check, so that a mistake the user would meet
+    on switching tools is said now."""
+    tools = set(tools)
+    found: list[tuple[str, str, dict[str, Any]]] = []
+
+    def collect(tool_config: Any, path: str) -> None:
+        if not isinstance(tool_config, Mapping):
+            return
+        for tool, section in tool_config.items():
+            if tool not in tools and isinstance(section, Mapping):
+                found.append((tool, f"{path}.{tool}", {k: v for k, v in section.items() if k not in CORE_TOOL_KEYS}))
+
+    global_section = source.get("global_profiler")
+    if isinstance(global_section, Mapping):
+        collect(global_section.get("global_tool_config"), "global_profiler.global_tool_config")
+    for role in ROLES:
+        node: Any = source
+        for part in profiler_path(role).split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping):
+            collect(node.get("tool_config"), f"{profiler_path(role)}.tool_config")
+    return found
 
 
 def hint_how_to_switch_on(sections: Iterable[tuple[Mapping[str, Any], bool]], *, enabled: bool, steps: Any,

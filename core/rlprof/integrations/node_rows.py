@@ -6,7 +6,7 @@ timings but no split inside them. So, as a trace becomes whole on its node (its 
 the ``written`` one of a file written in the background, reaches the controller in a manifest batch),
 the controller's :class:`NodeRows` has that node analyse it: one Ray task per node and batch, pinned to
 the node, running ``rlprof breakdown`` in a child process (:func:`analyse_here`). The node keeps the rows
-beside the trace (the analysis's cache, ``<trace>.rlprof-breakdown.json``) and sends their bytes back
+in its run's own folder (the analysis's cache, :func:`rlprof.layout.rows_path`) and sends their bytes back
 (kilobytes: rows and the collective calls the waits are matched with); the controller writes them
 under its run directory (:func:`rlprof.layout.shipped_rows_path`), where ``rlprof report`` finds them
 when the trace is not on its disk (:func:`rlprof.analysis.inside.add_inside`).
@@ -66,8 +66,9 @@ def analyse_here(paths: list[str], timeout_s: float) -> dict[str, bytes | str]:
         reasons = dict.fromkeys(paths, last[-1] if last else f"rlprof breakdown exited with {proc.returncode}")
     found: dict[str, bytes | str] = {}
     for path in paths:
+        kept = rows_path(path)
         try:
-            found[path] = Path(rows_path(path)).read_bytes()
+            found[path] = kept.read_bytes() if kept is not None else reasons.get(path, "no rows kept (RLPROF_CACHE_DIR is empty)")
         except OSError:
             found[path] = reasons.get(path, "no rows written")
     return found

@@ -4,7 +4,9 @@ The plan is resolved for every process of a verl-shaped job: on each rank one pr
 actor+rollout+ref (the hybrid engine), one hosting critic and one hosting reward (or one process
 per rank hosting ``--roles``); in agent-loop mode rollout replicas are separate processes. Backends validate their ``tool_config`` sections; a backend's
 ``check_environment`` problems (e.g. torch_npu not importable) are printed as warnings: the
-configuration is still valid and training would run without that capture.
+configuration is still valid and training would run without that capture. The sections written for
+an installed backend that is not selected are checked by that backend too: their mistakes are
+warnings (:attr:`CheckResult.unselected`), said whether the configuration is valid or not.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from rlprof.config.schema import ROLES, ProfilerConfig, read_config
-from rlprof.errors import ConfigError, ErrorList
+from rlprof.config.sections import replica_not_captured
+from rlprof.errors import ConfigError, ConfigErrors, ErrorList
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 
 DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
@@ -88,6 +91,9 @@ class CheckResult:
     """Every process of the job, as classes of ranks that resolve alike (see :func:`rank_classes`)."""
     environment: dict[str, list[str]] = field(default_factory=dict)
     validated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unselected: list[str] = field(default_factory=list)
+    """Mistakes in the tool sections of installed backends that are not selected, worded as warnings
+    (:func:`check_unselected_sections`): ignored by this run, errors once the tool is selected."""
 
     @property
     def plans(self) -> list[ProcessPlan]:
@@ -99,6 +105,7 @@ class CheckResult:
         out = list(self.config.warnings)
         for backend, problems in self.environment.items():
             out.extend(f"backend {backend!r}: {p}" for p in problems)
+        out.extend(self.unselected)
         return list(dict.fromkeys(out))
 
     def selection(self) -> dict[str, dict[str, Any]]:
@@ -118,6 +125,15 @@ class CheckResult:
             out[name]["ranks"] = RankRanges.merge(found)
         return out
 
+    @property
+    def not_captured(self) -> dict[str, str]:
+        """Roles the plan selects that no selected tool can capture, with why (the region is still timed):
+        rollout in agent-loop replicas when no engine profiler stands in for a selected tool
+        (:func:`~rlprof.config.sections.replica_not_captured`, the replicas' own ``skip`` reason)."""
+        why = replica_not_captured(self.config.global_.tools) if self.config.agent_loop else None
+        rollout = self.selection().get("rollout")
+        return {"rollout": why} if why and rollout and rollout["ranks"] else {}
+
     def as_dict(self) -> dict[str, Any]:
         """The plan as JSON data; ``ranks`` are inclusive ``[first, last]`` ranges."""
         g = self.config.global_
@@ -131,6 +147,7 @@ class CheckResult:
             "agent_loop": self.config.agent_loop,
             "roles": roles,
             "captures": [list(run) for run in (self.plans[0].runs if self.plans else ())],
+            "not_captured": self.not_captured,
             "warnings": self.warnings,
         }
 
@@ -147,6 +164,7 @@ class CheckResult:
             runs = self.plans[0].runs if self.plans else ()
             lines.append("captures merged over consecutive steps: " + ", ".join(f"{list(r)}" for r in runs))
         selection = self.selection()
+        not_captured = self.not_captured
         for step in g.steps:
             lines.append(f"step {step}:")
             for name in ROLES:
@@ -162,6 +180,8 @@ class CheckResult:
                     chosen_by = next((p.roles[name].every_rank for p in self.plans if name in p.roles), None)
                     if chosen_by is not None:
                         extra += f"  (every rank of the role: {chosen_by} follows verl, ranks/all_ranks not read)"
+                    if name in not_captured:
+                        extra += f"  (timed, not captured: {not_captured[name]})"
                     lines.append(f"  {name:<7} {entry['mode']:<9} {counts} {entry['ranks']}{extra}")
                 else:
                     reason = next((p.roles[name].reason for p in self.plans if name in p.roles), "")
@@ -212,6 +232,27 @@ def check_config(
 
     :raises ConfigError: when invalid: the one mistake, or :class:`~rlprof.errors.ConfigErrors` listing each.
     """
+    result, errors = examine_config(source, overrides, world_size=world_size, roles=roles, replicas=replicas,
+                                    validate_backends=validate_backends)
+    errors.raise_if_any()
+    assert result is not None  # no mistake, so the configuration was read
+    return result
+
+
+def examine_config(
+    source: Any = None,
+    overrides: Sequence[str] = (),
+    *,
+    world_size: int | None = None,
+    roles: Sequence[str] | None = None,
+    replicas: int | None = None,
+    validate_backends: bool = True,
+) -> tuple[CheckResult | None, ErrorList]:
+    """:func:`check_config` that returns the mistakes instead of raising them, with the result as far as
+    the configuration could be read (None when it could not be read at all): for ``rlprof check``,
+    which says what holds whatever the mistakes (:attr:`CheckResult.unselected`) next to them.
+
+    :raises ConfigError: only for arguments that are not the configuration's (world size, replicas, roles)."""
     errors = ErrorList()
     for name, value in (("world size", world_size), ("replicas", replicas)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -222,7 +263,7 @@ def check_config(
             raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)} (comma-separated)")
     config = read_config(source, overrides, errors)
     if config is None:  # the input cannot be read at all: nothing more to check
-        errors.raise_if_any()
+        return None, errors
     if replicas is None and world_size is not None:
         replicas = replicas_in(config, world_size)
     if world_size is None:
@@ -253,8 +294,8 @@ def check_config(
         errors.attempt(require_usable_save_path, config)
         if config.global_.tools:
             _validate_backends(config, result, errors)
-    errors.raise_if_any()
-    return result
+        result.unselected = check_unselected_sections(config)
+    return result, errors
 
 
 def _ranks_inside_world(config: ProfilerConfig, group: Sequence[str], world_size: int, replicas: int | None,
@@ -321,3 +362,37 @@ def _validate_backends(config: ProfilerConfig, result: CheckResult, errors: Erro
                 validated = errors.attempt(backends.validated_tool_config, name, role)
                 if validated is not None:
                     result.validated.setdefault(role.name, {})[name] = validated
+
+
+def check_unselected_sections(config: ProfilerConfig) -> list[str]:
+    """Each tool section written for an installed backend that is not selected
+    (:func:`~rlprof.config.unselected.unselected_sections`), checked by that backend's
+    ``validate_tool_config`` on the key path where it is written, as it would be once the tool is
+    selected; what it refuses comes back as warnings, one per mistake. A backend that cannot be loaded
+    is a warning too: it is not selected, so nothing of this run depends on it."""
+    from rlprof.config.unselected import unselected_sections
+    from rlprof.installed import discover
+    from rlprof.runtime.registry import Backends, load_backend
+
+    installed = discover()
+    sections = [found for found in unselected_sections(config.source, config.global_.tools) if found[0] in installed]
+    selected = ", ".join(config.global_.tools) or "null"
+    warnings: list[str] = []
+    checkers: dict[str, Backends | None] = {}
+    for tool, path, section in sections:
+        if tool not in checkers:
+            try:
+                checkers[tool] = Backends([tool], instances={tool: load_backend(tool, installed)})
+            except ConfigError as exc:
+                checkers[tool] = None
+                warnings.append(f"{path}: not checked: {exc} ({tool} is not a selected tool)")
+        backends = checkers[tool]
+        if backends is None:
+            continue
+        try:
+            backends.validated_section(tool, section, path)
+        except ConfigError as exc:
+            for mistake in exc.errors if isinstance(exc, ConfigErrors) else (exc,):
+                warnings.append(f"{mistake} ({tool} is not a selected tool, global_profiler.tool={selected}: ignored by "
+                                "this run, an error once it is selected)")
+    return warnings

@@ -233,6 +233,8 @@ def trace_reader_imports(subject: Subject) -> list[str]:
     if not isinstance(reader, TraceReader) or isinstance(reader.patterns, str) or not reader.patterns:
         return [f"trace_reader returned {reader!r}; it must return a rlprof.hookspecs.TraceReader with a tuple "
                 f"of file name patterns, or None"]
+    if isinstance(reader.not_traces, str):
+        return [f"trace_reader's not_traces is the string {reader.not_traces!r}; it must be a tuple of file name patterns"]
     module, _, attr = reader.target.partition(":")
     try:
         function = getattr(importlib.import_module(module), attr)

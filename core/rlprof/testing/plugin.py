@@ -21,14 +21,32 @@ test session of an environment where rlprof is installed has these fixtures; not
     A fresh :class:`~rlprof.testing.RecordingBackend`, for tests that want the hook sequence.
 
 For the whole contract at once, subclass :class:`rlprof.testing.conformance.BackendConformance`.
+
+Every session also keeps what the analysis derives from traces outside a run (``rlprof breakdown`` on a
+file a test wrote: its rows, an nsys report's export) in a temporary folder of its own
+(``RLPROF_CACHE_DIR``, :func:`rlprof.layout.rows_path`), never in the developer's ``~/.cache``.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Iterator
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _rlprof_analysis_cache(tmp_path_factory) -> Iterator[None]:
+    from rlprof.layout import CACHE_ENV
+
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("rlprof-cache"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture

@@ -31,6 +31,9 @@ ARTIFACT_KIND = "ascend_pt"
 """Manifest ``kind`` of a torch_npu output directory (what ``rlprof npu-analyse`` looks for)."""
 NO_TORCH_NPU_SAID = "npu: torch_npu missing"
 """The :mod:`rlprof.notices` key of the missing-torch_npu warning."""
+NOT_TRACES = ("profiler_info*.json", "profiler_metadata.json", "communication.json", "communication_matrix.json",
+              "msprof_*.json")
+"""The JSON files torch_npu (and CANN under it) writes in a capture that are not its trace view."""
 
 
 class NpuBackend:
@@ -56,9 +59,11 @@ class NpuBackend:
     @hookimpl
     def trace_reader(self) -> TraceReader:
         """torch_npu's ``ASCEND_PROFILER_OUTPUT/trace_view.json`` (:mod:`rlprof_npu.trace_reader`); its
-        literal name wins over rlprof-torch's ``*.json``."""
+        literal name wins over rlprof-torch's ``*.json``. The other JSON torch_npu writes in a capture
+        (rank and metadata files, HCCL's summaries, CANN's own ``msprof_*.json`` timeline) are named as
+        not traces, so a folder walk passes them over instead of reading them as Kineto."""
         return TraceReader(patterns=("trace_view.json",), target="rlprof_npu.trace_reader:read_trace",
-                           format="torch_npu trace view")
+                           format="torch_npu trace view", not_traces=NOT_TRACES)
 
     # ------------------------------------------------------------------ configuration and environment
 

@@ -71,6 +71,8 @@ class NpuCapture:
 
     def __init__(self, torch_npu: ModuleType, settings: NpuSettings, directory: Path):
         self.directory = directory
+        self._before: set[Path] = set()
+        """The ``*_ascend_pt`` directories already there when it started: not this capture's."""
         self.analysis = settings.analysis
         """Whether torch_npu parses the data at :meth:`stop` (else ``rlprof npu-analyse`` does, later)."""
         experimental_config = torch_npu.profiler._ExperimentalConfig(
@@ -91,13 +93,15 @@ class NpuCapture:
         )
 
     def start(self) -> None:
+        self._before = set(self.directory.glob(OUTPUT_GLOB))
         self._profile.start()
 
     def stop(self) -> list[Path]:
         """Stop (torch_npu writes, and parses when ``analysis`` is on); return the ``*_ascend_pt``
-        directories it wrote."""
+        directories it wrote: those that were not in the directory when it started (another Profiler
+        of this run and rank in this process, set up before this one, wrote its own there)."""
         self._profile.stop()
-        return sorted(self.directory.glob(OUTPUT_GLOB))
+        return sorted(set(self.directory.glob(OUTPUT_GLOB)) - self._before)
 
 
 def range_start(torch_npu: ModuleType, message: str) -> int:

@@ -45,3 +45,21 @@ def test_a_region_nested_in_a_discrete_capture_is_a_range_of_it(torch_npu_standi
     assert [c.args["message"] for c in torch_npu_standin.named("mstx.range_start")] == ["actor_update", "ref_compute_log_prob"]
     assert [a["capture"] for a in prof.artifacts] == ["step1.actor_update"]
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # nothing to warn about
+
+
+def test_a_second_profiler_of_the_run_and_rank_lists_only_what_its_own_capture_wrote(torch_npu_standin, tmp_path):
+    """Two Profilers of one run and rank in one process, one after the other (a worker set up twice, issue 40):
+    their captures share a directory; each lists its own ``*_ascend_pt`` directory, none the other's, so the
+    manifest lists every directory once."""
+    config = npu_config(tmp_path, mode="discrete", steps=(1,))
+    listed = []
+    for _ in range(2):
+        prof = rlprof.Profiler(config, roles=("actor",), run_id="twice")
+        prof.start_step(1)
+        with prof.role("actor", "update"):
+            pass
+        prof.step_boundary()
+        listed.append([a["path"] for a in prof.finalize()])
+    written = [c.args["prof_path"] for c in torch_npu_standin.named("profile.start")]
+    run_dir = prof.run.run_dir
+    assert [[str(run_dir / p) for p in paths] for paths in listed] == [[written[0]], [written[1]]]

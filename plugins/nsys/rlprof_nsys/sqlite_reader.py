@@ -38,7 +38,7 @@ from typing import Iterator
 
 from rlprof.analysis.breakdown import (COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives,
                                        regions_in_steps)
-from rlprof.layout import process_of
+from rlprof.layout import CACHE_ENV, ensure_dir, process_of, rows_path
 
 from .nvtx_summary import export_sqlite
 from .ranges import DOMAIN, WINDOW_RANGE
@@ -46,8 +46,9 @@ from .ranges import DOMAIN, WINDOW_RANGE
 SCHEMA_MAJOR = "3"
 """The export schema major version this reader knows (``EXPORT_SCHEMA_VERSION_MAJOR``)."""
 EXPORT_SUFFIX = ".rlprof-export"
-"""A ``.nsys-rep``'s SQLite export is kept beside it as ``<report>.nsys-rep.rlprof-export`` (a name no
-reader pattern matches, so it is never read as a second trace)."""
+"""A ``.nsys-rep``'s SQLite export is kept where the analysis keeps what it derives from a trace
+(:func:`rlprof.layout.rows_path`: the run's ``breakdown/`` folder, else the cache folder), never beside
+the report, under a name that ends so (no reader pattern matches it: it is never read as a second trace)."""
 RANGE_TYPES = (59, 60)
 DOMAIN_CREATE = 75
 PROCESS_SHIFT = 24
@@ -90,18 +91,23 @@ def read_trace(path: str) -> TraceEvents:
 
 
 def exported(path: Path) -> Path:
-    """The SQLite export of ``path``: itself, unless it is a ``.nsys-rep``; then its export beside it,
-    made with ``nsys export`` when missing or older than the report (written only in the report's own
-    directory, through a temporary name, so concurrent readers never see half a file)."""
+    """The SQLite export of ``path``: itself, unless it is a ``.nsys-rep``; then its export, made with
+    ``nsys export`` when missing or older than the report, kept where :func:`rlprof.layout.rows_path`
+    says (never beside the report; written through a temporary name, so concurrent readers never see
+    half a file)."""
     if not path.name.endswith(".nsys-rep"):
         return path
-    export = path.with_name(path.name + EXPORT_SUFFIX)
+    export = rows_path(str(path), EXPORT_SUFFIX)
+    how = "run 'nsys export --type sqlite' on it and give the .sqlite"
+    if export is None:
+        raise NotReadable(f"{CACHE_ENV} is set empty, so its export has nowhere to go: {how}")
     if export.is_file() and export.stat().st_mtime_ns >= path.stat().st_mtime_ns:
         return export
-    if not os.access(path.parent, os.W_OK):
-        raise NotReadable("its directory is not writable, so it cannot be exported beside it: "
-                          "run 'nsys export --type sqlite' on it and give the .sqlite")
-    temporary = path.with_name(f"{export.name}.{os.getpid()}.tmp")
+    try:
+        ensure_dir(export.parent, export.parent)
+    except OSError as exc:
+        raise NotReadable(f"its export cannot be kept in {export.parent} ({exc.strerror or exc}): {how}") from None
+    temporary = export.with_name(f"{export.name}.{os.getpid()}.tmp")
     try:
         export_sqlite(path, temporary)
         os.replace(temporary, export)

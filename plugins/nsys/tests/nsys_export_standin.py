@@ -1,4 +1,5 @@
-"""A stand-in for ``nsys export --type sqlite`` of a CUDA run, written by tests (no GPU here to record one).
+"""A stand-in for ``nsys export --type sqlite`` of a CUDA run, written by tests (no GPU here to record one),
+and the real report of a CPU-only run that nsys records here (:func:`record_cpu_report`).
 
 Only the tables and columns the breakdown reads, with the types and meanings the SQLite export schema
 3.0.0 documents (Nsight Systems 2022.4: ``EXPORT_META_DATA``, ``StringIds``,
@@ -11,7 +12,11 @@ export recorded here (test_nsys_breakdown.py reads one too); the CUDA tables fol
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,3 +115,29 @@ def write_export(path: Path, export: Export) -> Path:
     db.commit()
     db.close()
     return path
+
+
+RANGES_SCRIPT = textwrap.dedent("""
+    import time
+    from rlprof_nsys import nvtx_client
+    tool = nvtx_client.tool()
+    domain = tool.domain("rlprof")
+    for step in (1, 2):
+        outer = tool.range_start(domain, nvtx_client.ascii_text(f"step{step}"), 0xFF7F7F7F, 0)
+        inner = tool.range_start(domain, nvtx_client.ascii_text("actor_update"), 0xFF76B900, 1)
+        time.sleep(0.02)
+        tool.range_end(domain, inner)
+        tool.range_end(domain, outer)
+""")
+"""Opens rlprof's ``step1``/``step2`` and ``actor_update`` ranges (20 ms each) in the ``rlprof`` NVTX domain."""
+
+
+def record_cpu_report(directory: Path, nsys: str) -> Path:
+    """A real ``nsys profile`` of a process that opens rlprof's step and role ranges (no CUDA here):
+    ``<directory>/cpu.nsys-rep``, beside the script it ran (``ranges.py``)."""
+    script = directory / "ranges.py"
+    script.write_text(RANGES_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
+    subprocess.run([nsys, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o", str(directory / "cpu"),
+                    sys.executable, str(script)], check=True, capture_output=True, env=env, timeout=180)
+    return directory / "cpu.nsys-rep"

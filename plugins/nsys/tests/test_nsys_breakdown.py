@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
-from nsys_export_standin import Export, write_export
+from nsys_export_standin import Export, record_cpu_report, write_export
 from rlprof.analysis import breakdown_files
 from rlprof_nsys import sqlite_reader
 
@@ -44,7 +42,7 @@ def test_the_worked_example_splits_from_the_documented_tables(tmp_path):
     row = rows_by_region(rows)["actor_update"]
     assert (row.step, row.device) == (3, "cuda")
     assert (row.window_ms, row.compute_ms, row.communication_ms, row.overlap_ms, row.exposed_communication_ms,
-            row.memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 1, 1))
+            row.memory_ms, row.exposed_memory_ms, row.idle_ms) == pytest.approx((10, 6, 3, 1, 2, 2, 1, 1))
     # the capture window and other domains' ranges are no regions; the other process's kernels are not this trace's
     assert set(rows_by_region(rows)) == {"step3", "actor_update", "(trace)"}
     assert rows_by_region(rows)["(trace)"].window_ms == pytest.approx(12)  # first to last device event: 1 -> 13
@@ -61,6 +59,19 @@ def test_ranks_of_one_capture_are_matched_and_the_late_rank_is_named(tmp_path):
     first = next(r for r in rows if r.rank == 0 and r.region == "actor_update")
     assert (first.communication_wait_ms, first.communication_transfer_ms) == pytest.approx((2, 1))
     assert first.waited_for_rank == 1
+
+
+def test_a_folder_of_exports_is_read_not_passed_over_in_silence(tmp_path, capsys):
+    """Seen before: `rlprof breakdown DIR` on a folder of .sqlite exports printed {"rows": [], "errors": []}
+    (the walk looked for Chrome trace names); the nsys reader's own patterns find them."""
+    folder = tmp_path / "exports"
+    good = write_export(folder / "rank0.sqlite", WORKED_EXAMPLE)
+    other = write_export(folder / "deeper" / "other.sqlite", Export(schema_major="4", kernels=WORKED_EXAMPLE.kernels))
+    code = breakdown_files.main([str(folder), "--json", "--workers", "1"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {(row["path"], row["region"]) for row in out["rows"]} == {(str(good), r) for r in ("step3", "actor_update", "(trace)")}
+    assert [e["path"] for e in out["errors"]] == [str(other)] and out["skipped"] == []
 
 
 def test_an_export_of_another_schema_version_costs_one_line(tmp_path, capsys):
@@ -105,31 +116,18 @@ def cpu_report(tmp_path_factory):
     """A real nsys report of a process that opens rlprof's step and role ranges (no CUDA here)."""
     if NSYS is None:
         pytest.skip("nsys (Nsight Systems CLI) is not on PATH: run scripts/install-nsys.sh as root")
-    directory = tmp_path_factory.mktemp("nsys-cpu")
-    script = directory / "ranges.py"
-    script.write_text(textwrap.dedent("""
-        import time
-        from rlprof_nsys import nvtx_client
-        tool = nvtx_client.tool()
-        domain = tool.domain("rlprof")
-        for step in (1, 2):
-            outer = tool.range_start(domain, nvtx_client.ascii_text(f"step{step}"), 0xFF7F7F7F, 0)
-            inner = tool.range_start(domain, nvtx_client.ascii_text("actor_update"), 0xFF76B900, 1)
-            time.sleep(0.02)
-            tool.range_end(domain, inner)
-            tool.range_end(domain, outer)
-    """))
-    env = {k: v for k, v in os.environ.items() if k != "NVTX_INJECTION64_PATH"}
-    subprocess.run([NSYS, "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o", str(directory / "cpu"),
-                    sys.executable, str(script)], check=True, capture_output=True, env=env, timeout=180)
-    return directory / "cpu.nsys-rep"
+    return record_cpu_report(tmp_path_factory.mktemp("nsys-cpu"), NSYS)
 
 
-def test_a_real_report_is_exported_beside_itself_and_its_nvtx_ranges_are_the_regions(cpu_report):
+def test_a_real_report_is_exported_into_the_cache_folder_and_its_nvtx_ranges_are_the_regions(cpu_report):
+    """A report in no run: its export is kept in the cache folder (RLPROF_CACHE_DIR), not beside it."""
     import sqlite3
 
+    from rlprof.layout import rows_path
+
     export = sqlite_reader.exported(cpu_report)
-    assert export == cpu_report.with_name(cpu_report.name + sqlite_reader.EXPORT_SUFFIX)
+    assert export == rows_path(str(cpu_report), sqlite_reader.EXPORT_SUFFIX) and export.is_file()
+    assert export.parent == Path(os.environ["RLPROF_CACHE_DIR"])
     connection = sqlite3.connect(export)
     try:
         regions = sqlite_reader.regions(connection)
@@ -148,15 +146,21 @@ def test_a_real_cpu_only_report_costs_one_line_saying_it_has_no_device_events(cp
         f"rlprof breakdown: {cpu_report}: NotReadable: no device events: no CUDA kernel, memcpy or memset table "
         "(a CPU-only capture; nsys records no host ops to split)"]
     written = {p.name for p in cpu_report.parent.iterdir()}
-    assert written <= {"ranges.py", cpu_report.name, cpu_report.name + sqlite_reader.EXPORT_SUFFIX}  # nothing else, nowhere else
+    assert written == {"ranges.py", cpu_report.name}  # nothing beside the report
 
 
-def test_a_report_in_a_read_only_directory_is_not_exported_and_says_how(tmp_path, monkeypatch):
+def test_a_report_whose_export_has_nowhere_to_go_is_not_exported_and_says_how(tmp_path, monkeypatch):
+    """RLPROF_CACHE_DIR set empty keeps nothing for a report outside a run; a cache folder that cannot be made
+    (a file in its place) says where. Nothing is ever written beside the report."""
     report = tmp_path / "r.nsys-rep"
     report.write_bytes(b"\0")
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode))
-    _, errors = breakdown_files.breakdown([report])
-    assert len(errors) == 1
-    assert "not writable" in errors[0][1] and "nsys export --type sqlite" in errors[0][1]
-    assert list(tmp_path.iterdir()) == [report]
+    monkeypatch.setenv("RLPROF_CACHE_DIR", "")
+    [(_, reason)] = breakdown_files.breakdown([report])[1]
+    assert reason == ("NotReadable: RLPROF_CACHE_DIR is set empty, so its export has nowhere to go: "
+                      "run 'nsys export --type sqlite' on it and give the .sqlite")
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("RLPROF_CACHE_DIR", str(blocked))
+    [(_, reason)] = breakdown_files.breakdown([report])[1]
+    assert reason.startswith(f"NotReadable: its export cannot be kept in {blocked} (") and "nsys export --type sqlite" in reason
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-folder", "r.nsys-rep"]

@@ -30,7 +30,7 @@ import logging
 from rlprof import hookimpl
 from rlprof.errors import ConfigError
 from rlprof.hookspecs import TraceReader
-from rlprof.layout import ScratchDir
+from rlprof.layout import ScratchDir, reserve
 
 from . import options, writer
 from .session import TraceSession
@@ -140,7 +140,10 @@ class TorchBackend:
             finally:
                 scratch, self._scratch = self._scratch, None
                 if scratch is not None:
-                    scratch.close()
+                    if self._writer is not None and self._writer.wait(self, 0):
+                        self._writer.then(scratch.close)  # traces left unfinished still export from it
+                    else:
+                        scratch.close()
         return None
 
     def _load_record_function(self):
@@ -172,15 +175,17 @@ class TorchBackend:
         if self._scratch is None:
             self._scratch = ScratchDir(session.directory, session.run.run_dir)
         session.stop()
-        final = session.directory / session.trace_name
+        # The trace's name is claimed now, so the manifest lists it as it will be: another Profiler of this
+        # run and rank in this process (same directory) gets rank<R>.1.pt.trace.json.gz, never this file.
+        target = reserve(session.directory / session.trace_name, session.run.run_dir)
         capture = ctx.capture
         belongs = dict(step=capture.steps[0], steps=list(capture.steps), capture=capture.capture_id,
                        region=getattr(ctx, "region", None)) if capture is not None else {}
         if self._writer is None:
             self._writer = writer.process_writer()
-        self._writer.submit(writer.Export(self._scratch, session.plain_name, final, session.run.run_dir, belongs,
-                                          owner=self, dump=session.export))
-        ctx.add_artifact(final, "file", state="writing")  # its size is known once written (the budget waits for it)
+        self._writer.submit(writer.Export(self._scratch, session.plain_name, target, belongs, owner=self,
+                                          dump=session.export))
+        ctx.add_artifact(target.path, "file", state="writing")  # its size is known once written (the budget waits for it)
 
     def _list_written(self, ctx) -> None:
         """List this backend's traces that the writer finished since the last call (see the module docstring).

@@ -7,7 +7,8 @@ plus the state of every live block. ``memory_snapshot_num_steps: N`` (verl's key
 history across windows until the core says a group of them ends (``ctx.ends_group``: the core groups
 windows until they cover N training step numbers, :mod:`rlprof.runtime.groups`), then writes one
 snapshot for all of them. Each snapshot is ``rank<R>.memory_snapshot.pickle`` in the directory of the window that
-ends it (open it at https://pytorch.org/memory_viz or with
+ends it (``rank<R>.1.memory_snapshot.pickle`` when another Profiler of the run and rank in this process wrote
+one there: :func:`rlprof.layout.reserve`; open it at https://pytorch.org/memory_viz or with
 ``python -m torch.cuda._memory_viz trace_plot``). While a role region runs, its name is attached
 to every allocation (``_set_memory_metadata``), so the viewer says which role allocated what.
 With ``dump_on_oom`` (default, as in verl) a CUDA out-of-memory error writes
@@ -26,7 +27,7 @@ import pickle
 from pathlib import Path
 
 from rlprof import hookimpl
-from rlprof.layout import open_file
+from rlprof.layout import write_reserved
 from rlprof.notices import mark_said, say_once
 
 from . import memory_options
@@ -160,9 +161,11 @@ class TorchMemoryBackend:
 
         self._last_closed = None
         covered = list(covered)
-        path = opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank)
-        with open_file(path, opened.run.run_dir, "wb") as handle:  # a new file, never through a link
-            pickle.dump(torch.cuda.memory._snapshot(), handle)
+        # A new file, whole or not at all, never through a link; rank<R>.1.memory_snapshot.pickle... where another
+        # Profiler of this run and rank in this process wrote that capture's snapshot before (rlprof.layout.reserve).
+        with write_reserved(opened.output_dir() / SNAPSHOT_NAME.format(rank=opened.run.rank), opened.run.run_dir) as reserved:
+            pickle.dump(torch.cuda.memory._snapshot(), reserved.handle)
+        path = reserved.path
         if opened.tool_config["memory_snapshot_num_steps"] > 1:
             # Snapshots of groups of windows belong to no single capture: each names the step numbers it covers.
             sink.add_artifact(path, steps=covered, step=covered[0], capture=None)

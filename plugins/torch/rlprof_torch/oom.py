@@ -78,19 +78,14 @@ class OomWatch:
 
 
 def write_snapshot(directory: Path, root: Path, label: str) -> Path:
-    """Pickle ``torch.cuda.memory._snapshot()`` into a new file ``<directory>/<label>...pickle``;
-    never replaces a file (a second OOM gets ``.1``, ``.2``...). No device synchronization."""
+    """Pickle ``torch.cuda.memory._snapshot()`` into a new file ``<directory>/<label>.memory_snapshot.pickle``;
+    never replaces a file (a second OOM gets ``.1``, ``.2``...: :func:`rlprof.layout.reserve`). No device
+    synchronization."""
     import torch
 
-    from rlprof.layout import open_file
+    from rlprof.layout import write_reserved
 
     snapshot = torch.cuda.memory._snapshot()
-    for n in range(1000):
-        path = directory / (f"{label}.memory_snapshot.pickle" if n == 0 else f"{label}.{n}.memory_snapshot.pickle")
-        try:
-            with open_file(path, root, "wb") as handle:
-                pickle.dump(snapshot, handle)
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{directory}: {label} snapshots 0-999 all exist")
+    with write_reserved(directory / f"{label}.memory_snapshot.pickle", root) as reserved:
+        pickle.dump(snapshot, reserved.handle)
+    return reserved.path

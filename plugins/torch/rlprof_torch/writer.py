@@ -8,8 +8,14 @@ crashes the process), so the training thread still does ``stop()``. Everything a
    holds the GIL while it writes: see :meth:`rlprof_torch.session.TraceSession.export`);
 1. gzip the plain JSON into ``<final>.partial`` (a name no reader takes for a trace), hashing the
    compressed bytes (sha256) as they are written;
-2. put it under its final name with :func:`rlprof.layout.place` (a hard link: it appears whole or not
-   at all, never over an existing file, never through a link), then remove ``.partial`` and the plain JSON.
+2. put it under its final name with :meth:`rlprof.layout.Reserved.place` (a hard link: it appears whole or
+   not at all, never over an existing file, never through a link), then remove ``.partial`` and the plain JSON.
+
+The final name is claimed when the capture closes, before any of this (:func:`rlprof.layout.reserve`:
+``<final>.partial`` is created then): the manifest lists the trace under the name it will have, and a
+second Profiler of the same run and rank in this process, whose capture has the same directory, gets the
+next free name (``rank0.1.pt.trace.json.gz``) instead of failing or replacing, whatever order the two
+are written in.
 
 So a process killed mid-export leaves at most a ``.partial`` file and the plain JSON, never a file
 under a final name that does not load. Which captures are still being written is in the manifest: the
@@ -37,14 +43,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlprof.env_seconds import seconds_from_env
-from rlprof.layout import ScratchDir, new_file, place
+from rlprof.layout import Reserved, ScratchDir, new_file
 
 log = logging.getLogger("rlprof.torch")
 
 GZIP_LEVEL = 6
 """zlib's default: about 10% larger than level 9 and several times faster on trace JSON."""
-PARTIAL_SUFFIX = ".partial"
-"""A trace being compressed is ``<final name>.partial`` until it is complete."""
 WAIT_ENV = "RLPROF_TORCH_WRITE_TIMEOUT_S"
 DEFAULT_WAIT_S = 300.0
 """How long ``finalize`` waits for traces still being compressed (a 10 GB trace takes minutes)."""
@@ -65,9 +69,9 @@ class Export:
     scratch: ScratchDir
     plain_name: str
     """Where the plain JSON is exported, a name in ``scratch``."""
-    final: Path
-    root: Path
-    """The run directory: nothing is written outside it, no link under it is followed."""
+    target: Reserved
+    """The trace's final name, claimed when its capture closed: compressed into its ``.partial`` file,
+    then placed (:func:`rlprof.layout.reserve`)."""
     belongs: dict[str, Any]
     """What the trace belongs to (its capture, step numbers and region), repeated in its ``written`` record."""
     owner: object
@@ -80,27 +84,29 @@ class Export:
     sha256: str | None = None
 
     @property
+    def final(self) -> Path:
+        return self.target.path
+
+    @property
     def partial(self) -> Path:
-        return self.final.with_name(self.final.name + PARTIAL_SUFFIX)
+        return self.target.partial
 
 
 def compress(export: Export) -> None:
     """Gzip, hash and place one export (see the module docstring); a failure leaves no final file and
     no ``.partial`` behind and is kept in ``export.error``."""
-    partial = export.partial
     digest = hashlib.sha256()
     try:
         dump, export.dump = export.dump, None
         if dump is not None:
             dump(export.scratch.path_for(export.plain_name))
-        gzip_into(export.scratch.path_for(export.plain_name), partial, export.root, digest)
-        try:
-            place(partial, export.final, export.root)
-        finally:
-            partial.unlink()
+        with open(export.scratch.path_for(export.plain_name), "rb") as source:
+            gzip_stream(source, export.target.handle, export.final.name, digest)
+        export.target.place()
         export.sha256 = digest.hexdigest()
     except BaseException as exc:  # noqa: BLE001 - kept for the hook that reports it
         export.error = exc
+        export.target.abandon()
     finally:
         export.scratch.remove(export.plain_name)
 
@@ -114,11 +120,17 @@ def gzip_into(plain: Path, packed: Path, root: Path, digest: Any = None) -> Path
     recompresses it line by line at level 9, several times slower than exporting plain JSON and
     compressing it in large blocks here (bench/bench_torch_overhead.py measures both)."""
     with open(plain, "rb") as source, new_file(packed, root) as raw:
-        sink = raw if digest is None else _Hashing(raw, digest)
-        name = packed.name[:-3] if packed.name.endswith(".gz") else packed.name
-        with gzip.GzipFile(filename=name, mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
+        gzip_stream(source, raw, packed.name, digest)
     return packed
+
+
+def gzip_stream(source: Any, raw: Any, name: str, digest: Any = None) -> None:
+    """Compress the binary file object ``source`` into ``raw`` as one gzip member naming ``name`` (without
+    its ``.gz``), feeding the compressed bytes to ``digest`` when given. ``raw`` is left open."""
+    sink = raw if digest is None else _Hashing(raw, digest)
+    name = name[:-3] if name.endswith(".gz") else name
+    with gzip.GzipFile(filename=name, mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL) as target:
+        shutil.copyfileobj(source, target, 1 << 20)
 
 
 def gzip_beside(plain: Path) -> Path:
@@ -149,7 +161,7 @@ class TraceWriter:
     with :meth:`finished` (from their next hook call) and wait for the rest with :meth:`wait`."""
 
     def __init__(self) -> None:
-        self._queue: "queue.SimpleQueue[Export]" = queue.SimpleQueue()
+        self._queue: "queue.SimpleQueue[Export | Callable[[], None]]" = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._finished: "collections.deque[Export]" = collections.deque()
@@ -159,14 +171,31 @@ class TraceWriter:
     def submit(self, export: Export) -> None:
         with self._lock:
             self._pending.append(export)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="rlprof-torch-writer", daemon=True)
-                self._thread.start()
+            self._start()
         self._queue.put(export)
+
+    def then(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on the writer's thread after every export handed over so far: a backend finalized
+        while some of its traces were still being written closes its scratch directory this way, so those
+        traces still reach their names if the process lives long enough. Its failure is logged."""
+        with self._lock:
+            self._start()
+        self._queue.put(action)
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="rlprof-torch-writer", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
         while True:
             export = self._queue.get()
+            if not isinstance(export, Export):
+                try:
+                    export()
+                except Exception:  # noqa: BLE001 - a clean-up; the traces are what matters
+                    log.exception("rlprof torch: a clean-up after writing traces failed")
+                continue
             compress(export)
             with self._lock:  # finished() rebuilds the deque under this lock: no append may fall between
                 export.done.set()

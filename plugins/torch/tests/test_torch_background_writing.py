@@ -18,6 +18,7 @@ import time
 import pytest
 
 import rlprof
+from rlprof import layout
 from rlprof.cli import main as rlprof_cli
 from rlprof.manifest import read_records
 from rlprof_torch import writer
@@ -94,11 +95,29 @@ def test_finalize_waits_up_to_its_limit_and_says_what_it_left_unfinished(make_co
     assert any("step1" in w["message"] and writer.WAIT_ENV in w["message"] for w in warnings)
 
 
+def test_a_trace_finalize_left_unfinished_still_reaches_its_name_if_the_process_lives(make_config, held_writer,
+                                                                                     monkeypatch):
+    release, _ = held_writer
+    monkeypatch.setenv(writer.WAIT_ENV, "0")
+    prof = rlprof.Profiler(make_config(steps=(1,)), roles=("actor", "ref"))
+    prof.start_step(1)
+    with prof.role("actor", "update"):
+        sum(range(1000))
+    prof.step_boundary()
+    [record] = prof.finalize()
+    assert record["state"] == "writing"
+    release.set()  # the process goes on: the export its finalize did not wait for completes
+    assert writer.process_writer().wait_idle(30)
+    final = prof.run.run_dir / record["path"]
+    assert json.loads(gzip.decompress(final.read_bytes()))["rlprof"]["capture"] == "step1"
+    assert not list(prof.run.run_dir.rglob("*.partial")) and not list(prof.run.run_dir.rglob(".rlprof-scratch-*"))
+
+
 def test_a_trace_that_cannot_be_written_is_an_error_and_listed_failed(make_config, monkeypatch, capsys):
     def disk_full(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "place", disk_full)
+    monkeypatch.setattr(layout, "place", disk_full)
     prof = rlprof.Profiler(make_config(steps=(1,)), roles=("actor", "ref"))
     prof.start_step(1)
     with prof.role("actor", "update"):

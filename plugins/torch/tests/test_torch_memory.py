@@ -12,6 +12,7 @@ import torch
 
 import rlprof
 from pathlib import Path
+from rlprof.manifest import read_records
 from rlprof_torch import memory_options
 from rlprof_torch.memory import NO_CUDA, TorchMemoryBackend
 from rlprof_torch.memory_options import record_arguments, validate
@@ -201,6 +202,30 @@ def test_dump_on_oom_writes_a_snapshot_when_the_allocator_fails(make_config, run
     assert any("CUDA out of memory on device 0" in r.getMessage() and oom["path"].split("/")[-1] in r.getMessage()
                for r in caplog.records)
     assert len([a for a in artifacts if a.get("trigger") != "oom"]) == 1  # the window's own snapshot too
+
+
+def test_two_profilers_of_one_run_and_rank_in_one_process_keep_both_snapshots(make_config, run_training, monkeypatch):
+    """A worker set up twice (issue 40): the second Profiler's windows have the first one's directories; each
+    snapshot is kept, under its own name, listed once, and the OOM snapshots of both too."""
+    import pickle
+
+    recorder = RecorderStandIn(monkeypatch)
+    config = memory_config(make_config)
+    config["global_profiler"]["steps"] = [1]
+    runs = []
+    for n in range(2):
+        prof = rlprof.Profiler(config, roles=("actor", "ref"), run_id="twice")
+        prof.start_step(1)
+        recorder.observers[-1](0, 2 << 30, 80 << 30, 1 << 20)  # an OOM in each
+        prof.step_boundary()
+        runs.append(prof.finalize())
+    run_dir = prof.run.run_dir
+    paths = [a["path"] for artifacts in runs for a in artifacts]
+    assert len(paths) == 4 and len(set(paths)) == 4 and all(p.endswith(".memory_snapshot.pickle") for p in paths)
+    on_disk = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*.pickle"))
+    assert on_disk == sorted(paths)
+    assert all(pickle.loads((run_dir / p).read_bytes())["device_traces"] for p in paths)
+    assert not [r for r in read_records([run_dir]) if r["type"] == "error"]
 
 
 def test_dump_on_oom_false_attaches_nothing(make_config, run_training, monkeypatch):

@@ -51,14 +51,12 @@ from enum import Enum, unique
 from pathlib import Path
 from typing import Any, Mapping
 
+from rlprof.config.sections import ENGINE_TOOLS, not_captured_reason
 from rlprof.hookspecs import hookimpl
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
 from rlprof.integrations.loops import waitable_from_here
 
 log = logging.getLogger("rlprof")
-
-ENGINE_TOOLS = ("torch", "npu")
-"""The backends an engine's profiler can stand in for (verl: "agent loop only support torch and npu profiler")."""
 
 REGION = ("rollout", "generate")
 """The region a replica's generate call is: ``rollout_generate``."""
@@ -75,6 +73,8 @@ class ReplicaState(Enum):
     UNPROFILED = "this replica's rollout is never profiled (not selected, or no profiling): steps run, nothing is captured"
     FOREIGN = ("the Profiler's rollout backend is not the engine's stand-in: the replica leaves the Profiler alone "
                "(no step, no region)")
+    TIMED = ("no selected tool can capture a replica (:func:`~rlprof.config.sections.replica_not_captured`): steps "
+             "and the rollout_generate region are recorded, each capture is skipped with that reason")
     CAPTURES = "the engine's profiler captures on the profiled steps"
     ENGINE_OFF = ("the engine does not profile (its directory is not writable, or it died): steps and the "
                   "rollout_generate region are still recorded, each capture is skipped with a reason")
@@ -146,6 +146,9 @@ class EngineReplica:
         backends = prof.backends
         tool = next((t for t in prof.plan.tools if t in ENGINE_TOOLS), None)
         stand_in = backends.plugins.get(tool) if backends is not None and tool else None
+        if tool is None and backends is not None and all(isinstance(p, _Inert) for p in backends.plugins.values()):
+            self.state = ReplicaState.TIMED  # engine_backends' inert tools: each capture is a skip saying why
+            return
         if not isinstance(stand_in, EngineStandIn):
             # verl: "agent loop only support torch and npu profiler". A Profiler built with the real backends
             # would run torch.profiler beside the engine's: this replica then leaves it alone entirely.
@@ -450,10 +453,11 @@ def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
 
 def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
     """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything, each named
-    by :func:`replica_file_name`. Recorded (``ctx.add_artifact``) with ``replica_rank`` and ``engine``;
-    returns where each file is now. A file that cannot be moved stays where it is and is recorded
-    there: never lost."""
-    from rlprof.layout import place
+    by :func:`replica_file_name` (or its first free numbered name where that is taken:
+    :func:`rlprof.layout.place_reserved`). Recorded (``ctx.add_artifact``) with ``replica_rank`` and
+    ``engine``; returns where each file is now. A file that cannot be moved stays where it is and is
+    recorded there: never lost."""
+    from rlprof.layout import place_reserved
 
     target_dir = ctx.output_dir()
     root = ctx.run.run_dir
@@ -463,7 +467,7 @@ def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, en
         name = replica_file_name(source.name, prefix, replica_rank)
         where = source
         try:
-            where = place(source, target_dir / name, root)
+            where = place_reserved(source, target_dir / name, root)
             os.unlink(source)
         except Exception as exc:
             ctx.warn(f"could not move {source} into {target_dir}: {type(exc).__name__}: {exc}; listed where it is")
@@ -557,12 +561,6 @@ class _Inert:
     def start_role(self, ctx):
         if ctx.opens_capture and self.reason:
             ctx.skip(self.reason)
-
-
-def not_captured_reason(tool: str) -> str:
-    """Why ``tool`` captures nothing in a rollout replica (said once per replica, in the verdict)."""
-    return (f"{tool} does not capture the rollout engine: an agent-loop replica's server profiles its engine with "
-            f"{' or '.join(ENGINE_TOOLS)} only (verl's rule); rlprof still times rollout_generate")
 
 
 def engine_captures(config: Any) -> bool:

@@ -30,7 +30,7 @@ import threading
 import weakref
 from typing import Any, Callable, Mapping
 
-from rlprof.integrations.verl import run_signals
+from rlprof.integrations.verl import global_keys, run_signals
 from rlprof.integrations.verl.models import worker_module
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source, tools_of
 from rlprof.notices import say_once
@@ -140,7 +140,8 @@ class DistProfiler:
         self._regions: dict[Any, Any] = {}
 
         world = self._world(rank, config, kwargs)
-        cfg = load_config(rlprof_source(config, tool_config, self.roles)).with_overrides(caller_steps=True)
+        cfg = load_config(rlprof_source(config, tool_config, self.roles, global_keys.received())).with_overrides(
+            caller_steps=True)  # global_keys: rlprof's own global_profiler keys, from the trainer's config
         role_cfg = cfg.roles[self.role]
         role_selected(role_cfg, rank, world)  # ranks outside the world: an error naming the key (when enabled)
         # verl's check_this_rank: rank selection alone, whatever enable and tool say (its calls pair it
@@ -160,7 +161,7 @@ class DistProfiler:
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
             run_id = self._prof.run.run_id
-            run_signals.watch(run_id, functools.partial(_finalize_process, run_id))
+            run_signals.watch(run_id, functools.partial(_finalize_process, run_id), str(self._prof.run.run_dir))
 
     def _world(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
         """The number of ranks: what the caller or the environment says (``world_size``, ``WORLD_SIZE``),

@@ -11,10 +11,12 @@ the worker classes are built on rlprof's ``DistProfilerExtension`` and construct
 ``DistProfiler``.
 
 In the driver (a process that installs before it joins Ray), :func:`install` also registers the exit
-callback that waits for every profiling process of the run to finalize before the job ends
-(:func:`rlprof.integrations.verl.run_signals.finish_at_exit`). In every process, it times the trainer's
-unprofiled steps should the process run verl's trainer (``main_ppo`` runs it in a ``TaskRunner`` actor, not
-in the driver; :mod:`rlprof.integrations.verl.trainer_steps`).
+callback that waits for every profiling process of the run to finalize before the job ends, then prints
+where the profile is (:func:`rlprof.integrations.verl.run_signals.finish_at_exit`). In every process, it
+times the trainer's unprofiled steps should the process run verl's trainer (``main_ppo`` runs it in a
+``TaskRunner`` actor, not in the driver; :mod:`rlprof.integrations.verl.trainer_steps`), and hands rlprof's
+own ``global_profiler`` keys from the trainer's config on to every worker
+(:mod:`rlprof.integrations.verl.global_keys`).
 
 Three ways to switch it on, all equivalent:
 
@@ -36,7 +38,7 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.integrations.verl import dist_profiler, extension, phases, run_signals, trainer_steps, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, global_keys, phases, run_signals, trainer_steps, vllm_server
     from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
@@ -44,6 +46,7 @@ def install() -> None:
         export_run_id()  # a local cluster's workers inherit it
         run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
     trainer_steps.watch()  # where the trainer runs (verl's TaskRunner actor): its unprofiled steps, timed there
+    global_keys.watch()  # where the trainer is built: rlprof's own global_profiler keys, handed on to every worker
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module
 
@@ -84,10 +87,11 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
-    from rlprof.integrations.verl import dist_profiler, extension, on_import, phases, trainer_steps, vllm_server
+    from rlprof.integrations.verl import dist_profiler, extension, global_keys, on_import, phases, trainer_steps, vllm_server
 
     on_import.forget(vllm_server.MODULE)
     trainer_steps.forget()
+    global_keys.forget()
     for name in phases.TRAINERS:
         on_import.forget(name)
         if name in sys.modules:

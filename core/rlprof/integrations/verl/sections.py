@@ -9,6 +9,12 @@ what a user wrote and nothing else:
   ``tool_config`` (``ProfilerConfig(tool="torch", enable=True)`` leaves them so): treated as unset;
 * ``name`` fields of verl's tool-config dataclasses (``TorchProfilerScheduleConfig.name ==
   "torch_schedule"``): a label of the class, never something the user set.
+
+One is put back: ``_target_``, verl's marker of a section its config generated, which its dataclasses
+carry empty. A verl dataclass is marked with its class (``verl.utils.profiler.config.TorchProfilerToolConfig``,
+what verl's YAML writes), so that rlprof reads a worker's section as ``rlprof check`` reads the same
+YAML: ``discrete: false`` in it is verl's default, not a choice that outvotes ``global_profiler.discrete``
+(:func:`rlprof.config.unselected.written_by_verl`).
 """
 
 from __future__ import annotations
@@ -16,15 +22,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from rlprof.config.fields import VERL_MARKER, mirrored_keys
 from rlprof.config.schema import ROLE_PATHS, ROLES
+from rlprof.config.sections import GlobalConfig
 
 MISSING = "???"
 
 PROFILER_KEYS = ("enable", "all_ranks", "ranks", "discrete")
 """Keys of verl's role section that go to each hosted role's ``profiler`` section."""
-GLOBAL_KEYS = ("save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks",
-               "global_tool_config")
-"""Keys of verl's role section that are global in rlprof (verl mirrors them into every role)."""
+GLOBAL_KEYS = tuple(sorted(mirrored_keys(GlobalConfig) - {"tool"})) + ("global_tool_config",)
+"""Keys of verl's role section that are global in rlprof: those verl mirrors into every role (declared
+``mirrored``; ``tool`` is read apart, as a list) and ``global_tool_config``, a field of verl's
+``ProfilerConfig`` that its config leaves unset. rlprof's other global keys come from the trainer
+(:mod:`rlprof.integrations.verl.global_keys`)."""
 
 HOSTED_ROLES = {
     "actor_rollout_ref": ("actor", "rollout", "ref"),
@@ -64,6 +74,8 @@ def plain(value: Any) -> Any:
             item = getattr(value, f.name)
             if f.name == "name" and _from_verl(value) and item == f.default:
                 continue
+            if f.name == VERL_MARKER and _from_verl(value) and not item:  # verl generated it: say so (module doc)
+                item = f"{type(value).__module__}.{type(value).__qualname__}"
             if item == MISSING:
                 continue
             out[f.name] = plain(item)
@@ -114,13 +126,16 @@ def role_section(config: Any, tool_config: Any) -> dict[str, Any]:
     return section
 
 
-def rlprof_source(config: Any, tool_config: Any, roles: tuple[str, ...]) -> dict[str, Any]:
+def rlprof_source(config: Any, tool_config: Any, roles: tuple[str, ...],
+                  from_trainer: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The rlprof configuration (verl's layout) of a process hosting ``roles`` whose verl worker was
     given the role section ``config`` and the tool's settings ``tool_config``.
 
     The section applies to every hosted role (verl builds one profiler per worker from the section of
     its main role). ``tool_config`` wins over ``config.tool_config.<tool>`` for the first tool, as in
-    verl, where the worker passes it explicitly.
+    verl, where the worker passes it explicitly. ``from_trainer``: rlprof's own ``global_profiler`` keys
+    set in the trainer's config, which no role section carries
+    (:func:`rlprof.integrations.verl.global_keys.received`).
     """
     tools = tools_of(config)
     role_section: dict[str, Any] = {}
@@ -143,6 +158,8 @@ def rlprof_source(config: Any, tool_config: Any, roles: tuple[str, ...]) -> dict
         value = field(config, key)
         if value is not None:
             global_section[key] = plain(value)
+    for key, value in (from_trainer or {}).items():
+        global_section.setdefault(key, value)
     if global_section.get("finish_hook_ranks") == []:
         del global_section["finish_hook_ranks"]  # verl's "unset": the profiled ranks
     if not isinstance(global_section.get("global_tool_config"), dict) or not global_section.get("global_tool_config"):
