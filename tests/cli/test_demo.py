@@ -58,6 +58,19 @@ def test_rollout_vllm_draws_no_warning_about_its_own_config():
     assert any("always profiled in discrete mode" in w for w in own.warnings)
 
 
+def test_slow_in_needs_a_slow_rank_and_a_region_the_ranks_run(tmp_path, capsys):
+    """``--slow-in`` slows ``--slow-rank`` inside a region; without a rank, or in generation that vLLM
+    replicas run, it is refused before Ray starts, naming what is allowed."""
+    from rlprof.demo import command
+
+    assert command.main(["--slow-in", "rollout_generate", "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
+    assert "--slow-in rollout_generate: needs --slow-rank" in capsys.readouterr().err
+    assert command.main(["--slow-rank", "0", "--slow-in", "rollout_generate", "--rollout", "vllm",
+                         "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
+    assert "allowed: ref_compute_log_prob, actor_compute_log_prob" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
 def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
     from rlprof.demo import command
 
