@@ -158,10 +158,11 @@ def test_how_many_samples_it_takes_to_tell(n, m, told):
     only where twice that is at most 1%."""
     from rlprof.analysis.compare import told as judged
 
-    assert judged([1.0] * n, [2.0] * m) == told
+    assert judged([10.0] * n, [20.0] * m) == told
     if told == "slower":
-        assert judged([1.0, 3.0] + [2.0] * (n - 2), [2.5] * m) == "inside the noise"
-        assert judged([2.0] * n, [1.0] * m) == "faster"
+        assert judged([10.0, 30.0] + [20.0] * (n - 2), [25.0] * m) == "inside the noise"
+        assert judged([20.0] * n, [10.0] * m) == "faster"
+        assert judged([1.0] * n, [1.5] * m) == "inside the noise"  # clear to the test, under the 1 ms floor
 
 
 def test_mann_whitney_p_values_match_the_tables():
@@ -175,3 +176,30 @@ def test_mann_whitney_p_values_match_the_tables():
     assert mann_whitney(a, [4.5, 4.7, 4.8, 7, 8])[1] == pytest.approx(0.056, abs=0.001)  # 3 pairs
     above, p = mann_whitney(list(range(60)), [x + 30 for x in range(60)])  # 435 pairs with A above, 30 ties (half each)
     assert above == 60 * 60 - 435 - 15 and p < 1e-6
+
+
+@pytest.mark.parametrize("per_rank", [False, True])
+def test_every_text_line_shows_the_verdict_json_gives_it(tmp_path, capsys, monkeypatch, per_rank):
+    """Issue 40: where both runs' traces said which part moved, the text put "moved most: ..." in place of
+    the row's verdict (two identical demo runs read ``+52.6%  moved most: compute +0.36 ms`` while
+    ``--json`` said "inside the noise"). Both are rendered here from the same runs, with traces that
+    say a part moved in every region; each text line holds its row's verdict and note, as JSON gives them."""
+    import rlprof.analysis.compare as compare
+
+    monkeypatch.setattr(compare, "add_inside", lambda reports, warn=None: None)
+    monkeypatch.setattr(compare, "moved", lambda a, b, region, name=None: "compute +0.36 ms")
+    a, b = two_runs(tmp_path, jitter=0.2, b_slow={(0, "ref_compute_log_prob"): 2.0, (1, "ref_compute_log_prob"): 2.0})
+    ranks = ["--ranks"] if per_rank else []
+    code, data = compare_json(capsys, a, b, *ranks)
+    assert main([str(a), str(b), *ranks]) == code == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index("") + 1:]
+    told = {c["change"] for c in data["changes"]}
+    assert {"slower", "inside the noise"} <= told  # both kinds of row are shown
+    assert len(table) == len(data["changes"]) + 1  # the header, then one line per row, in the same order
+    for line, c in zip(table[1:], data["changes"]):
+        assert line.split()[0] == c["region"] and (not per_rank or c["name"] in line)
+        said = "clearly " + c["change"] if c["change"] in ("slower", "faster") else c["change"]
+        assert said in line, (line, c)
+        assert c["note"] == ("" if c["region"] == STEP_ROW else "moved most: compute +0.36 ms")
+        assert line.endswith(c["note"]), (line, c)

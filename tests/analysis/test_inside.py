@@ -51,7 +51,7 @@ def test_a_rank_whose_extra_time_was_waiting_is_no_straggler_and_the_late_rank_i
     report = report_with_slow_rank(tmp_path)
     assert [(s.region, s.time.rank) for s in report.anatomy.stragglers] == [("actor_update", 1)]
     rows, files, ms = rows_for(report, waited=1.0)  # all of rank 1's excess was the wait
-    report.inside = inside_of(report, rows, files, straggler_pct=25.0)
+    report.inside = inside_of(report, rows, files)
     assert report.anatomy.stragglers == []
     assert all(not r.stragglers for s in report.anatomy.steps for r in s.regions)
     [waited] = report.inside.waits
@@ -67,7 +67,7 @@ def test_a_rank_whose_extra_time_was_waiting_is_no_straggler_and_the_late_rank_i
 def test_a_rank_slow_in_its_own_work_stays_a_straggler(tmp_path):
     report = report_with_slow_rank(tmp_path)
     rows, files, ms = rows_for(report, waited=0.0)
-    report.inside = inside_of(report, rows, files, straggler_pct=25.0)
+    report.inside = inside_of(report, rows, files)
     assert [(s.region, s.time.rank) for s in report.anatomy.stragglers] == [("actor_update", 1)]
     assert report.inside.waits == []
 
@@ -75,7 +75,7 @@ def test_a_rank_slow_in_its_own_work_stays_a_straggler(tmp_path):
 def test_splits_are_joined_to_the_manifest_regions_with_skew_naming_the_rank(tmp_path):
     report = report_with_slow_rank(tmp_path)
     rows, files, ms = rows_for(report, waited=0.0)
-    inside = inside_of(report, rows, files, straggler_pct=25.0)
+    inside = inside_of(report, rows, files)
     assert [(s.region, s.name) for s in inside.splits] == [("actor_update", "rank 0"), ("actor_update", "rank 1")]  # no ProfilerStep row
     idle = next(k for k in inside.skews if k.component == "idle_ms")
     values = [0.2 * ms[0], ms[1] - 0.8 * ms[0]]
@@ -88,10 +88,10 @@ def test_splits_are_joined_to_the_manifest_regions_with_skew_naming_the_rank(tmp
 def test_compare_names_the_component_that_moved(tmp_path):
     a, b = report_with_slow_rank(tmp_path / "a"), report_with_slow_rank(tmp_path / "b")
     rows, files, _ = rows_for(a, waited=0.0)
-    a.inside = inside_of(a, rows, files, straggler_pct=25.0)
+    a.inside = inside_of(a, rows, files)
     rows, files, _ = rows_for(b, waited=0.0)
     rows[0].idle_ms += 5.0
-    b.inside = inside_of(b, rows, files, straggler_pct=25.0)
+    b.inside = inside_of(b, rows, files)
     assert moved(a, b, "actor_update", "rank 0") == "idle +5.00 ms"
     assert moved(a, a, "actor_update") is None  # nothing moved
     b.inside = None
@@ -108,7 +108,7 @@ def test_copies_show_as_every_copy_and_as_the_part_no_kernel_covers_in_text_json
         r = row(files[rank].path, rank, "actor_update", 10.0, 6.0, 3.0, 1.0)
         r.device, r.overlap_ms, r.exposed_communication_ms, r.memory_ms, r.exposed_memory_ms = "cuda", 1.0, 2.0, 3.0, 1.0
         rows.append(r)
-    report.inside = inside_of(report, rows, {f.path: f for f in report.files}, straggler_pct=25.0)
+    report.inside = inside_of(report, rows, {f.path: f for f in report.files})
     [split] = {(s.memory_ms, s.exposed_memory_ms) for s in report.inside.splits}
     assert split == (3.0, 1.0)
     [first, _] = report.inside.as_dict()["splits"]
@@ -127,7 +127,7 @@ def test_copies_show_as_every_copy_and_as_the_part_no_kernel_covers_in_text_json
     files = {f.rank: f for f in other.files}
     for r, rank in zip(rows, (0, 1)):
         r.path, r.exposed_memory_ms, r.idle_ms, r.memory_ms = files[rank].path, 2.0, 0.0, 4.0  # idle became copying
-    other.inside = inside_of(other, rows, {f.path: f for f in other.files}, straggler_pct=25.0)
+    other.inside = inside_of(other, rows, {f.path: f for f in other.files})
     assert moved(report, other, "actor_update") == "exposed memory +1.00 ms"
 
 

@@ -48,7 +48,7 @@ def test_each_profiled_step_shows_its_cost_beside_unprofiled_steps(save_path, mo
     text = render(report)
     assert "step 2: 150.0 ms, of which profiling 50.0 ms (33%: writing 50.0 ms)" in text
     assert "unprofiled steps: median 100.0 ms over 3 steps" in text
-    assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; more than 20%)" in text
+    assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; step 3: 33%), closing its captures after the step" in text
 
 
 def report_with_a_wait(save_path, monkeypatch, *, step: int, ms: float):

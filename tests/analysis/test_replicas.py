@@ -71,7 +71,7 @@ def test_the_text_report_names_replicas_apart_from_ranks(tmp_path, capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.strip().startswith("rollout_generate"))
     assert line.split()[1:7] == ["2", "400.0", "600.0", "800.0", "replica", "1"] and line.endswith("straggler: replica 1")
-    assert "step 1 rollout_generate: replica 1 (node0) 800.0 ms vs median 600.0 ms (+33%)" in out
+    assert "step 1 rollout_generate: replica 1 (node0) 800.0 ms vs the others' median 400.0 ms (+100%)" in out
     step = next(x for x in out.splitlines() if x.startswith("step 1: "))
     assert "over 2 ranks (each: median" in step and "on rank " in step  # the step's own times: the trainer ranks'
     outside = next(x for x in out.splitlines() if x.strip().startswith("(outside regions)"))

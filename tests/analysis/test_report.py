@@ -74,7 +74,7 @@ def test_text_report_shows_the_anatomy_and_flags_stragglers(tmp_path, capsys):
     assert "step 1: " in out and "first start to last end over 4 ranks (each: median" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("rollout_generate"))
     assert line.split()[1:6] == ["4", "40.0", "40.0", "60.0", "rank"] and "straggler: rank 3" in line
-    assert "step 1 rollout_generate: rank 3 (node0) 60.0 ms vs median 40.0 ms (+50%)" in out
+    assert "step 1 rollout_generate: rank 3 (node0) 60.0 ms vs the others' median 40.0 ms (+50%)" in out
     assert "problems: none" in out
     # a higher threshold: no flag
     assert main([str(tmp_path), "--straggler-pct", "60"]) == 0
@@ -86,11 +86,13 @@ def test_text_report_shows_the_anatomy_and_flags_stragglers(tmp_path, capsys):
 def test_stragglers_stand_clear_of_the_noise(tmp_path, seed):
     """Issue 34: two runs of the same code flagged 2 stragglers, then 0. Here every duration varies by up to
     20% at random (seeds 1-7; the rule without the noise term flagged 1 to 9 processes in each) and no
-    process is slower: nobody straggles. Rank 2 really 60% slower in actor_update is still flagged, alone."""
+    process is slower: nobody straggles. Rank 2 really 2x slower in actor_update is still flagged, alone
+    (60% slower was, before issue 40 asked the margin to lie beyond the noise: 60% over the median, less a
+    noise of up to 40%, is not 25% clear of it)."""
     generate_run(tmp_path / "noise", ranks=4, steps=(1, 2, 3, 4, 5), jitter=0.2, seed=seed)
     [noise] = build_reports([tmp_path / "noise"])
     assert noise.anatomy.stragglers == []
-    generate_run(tmp_path / "slow", ranks=4, steps=(1, 2, 3, 4, 5), jitter=0.2, seed=seed, slow={(2, "actor_update"): 1.6})
+    generate_run(tmp_path / "slow", ranks=4, steps=(1, 2, 3, 4, 5), jitter=0.2, seed=seed, slow={(2, "actor_update"): 2.0})
     [slow] = build_reports([tmp_path / "slow"])
     flagged = [(s.region, s.time.name) for s in slow.anatomy.stragglers]
     assert set(flagged) == {("actor_update", "rank 2")} and len(flagged) >= 3  # in most of the 5 steps

@@ -1,5 +1,6 @@
-"""The analysis commands on real runs: two 2-worker ``rlprof demo`` runs (end-to-end and discrete) on
-local Ray with the real torch backend, read back by ``report``, ``timeline``, ``compare`` and the HTML page.
+"""The analysis commands on real runs: two 2-worker ``rlprof demo`` runs (end-to-end, six profiled steps,
+the run test_compare_demo.py reads too; discrete, two) on local Ray with the real torch backend, read
+back by ``report``, ``timeline``, ``compare`` and the HTML page.
 
 This is the acceptance of issue 15: ``report --json`` holds the anatomy fields for every region and
 still works after the traces are removed; the timeline holds both ranks as named processes with
@@ -9,10 +10,11 @@ their roles' slices; ``compare`` of the two runs lists every region; the HTML re
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from demo_runs import SIX_STEPS, cli  # tests/analysis/demo_runs.py
 
 pytestmark = pytest.mark.slow
 
@@ -20,24 +22,14 @@ REGIONS = {"rollout_generate": "rollout", "ref_compute_log_prob": "ref", "actor_
 ANATOMY_FIELDS = {"min_ms", "median_ms", "max_ms", "slowest_rank", "share_of_step"}
 
 
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlprof.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+STEPS = {"e2e": [1, 2, 3, 4, 5, 6], "discrete": [1, 2]}
 
 
 @pytest.fixture(scope="module")
-def demo_runs(tmp_path_factory) -> dict[str, Path]:
-    """``{"e2e": run_dir, "discrete": run_dir}``: two real demo runs, profiling steps 1 and 2 on both ranks."""
-    pytest.importorskip("ray")
-    pytest.importorskip("rlprof_torch")
-    base = tmp_path_factory.mktemp("demo-runs")
-    runs = {}
-    for mode, extra in (("e2e", []), ("discrete", ["--discrete"])):
-        save = base / mode
-        proc = cli("demo", "--workers", 2, "--steps", "1,2", "--save-path", save, *extra, cwd=base)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        [runs[mode]] = [p for p in save.iterdir() if p.is_dir()]
-    return runs
+def demo_runs(demo_run) -> dict[str, Path]:
+    """``{"e2e": run_dir, "discrete": run_dir}``: two real demo runs on both ranks, profiling the steps
+    :data:`STEPS` names (the end-to-end one shared with test_compare_demo.py)."""
+    return {"e2e": demo_run("six", *SIX_STEPS), "discrete": demo_run("discrete", "--steps", "1,2", "--discrete")}
 
 
 @pytest.mark.parametrize("mode", ["e2e", "discrete"])
@@ -46,7 +38,7 @@ def test_report_json_has_the_anatomy_of_every_region_and_survives_removed_traces
     proc = cli("report", run_dir, "--json")
     assert proc.returncode == 0, proc.stderr
     [run] = json.loads(proc.stdout)["runs"]
-    assert run["ok"] is True and [s["step"] for s in run["steps"]] == [1, 2]
+    assert run["ok"] is True and [s["step"] for s in run["steps"]] == STEPS[mode]
     for step in run["steps"]:
         assert step["median_ms"] > 0 and {p["rank"] for p in step["per_rank"]} == {0, 1}
         regions = {r["region"]: r for r in step["regions"]}
@@ -60,7 +52,7 @@ def test_report_json_has_the_anatomy_of_every_region_and_survives_removed_traces
         assert gaps and sum(g["ms"] for g in gaps) <= step["untracked_ms"] + 0.01, step
         neighbours = {f"rank {rank} {name}" for rank in (0, 1) for name in REGIONS} | {None}
         assert all(g["after"] in neighbours and g["before"] in neighbours and g["ms"] > 0 for g in gaps), gaps
-    expected_files = 2 * 2 if mode == "e2e" else 2 * 2 * len(REGIONS)  # per step x rank (x region)
+    expected_files = len(STEPS[mode]) * 2 * (1 if mode == "e2e" else len(REGIONS))  # per step x rank (x region)
     assert len(run["files"]) == expected_files and all(f["exists"] for f in run["files"])
     assert run["total_size"] == sum(f["size"] for f in run["files"])
 
@@ -86,9 +78,9 @@ def test_timeline_has_both_ranks_as_named_processes_with_their_role_slices(demo_
     for pid in ours.values():
         slices = [e for e in events if e["ph"] == "X" and e["pid"] == pid and e.get("cat") == "rlprof.region"]
         assert {(e["name"], threads[pid, e["tid"]], e["args"]["step"]) for e in slices} == {
-            (name, role, step) for name, role in REGIONS.items() for step in (1, 2)}
+            (name, role, step) for name, role in REGIONS.items() for step in STEPS["e2e"]}
         steps = [e for e in events if e["ph"] == "X" and e["pid"] == pid and e.get("cat") == "rlprof.step"]
-        assert sorted(e["name"] for e in steps) == ["ProfilerStep#1", "ProfilerStep#2"]
+        assert sorted(e["name"] for e in steps) == [f"ProfilerStep#{step}" for step in STEPS["e2e"]]
         # the torch trace's own ranges, merged on the same clock, fall inside the manifest's regions
         for region in slices:
             theirs = [e for e in events if e["pid"] == pid and e.get("cat") == "user_annotation" and e["name"] == region["name"]
@@ -120,5 +112,5 @@ def test_html_of_a_demo_run_renders_in_chromium(demo_runs, tmp_path):
                           "--proxy-server=http://127.0.0.1:9", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count('<rect class="segment" data-region="actor_update"') == 2  # one per step
+    assert dom.stdout.count('<rect class="segment" data-region="actor_update"') == len(STEPS["e2e"])  # one per step
     assert dom.stdout.count('<rect class="cell') == 2 * len(REGIONS)  # 2 ranks x 4 regions

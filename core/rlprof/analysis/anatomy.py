@@ -31,13 +31,16 @@ rank's, so the two are never merged or named alike). Definitions (one place, use
   timed its own phases in the step (``phase`` records: verl's trainer's ``timing_s/*``), the outside
   time is also given per phase: each instant of it goes to the innermost (shortest) phase around it,
   and what no phase covers is ``(no phase)``.
-* A process straggles in a region when its time exceeds the region's median by more than
-  ``straggler_pct`` percent *and* by more than :data:`STRAGGLER_FLOOR` of the step's median time (so
-  microsecond noise in tiny regions is not flagged) *and* by more than the region's **noise** as the other
-  processes show it: the widest step-to-step range (max minus min over the profiled steps) of any other
-  process's time in the region (0 with a single step). A process slow in one step by no more than the
-  others vary anyway is not a straggler: two runs of the same code flagged different processes at random
-  before this rule (issue 34: 2 flags, then 0).
+* A process straggles in a region when its excess over the *other* processes' median (with two, the
+  other's time; its own left out, so it does not pull up its reference) **stands clear** of the noise
+  (:mod:`rlprof.analysis.noise`): it passes the noise by ``straggler_pct`` percent of that median and by
+  the floor (1 ms, or 1% of the step's median time). The noise is how much processes differ anyway: the
+  widest step-to-step range (over the profiled steps) of any other process's deviation from the others'
+  median in that region (0 with a single step); what moves every process alike (warm-up, the machine's
+  load) is no difference between them. A process slow in one step by no more than the others vary anyway
+  is not a straggler: two runs of the same code flagged different processes at random before the noise
+  counted (issue 34: 2 flags, then 0), and 2 ms demo regions 1 ms apart were flagged before the margins
+  were counted beyond it (issue 40).
 """
 
 from __future__ import annotations
@@ -46,13 +49,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from rlprof.analysis.noise import bar_ms, between_processes, others_medians
 from rlprof.roles import ROLES
 
 STRAGGLER_PCT = 25.0
-"""Default: a process more than 25% over the region's median across processes straggles."""
-
-STRAGGLER_FLOOR = 0.01
-"""...and more than 1% of the step's median time over it."""
+"""Default: a process whose time passes the other processes' median by the noise and 25% of that median
+(and the floor) straggles."""
 
 GAPS = 3
 """How many of a step's largest gaps outside regions are named."""
@@ -247,6 +249,12 @@ class Straggler:
     region: str
     time: RankTime
     median_ms: float
+    """The median of the *other* processes' times in the region in that step (with two, the other's)."""
+    noise_ms: float = 0.0
+    """The noise it stood clear of (module docstring)."""
+    bar_ms: float = 0.0
+    """How far past ``median_ms`` it had to be to stand clear (:func:`rlprof.analysis.noise.bar_ms`): the
+    noise and the margins (:mod:`rlprof.analysis.inside` judges it again less a wait with the same margins)."""
 
     @property
     def over_pct(self) -> float:
@@ -388,8 +396,8 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
             rs = Spread.of(list(per_rank.values()))
             share = rs.median_ms / span_ms if span_ms else None
             slow = _stragglers(rs, spread, straggler_pct, noise.get(name, {}))
-            stragglers += [Straggler(step, name, t, rs.median_ms) for t in slow]
-            regions.append(RegionTime(step, name, role, depth, parent, rs, share, slow,
+            stragglers += [Straggler(step, name, t, others, noise.get(name, {}).get(t.key, 0.0), bar) for t, others, bar in slow]
+            regions.append(RegionTime(step, name, role, depth, parent, rs, share, [t for t, _, _ in slow],
                                       errors.get((step, name), []), iterations.get((step, name), {})))
         covered = _covered_ns(intervals.get(step, []), start, end) / 1e6 if start is not None else 0.0
         written = 0.0
@@ -463,27 +471,25 @@ def _phase_record(record: dict[str, Any]) -> bool:
 
 
 def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dict[str, dict[int, float]]:
-    """Region -> process -> how much the *other* processes' times in it vary from step to step: the
-    largest of their ranges (max minus min over the profiled steps; module docstring)."""
-    by_process: dict[str, dict[int, list[float]]] = {}
+    """Region -> process -> the noise of its difference from the others there (module docstring;
+    :func:`rlprof.analysis.noise.between_processes`)."""
+    by_region: dict[str, list[dict[int, float]]] = {}
     for (_, name), cell in region_times.items():
-        for who, t in cell.items():
-            by_process.setdefault(name, {}).setdefault(who, []).append(t.ms)
-    noise: dict[str, dict[int, float]] = {}
-    for name, per in by_process.items():
-        ranges = sorted(((max(ms) - min(ms), who) for who, ms in per.items() if len(ms) > 1), reverse=True)
-        if ranges:
-            widest, second = ranges[0], ranges[1][0] if len(ranges) > 1 else 0.0
-            noise[name] = {who: second if who == widest[1] else widest[0] for who in per}
-    return noise
+        by_region.setdefault(name, []).append({who: t.ms for who, t in cell.items()})
+    return {name: between_processes(steps) for name, steps in by_region.items()}
 
 
-def _stragglers(region: Spread, step: Spread | None, pct: float, noise_ms: dict[int, float]) -> list[RankTime]:
+def _stragglers(region: Spread, step: Spread | None, pct: float,
+                noise_ms: dict[int, float]) -> list[tuple[RankTime, float, float]]:
+    """``(process, the others' median, the bar)`` for each process whose excess over the other processes'
+    median stands clear of the noise (:func:`rlprof.analysis.noise.bar_ms`: the noise, and ``pct``
+    percent of that median or the floor)."""
     if len(region.per_rank) < 2:
         return []
-    floor = STRAGGLER_FLOOR * step.median_ms if step else 0.0
-    return [t for t in region.per_rank
-            if t.ms > region.median_ms * (1 + pct / 100.0) and t.ms - region.median_ms > max(floor, noise_ms.get(t.key, 0.0))]
+    step_ms = step.median_ms if step else None
+    others = others_medians({t.key: t.ms for t in region.per_rank})
+    bars = {t.key: bar_ms(noise_ms.get(t.key, 0.0), others[t.key], pct / 100.0, step_ms) for t in region.per_rank}
+    return [(t, others[t.key], bars[t.key]) for t in region.per_rank if t.ms - others[t.key] > bars[t.key]]
 
 
 def _summaries(steps: list[StepTime], order: list[str], shape: dict) -> list[RegionSummary]:

@@ -18,11 +18,20 @@ communication, exposed memory, idle: :mod:`rlprof.analysis.inside`; ``--no-trace
 
 Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
 across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
-when the Mann-Whitney U test over the two sides' samples gives a two-sided p-value of at most
-:data:`CHANCE` (1%): when nothing changed, both sides' samples are exchangeable and such a result
-happens by chance at most 1% of the time (half of that as "slower"): a CI gate on a dozen rows must
-not fail one run in two on noise. Its direction (slower, faster) is where most pairs of samples
-point. The most extreme result, every sample of one side beyond every sample of the other, has
+when both hold:
+
+* the Mann-Whitney U test over the two sides' samples gives a two-sided p-value of at most
+  :data:`CHANCE` (1%): when nothing changed, both sides' samples are exchangeable and such a result
+  happens by chance at most 1% of the time (half of that as "slower"): a CI gate on a dozen rows must
+  not fail one run in two on noise. Its direction (slower, faster) is where most pairs of samples point;
+* the change (B's time minus A's) **stands clear** of the noise (:mod:`rlprof.analysis.noise`, the rule
+  every flag of the analysis follows): it passes the widest step-to-step range of any one process's time
+  in either run (of the step times, for ``(step)``) by 5% of A's time and by the floor (1 ms, or 1% of A's
+  step time). A machine whose load changes between two runs moves every sample of the second (two runs of
+  the same demo on the shared 2-core VM: a region's median 3.5x apart), which the test alone calls clear;
+  a run whose own steps vary that much shows it in its processes' ranges.
+
+The most extreme ordering, every sample of one side beyond every sample of the other, has
 probability ``2 / C(n+m, n)`` (n, m samples); where even that is above 1% (4 or fewer samples a side)
 the row says *too few samples to tell*; otherwise a change that is not clear is *inside the noise*.
 
@@ -46,6 +55,7 @@ from typing import Any, Sequence
 
 from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
 from rlprof.analysis.inside import add_inside, moved
+from rlprof.analysis.noise import MARGIN, spread, stands_clear
 from rlprof.analysis.runs import RunReport, build_reports
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
@@ -75,6 +85,9 @@ class Samples:
     ms: float
     values: list[float]
     """Per compared step and process (see the module's definitions)."""
+    noise_ms: float = 0.0
+    """The widest step-to-step range of one process's time (:func:`rlprof.analysis.noise.spread` of its
+    times over the compared steps; the step times for ``(step)`` across processes)."""
 
     @property
     def spread(self) -> list[float]:
@@ -94,6 +107,8 @@ class Change:
     moved: str | None = None
     """Which part of the region moved most (``exposed comm +3.20 ms``), from both runs' traces
     (:func:`rlprof.analysis.inside.moved`); None when they are not on this disk, or for the step."""
+    step_ms: float | None = None
+    """A's step time (the median over its compared steps): the floor a change must pass (:func:`told`)."""
 
     @property
     def a_ms(self) -> float | None:
@@ -106,7 +121,10 @@ class Change:
     @property
     def told(self) -> str:
         """:data:`SLOWER`, :data:`FASTER`, :data:`NOISE` or :data:`TOO_FEW`; "" for a row in one run only."""
-        return "" if self.a is None or self.b is None else told(self.a.values, self.b.values)
+        if self.a is None or self.b is None:
+            return ""
+        return told(self.a.values, self.b.values, ms=(self.a.ms, self.b.ms), noise_ms=max(self.a.noise_ms, self.b.noise_ms),
+                    step_ms=self.step_ms)
 
     @property
     def name(self) -> str | None:
@@ -129,6 +147,11 @@ class Change:
             return "only in A" if self.b_ms is None else "only in B"
         return f"moved most: {self.moved}" if self.moved else ""
 
+    @property
+    def said(self) -> str:
+        """The text's last column: the verdict (:func:`_said`), then the note, as ``--json`` gives both."""
+        return "; ".join(part for part in (_said(self.told), self.note) if part)
+
     def as_dict(self) -> dict[str, Any]:
         pct = self.change_pct
         side = {f"{k}_{field}": None if v is None else value(v)
@@ -140,12 +163,18 @@ class Change:
                 "change": self.told, "note": self.note}
 
 
-def told(a: Sequence[float], b: Sequence[float]) -> str:
-    """Whether B's samples stand clear of A's noise (module docstring: "Noise")."""
+def told(a: Sequence[float], b: Sequence[float], *, ms: tuple[float, float] | None = None, noise_ms: float | None = None,
+         step_ms: float | None = None) -> str:
+    """Whether B's samples stand clear of the noise of both runs (module docstring: "Noise"). ``ms``: the
+    times compared, A's and B's (default: the samples' medians); ``noise_ms``: the widest step-to-step range
+    of a process in either run (default: each side's samples taken as one process's); ``step_ms``: A's step
+    time, which sets the floor (:func:`rlprof.analysis.noise.floor_ms`)."""
     if 2 / math.comb(len(a) + len(b), len(a)) > CHANCE:
         return TOO_FEW
     above, p = mann_whitney(a, b)
-    if p > CHANCE:
+    a_ms, b_ms = ms or (statistics.median(a), statistics.median(b))
+    noise = max(spread(a), spread(b)) if noise_ms is None else noise_ms
+    if p > CHANCE or not stands_clear(abs(b_ms - a_ms), noise, a_ms, MARGIN, step_ms):
         return NOISE
     return SLOWER if above > len(a) * len(b) / 2 else FASTER
 
@@ -225,18 +254,21 @@ def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], 
             for t in (step.spread.per_rank if step.spread else []):
                 by_row.setdefault((STEP_ROW, _process(t)), {}).setdefault(_process(t), []).append(t.ms)
     times = {row: Samples(statistics.median(statistics.median(ms) for ms in per_process.values()),
-                          [x for ms in per_process.values() for x in ms])
+                          [x for ms in per_process.values() for x in ms], max(spread(ms) for ms in per_process.values()))
              for row, per_process in by_row.items()}
     spans = [step.span_ms for step in steps if step.span_ms is not None]
     if spans and not per_rank:
-        times[STEP_ROW, ACROSS] = Samples(statistics.median(spans), spans)
+        times[STEP_ROW, ACROSS] = Samples(statistics.median(spans), spans, spread(spans))
     return times
 
 
 def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
     """Every region (and process) of either run, the largest absolute change first."""
     ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
-    changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1]) for region, who in set(ta) | set(tb)]
+    spans = [s.span_ms for s in compared_steps(a.anatomy) if s.span_ms is not None]
+    step_ms = statistics.median(spans) if spans else None
+    changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1], step_ms=step_ms)
+               for region, who in set(ta) | set(tb)]
     return sorted(changes, key=lambda c: (-abs(c.change_ms), c.region, -1 if c.name is None else process_order(c.rank, c.replica_rank)))
 
 
@@ -258,13 +290,14 @@ def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool
     lines = [_side_line("A", a), _side_line("B", b),
              "times: per process the median over compared steps, then the median across processes; (step): the median step time"
              if not per_rank else "times: each process's median over compared steps",
-             "spread: min-max of the samples (each compared step and process); clearly: a Mann-Whitney test over them, p <= 1%", ""]
+             "spread: min-max of the samples (each compared step and process); clearly: a Mann-Whitney test over them, p <= 1%, "
+             "and a change past every process's own step-to-step range (docs/analysis.md, \"Noise\")", ""]
     head = ["region"] + (["process"] if per_rank else []) + ["A ms", "A spread", "B ms", "B spread", "change ms", "change", ""]
     rows = [tuple(head)]
     for c in changes:
         cells = [c.region] + ([c.name or "-"] if per_rank else []) + [
             _ms(c.a), _spread(c.a), _ms(c.b), _spread(c.b),
-            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.note or _said(c.told)]
+            f"{c.change_ms:+.2f}", "-" if c.change_pct is None else f"{c.change_pct:+.1f}%", c.said]
         rows.append(tuple(cells))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
@@ -292,7 +325,7 @@ def _spread(side: Samples | None) -> str:
 
 
 def _said(told_as: str) -> str:
-    """The note column: a clear change says so; noise and too few samples say that."""
+    """A row's verdict in words: a clear change says so; noise and too few samples say that ("" in one run only)."""
     return f"clearly {told_as}" if told_as in (SLOWER, FASTER) else told_as
 
 

@@ -93,6 +93,9 @@ class ProfilingCost:
     """Waits on profiling paid in a step that was not profiled (a replica still exporting the last
     profiled step's trace when the next ``generate`` came), ms per step: profiling's cost all the same,
     and part of that step's time above."""
+    unprofiled_steps_ms: tuple[float, ...] = ()
+    """Each unprofiled step's time, as :attr:`unprofiled_ms` takes them: their spread is the noise the
+    verdict judges profiling's cost against (:mod:`rlprof.analysis.noise`)."""
 
     @property
     def costly(self) -> list[StepCost]:
@@ -171,7 +174,7 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
     return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms),
-                         paid_unprofiled)
+                         paid_unprofiled, tuple(round(ms, 3) for ms in plain_ms))
 
 
 def _unprofiled_phases(phases: dict[int, dict[str, float]], profiled: Collection[int]) -> dict[str, float]:

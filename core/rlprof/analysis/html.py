@@ -253,7 +253,7 @@ def _stragglers(anatomy: Anatomy) -> str:
                    f"<td>{s.time.ms:.2f}</td><td>{s.median_ms:.2f}</td><td>+{s.over_pct:.0f}%</td></tr>"
                    for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms)))
     return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
-            f"<th>process</th><th>ms</th><th>median ms</th><th>over</th></tr>{rows}</table>")
+            f"<th>process</th><th>ms</th><th>the others' median ms</th><th>over</th></tr>{rows}</table>")
 
 
 SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "exposed_memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}

@@ -13,11 +13,14 @@ What it adds to a :class:`~rlprof.analysis.runs.RunReport` (``report.inside``):
 * one :class:`Split` per (step, region, process) the manifest knows and a trace covers: the rows of
   docs/analysis.md ("Inside a region"), added up when the region ran twice in the step;
 * per (step, region, component) the cross-process **skew**, (max − min) / mean, naming the process
-  with the most, flagged above :data:`SKEW_FLAG` (as msprof-analyze does);
+  with the most, flagged when that process stands clear of the others as a straggler does
+  (:mod:`rlprof.analysis.noise`): its excess over the other processes' median passes the noise of the
+  differences between processes in that component by :data:`SKEW_FLAG` of that median
+  (msprof-analyze's threshold) and by the floor (1 ms, or 1% of the step);
 * **waits**: a process that spent a part of a region waiting in a collective for a later rank is
   named with the rank it waited for and how late that rank entered the region; a process flagged as
-  a straggler whose excess over the median is that wait is *not* a straggler (the late rank is the
-  cause), and its flag is taken off the anatomy.
+  a straggler that would not stand clear of the noise without that wait is *not* a straggler (the late
+  rank is the cause), and its flag is taken off the anatomy.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rlprof.analysis.anatomy import REPLICAS_AFTER, STRAGGLER_PCT, RankTime, process_name
+from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
 from rlprof.analysis.breakdown import Row
 from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
+from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path
 
@@ -41,8 +45,9 @@ LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "
 SHOWN = (*COMPONENTS, "memory_ms")
 """What the report's table and the HTML page show per region: the parts, then every copy's time."""
 
-SKEW_FLAG = 0.05
-"""A component whose (max − min) / mean across processes exceeds 5% is flagged (msprof-analyze's threshold)."""
+SKEW_FLAG = MARGIN
+"""A component whose largest value passes the other processes' median by the noise, 5% of that median
+(msprof-analyze flags skews above 5%) and the floor is flagged."""
 
 WAIT_SHOWN = 0.05
 """A wait is said when it is more than 5% of the waiting process's time in the region."""
@@ -93,10 +98,8 @@ class Skew:
     """(max − min) / mean across the processes that ran the region."""
     most: str
     """The process with the largest value."""
-
-    @property
-    def flagged(self) -> bool:
-        return self.skew > SKEW_FLAG
+    flagged: bool = False
+    """The difference stands clear of the noise (module docstring)."""
 
 
 @dataclass
@@ -141,7 +144,7 @@ class Inside:
     def as_dict(self) -> dict[str, Any]:
         return {"splits": [{**asdict(s), "name": s.name, "communication_transfer_ms": s.communication_transfer_ms}
                            for s in self.splits],
-                "skew": [{**asdict(k), "flagged": k.flagged} for k in self.skews],
+                "skew": [asdict(k) for k in self.skews],
                 "waits": [{**asdict(w), "line": w.line()} for w in self.waits],
                 "errors": [{"path": path, "reason": reason} for path, reason in self.errors]}
 
@@ -154,7 +157,7 @@ def short_collective(name: str) -> str:
     return name
 
 
-def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER_PCT, workers: int = 2,
+def add_inside(reports: Sequence[RunReport], *, workers: int = 2,
                warn: Callable[[str], None] | None = None) -> None:
     """Set ``report.inside`` from the reports' traces a backend can read: those on this disk, and
     for those that stay on another node, the rows that node shipped to this run directory."""
@@ -175,7 +178,7 @@ def add_inside(reports: Sequence[RunReport], *, straggler_pct: float = STRAGGLER
         here = [Path(p) for p, f in files.items() if f.exists]
         rows, errors = breakdown(here, workers=workers, answers=answers,
                                  shipped=[away[report.run_id][p] for p, f in files.items() if not f.exists])
-        report.inside = inside_of(report, rows, files, straggler_pct)
+        report.inside = inside_of(report, rows, files)
         report.inside.errors = errors
         for path, reason in errors:
             if warn:
@@ -192,7 +195,7 @@ def _shipped_rows(report: RunReport, f: File) -> FileRows | None:
     return None
 
 
-def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], straggler_pct: float) -> Inside:
+def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File]) -> Inside:
     """Join trace rows to the manifest's (step, region, process), then the skews and the waits."""
     order = {(s.step, r.region): i for i, (s, r) in enumerate((s, r) for s in report.anatomy.steps for r in s.regions)}
     joined: dict[tuple[int, str, int], Split] = {}
@@ -204,8 +207,8 @@ def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File], st
         key = (step, row.region, f.rank if f.replica_rank is None else REPLICAS_AFTER + f.replica_rank)
         joined[key] = _added(joined.get(key), row, step, f)
     inside = Inside(splits=sorted(joined.values(), key=lambda s: (order[(s.step, s.region)], s.rank, s.replica_rank or 0)))
-    inside.skews = _skews(inside.splits)
-    inside.waits = _waits(report, inside, straggler_pct)
+    inside.skews = _skews(inside.splits, {s.step: s.spread.median_ms for s in report.anatomy.steps if s.spread})
+    inside.waits = _waits(report, inside)
     return inside
 
 
@@ -223,28 +226,53 @@ def _added(split: Split | None, row: Row, step: int, f: File) -> Split:
     return split
 
 
-def _skews(splits: list[Split]) -> list[Skew]:
+def _skews(splits: list[Split], step_ms: dict[int, float]) -> list[Skew]:
+    """Every (step, region, component) skew across processes, flagged where the process with the most
+    stands clear of the others as a straggler does in a region's time (:mod:`rlprof.analysis.noise`): its
+    excess over the other processes' median passes the noise of the differences between processes in that
+    component (:func:`~rlprof.analysis.noise.between_processes`) by :data:`SKEW_FLAG` of that median and by
+    the floor."""
     cells: dict[tuple[int, str], list[Split]] = {}
     for s in splits:
         cells.setdefault((s.step, s.region), []).append(s)
+    steps: dict[tuple[str, str], list[dict[str, float]]] = {}
+    """(region, component) -> per step, each process's value"""
+    for (_, region), members in cells.items():
+        for component in COMPONENTS:
+            steps.setdefault((region, component), []).append({s.name: getattr(s, component) for s in members})
+    noise = {key: between_processes(values) for key, values in steps.items()}
     skews = []
     for (step, region), members in cells.items():
         if len(members) < 2:
             continue
         for component in COMPONENTS:
-            values = [getattr(s, component) for s in members]
-            mean = statistics.fmean(values)
+            values = {s.name: getattr(s, component) for s in members}
+            mean = statistics.fmean(values.values())
             if mean > 0:
-                most = max(members, key=lambda s: getattr(s, component))
-                skews.append(Skew(step, region, component, (max(values) - min(values)) / mean, most.name))
+                most = max(members, key=lambda s: getattr(s, component)).name
+                others = others_medians(values)[most]
+                clear = stands_clear(values[most] - others, noise[region, component].get(most, 0.0), others, SKEW_FLAG,
+                                     step_ms.get(step))
+                skews.append(Skew(step, region, component, (max(values.values()) - min(values.values())) / mean, most, clear))
     return skews
 
 
-def _waits(report: RunReport, inside: Inside, straggler_pct: float) -> list[Waited]:
-    """The waits worth saying, and stragglers whose excess was a wait taken off the anatomy."""
+def _waits(report: RunReport, inside: Inside) -> list[Waited]:
+    """The waits worth saying, and stragglers whose excess was a wait taken off the anatomy: judged again
+    on every process's time less its wait (the noise, the others' median and the excess alike), a
+    straggler that no longer stands clear was late only because another rank was."""
     entered: dict[tuple[int, str, str], RankTime] = {(s.step, r.region, t.name): t
                                                      for s in report.anatomy.steps for r in s.regions for t in r.spread.per_rank}
     flagged = {(s.step, s.region, s.time.name): s for s in report.anatomy.stragglers}
+    waited = {(s.step, s.region, s.name): s.communication_wait_ms or 0.0 for s in inside.splits}
+    own: dict[tuple[int, str], dict[str, float]] = {}
+    """(step, region) -> process -> its time less its wait"""
+    for (step, region, name), t in entered.items():
+        own.setdefault((step, region), {})[name] = t.ms - waited.get((step, region, name), 0.0)
+    by_region: dict[str, list[dict[str, float]]] = {}
+    for (_, region), values in own.items():
+        by_region.setdefault(region, []).append(values)
+    own_noise = {region: between_processes(steps) for region, steps in by_region.items()}
     waits = []
     for s in inside.splits:
         wait = s.communication_wait_ms or 0.0
@@ -255,7 +283,11 @@ def _waits(report: RunReport, inside: Inside, straggler_pct: float) -> list[Wait
         same_host = waiter is not None and other is not None and waiter.host == other.host
         late_by = (other.start_ns - waiter.start_ns) / 1e6 if same_host and other.start_ns and waiter.start_ns else None
         straggler = flagged.get((s.step, s.region, s.name))
-        excused = straggler is not None and straggler.time.ms - wait <= straggler.median_ms * (1 + straggler_pct / 100.0)
+        excused = False
+        if straggler is not None:
+            values = own[s.step, s.region]
+            margin = straggler.bar_ms - straggler.noise_ms  # the margins it had to pass, beyond the noise
+            excused = values[s.name] - others_medians(values)[s.name] <= own_noise[s.region].get(s.name, 0.0) + margin
         if excused:
             _unflag(report, straggler)
         waits.append(Waited(s.step, s.region, s.name, wait, s.waited_in, late, late_by, excused))

@@ -247,7 +247,7 @@ def _straggler_lines(anatomy: Anatomy) -> list[str]:
         lines.append("")
         lines.append(f"stragglers ({len(anatomy.stragglers)}):")
         for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms))[:FILES_SHOWN]:
-            lines.append(f"  step {s.step} {s.region}: {s.time.name} ({s.time.host}) {s.time.ms:.1f} ms vs median {s.median_ms:.1f} ms (+{s.over_pct:.0f}%)")
+            lines.append(f"  step {s.step} {s.region}: {s.time.name} ({s.time.host}) {s.time.ms:.1f} ms vs the others' median {s.median_ms:.1f} ms (+{s.over_pct:.0f}%)")
         if len(anatomy.stragglers) > FILES_SHOWN:
             lines.append(f"  ... and {len(anatomy.stragglers) - FILES_SHOWN} more (--json lists all)")
     return lines
@@ -321,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--html", action="store_true", help="write a self-contained HTML page (to -o FILE, else report.html)")
     add_output_arguments(parser, default=HTML_DEFAULT, what="where --html writes")
     parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
-                        help=f"flag a rank more than this many percent over a region's median (default {STRAGGLER_PCT:g})")
+                        help=f"flag a rank more than this many percent over the other ranks' median in a region, beyond the "
+                             f"run's own noise (default {STRAGGLER_PCT:g}; docs/analysis.md, \"Noise\")")
     parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details (their {DETAILS_HOOK} hook)")
     parser.add_argument("--no-traces", action="store_true",
                         help="do not read the run's traces for the split inside each region (compute / exposed comm / memory / idle)")
@@ -349,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not opts.no_details:
         add_details(reports, warn=lambda line: print(line, file=sys.stderr))
     if not opts.no_traces:
-        add_inside(reports, straggler_pct=opts.straggler_pct, warn=lambda line: print(line, file=sys.stderr))
+        add_inside(reports, warn=lambda line: print(line, file=sys.stderr))
     if opts.html:
         from rlprof.analysis.html import render_page
 

@@ -6,7 +6,9 @@ lines say why: a backend that cannot capture on that machine, a backend error, n
 reached) or when the plan expected something that is missing: a step x role a backend wrote nothing
 for, fewer capture windows than planned, a file cut mid-write, a process that never finalized, a backend error, a worker
 the Ray controller lost. A backend that cannot capture on a machine while another one did is said,
-but does not fail the run.
+but does not fail the run. Profiling's cost (:mod:`rlprof.analysis.cost`) is warned of, in one line that
+says where the time went, only where it stands clear of the unprofiled steps' noise
+(:mod:`rlprof.analysis.noise`); it never fails the run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from rlprof.analysis.cost import COST_WARN_SHARE
+from rlprof.analysis.cost import COST_WARN_SHARE, ProfilingCost, StepCost
+from rlprof.analysis.noise import spread, stands_clear
 from rlprof.analysis.runs import File, RunReport, build_reports, role_index, size_text
 
 @dataclass
@@ -61,9 +64,7 @@ def verdict_lines(report: RunReport) -> list[str]:
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
     lines += skip_lines(report.skipped, {(p.host, p.pid): p.name for p in report.processes})
-    if report.cost is not None:
-        lines += [f"warning: profiling took {s.share:.0%} of profiled step {s.step} ({s.profiling_ms:.1f} of {s.total_ms:.1f} ms; "
-                  f"more than {COST_WARN_SHARE:.0%})" for s in report.cost.costly]
+    lines += cost_lines(report.cost)
     lines += [f"warning: rank {w['rank']}: {w.get('backend') or w.get('kind')}: {w['message']}"
               for w in report.warnings if w.get("kind") == "backend"]
     if report.anatomy.has_timings:
@@ -79,6 +80,35 @@ def verdict_lines(report: RunReport) -> list[str]:
     lines.append(ok_line if report.ok else
                  f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
     return lines
+
+
+def costly_steps(cost: ProfilingCost | None) -> list[StepCost]:
+    """The profiled steps whose profiling cost stands clear of the unprofiled steps' noise
+    (:mod:`rlprof.analysis.noise`): it passes their spread by :data:`~rlprof.analysis.cost.COST_WARN_SHARE`
+    of the step and by the floor (1 ms, or 1% of the median unprofiled step)."""
+    if cost is None:
+        return []
+    noise = spread(cost.unprofiled_steps_ms)
+    return [s for s in cost.steps if stands_clear(s.profiling_ms, noise, s.total_ms, COST_WARN_SHARE, cost.unprofiled_ms)]
+
+
+def cost_lines(cost: ProfilingCost | None) -> list[str]:
+    """One warning when profiling's cost of a profiled step stands clear of the noise (:func:`costly_steps`):
+    the step it took most of, the others' shares, and where the time went, so that a large share on a
+    short step reads as what it is."""
+    costly = costly_steps(cost)
+    if not costly:
+        return []
+    worst = max(costly, key=lambda s: s.share)
+    others = "".join(f"; step {s.step}: {s.share:.0%}" for s in costly if s is not worst)
+    line = (f"warning: profiling took {worst.share:.0%} of profiled step {worst.step} "
+            f"({worst.profiling_ms:.1f} of {worst.total_ms:.1f} ms{others})")
+    if worst.waits_ms > worst.writing_ms:
+        return [line + ", waiting for a rollout replica still writing its capture (docs/analysis.md, \"The verdict\")"]
+    short = cost.unprofiled_ms is not None and worst.profiling_ms > cost.unprofiled_ms
+    return [line + ", closing its captures after the step: that time follows how many events a capture holds, not how "
+            "long the step ran" + (f", and is more than a whole unprofiled step ({cost.unprofiled_ms:.1f} ms) here" if short else "")
+            + " (docs/analysis.md, \"The verdict\")"]
 
 
 def _nothing_because(report: RunReport) -> str:

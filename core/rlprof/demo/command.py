@@ -37,6 +37,9 @@ VIEWERS = (
 actually wrote is hinted (a pyspy-only run gets no torch hint)."""
 PERTURBABLE = ("embed", "rnn", "head")
 """The layers of the demo's policy (:class:`rlprof.demo.grpo.TinyPolicy`) ``--perturb`` can change."""
+SLOWABLE = ("rollout_generate", "ref_compute_log_prob", "actor_compute_log_prob")
+"""The regions ``--slow-in`` can make ``--slow-rank`` slower in: those that end in no collective (in
+``actor_update`` the all-reduce would make every rank wait for the slow one, and each look as slow)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
                    help="make this rank late on purpose: after its rollout it enters actor update --slow-ms late (a slow "
                         "hand-off from rollout to training), so the other ranks wait for it in the gradient all-reduce")
     p.add_argument("--slow-ms", type=float, default=30.0, help="how late --slow-rank is, in ms (default: 30)")
+    p.add_argument("--slow-in", choices=SLOWABLE, default=None, metavar="REGION",
+                   help="make --slow-rank spend --slow-ms longer inside this region instead of entering actor update "
+                        f"late: a straggler, which no collective hides ({', '.join(SLOWABLE)})")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p
 
@@ -127,6 +133,11 @@ def _run(opts: argparse.Namespace) -> int:
     try:
         preflight.check_flags(opts.workers, opts.train_steps, opts.timeout, opts.nodes)
         preflight.check_slow_rank(opts.slow_rank, opts.slow_ms, opts.workers)
+        if opts.slow_in is not None and opts.slow_rank is None:
+            raise preflight.Refusal(f"--slow-in {opts.slow_in}: needs --slow-rank, the rank to slow there")
+        if opts.slow_in == "rollout_generate" and opts.rollout == "vllm":
+            raise preflight.Refusal("--slow-in rollout_generate: with --rollout vllm the replicas generate, not the ranks; "
+                                    "allowed: ref_compute_log_prob, actor_compute_log_prob")
         replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
@@ -161,7 +172,7 @@ def _run(opts: argparse.Namespace) -> int:
     try:
         run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
                     say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
-                    late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None)
+                    late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED

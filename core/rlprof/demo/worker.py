@@ -21,11 +21,15 @@ from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_lo
 
 class PolicyWorker(ProfiledWorker):
     def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0, perturb: str | None = None,
-                 late_ms: float = 0.0):
+                 late_ms: float = 0.0, slow_in: str | None = None):
         """``late_ms``: enter actor update that late (``rlprof demo --slow-rank``): a rank whose hand-off from
-        rollout to training lags, which the others then wait for in the gradient all-reduce."""
+        rollout to training lags, which the others then wait for in the gradient all-reduce. With ``slow_in``
+        (a region: ``rollout_generate``, ``ref_compute_log_prob``, ``actor_compute_log_prob``; ``rlprof demo
+        --slow-in``) the rank spends ``late_ms`` more inside that region instead: a straggler, which no
+        collective hides (the others wait for it between regions)."""
         torch.set_num_threads(1)  # several workers share few cores
         self.late_ms = late_ms
+        self.slow_in = slow_in
         torch.manual_seed(seed)  # the same initial weights on every rank, as after a broadcast
         self.rank, self.world_size, self.sizes = rank, world_size, sizes
         self.policy = TinyPolicy(sizes)
@@ -48,6 +52,7 @@ class PolicyWorker(ProfiledWorker):
         prompts = prompts.repeat_interleave(self.sizes.group_size, dim=0)
         with self.profiler.role("rollout", "generate", module=self.policy):
             responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration)
+            self._slow("rollout_generate")
         self.batch = {"prompts": prompts, "responses": responses}
         return responses
 
@@ -59,18 +64,20 @@ class PolicyWorker(ProfiledWorker):
     def compute_ref_log_prob(self) -> None:
         with self.profiler.role("ref", "compute_log_prob", module=self.ref), torch.no_grad():
             self.batch["ref_log_probs"] = self._log_probs(self.ref)
+            self._slow("ref_compute_log_prob")
 
     def compute_log_prob(self) -> None:
         """The actor's log-probs before the update (GRPO's "old" policy)."""
         with self.profiler.role("actor", "compute_log_prob", module=self.policy), torch.no_grad():
             self.batch["old_log_probs"] = self._log_probs(self.policy)
+            self._slow("actor_compute_log_prob")
 
     def update_actor(self, advantages: torch.Tensor) -> dict[str, float]:
         """One optimiser step over all micro-batches (one iteration each), gradients averaged over ranks."""
         batch = self.batch
         rows = batch["prompts"].shape[0]
         losses, kls = [], []
-        if self.late_ms:
+        if self.late_ms and self.slow_in is None:
             time.sleep(self.late_ms / 1000.0)
         with self.profiler.role("actor", "update", module=self.policy):
             self.optimizer.zero_grad()
@@ -84,6 +91,11 @@ class PolicyWorker(ProfiledWorker):
             self._all_reduce_gradients()
             self.optimizer.step()
         return {"loss": sum(losses) / len(losses), "kl": sum(kls) / len(kls)}
+
+    def _slow(self, region: str) -> None:
+        """Inside ``region``: spend ``late_ms`` more in it when it is the one this rank is slow in (``--slow-in``)."""
+        if self.late_ms and self.slow_in == region:
+            time.sleep(self.late_ms / 1000.0)
 
     def _micro_batches(self) -> list[slice]:
         rows, size = self.batch["prompts"].shape[0], self.sizes.micro_batch
