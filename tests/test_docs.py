@@ -57,6 +57,16 @@ def test_the_spec_and_the_registry_agree_on_the_hooks():
     assert sorted(spec_hooks()) == sorted(HOOKS)
 
 
+@pytest.mark.parametrize("block, hooks", [
+    ("hooks", [h for h in hookspecs.HOOKS if h not in hookspecs.OUTSIDE_A_RUN]),
+    ("hooks outside a run", list(hookspecs.OUTSIDE_A_RUN))])
+def test_the_hook_sections_are_generated_from_the_spec(guide, block, hooks):
+    """One source: a hook is documented in its docstring, the guide's sections regenerated from it."""
+    generated = guide.split(f"<!-- {block}: begin -->\n", 1)[1].split(f"<!-- {block}: end -->", 1)[0]
+    assert generated == hookspecs.hook_reference(hooks), (
+        "regenerate the hook sections of docs/writing-a-backend.md with rlprof.hookspecs.hook_reference()")
+
+
 @pytest.mark.parametrize("hook", spec_hooks())
 def test_every_hook_is_documented_with_its_exact_signature(guide, hook):
     assert signature(hook) in guide, f"docs/writing-a-backend.md lacks the signature of {hook}: add `{signature(hook)}`"

@@ -317,6 +317,14 @@ def finalize_context(run: RunInfo, backend: str, tool_config: Mapping[str, Any],
     return ctx
 
 
+def build(cls: type, run: RunInfo, backend: str, tool_config: Mapping[str, Any], capture: Capture | None,
+          ends_group: tuple[int, ...], /, **fields: Any) -> Any:
+    """A context of any :class:`HookContext` class, taking what the constructors above take: for a hook
+    off the hot path (:meth:`rlprof.runtime.registry.Backends.call`), whose class needs no constructor of
+    its own (the dataclass's, called with keywords: slower, and a missing field fails as loudly)."""
+    return cls(run=run, backend=backend, tool_config=tool_config, capture=capture, ends_group=ends_group, **fields)
+
+
 CONSTRUCTORS = {StepContext: step_context, RoleContext: role_context, IterationContext: iteration_context,
                 FinalizeContext: finalize_context}
 """Each lifecycle context class -> its one constructor (tests/runtime/test_registry.py checks each

@@ -116,8 +116,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def validate_tool_config(tool_config: Mapping[str, Any], key_path: str) -> Mapping[str, Any]:
     """Check and normalise this backend's ``tool_config`` section; return the result.
 
-    Called by the core for every role that is enabled and for ``global_tool_config.<name>``,
-    when a :class:`~rlprof.Profiler` is created and by ``rlprof check``; before any capture.
+    Called by the core for ``global_tool_config.<name>`` on its own (``key_path`` is
+    ``global_profiler.global_tool_config.<name>``) and for every enabled role's section, when a
+    :class:`~rlprof.Profiler` is created and by ``rlprof check``; before any capture.
+    ``rlprof.tool_config.check_keys(tool_config, key_path, used=..., ignored=...)`` and
+    ``rlprof.errors.fail(key, value, allowed)`` word the errors for you; keys verl defines for your tool
+    but you do not use go in ``ignored`` (accepted, not used).
 
     :param tool_config: the section as the user wrote it, with ``global_tool_config.<name>``
         merged under it and the core's keys (``discrete``, ``schedule``, ``profile_token_*``,
@@ -141,7 +145,9 @@ def check_environment() -> list[str]:
     backend. Must not raise and must not start anything.
 
     :returns: human-readable problems (e.g. ``"torch_npu cannot be imported: ..."``); empty when
-        everything needed is there. A problem here is a warning, never a failure of the run.
+        everything needed is there. A problem here is a warning in the log and in the ``process``
+        record, never a failure of the run (a check that raises anyway is recorded as an ``error`` of
+        kind ``environment`` and counted as one problem).
     """
 
 
@@ -196,8 +202,10 @@ def iteration_boundary(ctx: IterationContext) -> Any:
 def stop_role(ctx: RoleContext) -> Any:
     """The region started by the matching :func:`start_role` ends: also when its code raised.
 
-    Close the range; close the capture window if ``ctx.closes_capture``. ``ctx.error`` holds the
-    exception the region raised (the core re-raises it after every backend ran).
+    Close the range; close the capture window if ``ctx.closes_capture`` and return what you wrote.
+    ``ctx.error`` holds the exception the region raised (also when it raised in the last iteration of
+    a sampled window); the core re-raises it unchanged after every backend ran. Do not skip the close
+    because of ``ctx.error``: the capture of a failing region is often the one the user needs.
 
     Calls are last-in-first-out: the region that ends is always the innermost one still open (inner
     regions are closed first, also when a step or the run ends inside them), so a backend may keep a
@@ -232,9 +240,12 @@ def finalize(ctx: FinalizeContext) -> Any:
     or on SIGTERM — whichever comes first; or, for a backend that raised, right after the core
     closed what it had open. If a capture window is still open (the process is ending in the middle
     of a step), the core first calls :func:`stop_role`/:func:`step_boundary` with closes_capture=True
-    so the window is closed the ordinary way.
+    so the window is closed the ordinary way. Make it **idempotent**: a second call must raise
+    nothing, write nothing and return nothing new. Running before Python waits for non-daemon
+    threads, it can stop a thread of the backend's that would otherwise block the exit.
 
-    :param ctx: a :class:`~rlprof.context.FinalizeContext`. ``ctx.tool_config`` is the config of
+    :param ctx: a :class:`~rlprof.context.FinalizeContext` (``ctx.reason``: ``end``, ``exit``,
+        ``signal``, or ``released`` when this backend raised earlier and the core releases it). ``ctx.tool_config`` is the config of
         the process's first selected role. ``ctx.ends_group`` names the steps of the group of captures
         left over (closed since the last group ended), to write now; ``()`` when there is none. ``ctx.relocate_results`` asks to move files the tool wrote
         to fixed places (e.g. Ray's nsight directory) into ``ctx.output_dir()``.
@@ -252,7 +263,7 @@ def worker_runtime_env(ctx: RuntimeEnvContext) -> Mapping[str, Any] | None:
     :param ctx: a :class:`~rlprof.context.RuntimeEnvContext`: the worker's rank and roles, whether
         it will capture at all, and ``expected_captures`` (how many capture windows it will open
         under the plan, None when the plan cannot know).
-    :returns: a runtime_env fragment such as ``{"nsight": {...}}``, or None.
+    :returns: a JSON-serialisable runtime_env fragment such as ``{"nsight": {...}}``, or None.
     """
 
 
@@ -275,10 +286,10 @@ def after_exit(run_dirs: Sequence[Path]) -> int:
     """Move what the tool wrote at process exit into the run, on one node, after the workers exited.
 
     For a tool that writes its output only when the profiled process exits (nsys with
-    ``capture-range-end=repeat``), after ``finalize``: the files are listed as ``pending``. Called by
+    ``capture-range-end=repeat``), after ``finalize``: list those files with kind ``pending``. Called by
     the Ray controller's ``after_exit()`` on each node that has pending files, once the workers there
     have exited, in a fresh instance of the backend class; called again every half second until it
-    returns 0 or the time is up.
+    returns 0 or the time is up (docs/ray.md, "Many nodes").
 
     :param run_dirs: the run's directories on this node.
     :returns: how many files the tool is still writing (0: done). Move what is complete into the
@@ -308,9 +319,21 @@ def cli_commands() -> Mapping[str, CliCommand]:
     not built in, in a fresh instance of the backend class; never for ``rlprof report`` and the other
     built-in commands. Keep it cheap: import what a command needs inside its ``run``.
 
-    :returns: command name -> :class:`CliCommand`. A built-in command's name is never replaced. Raising
-        (or a backend that fails to import) drops its commands with one line naming the distribution
-        and version; every other command still works.
+    :returns: command name -> :class:`CliCommand` (``summary``: the line ``rlprof --help`` shows beside
+        the name; ``run(argv) -> int`` runs the command with the arguments after its name, parsing them,
+        ``--help`` included, and returns the exit status; ``usage``: the synopsis). A built-in command's
+        name is never replaced. Raising (or a backend that fails to import) drops its commands with one
+        line naming the distribution and version; every other command still works.
+
+    rlprof-nsys adds ``rlprof relocate``, rlprof-npu ``rlprof npu-analyse``::
+
+        from rlprof.hookspecs import CliCommand
+
+        class NsysBackend:
+            @rlprof.hookimpl
+            def cli_commands(self):
+                return {"relocate": CliCommand("move pending nsys reports into the run layout", _relocate,
+                                               "PATH... [--wait S]")}
     """
 
 
@@ -345,9 +368,30 @@ def trace_reader() -> TraceReader | None:
     before any file is read. Keep it cheap: return names, import nothing heavy; the reader itself runs in
     other processes (docs/analysis.md, "Inside a region").
 
+    ``TraceReader(patterns, target, format="", not_traces=())``: ``target`` is a function taking a
+    file's path and returning :class:`rlprof.analysis.breakdown.TraceEvents` (its device events, host
+    ops, regions and collective calls; docs/analysis.md, "Inside a region", says what each class
+    means). ``rlprof breakdown DIR`` walks a folder with the patterns, asking every installed reader
+    (as pytest's collector asks each plugin), so a file kind a plugin adds is found there too; among
+    patterns that match one file, the one with more literal characters wins (``trace_view.json`` over
+    ``*.json``). ``not_traces`` names, the same way, what the backend writes beside its traces that is
+    not one (rlprof-npu: ``profiler_info*.json``): a folder walk passes such a file over, saying whose
+    it is, rather than handing it to a reader with a broader pattern (rlprof-torch's ``*.json``). A
+    reader raising on a file costs one line naming the file and the message; the other files are
+    still read.
+
     :returns: a :class:`TraceReader`, or None when this backend's files cannot be split into compute,
         communication, copies and idle. Raising, or a target that fails to import, costs one line naming
         the distribution; the other backends' files are still read.
+
+    rlprof-torch reads Kineto JSON (its own traces, vLLM's and SGLang's)::
+
+        from rlprof.hookspecs import TraceReader
+
+        class TorchBackend:
+            @rlprof.hookimpl
+            def trace_reader(self):
+                return TraceReader(("*.json", "*.json.gz"), "rlprof_torch.kineto_reader:read_trace", "Kineto JSON")
     """
 
 
@@ -358,3 +402,53 @@ OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands"
 HOOKS: tuple[str, ...] = tuple(name for name, spec in list(globals().items()) if hasattr(spec, f"{PROJECT}_spec"))
 """Every hook of this spec, in the order written above (the lifecycle's order): the one list the
 registry, the testing kit and the docs test read."""
+
+
+def hook_reference(hooks: Sequence[str]) -> str:
+    """The sections of docs/writing-a-backend.md for ``hooks``, generated from this module (a test keeps
+    the page equal to it): per hook its name, the first line of its docstring quoted, its exact
+    signature and the rest of the docstring, in Markdown. One source: a hook added here is documented
+    by regenerating the page, never by writing it twice."""
+    import inspect
+    import re
+
+    def markdown(text: str) -> str:
+        text = re.sub(r":\w+:`~rlprof\.context\.(\w+)`", lambda m: f"[`{m.group(1)}`](#{m.group(1).lower()})", text)
+        text = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"`\1`", text)  # :func:`~rlprof.Profiler` -> `Profiler`
+        text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
+        return text.replace("``", "`")
+
+    sections = []
+    for hook in hooks:
+        spec = globals()[hook]
+        lines = inspect.getdoc(spec).splitlines()
+        body: list[str] = []
+        code = False
+        for line in lines[1:]:
+            field = re.match(r":(param (\w+)|returns|raises ([\w.]+)):\s*(.*)", line)
+            if code and (line.startswith("    ") or not line.strip()):
+                body.append(line[4:])  # the example, as written
+                continue
+            if code:
+                body[-1:] = ["```", ""] if not body[-1] else [*body[-1:], "```"]
+                code = False
+            if field:
+                name = field.group(2) and f"`{field.group(2)}`" or field.group(3) and f"raises `{field.group(3)}`" or "returns"
+                body.append(f"* {name}: {markdown(field.group(4))}")
+            elif line.startswith("    ") and body and body[-1].startswith("* "):
+                body[-1] += " " + markdown(line.strip())  # a field's continuation
+            elif line.rstrip().endswith("::"):  # an example follows, indented
+                body += [markdown(line.rstrip()[:-3] if line.rstrip().endswith(" ::") else line.rstrip()[:-1]), "", "```python"]
+                code = True
+            else:
+                body.append(markdown(line))
+        while body and not body[-1].strip():
+            body.pop()
+        while body and not body[0].strip():
+            body.pop(0)
+        if code:
+            body.append("```")
+        text = "\n".join(line for i, line in enumerate(body) if not (line == "" and i > 0 and body[i - 1] == "```python"))
+        signature = str(inspect.signature(spec)).replace("'", "")
+        sections.append(f"### {hook}\n\n> {markdown(lines[0])}\n\n```python\ndef {hook}{signature}\n```\n\n{text}\n")
+    return "\n".join(sections)

@@ -3,17 +3,14 @@
 Each line is a record with a ``type`` and the common fields ``run``, ``rank``, ``host``, ``pid``, ``time``:
 
 * ``process``  — one per Profiler that will profile (colocated Profilers of one process each write
-  one into the shared file; readers take the union of ``roles``): world size, roles, selected roles,
-  steps, mode, tools, save_path, expected captures, schedules, ``environment`` (what each backend
-  said it lacks on that machine, ``check_environment``).
+  one into the shared file; readers take the union of ``roles``): the fields of :class:`ProcessRecord`.
 * ``artifact`` — one file or directory a backend produced: step(s), role(s), region, backend,
   capture, path (relative to the run directory), size in bytes, kind, iterations. A backend that
   writes in the background lists a file twice: ``state: "writing"`` when its capture closes, then
   ``state: "written"`` (its size, ``sha256``) or ``"failed"`` (``error``) once that is settled;
   readers take the pair as one record (:func:`settled_artifacts`), and a ``writing`` left alone names
   a file the process never finished (killed, or still writing when finalize stopped waiting).
-* ``capture``  — one per capture as it closes: ``capture``, ``step``, ``steps``, ``roles``, ``region`` (discrete),
-  ``bytes`` (what its artifacts measured by then; :mod:`rlprof.runtime.budget` counts them against the budgets).
+* ``capture``  — one per capture as it closes: the fields of :class:`CaptureRecord`.
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
 * ``unprofiled_steps`` — steps a profiling process ran without profiling them (not selected, or left out by
@@ -59,6 +56,11 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   directory), ``size``, ``sha256``, ``status`` (``verified``, ``exists``, ``failed``, ``over_budget``),
   ``deleted_local``.
 
+A record type declared as a dataclass (:class:`ProcessRecord`, :class:`CaptureRecord`; new record types
+follow them) is declared once: the writer builds one and writes its fields (:func:`record_fields`), the
+reader reads one back (:func:`read_record`), each field typed, defaulted and documented where it is
+declared, so a new field is one edit, read by both sides.
+
 Lines are appended and flushed as they happen (timing records at the end of each step), so a process
 killed mid-run keeps what it recorded. Writing never raises into training: a failed write (disk
 full) is logged once, counted, and recorded as an ``error`` of kind ``write`` once writing works again.
@@ -72,8 +74,11 @@ import os
 import stat
 import threading
 import time
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, ClassVar, Iterable, Iterator, TypeVar
 
 from rlprof.context import context_field
 from rlprof.layout import relative
@@ -136,6 +141,10 @@ class ManifestWriter:
         """Append one record; False when it could not be written (never raises)."""
         with self._lock:
             return self._write([self._line(record_type, **fields)])
+
+    def write_record(self, record: Any) -> bool:
+        """Append one typed record (:class:`ProcessRecord`...): its ``TYPE`` and its fields."""
+        return self.write(record.TYPE, **record_fields(record))
 
     def write_many(self, records: Iterable[tuple[str, dict[str, Any]]]) -> bool:
         """Append ``(type, fields)`` records in one write and one flush (a step's timing records)."""
@@ -402,24 +411,135 @@ def record_relocation(pending: dict[str, Any], target: Path, source: Path) -> bo
         writer.close()
 
 
-def process_record(prof: Any, environment: dict[str, list[str]]) -> dict[str, Any]:
+# --------------------------------------------------------------------------- typed records
+
+
+@dataclass(kw_only=True)
+class ProcessRecord:
+    """The ``process`` record: what one Profiler that will profile is set to do, written when it joins its
+    process session (colocated Profilers of one process each write one into the shared file). Read back
+    by the report as :class:`rlprof.analysis.runs.Process` (this record, plus where it was read), so a
+    field added here is written, read and shown in ``rlprof report --json`` without another edit."""
+
+    TYPE: ClassVar[str] = "process"
+    world_size: int | None = None
+    """The run's ranks (a replica's process: the replicas)."""
+    roles: list[str] = field(default_factory=list)
+    """The roles the process hosts, selected or not (readers take the union over a process's records)."""
+    selected_roles: list[str] = field(default_factory=list)
+    """Those it profiles on this rank."""
+    steps: list[int] = field(default_factory=list)
+    """The profiled steps (``global_profiler.steps`` as the plan resolved them)."""
+    mode: str = "?"
+    """``e2e`` or ``discrete``."""
+    tools: list[str] = field(default_factory=list)
+    """The backends, in ``global_profiler.tool`` order."""
+    save_path: str | None = None
+    replica_rank: int | None = None
+    """The rollout replica it is (agent-loop mode), else None."""
+    expected_captures: int | None = None
+    """How many capture windows the plan expects each backend to write here; None when it cannot know."""
+    schedules: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Role -> its sampling schedule (``profiler.schedule``), for the sampled roles."""
+    environment: dict[str, list[str]] = field(default_factory=dict)
+    """Backend -> what it said it lacks on that machine (``check_environment``): such a backend is expected
+    to write nothing."""
+    global_profiler: dict[str, Any] = field(default_factory=dict)
+    """The ``global_profiler`` keys declared ``recorded`` (:func:`rlprof.config.fields.key`), by their YAML
+    names: a key declared so is recorded here, and read back, without another edit."""
+
+
+@dataclass(kw_only=True)
+class CaptureRecord:
+    """The ``capture`` record: one per capture as it closes, written with the step's timing records;
+    :mod:`rlprof.runtime.budget` counts its bytes against the budgets and the report lists its size."""
+
+    TYPE: ClassVar[str] = "capture"
+    capture: str
+    """The capture's id (``step3``, ``step3.actor_update``)."""
+    step: int | None = None
+    steps: list[int] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    region: str | None = None
+    """The region it was opened for (discrete mode), else None."""
+    bytes: int
+    """What its artifacts measured as it closed (files written in the background may not be whole yet)."""
+
+
+Record = TypeVar("Record")
+
+
+def record_fields(record: Any) -> dict[str, Any]:
+    """A typed record's fields, as its manifest line holds them (``ManifestWriter.write(record.TYPE, **...)``)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def read_record(cls: type[Record], raw: dict[str, Any], **given: Any) -> Record:
+    """``cls`` read from the manifest record ``raw``: each field from ``raw`` where it holds a value of the
+    field's declared type (lists and mappings copied), else the field's default (a record written by an
+    older rlprof, or edited by hand, never breaks a reader); ``given`` fields are set as given (what the
+    reader knows besides the record, such as the file it came from).
+
+    :raises ValueError: a field without a default is missing or of another type (see :func:`required`:
+        readers check those first)."""
+    hints = _hints(cls)
+    values = {}
+    for f in fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+            continue
+        value = raw.get(f.name, MISSING)
+        if value is not MISSING and _fits(hints[f.name], value):
+            values[f.name] = list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
+        elif f.default is MISSING and f.default_factory is MISSING:
+            raise ValueError(f"{cls.__name__}.{f.name}: got {value!r}; allowed: {hints[f.name]}")
+    return cls(**values)
+
+
+def required(cls: type) -> dict[str, type]:
+    """The fields of a record type that have no default (a record without them is not used), with their types."""
+    hints = _hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    """``value`` is of the type ``hint`` (containers by their kind, not their items; ``bool`` is no ``int``)."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(option, value) for option in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is not None:
+        return isinstance(value, origin)
+    if hint is float:
+        return type(value) in (int, float)
+    return type(value) is hint
+
+
+def process_record(prof: Any, environment: dict[str, list[str]]) -> ProcessRecord:
     """The ``process`` record of one Profiler (a participant of the process session)."""
     from dataclasses import asdict
 
     plan, run = prof.plan, prof.run
-    return {
-        "world_size": run.world_size,
-        "roles": list(run.roles),
-        "selected_roles": list(plan.selected_roles),
-        "steps": list(plan.steps),
-        "mode": "discrete" if plan.discrete else "e2e",
-        "tools": list(plan.tools),
-        "save_path": str(run.run_dir.parent),
-        "replica_rank": run.replica_rank,
-        "expected_captures": plan.expected_captures(prof.stages),
-        "schedules": {n: asdict(p.schedule) for n, p in plan.roles.items() if p.schedule},
-        "environment": environment,
-    }
+    return ProcessRecord(
+        world_size=run.world_size, roles=list(run.roles), selected_roles=list(plan.selected_roles),
+        steps=list(plan.steps), mode="discrete" if plan.discrete else "e2e", tools=list(plan.tools),
+        save_path=str(run.run_dir.parent), replica_rank=run.replica_rank,
+        expected_captures=plan.expected_captures(prof.stages),
+        schedules={n: asdict(p.schedule) for n, p in plan.roles.items() if p.schedule},
+        environment=environment, global_profiler=prof.config.recorded(),
+    )
 
 
 def cleanup_fields(backend: str, closed: list[str], finalized: bool, problems: list[str]) -> dict[str, Any]:

@@ -22,10 +22,11 @@ A leaf: it reads package metadata, imports only the entry point asked for, and k
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
@@ -163,9 +164,34 @@ def implemented_hooks(obj: Any) -> list[str]:
     return [hook for hook in hookspecs.HOOKS if getattr(pm.hook, hook).get_hookimpls()]
 
 
+ARGUMENTS: dict[str, tuple[str, ...]] = {hook: tuple(inspect.signature(getattr(hookspecs, hook)).parameters)
+                                        for hook in hookspecs.HOOKS}
+"""Hook -> the argument names its spec takes, in order (what pluggy would hand an implementation, by name)."""
+
+
+def adapted(function: Callable[..., Any], argnames: tuple[str, ...], hook: str) -> Callable[[Any], Any]:
+    """``function`` (an implementation of ``hook`` naming ``argnames``) as a call of one value: the one
+    way rlprof calls a hook implementation, whatever the hook (in a profiling process through
+    :class:`rlprof.runtime.registry.Backends`, outside one through :func:`hook_call`).
+
+    A call carries its arguments as one value (:func:`call_value`): the context itself where the spec
+    takes ``ctx`` alone (every lifecycle hook, on the training's hot path: an implementation naming
+    ``ctx`` is called as it is, nothing in between), else a mapping of the spec's argument names. Each
+    implementation gets only the arguments it names, as pluggy's ``_multicall`` hands them (pluggy passes
+    no defaults); so a new hook, whatever it takes, needs no new calling code."""
+    if ARGUMENTS[hook] == ("ctx",):
+        return function if argnames == ("ctx",) else lambda ctx: function()
+    return lambda arguments: function(**{name: arguments[name] for name in argnames})
+
+
+def call_value(hook: str, arguments: Mapping[str, Any]) -> Any:
+    """The one value a call of ``hook`` with these keyword ``arguments`` carries (:func:`adapted`)."""
+    return arguments["ctx"] if ARGUMENTS[hook] == ("ctx",) else arguments
+
+
 def hook_call(obj: Any, hook: str, *, check_pending: bool = True) -> Callable[..., Any] | None:
     """``obj``'s implementation of ``hook``, to be called with the spec's keywords (each passed only if
-    the implementation names it, as pluggy does); None when it does not implement it.
+    the implementation names it, as pluggy does: :func:`adapted`); None when it does not implement it.
 
     :raises pluggy.PluginValidationError: it does not register, or (``check_pending``) implements a
         hook the spec does not have (a misspelled name; the conformance kit reports that on its own)."""
@@ -176,8 +202,8 @@ def hook_call(obj: Any, hook: str, *, check_pending: bool = True) -> Callable[..
     impls = getattr(pm.hook, hook).get_hookimpls()
     if not impls:
         return None
-    function, argnames = impls[0].function, tuple(impls[0].argnames)
-    return lambda **kwargs: function(**{name: kwargs[name] for name in argnames})
+    call = adapted(impls[0].function, tuple(impls[0].argnames), hook)
+    return lambda **kwargs: call(call_value(hook, kwargs))
 
 
 def hook_of(plugin: Plugin, hook: str) -> Callable[..., Any] | None:

@@ -16,13 +16,40 @@ ON = ["global_profiler.tool=torch", "global_profiler.steps=[1]", "actor_rollout_
       "actor_rollout_ref.actor.profiler.all_ranks=true"]
 
 
+VERL_GLOBAL_KEYS = {"tool", "steps", "save_path", "profile_continuous_steps", "discrete", "global_tool_config",
+                    "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_"}
+VERL_ROLE_KEYS = {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
+                  "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
+
+
 def test_the_key_sets_are_verls():
-    """verl's keys, and rlprof's own for many nodes (``gather*``: verl has no equivalent)."""
-    assert GLOBAL_KEYS == {"tool", "steps", "save_path", "profile_continuous_steps", "discrete", "global_tool_config",
-                           "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "_target_",
-                           "gather", "gather_budget_gb", "gather_delete_local", "capture_budget_mb", "run_budget_gb"}
-    assert ROLE_KEYS == {"enable", "all_ranks", "ranks", "tool_config", "schedule", "discrete", "_target_",
-                         "tool", "save_path", "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks"}
+    """verl's keys are all understood, and every other key is rlprof's own (``gather*``, the budgets: verl has
+    no equivalent), declared and documented once (the key sets come from the declarations, never a list)."""
+    assert VERL_GLOBAL_KEYS <= GLOBAL_KEYS and VERL_ROLE_KEYS <= ROLE_KEYS
+    own = {name for f, name in declared(GlobalConfig)} - VERL_GLOBAL_KEYS
+    assert {"gather", "gather_budget_gb", "gather_delete_local", "capture_budget_mb", "run_budget_gb"} <= own
+    assert all(f"`global_profiler.{name}`" in key_reference() for name in own)
+    assert ROLE_KEYS - VERL_ROLE_KEYS <= GLOBAL_KEYS  # a role carries no key of its own beyond verl's but the mirrored ones
+
+
+def test_a_key_declared_recorded_is_in_every_process_record_and_the_reference():
+    """``key(..., recorded=True)``: its value is what the process record's ``global_profiler`` holds (as plain
+    JSON), and the reference says it is recorded; nothing else names it."""
+    from dataclasses import dataclass
+
+    from rlprof.config.fields import key, recorded_values, reference
+    from rlprof.config.schedule import Schedule, parse_schedule
+    from rlprof.config.values import parse_steps
+
+    @dataclass(frozen=True)
+    class Section:
+        steps: tuple[int, ...] | None = key(parse_steps, doc="Steps.", recorded=True)
+        window: Schedule | None = key(parse_schedule, doc="A schedule.", recorded=True)
+        quiet: int = key(int, default=0, doc="Not recorded.")
+
+    section = Section(steps=(1, 2), window=parse_schedule({"active": 2}, "s.window"))
+    assert recorded_values(section) == {"steps": [1, 2], "window": {**vars(section.window)}}
+    assert [("Recorded in every process's manifest." in row) for row in reference(Section, "s")] == [True, True, False]
 
 
 @pytest.mark.parametrize("section", [GlobalConfig, RoleConfig])

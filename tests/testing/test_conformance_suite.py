@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import rlprof
+from rlprof.plugins import implemented_hooks
+from rlprof.runtime.registry import LIFECYCLE
 from rlprof.testing.conformance import SCENARIOS, BackendConformance, ConformanceFailure, check_backend
 from rlprof.tool_config import check_keys
 
@@ -87,10 +89,10 @@ def test_a_correct_backend_passes():
     assert set(report.runs) == set(SCENARIOS) == {
         "end_to_end", "continuous_steps", "discrete", "sampled_end_to_end", "sampled_discrete", "error_in_region",
         "error_in_sampled_window", "error_then_exit", "nested_end_to_end", "nested_discrete", "resumed_continuous",
-        "missing_step_boundary", "colocated_roles", "blocked_signals", "released_after_start_step", "released_after_start_role",
-        "released_after_iteration_boundary", "released_after_stop_role", "released_after_step_boundary",
-        "released_after_finalize"}
-    assert {"validate_tool_config", "start_step", "start_role", "stop_role", "step_boundary", "finalize"} <= report.exercised
+        "missing_step_boundary", "colocated_roles", "blocked_signals"} | {f"released_after_{hook}" for hook in LIFECYCLE}
+    assert set(implemented_hooks(Minimal())) <= report.exercised and report.unreached == ()
+    for hook in set(implemented_hooks(Minimal())) & set(LIFECYCLE):  # each scenario reached the hook it is for
+        assert report.runs[f"released_after_{hook}"].injected.raised, hook
     released = report.runs["released_after_start_role"]
     assert [(c["closed"], c["finalized"]) for c in released.cleanups] == [(["step1.actor_update"], True)]
 
@@ -416,7 +418,7 @@ BROKEN_FOR = {
     "missing_step_boundary": (ClosesWhenTheNextOpens, "open_captures() still reports step2, which the core already closed"),
     "colocated_roles": (OneRolePerProcess, "its start_role hook raised RuntimeError: this backend already profiles actor; it cannot also profile critic"),
     **{f"released_after_{hook}": (RefusesEarlyFinalize, f"after it raised in {hook}, the core closed")
-       for hook in ("start_step", "start_role", "iteration_boundary", "stop_role", "step_boundary")},
+       for hook in LIFECYCLE if hook != "finalize" and hook in implemented_hooks(RefusesEarlyFinalize())},
     "released_after_finalize": (None, "a second finalize"),
 }
 
@@ -443,3 +445,26 @@ def test_a_released_backend_is_not_blamed_for_the_core_calling_its_finalize():
     """Its finalize ran once at the release; the suite's second call is really a second one."""
     report = check_backend(Minimal, scenarios=[f"released_after_{h}" for h in ("start_step", "stop_role")])
     assert report.ok, report.explain()
+
+
+class MarksIterations(Minimal):
+    @rlprof.hookimpl
+    def iteration_boundary(self, ctx):
+        pass
+
+
+def test_a_hook_no_scripted_run_reaches_is_named_and_never_fails_the_backend(monkeypatch):
+    """A hook the core never calls in the suite's runs (an optional hook called under conditions no scenario
+    creates; here iteration_boundary, with every sampled scenario left out) fails nothing: its released_after
+    scenario checks nothing, and the report names the hook as unreached."""
+    from dataclasses import replace
+
+    from rlprof.testing import conformance
+
+    kept = {name: s for name, s in SCENARIOS.items() if not s.schedule}  # no sampled window: no iteration ends
+    kept["released_after_iteration_boundary"] = replace(SCENARIOS["released_after_iteration_boundary"], schedule=None)
+    monkeypatch.setattr(conformance, "SCENARIOS", kept)
+    report = check_backend(MarksIterations)
+    assert report.ok, report.explain()
+    assert not report.runs["released_after_iteration_boundary"].injected.raised
+    assert report.unreached == ("iteration_boundary",) and "no scenario reached its iteration_boundary" in report.explain()

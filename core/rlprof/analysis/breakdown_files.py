@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, row_fields, split
+from rlprof.analysis.breakdown import (BREAKDOWN, LABELS, TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, cell,
+                                      row_fields, rows_version, split)
+from rlprof.analysis.breakdown import columns as breakdown_columns
 from rlprof import plugins
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
@@ -56,9 +58,9 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
 
 
 CACHE_SUFFIX = ROWS_SUFFIX
-CACHE_VERSION = 2
-"""The rows' schema and definitions; rows made by another version are made again (2: ``memory_ms`` is every
-copy's time and ``exposed_memory_ms`` the part no kernel covers; 1 held the exposed part as ``memory_ms``)."""
+CACHE_VERSION = rows_version()
+"""The rows' columns and definitions (:func:`rlprof.analysis.breakdown.rows_version`); rows made by another
+version are made again: a column added to the row model, or a definition changed, invalidates old caches by itself."""
 WORKERS = 2
 
 
@@ -308,9 +310,9 @@ def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
 
 
 def _table(rows: list[Row]) -> str:
-    columns = ("window_ms", "compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms", "memory_ms",
-               "overlap_ms", "communication_wait_ms")
-    heads = ("window", "compute", "exposed comm", "exposed memory", "idle", "memory", "overlap", "comm wait")
+    """The text table: the columns :class:`~rlprof.analysis.breakdown.Row` lists for ``rlprof breakdown``."""
+    columns = breakdown_columns(BREAKDOWN)
+    heads = [LABELS[c] for c in columns]
     widths = [max(12, len(h) + 2) for h in heads]
     lines = []
     for path in dict.fromkeys(row.path for row in rows):
@@ -319,8 +321,7 @@ def _table(rows: list[Row]) -> str:
         width = max(len(row.region) for row in mine) + 2
         lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
         for row in mine:
-            cells = "".join(f"{'-' if getattr(row, c) is None else format(getattr(row, c), '.2f'):>{w}}"
-                            for c, w in zip(columns, widths))
+            cells = "".join(f"{cell(row, c):>{w}}" for c, w in zip(columns, widths))
             lines.append(f"  {row.region:<{width}}{'' if row.step is None else row.step:>5}{cells}")
     return "\n".join(lines)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.breakdown import shown
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
@@ -279,7 +280,7 @@ def _inside(report: RunReport) -> str:
         waited = waits.get((s.step, s.region, s.name))
         rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
                     f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
-                    + "".join(f"<td>{100 * s.share(c):.0f}%</td>" for c in SHOWN)
+                    + "".join(f"<td>{_e(shown([s], c))}</td>" for c in SHOWN)
                     + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
                     + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
     return ("<h3>Inside regions</h3>"

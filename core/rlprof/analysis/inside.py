@@ -31,19 +31,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
-from rlprof.analysis.breakdown import Row
+from rlprof.analysis.breakdown import LABELS, PARTS, REPORT, Row, columns, shown
 from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
 from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path
 
-COMPONENTS = ("compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms")
+COMPONENTS = PARTS
 """The four parts of a region's window (they add up to it), in the order every listing shows them."""
-LABELS = {"compute_ms": "compute", "exposed_communication_ms": "exposed comm", "exposed_memory_ms": "exposed memory",
-          "idle_ms": "idle", "memory_ms": "memory"}
-"""Each figure's name in listings; ``memory`` (every copy's time, hidden under a kernel or not) is shown beside the parts."""
-SHOWN = (*COMPONENTS, "memory_ms")
-"""What the report's table and the HTML page show per region: the parts, then every copy's time."""
+SHOWN = columns(REPORT)
+"""What the report's table and the HTML page show per region (the :class:`~rlprof.analysis.breakdown.Row`
+columns listed there: the parts, then every copy's time)."""
 
 SKEW_FLAG = MARGIN
 """A component whose largest value passes the other processes' median by the noise, 5% of that median
@@ -53,36 +51,18 @@ WAIT_SHOWN = 0.05
 """A wait is said when it is more than 5% of the waiting process's time in the region."""
 
 
-@dataclass
-class Split:
-    """One process in one region in one step: the trace's figures (ms)."""
+@dataclass(kw_only=True)
+class Split(Row):
+    """One process in one region in one step: the rows of its trace(s) for that region, added up when the
+    region ran twice (:meth:`Row.add`); ``rank`` and ``step`` are the manifest's. Every column of
+    :class:`~rlprof.analysis.breakdown.Row` is here: a column added there reaches the report's JSON,
+    text and HTML without a word here."""
 
-    step: int
-    region: str
-    rank: int
-    replica_rank: int | None
-    device: str
-    wall_ms: float
-    compute_ms: float
-    exposed_communication_ms: float
-    exposed_memory_ms: float
-    idle_ms: float
-    communication_ms: float
-    memory_ms: float
-    """Every copy's time (the copies' union), hidden under a kernel or not: not one of the parts."""
-    communication_wait_ms: float | None
-    waited_for_rank: int | None
-    waited_in: str | None
+    replica_rank: int | None = None
 
     @property
     def name(self) -> str:
         return process_name(self.rank, self.replica_rank)
-
-    @property
-    def communication_transfer_ms(self) -> float | None:
-        """Communication once the last rank arrived (None without its peers' traces)."""
-        wait = self.communication_wait_ms
-        return None if wait is None else self.communication_ms - wait
 
     def share(self, component: str) -> float:
         """The component as a fraction of the region's wall time."""
@@ -142,8 +122,7 @@ class Inside:
         return [s for s in self.splits if s.step == step and s.region == region]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"splits": [{**asdict(s), "name": s.name, "communication_transfer_ms": s.communication_transfer_ms}
-                           for s in self.splits],
+        return {"splits": [{**asdict(s), "name": s.name} for s in self.splits],
                 "skew": [asdict(k) for k in self.skews],
                 "waits": [{**asdict(w), "line": w.line()} for w in self.waits],
                 "errors": [{"path": path, "reason": reason} for path, reason in self.errors]}
@@ -214,15 +193,8 @@ def inside_of(report: RunReport, rows: Sequence[Row], files: dict[str, File]) ->
 
 def _added(split: Split | None, row: Row, step: int, f: File) -> Split:
     if split is None:
-        return Split(step, row.region, f.rank, f.replica_rank, row.device, row.wall_ms, row.compute_ms,
-                     row.exposed_communication_ms, row.exposed_memory_ms, row.idle_ms, row.communication_ms,
-                     row.memory_ms, row.communication_wait_ms, row.waited_for_rank, row.waited_in)
-    for name in ("wall_ms", *COMPONENTS, "communication_ms", "memory_ms"):
-        setattr(split, name, getattr(split, name) + getattr(row, name))
-    if row.communication_wait_ms is not None:
-        split.communication_wait_ms = (split.communication_wait_ms or 0.0) + row.communication_wait_ms
-        split.waited_for_rank = split.waited_for_rank if split.waited_for_rank is not None else row.waited_for_rank
-        split.waited_in = split.waited_in or row.waited_in
+        return Split(**{**vars(row), "step": step, "rank": f.rank, "replica_rank": f.replica_rank})
+    split.add(row)
     return split
 
 
@@ -346,8 +318,7 @@ def inside_lines(report: RunReport) -> list[str]:
         members = inside.of(step, region)
         skewed = [k for k in inside.skews if k.step == step and k.region == region and k.flagged]
         note = "; ".join(f"{LABELS[k.component]} skew {100 * k.skew:.0f}% ({k.most})" for k in skewed)
-        rows.append((str(step), region, str(len(members)),
-                     *(f"{100 * statistics.median(s.share(c) for s in members):.0f}%" for c in SHOWN), note))
+        rows.append((str(step), region, str(len(members)), *(shown(members, c) for c in SHOWN), note))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(row[2:-1], widths[2:])]

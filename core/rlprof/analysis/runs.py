@@ -18,29 +18,22 @@ from typing import Any, Iterable, Sequence
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, WRITING, WRITTEN, read_records,
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, WRITING, WRITTEN,
+                             CaptureRecord, ProcessRecord, read_record, read_records, record_fields, required,
                              settled_artifacts)
 
 
-@dataclass
-class Process:
-    """One profiling process of the run, from its ``process`` record(s): a process hosting
-    colocated roles may write one per participant; the roles, steps and tools are their union.
-    A rollout replica's process (agent-loop mode) has ``replica_rank`` set and is named ``replica N``."""
+@dataclass(kw_only=True)
+class Process(ProcessRecord):
+    """One profiling process of the run: its ``process`` record(s) (:class:`~rlprof.manifest.ProcessRecord`,
+    every field of it) and where it was read. A process hosting colocated roles may write one per
+    participant; the roles, steps and tools are their union. A rollout replica's process (agent-loop
+    mode) has ``replica_rank`` set and is named ``replica N``."""
 
     manifest: str
     rank: int
     host: str
     pid: int
-    roles: list[str]
-    selected_roles: list[str]
-    steps: list[int]
-    mode: str
-    tools: list[str]
-    replica_rank: int | None
-    expected_captures: int | None
-    environment: dict[str, list[str]] = field(default_factory=dict)
-    """Backend -> what it said it lacks on that machine; such a backend is expected to write nothing."""
     finalized: str | None = None
     """The ``finalized`` record's reason, or None when the process never wrote one."""
     node: str | None = None
@@ -249,13 +242,15 @@ def without_copies(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("_manifest") not in copies] if copies else records
 
 
+WHO = {"rank": int, "host": str, "pid": int}
+"""The common fields of a process's records (the writer's), as a report needs them."""
 REQUIRED = {
-    "process": {"rank": int, "host": str, "pid": int},
+    ProcessRecord.TYPE: {**WHO, **required(ProcessRecord)},
     "artifact": {"rank": int, "host": str, "pid": int, "backend": str, "path": str},
     "finalized": {},
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
-    "capture": {"rank": int, "capture": str, "bytes": int},
+    CaptureRecord.TYPE: {"rank": int, **required(CaptureRecord)},
     "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},  # rank None: the Ray controller's
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
@@ -277,7 +272,7 @@ def _capture_sizes(captures: Sequence[dict[str, Any]], artifacts: Sequence[dict[
         on_disk[key] = on_disk.get(key, 0) + (a.get("size") or 0)
     sized = []
     for r in captures:
-        row = _plain(r, "rank", "host", "pid", "capture", "step", "roles", "region", "bytes")
+        row = {**_plain(r, "rank", "host", "pid"), **record_fields(read_record(CaptureRecord, r))}
         row["bytes_at_close"] = row["bytes"]
         row["bytes"] = on_disk.get((r["rank"], r.get("host"), r.get("pid"), r["capture"]), row["bytes"])
         sized.append(row)
@@ -310,13 +305,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         if r["_manifest"] in processes:
             processes[r["_manifest"]].join(r)
             continue
-        processes[r["_manifest"]] = Process(
-            manifest=r["_manifest"], rank=r["rank"], host=r["host"], pid=r["pid"], roles=list(r.get("roles", [])),
-            selected_roles=list(r.get("selected_roles", [])), steps=list(r.get("steps", [])), mode=r.get("mode", "?"),
-            tools=list(r.get("tools", [])), replica_rank=r.get("replica_rank"), expected_captures=r.get("expected_captures"),
-            environment={k: list(v) for k, v in (r.get("environment") or {}).items()},
-            node=heads[r["_manifest"]].get("node") if r["_manifest"] in heads else None,
-        )
+        processes[r["_manifest"]] = read_record(Process, r, manifest=r["_manifest"],
+                                                node=heads[r["_manifest"]].get("node") if r["_manifest"] in heads else None)
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")

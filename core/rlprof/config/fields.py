@@ -8,7 +8,9 @@ else is derived from that one declaration:
 
 * the section's key set (:func:`keys_of`), for unknown keys and their did-you-mean;
 * reading a section (:func:`read_section`): unknown keys refused, every key read on its own key path;
-* the key reference in ``docs/configuration.md`` (:func:`reference`, kept honest by a test).
+* the key reference in ``docs/configuration.md`` (:func:`reference`, kept honest by a test);
+* what every process records of the section in its manifest (:func:`recorded_values`: the keys
+  declared ``recorded``).
 
 Fields declared without :func:`key` are the loader's (a role's ``name``, ``GlobalConfig.caller_steps``):
 no YAML sets them.
@@ -16,7 +18,7 @@ no YAML sets them.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, Field, field, fields
+from dataclasses import MISSING, Field, asdict, field, fields, is_dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from rlprof.errors import ConfigError, ErrorList, non_string_key, unknown_key
@@ -28,7 +30,7 @@ VERL_MARKER = "_target_"
 
 
 def key(reader: Reader, doc: str, *, default: Any = None, default_factory: Callable[[], Any] | None = None,
-        name: str | None = None, mirrored: bool = False) -> Any:
+        name: str | None = None, mirrored: bool = False, recorded: bool = False) -> Any:
     """Declare a configuration key as a dataclass field.
 
     :param reader: ``reader(value, key_path) -> typed value``; raises :class:`~rlprof.errors.ConfigError`
@@ -37,8 +39,10 @@ def key(reader: Reader, doc: str, *, default: Any = None, default_factory: Calla
     :param name: the key's name in YAML when it differs from the field's (``tool`` for ``tools``).
     :param mirrored: verl copies this ``global_profiler`` key into every role's ``profiler`` section
         (by interpolation); a role may carry it, the global value rules.
+    :param recorded: every process records the key's value in its manifest (the ``process`` record's
+        ``global_profiler``, :func:`recorded_values`), where the report reads it back.
     """
-    metadata = {"reader": reader, "doc": doc, "name": name, "mirrored": mirrored}
+    metadata = {"reader": reader, "doc": doc, "name": name, "mirrored": mirrored, "recorded": recorded}
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -68,6 +72,22 @@ def yaml_name(section: type, field_name: str) -> str | None:
 
 _BAD = object()
 """What :func:`read_section` gets back for a bad value (then read as absent: the key's default)."""
+
+
+def recorded_values(section: Any) -> dict[str, Any]:
+    """The keys of a section object declared ``recorded``, by their YAML names, as plain JSON values
+    (tuples as lists, a dataclass value such as a schedule as a mapping)."""
+    return {name: _plain(getattr(section, f.name)) for f, name in declared(type(section)) if f.metadata["recorded"]}
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def read_section(section: type, raw: Mapping[str, Any], path: str, accepted: frozenset[str],
@@ -132,7 +152,8 @@ def reference(section: type, path: str) -> list[str]:
     rows = []
     for f, name in declared(section):
         default = _yaml(default_of(f))
-        rows.append(f"| `{path}.{name}` | `{default}` | {' '.join(f.metadata['doc'].split())} |")
+        recorded = " Recorded in every process's manifest." if f.metadata["recorded"] else ""
+        rows.append(f"| `{path}.{name}` | `{default}` | {' '.join(f.metadata['doc'].split())}{recorded} |")
     return rows
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from rlprof.errors import ConfigError, ErrorList, did_you_mean, fail, unknown_key  # noqa: F401  (fail: rlprof.config.fail)
-from rlprof.config.fields import read_section, shape, string_keys, yaml_name
+from rlprof.config.fields import read_section, recorded_values, shape, string_keys, yaml_name
 from rlprof.config.legacy import LEGACY_ROLE_KEYS, LEGACY_SELECTIONS, migrate, to_verl_layout
 from rlprof.config.sections import (CORE_TOOL_KEYS, EVERY_RANK_TOOLS, GLOBAL_KEYS, ROLE_KEYS,  # noqa: F401  (re-exported)
                                     VERL_TOOLS, GlobalConfig, RoleConfig)
@@ -61,6 +61,11 @@ class ProfilerConfig:
         budget the user chose is held exactly (:class:`rlprof.runtime.budget.CaptureBudget`)."""
         section = self.source.get("global_profiler")
         return isinstance(section, Mapping) and section.get("capture_budget_mb") is not None
+
+    def recorded(self) -> dict[str, Any]:
+        """The ``global_profiler`` keys declared ``recorded`` (:func:`~rlprof.config.fields.key`), by YAML name,
+        as plain values: what every process writes in its ``process`` record."""
+        return recorded_values(self.global_)
 
     @property
     def enabled(self) -> bool:

@@ -14,6 +14,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from importlib import metadata
 from typing import Any, Callable, Iterable, Mapping
 
@@ -22,7 +23,7 @@ import pluggy
 from rlprof import context, hookspecs, plugins
 from rlprof.errors import BackendError, ConfigError
 from rlprof.installed import discover, distribution_of, not_installed_error
-from rlprof.plugins import ContractRefused, implemented_hooks, plugin_manager  # noqa: F401 (callers import them here)
+from rlprof.plugins import ARGUMENTS, ContractRefused, adapted, call_value, implemented_hooks, plugin_manager  # noqa: F401 (callers import them here)
 from rlprof.runtime.groups import StepGroups
 
 HOOKS = hookspecs.HOOKS
@@ -86,6 +87,22 @@ class _Impl:
     backend: str
     function: Callable[..., Any]
     argnames: tuple[str, ...]
+    call: Callable[[Any], Any]
+    """The implementation adapted to the one value every call carries (:func:`rlprof.plugins.adapted`)."""
+
+
+def _traced(call: Callable[[Any], Any], prefix: str, hook: str) -> Callable[[Any], Any]:
+    """``call`` printing ``<prefix>({argument: shown})`` to stderr first (``RLPROF_TRACE_HOOKS``): a
+    context is shown by its region or step, like any argument that has one."""
+    single = ARGUMENTS[hook] == ("ctx",)
+
+    def traced(value: Any) -> Any:
+        arguments = {"ctx": value} if single else value
+        shown = {k: getattr(v, "region", None) or getattr(v, "step", None) or v for k, v in arguments.items()}
+        print(f"{prefix}({shown})", file=sys.stderr)
+        return call(value)
+
+    return traced
 
 
 def _watchdog(report: Callable[[str, str, int, float, str], None]) -> Any:
@@ -98,9 +115,13 @@ def _watchdog(report: Callable[[str, str, int, float, str], None]) -> Any:
 
 class Backends:
     """The selected backends of one process session: a typed facade over pluggy with one method per
-    lifecycle hook (tox's plugin manager style), each call isolated and watched.
+    hook the capture state machine calls (tox's plugin manager style), and :meth:`call` for every
+    other hook; each call isolated and watched.
 
-    Every lifecycle method builds each backend's own context (its name, its validated tool_config
+    Every hook is called the one same way (pluggy's ``_multicall`` in spirit): each implementation is
+    adapted once, at load, to the arguments it names (:func:`rlprof.plugins.adapted`), traced there once when
+    ``RLPROF_TRACE_HOOKS`` is set, and called through :meth:`_run` under the watchdog. A method that
+    calls a lifecycle hook builds each backend's own context (its name, its validated tool_config
     from ``configs``) and calls the backends in ``names`` order, each on its own:
 
     * a backend that raises is logged once (backend, hook, rank, traceback), reported through
@@ -148,16 +169,20 @@ class Backends:
         """A backend declares ``reads_module = True``: it reads the region's model (``ctx.module``), so
         integrations that must look the model up (the verl drop-in) do so, and only then."""
         self.impls: dict[str, list[_Impl]] = {}
-        """Hook name -> implementations in ``names`` order."""
+        """Hook name -> implementations in ``names`` order, each adapted to the call's one value."""
         order = {n: i for i, n in enumerate(self.names)}
         for hook in HOOKS:
-            caller = getattr(self.pm.hook, hook)
-            impls = [_Impl(impl.plugin_name, impl.function, tuple(impl.argnames)) for impl in caller.get_hookimpls()]
+            impls = []
+            for impl in getattr(self.pm.hook, hook).get_hookimpls():
+                call = adapted(impl.function, tuple(impl.argnames), hook)
+                if self.trace:
+                    call = _traced(call, f"rlprof[{os.getpid()} rank{self.rank}] {impl.plugin_name}.{hook}", hook)
+                impls.append(_Impl(impl.plugin_name, impl.function, tuple(impl.argnames), call))
             impls.sort(key=lambda i: order.get(i.backend, 0))
             self.impls[hook] = impls
         self._calls: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {
-            hook: [(impl.backend, self._ctx_caller(impl, hook)) for impl in self.impls[hook]] for hook in LIFECYCLE}
-        """Lifecycle hook -> ``(backend, call(ctx))`` in ``names`` order: what the typed methods loop over."""
+            hook: [(impl.backend, impl.call) for impl in impls] for hook, impls in self.impls.items()}
+        """Hook -> ``(backend, call(value))`` in ``names`` order: what the methods below loop over."""
         self.groups = StepGroups()
         """Which closes end a group of captures (``ctx.ends_group``): the core's step grouping."""
         self.watchdog: Any = None
@@ -174,8 +199,7 @@ class Backends:
 
     # ------------------------------------------------------------------ the typed lifecycle facade
     #
-    # One method per lifecycle hook of the spec (tests/runtime/test_registry.py keeps the two in step):
-    # these are the calls the capture state machine makes (rlprof.runtime.capture: it is the machine's
+    # One method per hook the capture state machine calls (rlprof.runtime.capture: it is the machine's
     # hooks object). Each builds every called backend's context with the constructor of the class the
     # spec names, the class's own fields by keyword; :meth:`_callees` says whom to call and
     # :meth:`_call` calls one. ``region`` is the machine's OpenRegion (its role, name and the role's
@@ -183,7 +207,8 @@ class Backends:
     # failed or not (the session releasing it). A loop per method, not one generic loop taking the
     # fields as a tuple or a mapping: keyword calls keep each field named, and on this hot path (two
     # calls per profiled region) a closure or a ``**fields`` mapping per call would cost more than
-    # the dispatch it serves (bench/bench_core.py).
+    # the dispatch it serves (bench/bench_core.py). Any other hook, a new one included, goes through
+    # :meth:`call`, which builds its context from the spec's annotation.
 
     def start_step(self, step: int, capture: Any, opens: bool, only: str | None = None) -> None:
         for backend, call in self._callees("start_step", only):
@@ -234,8 +259,32 @@ class Backends:
                 self.run, backend, tool_config, None, self.groups.finish(backend, tool_config, None),
                 reason=reason, profiled_steps=profiled_steps, relocate_results=relocate_results))
 
+    def call(self, hook: str, *, only: str | None = None, **arguments: Any) -> dict[str, Any]:
+        """Call ``hook`` on every backend that implements it, in ``names`` order, each on its own and
+        watched (one raising fails that backend only, as in any lifecycle call), and return
+        ``{backend: what it returned}`` (None for a backend that raised). The one caller a new hook
+        needs: nothing here names it.
+
+        For a hook whose spec types ``ctx`` with a :class:`~rlprof.context.HookContext`, ``arguments``
+        are that class's own fields (``capture=`` and ``ends_group=`` too, when the call has them); each
+        backend gets its own context (this session's run, its step-level tool_config), and what it
+        returns or adds is listed like any lifecycle hook's (``on_result``). For any other hook,
+        ``arguments`` are the spec's arguments by name. ``only``: that backend alone, failed or not."""
+        cls = CONTEXT_CLASSES.get(hook)
+        results: dict[str, Any] = {}
+        if cls is None or not issubclass(cls, context.HookContext):
+            for backend, call in self._callees(hook, only):
+                results[backend] = self._isolated(backend, hook, call, arguments.get("ctx") if cls else arguments)
+            return results
+        capture, ends_group = arguments.pop("capture", None), tuple(arguments.pop("ends_group", ()))
+        build = context.CONSTRUCTORS.get(cls) or partial(context.build, cls)
+        for backend, call in self._callees(hook, only):
+            ctx = build(self.run, backend, self.primary.get(backend, _EMPTY), capture, ends_group, **arguments)
+            results[backend] = self._call(backend, hook, call, ctx)
+        return results
+
     def _callees(self, hook: str, only: str | None) -> list[tuple[str, Callable[[Any], Any]]]:
-        """``(backend, call(ctx))`` for each backend to call with ``hook`` now, in ``names`` order:
+        """``(backend, call(value))`` for each backend to call with ``hook`` now, in ``names`` order:
         every one that has not failed, or ``only`` that one (failed or not). While none failed, the
         list built at load (nothing allocated on the hot path)."""
         calls, failed = self._calls[hook], self.failed
@@ -243,32 +292,33 @@ class Backends:
             return calls
         return [(backend, call) for backend, call in calls if (backend not in failed if only is None else backend == only)]
 
-    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> None:
-        """One backend's ``hook`` with ``ctx``, isolated (a raise fails that backend only) and watched;
-        what it produced handed to ``on_result``."""
+    def _run(self, backend: str, hook: str, call: Callable[[Any], Any], value: Any) -> Any:
+        """The one way an implementation is called: ``call(value)`` (adapted at load to the arguments
+        it names, traced there), watched by the watchdog. Raises what it raises: the callers below
+        decide what a failure means (:meth:`_call` isolates it; :meth:`check_environment` and
+        :meth:`validated_section` have rules of their own)."""
+        watchdog = self.watchdog
+        return call(value) if watchdog is None else watchdog.call(backend, hook, self.rank, call, value)
+
+    def _call(self, backend: str, hook: str, call: Callable[[Any], Any], ctx: Any) -> Any:
+        """One backend's lifecycle ``hook`` with ``ctx``, isolated (a raise fails that backend only) and
+        watched; what it produced handed to ``on_result``. :meth:`_run`, inlined: this is the hot path."""
         watchdog = self.watchdog
         try:
             result = call(ctx) if watchdog is None else watchdog.call(backend, hook, self.rank, call, ctx)
         except Exception as exc:
             self._failed(backend, hook, exc)
-            result = None
+            result = None  # what it added before it raised is still listed
         if (result is not None or ctx._artifacts or ctx._notes) and self.on_result is not None:
             self.on_result(backend, hook, ctx, result)
+        return result
 
-    def _ctx_caller(self, impl: _Impl, hook: str) -> Callable[[Any], Any]:
-        """``call(ctx)`` for a lifecycle hookimpl, whatever arguments it names (pluggy passes only those)."""
-        function, argnames = impl.function, impl.argnames
-        if argnames == ("ctx",) and not self.trace:
-            return function
-        prefix = f"rlprof[{os.getpid()} rank{self.rank}] {impl.backend}.{hook}"
-
-        def call(ctx):
-            if self.trace:
-                shown = getattr(ctx, "region", None) or getattr(ctx, "step", None) or ctx
-                print(f"{prefix}({{'ctx': {shown!r}}})", file=sys.stderr)
-            return function(**({"ctx": ctx} if "ctx" in argnames else {}))
-
-        return call
+    def _isolated(self, backend: str, hook: str, call: Callable[[Any], Any], value: Any) -> Any:
+        """:meth:`_run`, a raise failing that backend only (None returned)."""
+        try:
+            return self._run(backend, hook, call, value)
+        except Exception as exc:
+            return self._failed(backend, hook, exc)
 
     # ------------------------------------------------------------------ single calls
 
@@ -276,7 +326,7 @@ class Backends:
         """Call ``hook`` on one backend only, isolated. Returns its result, or None if it failed."""
         for impl in self.impls[hook]:
             if impl.backend == backend:
-                return self._invoke(impl, hook, kwargs)
+                return self._isolated(backend, hook, impl.call, call_value(hook, kwargs))
         return None
 
     def check_environment(self, backend: str) -> list[str]:
@@ -287,7 +337,7 @@ class Backends:
             if impl.backend != backend:
                 continue
             try:
-                problems = self._watched(impl, "check_environment", {})
+                problems = self._run(backend, "check_environment", impl.call, {})
             except Exception as exc:
                 if self.strict:
                     raise
@@ -338,7 +388,7 @@ class Backends:
         if impl is None or backend in self.failed:
             return dict(raw)
         try:
-            result = self._watched(impl, "validate_tool_config", {"tool_config": dict(raw), "key_path": key})
+            result = self._run(backend, "validate_tool_config", impl.call, {"tool_config": dict(raw), "key_path": key})
         except ConfigError:
             raise
         except Exception as exc:
@@ -348,22 +398,6 @@ class Backends:
             self._failed(backend, "validate_tool_config", exc)
             return dict(raw)
         return dict(result) if result is not None else dict(raw)
-
-    def _invoke(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
-        try:
-            return self._watched(impl, hook, kwargs)
-        except Exception as exc:
-            return self._failed(impl.backend, hook, exc)
-
-    def _watched(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
-        if self.trace:
-            shown = {k: getattr(v, "region", None) or getattr(v, "step", None) or v for k, v in kwargs.items()}
-            print(f"rlprof[{os.getpid()} rank{self.rank}] {impl.backend}.{hook}({shown})", file=sys.stderr)
-        arguments = {name: kwargs[name] for name in impl.argnames}
-        if self.watchdog is None:
-            return impl.function(**arguments)
-        with self.watchdog.watch(impl.backend, hook, self.rank):
-            return impl.function(**arguments)
 
     def _failed(self, backend: str, hook: str, exc: Exception) -> None:
         if self.strict:
@@ -414,11 +448,8 @@ def backend_info(name: str, ep: metadata.EntryPoint) -> dict[str, Any]:
     info["contract"], info["contract_declared"] = loaded.contract, loaded.declared
     info["import_ms"] = round((time.perf_counter() - started) * 1000, 1)
     info["hooks"] = implemented_hooks(plugin)
-    pm = plugin_manager()
-    pm.register(plugin, name=name)
-    try:
-        problems = [p for found in pm.hook.check_environment() for p in (found or [])]
-    except Exception as exc:  # a backend's own check must not break the listing
-        problems = [f"check_environment raised {type(exc).__name__}: {exc}"]
-    info["problems"] = problems
+    try:  # asked the way a run asks it (a check that raises is one problem, never the listing's end)
+        info["problems"] = Backends([name], instances={name: plugin}).check_environment(name)
+    except Exception as exc:  # it does not register (a misspelled hook), or refuses an ordering marker
+        info["problems"] = [str(exc)]
     return info

@@ -52,8 +52,8 @@ from rlprof.context import Capture
 from rlprof.errors import ConfigError
 from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
-from rlprof.manifest import (ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record, process_record,
-                       plain_steps_record, region_record, step_record, wait_record)
+from rlprof.manifest import (CaptureRecord, ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record,
+                             plain_steps_record, process_record, record_fields, region_record, step_record, wait_record)
 
 log = logging.getLogger("rlprof")
 
@@ -233,7 +233,7 @@ class ProcessSession:
             roles = tuple(dict.fromkeys(r for p in self._members for r in p.run.roles))
             if roles != self.run.roles:
                 self.run = self.backends.run = replace(self.run, roles=roles)
-            self.manifest.write("process", **process_record(prof, self.environment))
+            self.manifest.write_record(process_record(prof, self.environment))
             return tool_configs
 
     def _check_agrees(self, prof: Any) -> None:
@@ -625,9 +625,9 @@ class ProcessSession:
             roles = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
             region = None
         size = self.budget.closed(capture.capture_id, roles)
-        self._sized.append(("capture", {"capture": capture.capture_id, "step": capture.steps[0] if capture.steps else None,
-                                        "steps": list(capture.steps), "roles": list(roles), "region": region,
-                                        "bytes": size}))
+        record = CaptureRecord(capture=capture.capture_id, step=capture.steps[0] if capture.steps else None,
+                               steps=list(capture.steps), roles=list(roles), region=region, bytes=size)
+        self._sized.append((record.TYPE, record_fields(record)))
 
     def _machine_failed(self, exc: CaptureStateError) -> None:
         log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from rlprof.manifest import ManifestWriter
+from rlprof.manifest import ManifestWriter, ProcessRecord
 
 START_NS = 1_795_000_000_000_000_000
 """Wall clock (``time.time_ns()``) of the first step's start: a fixed instant, so runs are reproducible."""
@@ -112,9 +112,9 @@ def generate_run(
         host, pid = f"node{rank // max(1, ranks_per_host)}", 1000 + rank
         tag = f"rank{rank}-{host}-{pid}"
         writer = ManifestWriter(run_dir / "manifest" / f"{tag}.jsonl", {"run": run_id, "rank": rank, "host": host, "pid": pid})
-        writer.write("process", world_size=len(rank_list), roles=list(roles), selected_roles=list(roles), steps=list(steps),
-                     mode=mode, tools=list(tools), save_path=str(Path(save_path).absolute()), replica_rank=None,
-                     expected_captures=len(captures), schedules={}, environment={})
+        writer.write_record(ProcessRecord(world_size=len(rank_list), roles=list(roles), selected_roles=list(roles),
+                                          steps=list(steps), mode=mode, tools=list(tools),
+                                          save_path=str(Path(save_path).absolute()), expected_captures=len(captures)))
         for index, step in enumerate(steps):
             step_start = start_ns + int(index * period_ms * 1e6) + rng.randrange(0, 200_000)
             cursor = step_start + int(0.5e6)
@@ -179,9 +179,9 @@ def _write_replicas(run_dir: Path, run_id: str, save_path, replicas: int, steps:
         tag = f"rank{replica}-{host}-{pid}"
         writer = ManifestWriter(run_dir / "manifest" / f"{tag}.jsonl", {"run": run_id, "rank": replica, "host": host, "pid": pid})
         rollout = [r for r in regions if r.role == "rollout" and r.parent is None]
-        writer.write("process", world_size=replicas, roles=["rollout"], selected_roles=["rollout"], steps=list(steps),
-                     mode="discrete", tools=list(tools), save_path=str(Path(save_path).absolute()), replica_rank=replica,
-                     expected_captures=len(steps) * len(rollout), schedules={}, environment={})
+        writer.write_record(ProcessRecord(world_size=replicas, roles=["rollout"], selected_roles=["rollout"], steps=list(steps),
+                                          mode="discrete", tools=list(tools), save_path=str(Path(save_path).absolute()),
+                                          replica_rank=replica, expected_captures=len(steps) * len(rollout)))
         for index, step in enumerate(steps):
             cursor = start_ns + int(index * period_ms * 1e6) + int(0.5e6)
             first = last = None

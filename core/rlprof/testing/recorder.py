@@ -10,13 +10,33 @@ without adding files of its own.
 
 from __future__ import annotations
 
+import inspect
 import json
-from typing import Any
+from typing import Any, Callable
 
+from rlprof import hookspecs
 from rlprof.hookspecs import hookimpl
 
 
 SKIP_REASON = "the testing kit's recorder only watches the hook calls; it writes no files"
+
+
+def hook_function(hook: str, body: Callable[..., Any]) -> Callable[..., Any]:
+    """A hookimpl of ``hook`` that takes exactly the arguments the spec names, in the spec's order, and
+    returns ``body(*arguments)``: set on an *instance* (``setattr(obj, hook, hook_function(...))``), it makes
+    that object implement a hook its class does not write, whatever the hook takes. pluggy reads an
+    implementation's arguments from its code, following ``__wrapped__`` (here: the spec itself), so
+    the kit needs no code per hook (the conformance suite's stand-ins are built with it)."""
+    spec = getattr(hookspecs, hook)
+    names = tuple(inspect.signature(spec).parameters)
+
+    def implementation(*arguments: Any, **by_name: Any) -> Any:  # pluggy passes them by position, rlprof by name
+        given = {**dict(zip(names, arguments)), **by_name}
+        return body(*(given[name] for name in names))
+
+    implementation.__wrapped__ = spec  # type: ignore[attr-defined]
+    implementation.__name__ = implementation.__qualname__ = hook
+    return hookimpl(implementation)
 
 
 class RecordingBackend:
@@ -128,3 +148,4 @@ class RecordingBackend:
             late = "(late)" if f.get("late") else ""
             out.append(f"{hook}:{label}{mark}{late}")
         return out
+

@@ -38,9 +38,9 @@ from rlprof.context import finalize_context
 from rlprof.layout import safe_name
 from rlprof.manifest import read_records
 from rlprof.runtime.plan import primary_role
-from rlprof.runtime.registry import HOOKS, LIFECYCLE
+from rlprof.runtime.registry import ARGUMENTS, HOOKS, LIFECYCLE
 from rlprof.testing.footprint import Footprint
-from rlprof.testing.recorder import RecordingBackend
+from rlprof.testing.recorder import RecordingBackend, hook_function
 
 RECORDER = "rlprof_recorder"
 """The name the companion recorder runs under."""
@@ -371,48 +371,46 @@ class InjectedFailure:
 def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBackend) -> Any:
     """A stand-in registered in place of ``plugin``: each hook calls the backend's own implementation;
     the first call of ``injected.hook`` then raises :class:`ScriptedHookFailure` (after listing what
-    the call returned with ``ctx.add_artifact``, so nothing the backend wrote goes unlisted)."""
-    from rlprof.hookspecs import OUTSIDE_A_RUN, hookimpl
+    the call returned with ``ctx.add_artifact``, so nothing the backend wrote goes unlisted). Built from
+    the spec, by argument names: a hook added to the spec later is stood in for like any other."""
+    from rlprof.hookspecs import OUTSIDE_A_RUN
     from rlprof.runtime.registry import plugin_manager
 
     pm = plugin_manager()
     pm.register(plugin)
-    members: dict[str, Any] = {}
+    stand_in = type(f"FailingAfter_{type(plugin).__name__}", (), {})()
     for hook in (h for h in HOOKS if h not in OUTSIDE_A_RUN):  # a run calls only these (never in a stand-in)
         impls = getattr(pm.hook, hook).get_hookimpls()
         if impls:
-            members[hook] = hookimpl(_delegate(hook, impls[0].function, tuple(impls[0].argnames), injected, recorder))
-    report = getattr(plugin, "open_captures", None)
-    if callable(report):
-        members["open_captures"] = lambda self: report()
-    return type(f"FailingAfter_{type(plugin).__name__}", (), members)()
+            setattr(stand_in, hook, _delegate(hook, impls[0].function, tuple(impls[0].argnames), injected, recorder))
+    for name in ("rlprof_contract", "reads_module", "open_captures"):  # what the core and the kit read besides hooks
+        if hasattr(plugin, name):
+            setattr(stand_in, name, getattr(plugin, name))
+    return stand_in
 
 
 def _delegate(hook: str, function: Callable, argnames: tuple[str, ...], injected: InjectedFailure,
               recorder: RecordingBackend) -> Callable:
-    if hook == "validate_tool_config":
-        def call(self, tool_config, key_path):
-            return function(**{k: v for k, v in (("tool_config", tool_config), ("key_path", key_path)) if k in argnames})
-    elif hook == "check_environment":
-        def call(self):
-            return function()
-    else:
-        def call(self, ctx):
-            if injected.raised:  # released: nothing of the backend's own is called any more (finalize included)
-                return function(ctx=ctx) if "ctx" in argnames else function()
-            if getattr(ctx, "opens_capture", False):
-                injected.captures.add(ctx.capture.capture_id)
-            result = function(ctx=ctx) if "ctx" in argnames else function()
-            if hook == injected.hook:
-                injected.raised = True
-                injected.captures.update(recorder.open_captures())
-                for path in _returned_paths(result):
-                    ctx.add_artifact(path)
-                raise ScriptedHookFailure(f"scripted failure right after the backend's {hook} ran (step "
-                                          f"{getattr(ctx, 'step', None)})")
-            return result
-    call.__name__ = hook
-    return call
+    """The stand-in's ``hook``: takes the spec's arguments, hands the backend's implementation the ones it
+    names, and raises right after the first call of the injected hook."""
+    names = ARGUMENTS[hook]
+
+    def call(*arguments: Any) -> Any:
+        given = dict(zip(names, arguments))
+        ctx = given.get("ctx")
+        if not injected.raised and getattr(ctx, "opens_capture", False):
+            injected.captures.add(ctx.capture.capture_id)
+        result = function(*(given[name] for name in argnames))
+        if hook == injected.hook and not injected.raised:
+            injected.raised = True
+            injected.captures.update(recorder.open_captures())
+            for path in _returned_paths(result):
+                ctx.add_artifact(path)
+            raise ScriptedHookFailure(f"scripted failure right after the backend's {hook} ran (step "
+                                      f"{getattr(ctx, 'step', None)})")
+        return result
+
+    return hook_function(hook, call)
 
 
 def _returned_paths(result: Any) -> list[Any]:
@@ -544,12 +542,11 @@ def _note_open(run: BackendRun, moment: str) -> None:
 
 def _finalize_again(run: BackendRun) -> SecondFinalize:
     """Call the backend's finalize hook once more, as a second shutdown path would."""
-    from rlprof.runtime.registry import plugin_manager
+    from rlprof.plugins import hook_call
 
     prof, outcome = run.profiler, SecondFinalize()
-    pm = plugin_manager()
-    pm.register(run.backend, name=run.name)
-    if not pm.hook.finalize.get_hookimpls():
+    finalize = hook_call(run.backend, "finalize", check_pending=False)  # called as the core calls any hook
+    if finalize is None:
         return outcome
     role = primary_role(prof.plan)
     ctx = finalize_context(prof.run, run.name, prof.tool_configs.get(role, {}).get(run.name, {}), None, (),
@@ -557,7 +554,7 @@ def _finalize_again(run: BackendRun) -> SecondFinalize:
                            relocate_results=prof.config.global_.relocate_results)
     before = _snapshot(run.run_dir)
     try:
-        results = pm.hook.finalize(ctx=ctx)
+        results = [finalize(ctx=ctx)]
     except Exception as exc:
         outcome.error = exc
         results = []
