@@ -465,9 +465,10 @@ class RolloutDistProfiler(DistProfiler):
           the answer, on that thread; the loop waits for it (a thread inside a C call, GIL or not,
           runs no loop), so a call arriving meanwhile waits for the stop.
         * elsewhere it closes at once."""
-        if executor is not None and self._generating is not None and self._closing is None:
-            self._closing = executor.submit(self._close)
-            self._closing.add_done_callback(_log_failed_close)
+        if executor is not None:
+            if not self.closing():  # else the close already handed over ends this step
+                self._closing = executor.submit(self._close)
+                self._closing.add_done_callback(_log_failed_close)
             return
         try:
             loop = asyncio.get_running_loop()
