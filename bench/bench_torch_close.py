@@ -86,10 +86,7 @@ def end_capture(profile, fast: bool, counter: Counter, path: str) -> dict[str, t
             profile.stop()
 
     def free():
-        if fast:
-            nogil.free(profile)
-        else:
-            profile.profiler.kineto_results = None  # the last reference: torch's destructor, under the GIL
+        nogil.free(profile)  # torch's own result: its last reference dropped, its destructor under the GIL
 
     phases = {"stop": stop, "save": lambda: profile.export_chrome_trace(path), "free": free}
     out = {}

@@ -10,7 +10,8 @@ worker's ``profile()`` from its busy loop and waits for it: the engine generates
 This bench runs a real engine with the engine core and its worker in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the demo's choice, so the stop runs on the thread that calls
 ``stop_profile()``), profiles one generate call of about N events with rlprof's settings
-(``EngineReplica.engine_kwargs``, contents ``cpu``), and prints per size:
+(``EngineReplica.engine_kwargs``, contents ``cpu``; ``--plain``: with ``torch_profiler_use_gzip=False``),
+and prints per size:
 
 * ``stop_profile()``'s wall time, split (timers wrapped around torch's functions, in this script only) into
   Kineto's stop (``_disable_profiler``), the export (``export_chrome_trace``: Kineto's save and torch's
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="15000,60000", help="about how many events per capture, comma-separated")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--plain", action="store_true", help="torch_profiler_use_gzip=False: vLLM exports plain JSON "
+                   "(what rlprof's engine adapter could ask, compressing the file itself off the engine)")
     a = p.parse_args(argv)
     from vllm import LLM, SamplingParams
 
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                       "enable": True, "ranks": [0], "tool_config": {"torch": {"contents": ["cpu"]}}}}}}
         replica = EngineReplica(config, replica_rank=0, num_replicas=1)
         kwargs = replica.engine_kwargs()
+        if a.plain:
+            kwargs["profiler_config"]["torch_profiler_use_gzip"] = False
         directory = kwargs["profiler_config"]["torch_profiler_dir"]
         llm = LLM(str(model), dtype="float32", enforce_eager=True, max_model_len=256, **kwargs)
         params = SamplingParams(max_tokens=32, ignore_eos=True)
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 whole = (time.perf_counter() - start, counter.count - count)
             idle = counter.idle_rate(min(max(whole[0], 0.1), 2.0))
             counter.paused = True
-            files = glob.glob(os.path.join(directory, f"{prefix}*.pt.trace.json.gz"))
+            files = glob.glob(os.path.join(directory, f"{prefix}*.pt.trace.json*"))
             tables = glob.glob(os.path.join(directory, f"{prefix}*profiler_out.txt"))
             events = _events(files[0]) if files else 0
             for path in files + tables:
@@ -197,7 +202,7 @@ def _events(path: str) -> int:
     import gzip
     import json
 
-    with gzip.open(path, "rt") as handle:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as handle:
         return len(json.load(handle)["traceEvents"])
 
 

@@ -96,10 +96,7 @@ def one_capture(torch, nogil, arguments, run, fast: bool, counter: Counter, dire
         assert taken == (nogil.NOGIL if fast else nogil.TORCH), (taken, nogil.unavailable())
 
     def free():
-        if fast:
-            nogil.free(profile)
-        else:
-            profile.profiler.kineto_results = None  # the last reference: torch's destructor
+        nogil.free(profile)  # torch's own result: its last reference dropped, its destructor under the GIL
 
     for name, call in (("stop", stop), ("save", lambda: profile.export_chrome_trace(path)), ("free", free)):
         phases[name] = counter.measure(call)

@@ -172,9 +172,16 @@ def result_of(profile):
 
 
 def free(profile) -> None:
-    """Destroy ``profile``'s result now (after its save): without the GIL on the fast path; torch's own
-    result is left to Python, as torch leaves it."""
+    """Destroy ``profile``'s result now, on this thread (after its save): without the GIL on the fast path;
+    torch's own result with it (its destructor runs under the GIL). Left alone, a result lives as long as
+    its ``torch.profiler.profile``, which is in a reference cycle (its action table holds its own bound
+    methods): Python's cycle collector frees it later, on whichever thread it runs in, the training's
+    included (0.74 s for an 866k-event capture, under the GIL)."""
     result = result_of(profile)
+    if result is None:
+        return
     module = _state.get("module")
     if module is not None and isinstance(result, module.Result):
         result.free()
+    else:
+        profile.profiler.kineto_results = None  # the last reference: torch's destructor, here and now

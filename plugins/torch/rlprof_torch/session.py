@@ -102,8 +102,9 @@ class TraceSession:
 
     def export(self, path: Path) -> None:
         """Write the stopped profiler's trace to ``path`` as plain JSON, from any thread (the
-        :mod:`~rlprof_torch.writer`'s), then free torch's result. Kineto's export takes about 1.2 µs an
-        event on this CPU (0.5 s for 374k events) and the free a third of that: on the fast path
+        :mod:`~rlprof_torch.writer`'s), then free torch's result (left alone, Python's cycle collector
+        would free it later, on whatever thread: :func:`~rlprof_torch.nogil.free`). Kineto's export takes
+        about 1.2 µs an event on this CPU (0.5 s for 374k events) and the free a fifth of that: on the fast path
         (:data:`~rlprof_torch.nogil.NOGIL`) both run without the GIL and the process's other threads go
         on; on torch's own path both hold it, and every other thread, the training's included, waits
         that long if it needs the GIL meanwhile. torch writes by path (following links, replacing

@@ -229,3 +229,25 @@ def test_a_user_profiler_in_the_same_process_is_left_to_torch(fast_path, tmp_pat
     thread.start()
     thread.join()
     assert "aten::add" in users.table
+
+
+def test_torchs_own_result_is_freed_after_its_save_not_when_the_cycle_collector_runs(fresh_nogil, monkeypatch, tmp_path):
+    """On torch's own path too, the result goes right after its save, on the writer's thread: left to Python, it
+    lives as long as its profiler, which is in a reference cycle, until the cycle collector runs on some
+    thread (the training's, perhaps) and frees it there under the GIL (0.74 s for 866k events)."""
+    import gc
+    import weakref
+
+    monkeypatch.setenv(nogil.ENV, "0")
+    profile = started_profile(10)
+    assert nogil.stop(profile) == nogil.TORCH
+    profile.export_chrome_trace(str(tmp_path / "trace.json"))
+    nogil.free(profile)
+    assert nogil.result_of(profile) is None
+    gc.disable()
+    try:
+        alive = weakref.ref(profile)
+        del profile
+        assert alive() is not None  # the cycle: only the collector would have freed the result
+    finally:
+        gc.enable()
