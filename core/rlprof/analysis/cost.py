@@ -113,9 +113,10 @@ class StepCost:
 class ProfilingCost:
     steps: list[StepCost]
     unprofiled_ms: float | None
-    """The median unprofiled step, each step's time taken as a profiled step's is: first start to last end
-    over every process that timed it (a Ray controller's whole step, not a replica's generate alone);
-    None when none was recorded."""
+    """The median unprofiled step, by the trainer's own timing where it timed the unprofiled steps (verl's
+    ``timing_s/step``), else each step's time taken as a profiled step's is: first start to last end over
+    every process that timed it (a Ray controller's whole step, not a replica's generate alone); None when
+    none was recorded."""
     unprofiled_count: int
     unprofiled_waits: dict[int, float] = field(default_factory=dict)
     """Waits on profiling paid in a step that was not profiled (a replica still exporting the last
@@ -124,6 +125,9 @@ class ProfilingCost:
     unprofiled_steps_ms: tuple[float, ...] = ()
     """Each unprofiled step's time, as :attr:`unprofiled_ms` takes them: their spread is the noise the
     verdict judges profiling's cost against (:mod:`rlprof.analysis.noise`)."""
+    timed_by: str = RLPROF_TIMING
+    """Whose timing the unprofiled steps are: the trainer's own where it timed them (a phase record's source,
+    as :attr:`StepCost.timed_by`), else rlprof's records (first start to last end over the processes)."""
 
     @property
     def costly(self) -> list[StepCost]:
@@ -132,7 +136,7 @@ class ProfilingCost:
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
                 "unprofiled_count": self.unprofiled_count, "unprofiled_waits": self.unprofiled_waits,
-                "warn_share": COST_WARN_SHARE}
+                "timed_by": self.timed_by, "warn_share": COST_WARN_SHARE}
 
 
 def is_wait(kind: Any) -> bool:
@@ -208,6 +212,11 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
         steps.append(StepCost(step, total, round(length(union(writing.get(step, ()))) / 1e6, 3),
                               round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual), median, timed_by))
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
+    trainer_plain = [named[STEP_PHASE] for step, named in sorted(phases.items())
+                     if step not in window and STEP_PHASE in named]
+    if trainer_plain:  # the steps and their median by the measure the profiled steps are told in
+        return ProfilingCost(steps, round(statistics.median(trainer_plain), 3), len(trainer_plain), paid_unprofiled,
+                             tuple(round(ms, 3) for ms in trainer_plain), trainer_source)
     return ProfilingCost(steps, plain_median, len(plain_ms), paid_unprofiled, tuple(round(ms, 3) for ms in plain_ms))
 
 

@@ -115,8 +115,7 @@ def _cost_lines(report: RunReport) -> list[str]:
                          ", ".join(f"{p.name} {p.ms:.1f} ms (unprofiled {p.unprofiled_ms:.1f}, +{p.extra_ms:.1f})"
                                    for p in grown))
     if cost.unprofiled_ms is not None:
-        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps "
-                     "(rlprof's records, first start to last end)")
+        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps ({cost.timed_by})")
     else:
         lines.append("  unprofiled steps: none recorded (every step was profiled, or an rlprof that did not record them)")
     if cost.unprofiled_waits:
