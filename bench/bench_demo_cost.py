@@ -5,8 +5,9 @@ is installed), then reads the run's report (:mod:`rlprof.analysis.cost`) and pri
 
 * its whole time (first start to the last moment any process was done with it, writing included)
   over the median unprofiled step of the same run (the Ray controller times those): target <= 1.3x;
-* what profiling took of it (writing the captures it closed, and waits on a replica's export): the
-  report's "profiling cost" share (its verdict warns above 20%);
+* what profiling cost it: the report's "profiling cost", what the step took beyond the median unprofiled
+  step (by the trainer's own timing where it timed every step: verl's ``timing_s/step``), and its share
+  of the step (the verdict warns above 20%);
 * the anatomy's "(writing captures)" row as a share of the step window (target <= 5%): the writing
   inside the step's own window only, which leaves out the export at the step's end, so it reads lower.
 
@@ -58,13 +59,14 @@ def print_cost(run: str, report) -> None:
     plain = cost.unprofiled_ms
     print(f"{run}: unprofiled step median {plain:.1f} ms over {cost.unprofiled_count}" if plain is not None
           else f"{run}: no unprofiled step recorded")
-    print(f"  {'step':>4}  {'whole_ms':>9}  {'x unprofiled':>12}  {'profiling':>15}  {'(writing captures)':>22}")
+    print(f"  {'step':>4}  {'whole_ms':>9}  {'x unprofiled':>12}  {'profiling':>15}  {'(writing captures)':>22}  timed by")
     for s in cost.steps:
-        ratio = f"{s.total_ms / plain:.2f}x" if plain else "-"
+        ratio = f"{s.total_ms / s.unprofiled_ms:.2f}x" if s.unprofiled_ms else "-"
         window = windows.get(s.step)
         span = window.span_ms if window is not None else None
         writing = f"{window.writing_ms:.1f} ms {window.writing_ms / span:.0%}" if span else "-"
-        print(f"  {s.step:>4}  {s.total_ms:>9.1f}  {ratio:>12}  {s.profiling_ms:>8.1f} ms {s.share:>4.0%}  {writing:>22}")
+        print(f"  {s.step:>4}  {s.total_ms:>9.1f}  {ratio:>12}  {s.profiling_ms:>8.1f} ms {s.share:>4.0%}  {writing:>22}  "
+              f"{s.timed_by} (unprofiled {s.unprofiled_ms} ms)")
     print(f"  targets: <= {RATIO_TARGET}x the unprofiled step; (writing captures) <= {WRITING_TARGET:.0%} of the step")
 
 

@@ -1,96 +1,158 @@
-"""What the training thread pays when a torch capture closes, by trace size.
+"""The end of a torch capture, by size: the stop, the save and the free, and what the rest of the process
+can do meanwhile, through the fast path (rlprof_torch.nogil: no GIL) and through torch's own calls.
 
-One capture per step of the tiny MLP (bench/torch_bench_workload.py) with N micro-batches (more
-micro-batches, larger trace); per size, the median over the steps of:
+Per size (default 100k, 400k and 1M events), a CPU capture of the tiny MLP's steps (the profiler arguments
+the torch backend gives, ``trace_only`` included) is ended in three phases, as the backend ends it:
 
-* ``step_boundary``: wall and CPU time of the call that closes the capture (stop, plain JSON export,
-  handing the file to the background writer, manifest lines): what the step waits for;
-* ``written after``: how long after ``step_boundary`` returned the trace was in place (compression,
-  sha256, placing under its name, on the writer thread), waited for before the next step so sizes
-  do not mix;
-* ``held off``: of that time, how long the training thread could not have run Python. While it
-  waits, the training thread wakes every millisecond; each wake-up later than that is time another
-  thread held the GIL. Kineto's export (``ProfilerResult.save``) holds it from start to end (measured
-  here: 67 ms for the 200-micro-batch trace, after a 92 ms ``stop()``), so a training thread that
-  needs the GIL while the writer exports waits for it: inside ``step_boundary`` when the export
-  starts before the call returns, here when after. The writer's thread spares the training thread
-  the compression and the hashing (zlib and hashlib release the GIL), not the export.
+* ``stop``: ``torch.profiler.profile.stop()`` (Kineto's stop: on the thread that started the profiler);
+* ``save``: ``export_chrome_trace`` of plain JSON (the background writer's first step);
+* ``free``: the result's C++ destructor (the writer drops the stopped profiler after its save).
 
-Run: ``.venv/bin/python bench/bench_torch_close.py [micro-batches ...]`` (default 4 40 200). TMPDIR
-picks the file system written to. To compare with another checkout, run this file under that
-checkout's packages (``PYTHONPATH=<checkout>/core:<checkout>/plugins/torch``): a core whose torch
-backend compresses on the training thread shows that time inside ``step_boundary``.
+Beside each phase runs a Python thread that counts in a loop; its **progress** is its count per second
+during the phase over its count per second in a window of the same length just before, with the main
+thread asleep (the idle rate: what the machine gives that thread now). 100% is a thread that does not
+notice the phase; a phase that holds the GIL shows about 0%. Target: the fast path >= 70% of idle
+progress at each size, in every phase; today's path (torch's own calls) is printed beside it, the two
+interleaved in one run (``--repeats`` each, medians).
+
+Run: ``python bench/bench_torch_close.py [--sizes 100000,400000,1000000] [--repeats 3]`` (under
+``flock /tmp/rlprof-heavy.lock`` on a shared machine). TMPDIR picks the file system the traces go to.
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
+import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
-import rlprof
+import torch
+
+from rlprof_torch import nogil
+from rlprof_torch.options import profile_arguments
+from rlprof_torch.session import quiet_kineto
 from torch_bench_workload import step_body, tiny_mlp
 
-STEPS = 12
-WARMUP = 2
+PHASES = ("stop", "save", "free")
 
 
-TICK_S = 0.001
+class Counter:
+    """A Python thread counting as fast as it can get the GIL and a core."""
+
+    def __init__(self):
+        self.count = 0
+        self.paused = True
+        """Asleep while a capture is recorded (it would slow the recording down, not the phases)."""
+        self._done = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._done:
+            if self.paused:
+                time.sleep(0.01)
+                continue
+            self.count += 1
+
+    def close(self):
+        self._done = True
+        self._thread.join()
 
 
-def wait_watching_the_gil(writer, timeout_s: float = 120.0) -> float:
-    """Wait for ``writer`` to be idle as a training thread would: waking every :data:`TICK_S`. The
-    seconds the wake-ups came late in all (another thread held the GIL)."""
-    held, deadline = 0.0, time.perf_counter() + timeout_s
-    while not writer.wait_idle(0) and time.perf_counter() < deadline:
-        before = time.perf_counter()
-        time.sleep(TICK_S)
-        held += max(0.0, time.perf_counter() - before - 2 * TICK_S)
-    return held
+def record(events: int, model, optimizer, batch, per_step: float) -> torch.profiler.profile:
+    """A started profiler that has seen about ``events`` events of the MLP's steps."""
+    profile = torch.profiler.profile(**profile_arguments((), torch.cuda.is_available()))
+    profile.start()
+    for _ in range(max(1, round(events / per_step))):
+        step_body(model, optimizer, batch, 4, lambda role, stage: torch.autograd.profiler.record_function(f"{role}_{stage}"))
+    return profile
 
 
-def measure(micro_batches: int) -> tuple[float, float, float | None, float, float | None]:
-    """Medians (step_boundary wall ms, its CPU ms, written-after ms or None, trace KiB, held-off ms or None)."""
-    import rlprof_torch.backend as backend
+def idle_rate(counter: Counter, seconds: float) -> float:
+    before, start = counter.count, time.perf_counter()
+    time.sleep(seconds)
+    return (counter.count - before) / (time.perf_counter() - start)
 
-    writer = getattr(backend, "writer", None)  # None: a checkout whose backend writes on the training thread
-    process_writer = writer.process_writer if writer is not None else None
-    model, optimizer, batch = tiny_mlp()
-    walls, cpus, after, held = [], [], [], []
+
+def end_capture(profile, fast: bool, counter: Counter, path: str) -> dict[str, tuple[float, float]]:
+    """``{phase: (seconds, progress)}`` for one capture ended through the fast path or torch's."""
+    def stop():
+        if fast:
+            assert nogil.stop(profile) == nogil.NOGIL, nogil.unavailable()
+        else:
+            profile.stop()
+
+    def free():
+        nogil.free(profile)  # torch's own result: its last reference dropped, its destructor under the GIL
+
+    phases = {"stop": stop, "save": lambda: profile.export_chrome_trace(path), "free": free}
+    out = {}
+    counter.paused = False
+    time.sleep(0.05)  # the counter is running before the first phase
+    for phase in PHASES:
+        before, start = counter.count, time.perf_counter()
+        phases[phase]()
+        seconds = time.perf_counter() - start
+        rate = (counter.count - before) / seconds
+        out[phase] = (seconds, rate / idle_rate(counter, min(max(seconds, 0.05), 2.0)))
+    counter.paused = True
+    os.unlink(path)
+    return out
+
+
+def events_per_step(model, optimizer, batch) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        prof = rlprof.Profiler({"global_profiler": {"tool": "torch", "steps": list(range(1, STEPS + 1)), "save_path": tmp},
-                                "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}},
-                               roles=("actor", "ref"))
-        for step in range(1, STEPS + 1):
-            prof.start_step(step)
-            step_body(model, optimizer, batch, micro_batches, prof.role)
-            wall, cpu = time.perf_counter(), time.process_time()
-            prof.step_boundary()
-            returned = time.perf_counter()
-            walls.append(returned - wall)
-            cpus.append(time.process_time() - cpu)
-            if process_writer is not None:
-                held.append(wait_watching_the_gil(process_writer()))
-                after.append(time.perf_counter() - returned)
-        sizes = [a["size"] for a in prof.finalize()]
-    ms = lambda values: statistics.median(values[WARMUP:]) * 1e3  # noqa: E731
-    return ms(walls), ms(cpus), ms(after) if after else None, statistics.median(sizes) / 1024, ms(held) if held else None
+        profile = record(1, model, optimizer, batch, 1.0)
+        profile.stop()
+        path = os.path.join(tmp, "probe.json")
+        profile.export_chrome_trace(path)
+        import json
+
+        with open(path) as handle:
+            return float(len(json.load(handle)["traceEvents"]))
 
 
-def main() -> None:
-    logging.disable(logging.WARNING)
-    sizes = [int(a) for a in sys.argv[1:]] or [4, 40, 200]
-    print(f"one capture per step, {STEPS - WARMUP} steps measured per size after {WARMUP}; medians")
-    print(f"{'micro-batches':>14}{'trace KiB gz':>14}{'step_boundary wall':>20}{'CPU':>12}{'written after':>16}"
-          f"{'held off':>12}")
-    for micro_batches in sizes:
-        wall, cpu, after, kib, held = measure(micro_batches)
-        written = f"{after:.1f} ms" if after is not None else "inline"
-        held_off = f"{held:.1f} ms" if held is not None else "-"
-        print(f"{micro_batches:>14}{kib:>14.0f}{wall:>17.1f} ms{cpu:>9.1f} ms{written:>16}{held_off:>12}")
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="100000,400000,1000000", help="events per capture, comma-separated")
+    p.add_argument("--repeats", type=int, default=3, help="captures per size and path (medians)")
+    a = p.parse_args(argv)
+    reason = nogil.unavailable()
+    if reason is not None:
+        print(f"the fast path is not usable here: {reason}", file=sys.stderr)
+        return 1
+    quiet_kineto()
+    model, optimizer, batch = tiny_mlp()
+    per_step = events_per_step(model, optimizer, batch)
+    counter = Counter()
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {per_step:.0f} events a step; "
+          f"medians of {a.repeats} captures per size and path; progress: a Python thread's count rate during the "
+          "phase / its rate with the main thread asleep")
+    print(f"{'events':>9} {'path':>6} " + " ".join(f"{phase + ' ms':>9} {'progress':>8}" for phase in PHASES))
+    worst: dict[bool, float] = {True: float("inf"), False: float("inf")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (int(s) for s in a.sizes.split(",") if s):
+            results: dict[bool, list[dict]] = {True: [], False: []}
+            for repeat in range(a.repeats):
+                for fast in ((True, False) if repeat % 2 == 0 else (False, True)):  # interleaved, alternating first
+                    profile = record(size, model, optimizer, batch, per_step)
+                    results[fast].append(end_capture(profile, fast, counter, os.path.join(tmp, "trace.json")))
+                    del profile
+            for fast in (True, False):
+                cells = []
+                for phase in PHASES:
+                    seconds = statistics.median(r[phase][0] for r in results[fast])
+                    progress = statistics.median(r[phase][1] for r in results[fast])
+                    worst[fast] = min(worst[fast], progress)
+                    cells.append(f"{seconds * 1e3:>9.0f} {progress:>8.0%}")
+                print(f"{size:>9} {'nogil' if fast else 'torch':>6} " + " ".join(cells), flush=True)
+    counter.close()
+    print(f"lowest progress in any phase: fast path {worst[True]:.0%} (target >= 70%), torch's own {worst[False]:.0%}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

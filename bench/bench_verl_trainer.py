@@ -35,7 +35,10 @@ from rlprof.analysis.report import build_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "examples" / "verl-cpu" / "run.py"
-STEP_LINE = re.compile(r"step:(\d+) - .*?timing_s/step:([0-9.]+)")
+STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+TIMING = re.compile(r"timing_s/([\w/]+):([0-9.eE+-]+)")
+UPDATE_WEIGHTS_TARGET = 1.5
+STEP_TARGET = 1.15
 
 
 def profile_overrides(steps: list[int], save: Path) -> list[str]:
@@ -51,9 +54,9 @@ def profile_overrides(steps: list[int], save: Path) -> list[str]:
     ]
 
 
-def step_times(out: Path, name: str, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, float], float]:
-    """verl's ``timing_s/step`` of each step of one run, and the run's wall time. The run's console
-    log is kept as ``<out>/<name>.log`` (verl's other ``timing_s/*`` figures say where a step went)."""
+def step_times(out: Path, name: str, steps: int, extra: list[str], rlprof: bool) -> tuple[dict[int, dict[str, float]], float]:
+    """verl's ``timing_s/*`` of each step of one run (``{step: {"step": s, "update_weights": s, ...}}``), and
+    the run's wall time. The run's console log is kept as ``<out>/<name>.log``."""
     cmd = [sys.executable, str(RUN), "--out", str(out), "--steps", str(steps), *(["--rlprof"] if rlprof else []), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=out)
@@ -62,7 +65,11 @@ def step_times(out: Path, name: str, steps: int, extra: list[str], rlprof: bool)
     (out / f"{name}.log").write_text(text)
     if proc.returncode != 0:
         sys.exit(f"run failed ({proc.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
-    times = {int(m.group(1)): float(m.group(2)) for m in STEP_LINE.finditer(text)}
+    times = {}
+    for line in STEP_LINE.finditer(text):
+        phases = {k: float(v) for k, v in TIMING.findall(line.group(2))}
+        if "step" in phases:
+            times[int(line.group(1))] = phases
     return times, wall
 
 
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     unprofiled = [s for s in range(max(profiled) + 1, a.steps + 1)]
 
     chosen = set(a.runs.split(","))
-    runs: dict[str, dict[int, float]] = {name: {} for name in ("plain", "rlprof", "verl")}
+    runs: dict[str, dict[int, dict[str, float]]] = {name: {} for name in ("plain", "rlprof", "verl")}
     for name, rlprof, extra in (
         ("plain", False, []),
         ("rlprof", True, profile_overrides(profiled, out / f"profile-rlprof-{stamp}")),
@@ -97,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         times, wall = step_times(out, name, a.steps, extra, rlprof)
         runs[name] = times
         print(f"{name:7s} run: {wall:6.1f} s wall; timing_s/step " +
-              " ".join(f"{s}:{t:.2f}" for s, t in sorted(times.items())), flush=True)
+              " ".join(f"{s}:{t['step']:.2f}" for s, t in sorted(times.items())) + "; update_weights " +
+              " ".join(f"{s}:{t.get('update_weights', float('nan')) * 1e3:.0f}ms" for s, t in sorted(times.items())),
+              flush=True)
 
-    def pick(name: str, steps: list[int]) -> list[float]:
-        return [runs[name][s] for s in steps if s in runs[name]]
+    def pick(name: str, steps: list[int], phase: str = "step") -> list[float]:
+        return [runs[name][s][phase] for s in steps if s in runs[name] and phase in runs[name][s]]
 
     print(f"\nsteps not profiled ({', '.join(map(str, unprofiled))}), median step time:")
     print(f"  without rlprof     {median(pick('plain', unprofiled))}")
@@ -111,11 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  (no profiler       {median(pick('plain', profiled))})")
     if runs["rlprof"]:
         unprofiled_median = statistics.median(pick("rlprof", unprofiled) or [float("nan")])
+        ratios = [runs["rlprof"][s]["step"] / unprofiled_median for s in profiled if s in runs["rlprof"]]
         print("\nunder rlprof, each profiled step over the median unprofiled step of the same run (timing_s/step): " +
-              ", ".join(f"step {s} {runs['rlprof'][s] / unprofiled_median:.2f}x" for s in profiled if s in runs["rlprof"]))
-        print("the run's report (rlprof's own step records; the trainer's unprofiled steps timed by the drop-in):")
+              ", ".join(f"step {s} {r:.2f}x" for s, r in zip(profiled, ratios)) +
+              f"; median {statistics.median(ratios):.2f}x (target <= {STEP_TARGET}x)")
+        weights = statistics.median(pick("rlprof", unprofiled, "update_weights") or [float("nan")])
+        print(f"update_weights (timing_s/update_weights), unprofiled median {weights * 1e3:.0f} ms; profiled: " +
+              ", ".join(f"step {s} {runs['rlprof'][s]['update_weights'] * 1e3:.0f} ms "
+                        f"({runs['rlprof'][s]['update_weights'] / weights:.2f}x)"
+                        for s in profiled if "update_weights" in runs["rlprof"].get(s, {})) +
+              f" (target <= {UPDATE_WEIGHTS_TARGET}x)")
+        print("the run's report (its cost: each profiled step beyond the median unprofiled step, by verl's timing_s/step):")
         (report,) = build_reports([out / f"profile-rlprof-{stamp}"])
         print_cost("rlprof run", report)
+        for s in report.cost.steps:
+            if s.step in runs["rlprof"]:
+                verl = (runs["rlprof"][s.step]["step"] - unprofiled_median) * 1e3
+                print(f"  step {s.step}: the report's cost {s.profiling_ms:.0f} ms; verl's timing_s/step over its unprofiled "
+                      f"median {verl:.0f} ms")
     return 0
 
 

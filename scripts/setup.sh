@@ -27,7 +27,9 @@ step "pip" "" -- pip install --upgrade pip
 step "torch 2.13.0 (CPU)" "" -- pip install "torch==2.13.0"
 step "ray, pytest, hypothesis, py-spy" "" -- \
   pip install "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6" "py-spy>=0.3"   # py-spy: the rlprof-pyspy example backend's tool
-step "rlprof and its plugins (editable)" "pyproject.toml plugins/torch/pyproject.toml plugins/nsys/pyproject.toml plugins/npu/pyproject.toml" -- \
+# rlprof-torch builds its optional C++ extension rlprof_torch._nogil here (captures end without the GIL;
+# docs/torch-nogil.md): its sources are inputs, so a change to them builds it again.
+step "rlprof and its plugins (editable)" "pyproject.toml plugins/torch/pyproject.toml plugins/torch/setup.py plugins/torch/rlprof_torch/_nogil.cpp plugins/nsys/pyproject.toml plugins/npu/pyproject.toml" -- \
   pip install -e . -e plugins/torch -e plugins/nsys -e plugins/npu
 step "mindstudio-probe 26.2.0 and rlprof-msprobe (precision_debugger)" "plugins/msprobe/pyproject.toml" -- \
   pip install "mindstudio-probe==26.2.0" -e plugins/msprobe
@@ -56,3 +58,5 @@ else
   done_what="already set up, nothing changed ($(( $(date +%s) - start )) s; rm -r .venv/.rlprof-setup to redo every step)"
 fi
 echo "rlprof: environment ready in .venv, $done_what ($(.venv/bin/python -c 'import torch, ray; print("torch", torch.__version__, "ray", ray.__version__)'))"
+# the optional extension fails to build quietly (no compiler): say what that means once
+.venv/bin/python -c 'from rlprof_torch import nogil; r = nogil.unavailable(); print("rlprof: torch captures end without the GIL" if r is None else f"rlprof: torch captures end with the GIL held (torch'"'"'s own calls): {r}")' || true

@@ -7,7 +7,11 @@ Three pieces, as verl's vLLM rollout has them:
   ``start_profile``/``stop_profile`` through a profiler controller built with
   ``build_rollout_dist_profiler(replica_rank, replica_world_size, ...)``, and the
   sleep/wake/kv-cache calls as no-ops, and ``abort_all_requests``/``resume_generation`` as
-  verl's servers' submission gate (requests that arrive during a weight sync wait for the resume);
+  verl's servers' submission gate (requests that arrive during a weight sync wait for the resume).
+  The model generates on a thread of the server's own, as an engine would in its own process, so the
+  event loop stays free to answer calls; the profiler starts and stops on that thread (torch records
+  the ops of the thread it started on), and the stop is handed to it after ``stop_profile`` answers
+  (``stop(executor=...)``);
 - ``HFServerAdapter`` (a ``BaseRollout``): hands weights to the server: inside the hybrid training
   worker after each step (sync trainer), or inside the replica's ``CheckpointEngineWorker`` as a
   checkpoint engine receives them (fully async trainer, standalone replicas).
@@ -20,6 +24,9 @@ vLLM server, so the module-level import of ``build_rollout_dist_profiler`` below
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
+import inspect
 import json
 import logging
 import os
@@ -117,6 +124,8 @@ class HFServer:
         self._admitting.set()
         self._rejecting = False
         self._events = _Events(replica_rank)
+        self._generating = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+        """The one thread the model generates on (and the profiler starts and stops on), in call order."""
 
         # profiler controller: the same call verl's vLLM server makes
         profiler_config = self.config.profiler
@@ -171,9 +180,9 @@ class HFServer:
         max_tokens = max(1, int(max_tokens))
         want_logprobs = bool(params.pop("logprobs", False))
 
-        # one request at a time: the model is tiny and the host has few cores. It runs on the
-        # actor's event loop, so an abort never lands in the middle of one: it closes the gate
-        # between requests, and the next waits for resume_generation.
+        # one request at a time (self._lock): the model is tiny and the host has few cores. It runs on
+        # the generating thread; an abort closes the gate and waits for the request in flight, so it
+        # never lands in the middle of one, and the next waits for resume_generation.
         while True:
             if not self._admitting.is_set():
                 if self._rejecting:
@@ -185,7 +194,8 @@ class HFServer:
             async with self._lock:
                 if self._admitting.is_set():
                     t0 = time.time()
-                    token_ids, log_probs = self._generate(prompt_ids, params, max_tokens)
+                    token_ids, log_probs = await asyncio.get_running_loop().run_in_executor(
+                        self._generating, self._generate, prompt_ids, params, max_tokens)
                     self._events("generate", t0=t0, t1=time.time(), version=self.global_steps)
                     break
         return TokenOutput(
@@ -222,9 +232,10 @@ class HFServer:
 
     # ---- weights --------------------------------------------------------------------------
     async def update_weights(self, state_dict: dict[str, torch.Tensor]):
-        t0 = time.time()
-        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
-        self._events("weights", t0=t0, t1=time.time())
+        async with self._lock:  # never while a request generates (the weights change under it otherwise)
+            t0 = time.time()
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            self._events("weights", t0=t0, t1=time.time())
         # tied embeddings arrive once; anything else missing means the names do not match
         missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
@@ -256,9 +267,12 @@ class HFServer:
             return None
 
     async def abort_all_requests(self, reset_prefix_cache: bool = True, reject_request: bool = False):
-        # nothing is mid-generation when this runs (generation holds the event loop): close the gate
+        # close the gate, then wait for the request in flight (on the generating thread): nothing is
+        # mid-generation once this returns
         self._rejecting = reject_request
         self._admitting.clear()
+        async with self._lock:
+            pass
         self._events("pause", t=time.time())
         return {"aborted_count": 0, "request_ids": []}
 
@@ -277,12 +291,17 @@ class HFServer:
         return self.profiler_controller.check_enable() and self.profiler_controller.check_this_rank()
 
     async def start_profile(self, **kwargs):
-        if self.node_rank == 0 and self._should_profile():
-            self.profiler_controller.start(**kwargs)
+        if self.node_rank == 0 and self._should_profile():  # on the generating thread: torch records that thread
+            await asyncio.get_running_loop().run_in_executor(
+                self._generating, functools.partial(self.profiler_controller.start, **kwargs))
 
     async def stop_profile(self):
-        if self.node_rank == 0 and self._should_profile():
-            self.profiler_controller.stop()
+        if self.node_rank == 0 and self._should_profile():  # answers at once; the thread stops the capture next
+            stop = self.profiler_controller.stop
+            if "executor" in inspect.signature(stop).parameters:  # rlprof's: it knows the close is pending
+                stop(executor=self._generating)
+            else:  # verl's own profiler: stopped (and exported) on the thread it started on
+                self._generating.submit(stop)
 
 
 class HFReplica(RolloutReplica):

@@ -448,6 +448,87 @@ def test_a_replica_whose_loop_cancels_its_pending_close_still_writes_the_capture
     assert not [r for r in records if r["type"] == "error"]
 
 
+def generate_ops(count: int) -> None:
+    """What a replica's generate call leaves in its capture: ``3 * count`` CPU op events or so."""
+    import torch
+
+    x = torch.ones(4)
+    for _ in range(count):
+        x = x + 1
+
+
+def test_a_replica_that_generates_on_its_own_thread_answers_calls_while_its_capture_ends(tmp_path):
+    """Issue 41: a server that generates on a thread of its own (examples/verl-cpu's ``hf`` server) starts the
+    profiler there and hands it the close (``stop(executor=...)``): ``stop_profile`` answers at once, and a call
+    that comes while the capture is being stopped (verl's weight sync) runs on the loop before the stop ends.
+    Closed on the loop's own thread (the server generating on its loop, the call pattern before), the same
+    call waited for the whole stop."""
+    import asyncio
+    import concurrent.futures
+    import time
+
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    profiler = build_rollout_dist_profiler(0, 1, config=config, tool_config=tool_config)
+    generating = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    seen = {}
+
+    async def server():
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(generating, lambda: profiler.start(profile_step=1))
+        await loop.run_in_executor(generating, generate_ops, 60_000)  # a capture whose stop takes a while
+        profiler.stop(executor=generating)  # stop_profile: answers
+        closing = profiler._closing
+        await asyncio.sleep(0.02)  # the trainer's next call arrives while the capture stops
+        seen["answered while stopping"] = not closing.done()
+        seen["answered_at"] = time.perf_counter()
+        await asyncio.wrap_future(closing)
+        seen["closed_at"] = time.perf_counter()
+
+    asyncio.run(server())
+    profiler.finalize()
+    generating.shutdown()
+    assert seen["answered while stopping"] and seen["answered_at"] < seen["closed_at"], seen
+    records = list(read_records(tmp_path.glob("*/manifest/*.jsonl")))
+    [trace] = [r for r in records if r["type"] == "artifact"]
+    assert (trace["step"], trace["state"], trace["stop_path"]) == (1, "written", "nogil")
+    assert not [r for r in records if r["type"] in ("error", "skip")]
+
+
+def test_the_end_of_the_run_waits_for_a_close_handed_to_the_generating_thread(tmp_path):
+    """The run ends (verl's watcher thread finalizes the replica) while the close handed to the server's
+    thread has not run yet: the end waits for it, so the capture is stopped on its own thread and written,
+    never stopped from the watcher's (which Kineto refuses: the capture would be given up)."""
+    import asyncio
+    import concurrent.futures
+    import threading
+
+    config, tool_config = torch_config(tmp_path, all_ranks=True)
+    profiler = build_rollout_dist_profiler(0, 1, config=config, tool_config=tool_config)
+    generating = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    busy = threading.Event()
+
+    async def server():
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(generating, lambda: profiler.start(profile_step=1))
+        await loop.run_in_executor(generating, generate_ops, 100)
+        generating.submit(busy.wait, 10)  # the thread is still busy: the close waits behind it
+        profiler.stop(executor=generating)
+
+    asyncio.run(server())
+    ended = threading.Thread(target=profiler.finalize)  # the watcher thread
+    ended.start()
+    ended.join(0.3)
+    assert ended.is_alive()  # waiting for the close
+    busy.set()
+    ended.join(30)
+    generating.shutdown()
+    records = list(read_records(tmp_path.glob("*/manifest/*.jsonl")))
+    assert [(r["step"], r["state"]) for r in records if r["type"] == "artifact"] == [(1, "written")]
+    assert not [r for r in records if r["type"] == "error"]
+    [wait] = [r for r in records if r["type"] == "profiling_wait"]
+    assert "the end of the run" in wait["reason"]
+
+
 def test_a_start_that_runs_the_pending_close_itself_keeps_its_own_step_open(tmp_path):
     """The next start_profile came while the last close waited out its grace: it runs that close first and
     opens its step; the close it cancelled must not close again (it would end the new step's capture)."""

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,8 +121,25 @@ def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp
     run = train(workdir, save, discrete)
     assert run["modes"] == [mode]
     check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
+    check_cost_and_stop_path(run, save, (tmp_path / "trainer.log").read_text())
     if mode == "discrete":
         check_inside_regions(run)
+
+
+def check_cost_and_stop_path(run: dict, save: Path, log: str) -> None:
+    """Issue 41. Every torch trace, the replica's included, was stopped, saved and freed without the GIL
+    (``stop_path: "nogil"`` in its record). The report's cost of each profiled step is what it took beyond
+    the unprofiled median by verl's own ``timing_s/step`` (read here from verl's console log), within 10%."""
+    traces = [r for r in read_records([save]) if r["type"] == "artifact" and r["path"].endswith(".pt.trace.json.gz")]
+    assert traces and {r.get("stop_path") for r in traces} == {"nogil"}, [(r["path"], r.get("stop_path")) for r in traces]
+    verl = {int(m.group(1)): float(m.group(2)) * 1e3
+            for m in re.finditer(r"step:(\d+) - .*?timing_s/step:([0-9.]+)", log)}
+    unprofiled = statistics.median(ms for step, ms in verl.items() if step not in PROFILED)
+    cost = {s["step"]: s for s in run["profiling_cost"]["steps"]}
+    for step in PROFILED:
+        expected = max(verl[step] - unprofiled, 0.0)
+        assert cost[step]["timed_by"] == "verl timing_s", cost[step]
+        assert abs(cost[step]["profiling_ms"] - expected) <= max(0.1 * expected, 5.0), (step, cost[step], verl)
 
 
 def check_inside_regions(run: dict) -> None:

@@ -1,30 +1,35 @@
-"""What profiling cost each profiled step, measured where it was paid, beside the steps it did not profile.
+"""What profiling cost each profiled step, beside the steps it did not profile.
 
-Profiling's cost in a profiled step is everything the step waited for because it was profiled:
+**The cost of a profiled step is what it took beyond its unprofiled median**: its time minus the median
+time of the run's unprofiled steps, both by one measure (:attr:`StepCost.profiling_ms`), the trainer's own
+where it timed every step (verl's ``timing_s/step``, recorded as the ``step`` phase), else rlprof's step
+records. That is the time the user lost, wherever profiling made the step wait: the captures being
+written, a replica's export, and what no record names a wait (a trainer's weight sync held up by a
+replica whose profiler held its GIL, a core busy with a stop). Its share of the step is what the
+verdict warns about (more than :data:`COST_WARN_SHARE`). The phases that grew are named beside it (the
+trainer's phases in this step beside their unprofiled medians, :class:`PhaseCost`): where the time went.
+
+What rlprof saw of it, shown beside the figure:
 
 * **writing**: the captures it closed being written: the union, over every process, of ``end_ns`` to
   ``closed_ns`` of its ``step`` and ``region`` records (a trace exported at a discrete region's end, and
   at the step's end, after the step's own window, which the anatomy's ``(writing captures)`` row leaves
-  out: that is where most of a profiled step's extra time went);
+  out);
 * **waits**: any timing record whose type names a wait on profiling (``profiling_wait``, e.g. a rollout
   replica still exporting its trace when the next ``generate`` arrives), counted in the step it names:
   the union of their ``start_ns``..``end_ns`` (replicas waited on at once cost the step once), plus the
   ``duration_ms`` of any without those.
 
+A run without unprofiled steps has no median to compare with: then the figure is what rlprof saw
+(writing + waits), a lower bound, and :attr:`StepCost.unprofiled_ms` is None.
+
 A profiled step's whole time runs from its first start to the last moment any process was done with it
 (its ``closed_ns`` when captures were written after its end), and covers the trainer's own timing of the
-step where the run recorded it (verl's ``step`` phase, a ``phase`` record): what the trainer waited for
-in other processes busy with profiling (a replica whose profiler's stop and export hold its GIL while the
-trainer syncs weights into it) is then in the step's time, though no record names it a wait. Where the
-trainer recorded its phases on unprofiled steps too, each profiled step lists its phases beside their
-median on unprofiled steps (:class:`PhaseCost`): which of them profiling made longer. A rollout replica's export is not
-writing: the replica writes while the actor updates, and the trainer pays only what it waits for it (a
-``profiling_wait`` record). Unprofiled steps (``unprofiled_steps``
-records, written by profiling processes and a Ray controller for the steps they did not profile) give
-the comparison: each one's time taken as a profiled step's (first start to last end over the processes
-that timed it), then their median.
-
-The verdict warns when profiling took more than :data:`COST_WARN_SHARE` of a profiled step.
+step where the run recorded it. A rollout replica's export is not writing: the replica writes while the
+actor updates, and the trainer pays only what it waits for it. Unprofiled steps (``unprofiled_steps``
+records, written by profiling processes and a Ray controller for the steps they did not profile; and the
+trainer's ``step`` phase) give the comparison: each one's time taken as a profiled step's (first start to
+last end over the processes that timed it), then their median.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ COST_WARN_SHARE = 0.20
 
 STEP_PHASE = "step"
 """The phase that is the trainer's whole step (verl's ``timing_s/step``)."""
+RLPROF_TIMING = "rlprof step records"
+""":attr:`StepCost.timed_by` when the trainer did not time every step itself."""
 
 
 @dataclass(frozen=True)
@@ -58,26 +65,47 @@ class PhaseCost:
 
 @dataclass(frozen=True)
 class StepCost:
-    """One profiled step: its whole time and what profiling took of it."""
+    """One profiled step: its time, the unprofiled median beside it, and what profiling took of it."""
 
     step: int
     total_ms: float
+    """The step's time by the measure the cost is told in (:attr:`timed_by`)."""
     writing_ms: float
     waits_ms: float
     phases: tuple[PhaseCost, ...] = ()
     """The trainer's phases in this step beside their unprofiled medians, the most grown first (empty
     without phase records on both kinds of step)."""
+    unprofiled_ms: float | None = None
+    """The median unprofiled step by the same measure; None when no unprofiled step was timed."""
+    timed_by: str = RLPROF_TIMING
+    """Whose timing the step and the median are: the trainer's own (a phase record's source, e.g. ``verl
+    timing_s``) or rlprof's step records (:data:`RLPROF_TIMING`)."""
+
+    @property
+    def seen_ms(self) -> float:
+        """What rlprof's records name profiling's: captures being written and waits on them."""
+        return self.writing_ms + self.waits_ms
+
+    @property
+    def beyond_ms(self) -> float | None:
+        """The step's time minus the unprofiled median (negative: it was quicker), or None without one."""
+        return None if self.unprofiled_ms is None else self.total_ms - self.unprofiled_ms
 
     @property
     def profiling_ms(self) -> float:
-        return self.writing_ms + self.waits_ms
+        """Profiling's cost to this step: what it took beyond its unprofiled median (never below 0), or, with
+        no unprofiled step to compare with, what rlprof saw (:attr:`seen_ms`)."""
+        beyond = self.beyond_ms
+        return self.seen_ms if beyond is None else max(beyond, 0.0)
 
     @property
     def share(self) -> float:
         return self.profiling_ms / self.total_ms if self.total_ms > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        beyond = self.beyond_ms
         return {**asdict(self), "profiling_ms": round(self.profiling_ms, 3), "share": round(self.share, 4),
+                "seen_ms": round(self.seen_ms, 3), "beyond_ms": None if beyond is None else round(beyond, 3),
                 "phases": [{**asdict(p), "extra_ms": round(p.extra_ms, 3)} for p in self.phases]}
 
 
@@ -85,9 +113,10 @@ class StepCost:
 class ProfilingCost:
     steps: list[StepCost]
     unprofiled_ms: float | None
-    """The median unprofiled step, each step's time taken as a profiled step's is: first start to last end
-    over every process that timed it (a Ray controller's whole step, not a replica's generate alone);
-    None when none was recorded."""
+    """The median unprofiled step, by the trainer's own timing where it timed the unprofiled steps (verl's
+    ``timing_s/step``), else each step's time taken as a profiled step's is: first start to last end over
+    every process that timed it (a Ray controller's whole step, not a replica's generate alone); None when
+    none was recorded."""
     unprofiled_count: int
     unprofiled_waits: dict[int, float] = field(default_factory=dict)
     """Waits on profiling paid in a step that was not profiled (a replica still exporting the last
@@ -96,6 +125,9 @@ class ProfilingCost:
     unprofiled_steps_ms: tuple[float, ...] = ()
     """Each unprofiled step's time, as :attr:`unprofiled_ms` takes them: their spread is the noise the
     verdict judges profiling's cost against (:mod:`rlprof.analysis.noise`)."""
+    timed_by: str = RLPROF_TIMING
+    """Whose timing the unprofiled steps are: the trainer's own where it timed them (a phase record's source,
+    as :attr:`StepCost.timed_by`), else rlprof's records (first start to last end over the processes)."""
 
     @property
     def costly(self) -> list[StepCost]:
@@ -104,7 +136,7 @@ class ProfilingCost:
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
                 "unprofiled_count": self.unprofiled_count, "unprofiled_waits": self.unprofiled_waits,
-                "warn_share": COST_WARN_SHARE}
+                "timed_by": self.timed_by, "warn_share": COST_WARN_SHARE}
 
 
 def is_wait(kind: Any) -> bool:
@@ -128,6 +160,7 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     phases: dict[int, dict[str, float]] = {}
     """step -> the trainer's phase -> ms (a phase timed twice in a step: summed)"""
     trainer_step: dict[int, tuple[int, int]] = {}
+    trainer_source = RLPROF_TIMING
 
     def spans(step: int, start: int, end: int) -> None:
         span = window.setdefault(step, [start, end])
@@ -154,6 +187,7 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
             named[r["name"]] = named.get(r["name"], 0.0) + (r["end_ns"] - r["start_ns"]) / 1e6
             if r["name"] == STEP_PHASE:
                 trainer_step[r["step"]] = (r["start_ns"], r["end_ns"])
+                trainer_source = str(r.get("source") or "the trainer's timing")
         elif is_wait(kind) and isinstance(r.get("step"), int):
             if isinstance(r.get("start_ns"), int) and isinstance(r.get("end_ns"), int):
                 waited.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"]))
@@ -168,13 +202,22 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
             span = plain[step]
             span[0], span[1] = min(span[0], start), max(span[1], end)
     usual = _unprofiled_phases(phases, profiled=window.keys())
-    steps = [StepCost(step, round((end - start) / 1e6, 3), round(length(union(writing.get(step, ()))) / 1e6, 3),
-                      round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual))
-             for step, (start, end) in sorted(window.items())]
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
+    plain_median = round(statistics.median(plain_ms), 3) if plain_ms else None
+    steps = []
+    for step, (start, end) in sorted(window.items()):
+        total, median, timed_by = round((end - start) / 1e6, 3), plain_median, RLPROF_TIMING
+        if step in trainer_step and STEP_PHASE in usual:  # the trainer timed this step and unprofiled ones: its measure
+            total, median, timed_by = round(phases[step][STEP_PHASE], 3), round(usual[STEP_PHASE], 3), trainer_source
+        steps.append(StepCost(step, total, round(length(union(writing.get(step, ()))) / 1e6, 3),
+                              round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual), median, timed_by))
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
-    return ProfilingCost(steps, round(statistics.median(plain_ms), 3) if plain_ms else None, len(plain_ms),
-                         paid_unprofiled, tuple(round(ms, 3) for ms in plain_ms))
+    trainer_plain = [named[STEP_PHASE] for step, named in sorted(phases.items())
+                     if step not in window and STEP_PHASE in named]
+    if trainer_plain:  # the steps and their median by the measure the profiled steps are told in
+        return ProfilingCost(steps, round(statistics.median(trainer_plain), 3), len(trainer_plain), paid_unprofiled,
+                             tuple(round(ms, 3) for ms in trainer_plain), trainer_source)
+    return ProfilingCost(steps, plain_median, len(plain_ms), paid_unprofiled, tuple(round(ms, 3) for ms in plain_ms))
 
 
 def _unprofiled_phases(phases: dict[int, dict[str, float]], profiled: Collection[int]) -> dict[str, float]:

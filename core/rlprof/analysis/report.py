@@ -94,22 +94,28 @@ PHASES_SHOWN = 4
 
 
 def _cost_lines(report: RunReport) -> list[str]:
-    """Per profiled step, what profiling cost it (writing captures, waits on a replica's export), beside
-    the median unprofiled step (:mod:`rlprof.analysis.cost`)."""
+    """Per profiled step, what profiling cost it: what it took beyond the median unprofiled step, by the
+    trainer's own timing where it timed every step (:mod:`rlprof.analysis.cost`), with the phases that
+    grew and what rlprof's records saw of it (captures being written, waits on a replica's export)."""
     cost = report.cost
     if cost is None or not cost.steps:
         return []
-    lines = ["", "profiling cost (what each profiled step waited for because it was profiled):"]
+    lines = ["", "profiling cost (what each profiled step took beyond the median unprofiled step):"]
     for s in cost.steps:
-        waits = f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else ""
-        lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling {s.profiling_ms:.1f} ms ({_pct(s.share)}: "
-                     f"writing {s.writing_ms:.1f} ms{waits})")
+        seen = f"writing {s.writing_ms:.1f} ms" + (f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
+        if s.unprofiled_ms is None:
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling at least {s.profiling_ms:.1f} ms "
+                         f"({_pct(s.share)}: {seen}; no unprofiled step to compare with)")
+        else:
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms against {s.unprofiled_ms:.1f} ms unprofiled ({s.timed_by}): "
+                         f"profiling cost {s.profiling_ms:.1f} ms ({_pct(s.share)}); rlprof's records saw {seen}")
         grown = [p for p in s.phases if p.extra_ms >= PHASE_GROWN_MS][:PHASES_SHOWN]
         if grown:
             lines.append("    its phases that took longer than on unprofiled steps (the trainer's own timing): " +
-                         ", ".join(f"{p.name} {p.ms:.1f} ms (unprofiled {p.unprofiled_ms:.1f})" for p in grown))
+                         ", ".join(f"{p.name} {p.ms:.1f} ms (unprofiled {p.unprofiled_ms:.1f}, +{p.extra_ms:.1f})"
+                                   for p in grown))
     if cost.unprofiled_ms is not None:
-        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps")
+        lines.append(f"  unprofiled steps: median {cost.unprofiled_ms:.1f} ms over {cost.unprofiled_count} steps ({cost.timed_by})")
     else:
         lines.append("  unprofiled steps: none recorded (every step was profiled, or an rlprof that did not record them)")
     if cost.unprofiled_waits:

@@ -12,6 +12,9 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
 * a hook with ``closes_capture`` stops the session (what must happen on the training thread), then
   hands it to the process's :class:`~rlprof_torch.writer.TraceWriter`, which exports its plain JSON
   and compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
+  The stop, the export and the freeing of torch's result run without the GIL where
+  :mod:`~rlprof_torch.nogil` can (the record says ``stop_path: "nogil"``); elsewhere through torch's own
+  calls (``"torch"``), and the first capture that closes so says why, once per process (a warning record).
   The trace is listed at once with ``state: "writing"`` and, from the next hook call after it is in
   place, again with ``state: "written"``, its size and sha256: the step waits for neither the export,
   the compression nor the disk. One that could not be written is listed ``"failed"`` with the error, and
@@ -27,15 +30,19 @@ from __future__ import annotations
 
 import logging
 
-from rlprof import hookimpl
+from rlprof import hookimpl, notices
 from rlprof.errors import ConfigError
 from rlprof.hookspecs import TraceReader
 from rlprof.layout import ScratchDir, reserve
 
-from . import options, writer
+from . import nogil, options, writer
 from .session import TraceSession
 
 log = logging.getLogger("rlprof.torch")
+
+
+FALLBACK_SAID = "torch: captures end with the GIL held"
+"""The :mod:`rlprof.notices` key of the fallback's one warning per process."""
 
 
 class TraceNotWritten(RuntimeError):
@@ -185,7 +192,11 @@ class TorchBackend:
             self._writer = writer.process_writer()
         self._writer.submit(writer.Export(self._scratch, session.plain_name, target, belongs, owner=self,
                                           dump=session.export))
-        ctx.add_artifact(target.path, "file", state="writing")  # its size is known once written (the budget waits for it)
+        # its size is known once written (the budget waits for it)
+        ctx.add_artifact(target.path, "file", state="writing", stop_path=session.stop_path)
+        if session.stop_path == nogil.TORCH and notices.mark_said(FALLBACK_SAID):
+            ctx.warn(f"captures end with the GIL held (torch's own stop, export and free; every other thread of the "
+                     f"process waits meanwhile): {nogil.unavailable() or 'torch did not route its stop'}")
 
     def _list_written(self, ctx) -> None:
         """List this backend's traces that the writer finished since the last call (see the module docstring).

@@ -2,8 +2,10 @@
 
 Two keys, both written with ``profile.add_metadata_json`` just before the capture stops:
 
-* ``rlprof`` — run id, global rank, world size, host, pid, capture id, and the training step numbers,
-  roles and regions the capture saw. Lets a trace found on its own be placed in the run without the manifest.
+* ``rlprof`` — run id, global rank, world size, host, pid, capture id, the training step numbers,
+  roles and regions the capture saw, and ``stop_path``: how the capture was to end (``nogil``: stopped,
+  saved and freed without the GIL; ``torch``: torch's own calls, :mod:`rlprof_torch.nogil`). Lets a
+  trace found on its own be placed in the run without the manifest.
 * ``distributedInfo`` — ``{"backend", "rank", "world_size"}``, the block Holistic Trace Analysis
   reads to tell the processes of a multi-rank job apart (it takes the first ``"rank": N`` in the
   file; a trace without one is taken for rank 0, so every rank but one would be lost). torch
@@ -28,11 +30,12 @@ def torch_writes_distributed_info() -> bool:
 
 
 def trace_metadata(run, capture_id: str, training_steps: Iterable[int], roles: Iterable[str], regions: Iterable[str],
-                   *, distributed_info: bool) -> dict[str, str]:
+                   *, distributed_info: bool, stop_path: str | None = None) -> dict[str, str]:
     """``{key: JSON text}`` for :meth:`torch.profiler.profile.add_metadata_json`.
 
     :param run: the :class:`rlprof.context.RunInfo` of the process.
     :param distributed_info: add ``distributedInfo`` (False when torch already wrote it at start).
+    :param stop_path: the path the stop is to take (:data:`rlprof_torch.nogil.NOGIL` or ``TORCH``).
     """
     info: dict[str, Any] = {
         "run_id": run.run_id,
@@ -46,6 +49,8 @@ def trace_metadata(run, capture_id: str, training_steps: Iterable[int], roles: I
         "roles": list(dict.fromkeys(roles)),
         "regions": list(dict.fromkeys(regions)),
     }
+    if stop_path is not None:
+        info["stop_path"] = stop_path
     # HTA finds the rank with the pattern '"rank":\s+N' (so json.dumps' default ": " separator matters),
     # and takes the first match: the rlprof block says "global_rank" so it can never be that match.
     metadata = {"rlprof": json.dumps(info)}

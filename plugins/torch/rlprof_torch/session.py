@@ -9,7 +9,9 @@ Each training step inside the capture is marked ``ProfilerStep#<step>``, the ran
 into iterations by that name, so per-step analyses work on rlprof traces too.
 
 A session is stopped only on the thread that started it (:class:`OtherThread`); its export may run
-on any thread (the :mod:`~rlprof_torch.writer`'s).
+on any thread (the :mod:`~rlprof_torch.writer`'s). Where :mod:`~rlprof_torch.nogil` can, the stop,
+the export and the freeing of torch's result run without the GIL: the process's other threads go on
+meanwhile (the path taken is :attr:`TraceSession.stop_path`, in the trace's metadata and its manifest record).
 
 Kineto's console log is switched off before the first session of a process (see
 :func:`quiet_kineto`): otherwise every capture prints ``USDT:... profiler_start`` and
@@ -23,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import nogil
 from .metadata import torch_writes_distributed_info, trace_metadata
 
 class OtherThread(RuntimeError):
@@ -50,6 +53,9 @@ class TraceSession:
         self._distributed_info_written = False
         self._thread: int | None = None
         """The thread that started the profiler: the only one that may stop it."""
+        self.stop_path: str | None = None
+        """How the capture was stopped (:data:`~rlprof_torch.nogil.NOGIL` or :data:`~rlprof_torch.nogil.TORCH`),
+        once :meth:`stop` has run; its export and free take the same path."""
 
     def start(self) -> None:
         quiet_kineto()
@@ -80,27 +86,33 @@ class TraceSession:
 
     def stop(self) -> None:
         """Stop the profiler: the one step that must run on the thread that started it (Kineto crashes
-        when stopped from another). The trace's metadata goes in first."""
+        when stopped from another), without the GIL where :mod:`~rlprof_torch.nogil` can. The trace's
+        metadata goes in first, the path the stop is to take among it."""
         if threading.get_ident() != self._thread:
             raise OtherThread(f"torch.profiler was started on thread {self._thread} and cannot be stopped from thread "
                               f"{threading.get_ident()} ({threading.current_thread().name}): capture {self.capture_id}'s "
                               "trace is not written")
         self.end_step()
+        planned = nogil.TORCH if nogil.unavailable() else nogil.NOGIL
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
-                                  distributed_info=not self._distributed_info_written)
+                                  distributed_info=not self._distributed_info_written, stop_path=planned)
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
-        self._profile.stop()
+        self.stop_path = nogil.stop(self._profile)
 
     def export(self, path: Path) -> None:
         """Write the stopped profiler's trace to ``path`` as plain JSON, from any thread (the
-        :mod:`~rlprof_torch.writer`'s). Kineto holds the GIL for the whole export, about 1.2 µs an event
-        on this CPU (0.5 s for 374k events), so every other thread of the process, the training's
-        included, waits that long if it needs the GIL meanwhile; off the training thread, the export
-        costs the training nothing only while the training waits without the GIL (a collective, a
-        device sync, a Ray call). torch writes by path (following links, replacing files), hence a
-        path in the backend's private :class:`rlprof.layout.ScratchDir`."""
-        self._profile.export_chrome_trace(str(path))
+        :mod:`~rlprof_torch.writer`'s), then free torch's result (left alone, Python's cycle collector
+        would free it later, on whatever thread: :func:`~rlprof_torch.nogil.free`). Kineto's export takes
+        about 1.2 µs an event on this CPU (0.5 s for 374k events) and the free a fifth of that: on the fast path
+        (:data:`~rlprof_torch.nogil.NOGIL`) both run without the GIL and the process's other threads go
+        on; on torch's own path both hold it, and every other thread, the training's included, waits
+        that long if it needs the GIL meanwhile. torch writes by path (following links, replacing
+        files), hence a path in the backend's private :class:`rlprof.layout.ScratchDir`."""
+        try:
+            self._profile.export_chrome_trace(str(path))
+        finally:
+            nogil.free(self._profile)
 
     @property
     def plain_name(self) -> str:

@@ -4,8 +4,9 @@ Kineto must be stopped on the thread that started the profiler (stopping it from
 crashes the process), so the training thread still does ``stop()``. Everything after that is an
 :class:`Export` handed to the process's :class:`TraceWriter`, one daemon thread with a queue:
 
-0. export the stopped profiler's trace as plain JSON into the backend's scratch directory (Kineto
-   holds the GIL while it writes: see :meth:`rlprof_torch.session.TraceSession.export`);
+0. export the stopped profiler's trace as plain JSON into the backend's scratch directory, then free
+   torch's result (without the GIL where :mod:`rlprof_torch.nogil` can: see
+   :meth:`rlprof_torch.session.TraceSession.export`);
 1. gzip the plain JSON into ``<final>.partial`` (a name no reader takes for a trace), hashing the
    compressed bytes (sha256) as they are written;
 2. put it under its final name with :meth:`rlprof.layout.Reserved.place` (a hard link: it appears whole or
@@ -23,8 +24,8 @@ backend lists each trace when its capture closes with ``state: "writing"``, and 
 "written"`` (size, sha256) once it is in place (see :func:`rlprof.manifest.settled_artifacts`).
 
 zlib, hashlib and file reads release the GIL, so compressing beside the training costs the training
-little time on a machine with a core to spare. The export does not: it holds the GIL throughout
-(bench/bench_torch_close.py, "held off").
+little time on a machine with a core to spare; so do the export and the free on the fast path
+(torch's own calls hold it throughout: bench/bench_torch_close.py prints both).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ What rlprof decides instead of verl (one rule set for every tool):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
@@ -412,9 +413,10 @@ class RolloutDistProfiler(DistProfiler):
     _engine = None
     _engine_failed = False
     """The :class:`EngineReplica`, once the server asked for its engine's settings or started it, else None."""
-    _closing: "asyncio.Task | None" = None
-    """The step's close (the backend writes its capture), run on the server's event loop after
-    ``stop_profile`` answered (:meth:`stop`); the next :meth:`start` or :meth:`finalize` runs it first."""
+    _closing: "asyncio.Task | concurrent.futures.Future | None" = None
+    """The step's close (the backend stops and writes its capture), pending after ``stop_profile``
+    answered (:meth:`stop`): a task on the server's event loop, or the close handed to the server's
+    generating thread (``stop(executor=...)``); the next :meth:`start` or :meth:`finalize` waits for it."""
 
     def __init__(self, *args: Any, engine: str | None = None, **kwargs: Any):
         self.engine = engine
@@ -449,12 +451,25 @@ class RolloutDistProfiler(DistProfiler):
             self._generating = self._prof.unsampled_role("rollout", "generate")
             self._generating.__enter__()
 
-    def stop(self, run_command: bool | None = None) -> None:
-        """The replica's generating ends. Called from the server's event loop (verl's ``async def
-        stop_profile``, a Ray call the trainer waits for), the capture is closed and written right
-        after ``stop_profile`` has answered, on the same loop and thread (where the profiler started,
-        as Kineto requires), while the trainer updates: the step does not wait for the replica's trace.
-        Elsewhere it closes at once."""
+    def stop(self, run_command: bool | None = None, *, executor: "concurrent.futures.Executor | None" = None) -> None:
+        """The replica's generating ends; the capture closes on the thread that started it (Kineto
+        keeps its session there), after ``stop_profile`` has answered, while the trainer updates: the
+        step does not wait for the replica's trace.
+
+        * ``executor``: a server that generates on a thread of its own (one worker; it ran ``start()``
+          there) hands it the close: ``stop()`` returns at once, and the server's event loop stays free
+          for the calls that come meanwhile (verl's weight sync). The stop itself runs without the GIL
+          where the torch backend can (rlprof_torch.nogil), so the loop's thread runs Python meanwhile.
+        * called from the server's event loop (verl's ``async def stop_profile``, a Ray call the trainer
+          waits for), where generation runs on the loop's thread: the close runs ``ANSWER_GRACE_S`` after
+          the answer, on that thread; the loop waits for it (a thread inside a C call, GIL or not,
+          runs no loop), so a call arriving meanwhile waits for the stop.
+        * elsewhere it closes at once."""
+        if executor is not None:
+            if not self.closing():  # else the close already handed over ends this step
+                self._closing = executor.submit(self._close)
+                self._closing.add_done_callback(_log_failed_close)
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -497,7 +512,13 @@ class RolloutDistProfiler(DistProfiler):
         from rlprof.integrations.loops import waitable_from_here
 
         began = time.time_ns()
-        if not waitable_from_here(closing):
+        if isinstance(closing, concurrent.futures.Future):  # on the server's generating thread (FIFO: never this one)
+            try:
+                closing.result(FINALIZE_WAIT_S)
+            except Exception:  # still running after the wait, or it raised (logged): the session's finalize closes what is open
+                pass
+            self._closing = None
+        elif not waitable_from_here(closing):
             closing.cancel()
             self._closing = None
             self._close()
@@ -603,6 +624,13 @@ class RolloutDistProfiler(DistProfiler):
 
 FINALIZE_WAIT_S = 120.0
 """How long the end of the run waits, from another thread, for a replica's capture still closing."""
+
+
+def _log_failed_close(future: concurrent.futures.Future) -> None:
+    """A close handed to a server's thread raised (rlprof's side: the backends' own errors are records)."""
+    exc = None if future.cancelled() else future.exception()
+    if exc is not None:
+        log.error("rlprof: a rollout replica's capture close failed: %s: %s", type(exc).__name__, exc)
 
 
 def build_rollout_dist_profiler(replica_rank: int, replica_world_size: int, config: Any = None,
