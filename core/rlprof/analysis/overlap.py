@@ -107,8 +107,8 @@ class VersionOverlap:
     """The trainer's update time during which some replica generated."""
     overlap_share: float | None
     """``overlap_ms`` over the trainer's update time (its ranks' union); None without an update."""
-    sync_ms: float | None
-    """The weight sync end to end (first send or pause start to last end), None without either."""
+    sync_ns: tuple[int, int] | None
+    """The weight sync end to end: the first send or pause start, the last end of either (None without either)."""
     staleness: dict[str, Any] | None = None
     """The driver's ``staleness`` record: ``samples``, ``min``, ``mean``, ``max``, ``source``."""
 
@@ -116,9 +116,14 @@ class VersionOverlap:
     def window_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
 
+    @property
+    def sync_ms(self) -> float | None:
+        return None if self.sync_ns is None else _ms(self.sync_ns[1] - self.sync_ns[0])
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["window_ms"] = _r(self.window_ms)
+        out["sync_ms"] = self.sync_ms
         for replica, entry in zip(self.replicas, out["replicas"]):
             entry["name"] = replica.name
         return out
@@ -150,22 +155,26 @@ def overlap_of(records: Sequence[dict[str, Any]]) -> Overlap | None:
     if not any(r["type"] == "region" and r["region"] in ASYNC_REGIONS for r in timed):
         return None
     replicas = replica_ranks(records)
-    trainer_keys = {_key(r) for r in timed if r["type"] == "region" and r["region"] in TRAINER_REGIONS
-                    and _key(r) not in replicas}
+    trainer_keys = {_key(r) for r in timed if r["type"] == "region" and r["region"] in TRAINER_REGIONS}
+    trainer_keys |= {_key(r) for r in records if r.get("type") == "process" and "actor" in (r.get("roles") or ())
+                     and type(r.get("rank")) is int}
+    trainer_keys -= set(replicas)
     windows: dict[int, list[int]] = {}
     steps: dict[tuple, list[tuple[int, int]]] = {}
     """process key -> its step records' intervals (every step: a version's window may hold the end of the last)"""
+    regions: dict[int, dict[tuple, dict[str, list[tuple[int, int]]]]] = {}
+    """step -> process key -> region -> intervals (a process with a step record and no region: none)"""
     for r in timed:
         if r["type"] == "step":
             _widen(windows, r["step"], r["start_ns"], r["end_ns"])
             steps.setdefault(_key(r), []).append((r["start_ns"], r["end_ns"]))
-    regions: dict[int, dict[tuple, dict[str, list[tuple[int, int]]]]] = {}
-    """step -> process key -> region -> intervals"""
+            regions.setdefault(r["step"], {}).setdefault(_key(r), {})
     for r in timed:
-        if r["type"] != "region" or r["region"] not in TRAINER_REGIONS + REPLICA_REGIONS:
-            continue
-        regions.setdefault(r["step"], {}).setdefault(_key(r), {}).setdefault(r["region"], []).append(
-            (r["start_ns"], r["end_ns"]))
+        if r["type"] == "region" and r["region"] in TRAINER_REGIONS + REPLICA_REGIONS:
+            regions.setdefault(r["step"], {}).setdefault(_key(r), {}).setdefault(r["region"], []).append(
+                (r["start_ns"], r["end_ns"]))
+    timed_steps = {r["step"] for r in timed if r["type"] == "region" and r["region"] in TRAINER_REGIONS + REPLICA_REGIONS}
+    regions = {step: by_process for step, by_process in regions.items() if step in timed_steps}
     for step, by_process in regions.items():
         if step not in windows:  # no step record: the span of its regions
             spans = [i for per_region in by_process.values() for ivs in per_region.values() for i in ivs]
@@ -224,7 +233,7 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
     sync = union(syncing)
     return VersionOverlap(step, start, end, trainer, sides, _ms(overlap),
                           round(overlap / length(updating), 6) if updating else None,
-                          _ms(sync[-1][1] - sync[0][0]) if sync else None,
+                          (sync[0][0], sync[-1][1]) if sync else None,
                           None if staleness is None else {k: staleness.get(k) for k in ("samples", "min", "mean", "max", "source")})
 
 

@@ -146,9 +146,9 @@ class RolloutReplica:
                 if group is not None:  # else aborted by a sync: generated again with the new weights
                     import ray
 
-                    ray.get(self.queue.put.remote(group))  # in the queue before this replica can pause
+                    # in the queue before this replica can pause; the answer admits the next group, or not
+                    admitted = ray.get(self.queue.put.remote(group, self.version))
                     self.generated += 1
-                    admitted = False
         except BaseException as exc:  # told to the trainer by its next sync
             self._failed = exc
         finally:
