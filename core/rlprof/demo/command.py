@@ -1,6 +1,7 @@
 """``rlprof demo``: a small GRPO run on local Ray, profiled, then its report and the files to open.
 
-Flags build a verl-style profiler config for the three hybrid-engine roles (actor, rollout, ref);
+Flags build a verl-style profiler config for the three hybrid-engine roles (actor, rollout, ref; with
+``--async``, actor on the workers and rollout on the replicas that generate beside them);
 dotted ``key=value`` overrides are applied on top and win, e.g.
 ``rlprof demo --discrete actor_rollout_ref.ref.profiler.enable=false``.
 Before Ray starts, the demo checks what ``rlprof check`` knows (flags, configuration, every
