@@ -44,7 +44,7 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import process_name, replica_ranks, timing_record
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
-from rlprof.manifest import STALENESS_RECORD
+from rlprof.manifest import STALENESS_RECORD, StalenessRecord, read_record, record_fields, required
 
 WAIT, UPDATE, SEND = "actor_wait_samples", "actor_update", "actor_weight_send"
 GENERATE, PAUSE, LOAD, RESUME, HELD = ("rollout_generate", "rollout_weight_pause", "rollout_weight_load",
@@ -179,7 +179,9 @@ def overlap_of(records: Sequence[dict[str, Any]]) -> Overlap | None:
         if step not in windows:  # no step record: the span of its regions
             spans = [i for per_region in by_process.values() for ivs in per_region.values() for i in ivs]
             windows[step] = [min(s for s, _ in spans), max(e for _, e in spans)]
-    staleness = {r["step"]: r for r in records if r.get("type") == STALENESS_RECORD and type(r.get("step")) is int}
+    needed = required(StalenessRecord)
+    staleness = {r["step"]: read_record(StalenessRecord, r) for r in records if r.get("type") == STALENESS_RECORD
+                 and all(type(r.get(k)) is t for k, t in needed.items())}
     versions = [_version(step, windows[step], regions[step], trainer_keys, replicas, staleness.get(step), steps)
                 for step in sorted(regions)]
     went = set(staleness) | {s for r in records if r.get("type") == "unprofiled_steps" and isinstance(r.get("steps"), list)
@@ -188,7 +190,7 @@ def overlap_of(records: Sequence[dict[str, Any]]) -> Overlap | None:
 
 
 def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, list[tuple[int, int]]]],
-             trainer_keys: set[tuple], replicas: dict[tuple, int], staleness: dict[str, Any] | None,
+             trainer_keys: set[tuple], replicas: dict[tuple, int], staleness: StalenessRecord | None,
              steps: dict[tuple, list[tuple[int, int]]]) -> VersionOverlap:
     start, end = window
 
@@ -234,7 +236,7 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
     return VersionOverlap(step, start, end, trainer, sides, _ms(overlap),
                           round(overlap / length(updating), 6) if updating else None,
                           (sync[0][0], sync[-1][1]) if sync else None,
-                          None if staleness is None else {k: staleness.get(k) for k in ("samples", "min", "mean", "max", "source")})
+                          None if staleness is None else {k: v for k, v in record_fields(staleness).items() if k != "step"})
 
 
 def _widen(windows: dict[int, list[int]], step: int, start: int, end: int) -> None:

@@ -20,8 +20,8 @@ from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.roles import ROLES
 from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, STALENESS_RECORD,
-                             WRITING, WRITTEN, CaptureRecord, ProcessRecord, read_record, read_records, record_fields,
-                             required, settled_artifacts)
+                             WRITING, WRITTEN, CaptureRecord, ProcessRecord, StalenessRecord, read_record, read_records,
+                             record_fields, required, settled_artifacts)
 
 
 @dataclass(kw_only=True)
@@ -263,7 +263,7 @@ REQUIRED = {
     NODE_LOST_RECORD: {"node": str},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
     PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
-    STALENESS_RECORD: {"step": int},
+    STALENESS_RECORD: required(StalenessRecord),
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 

@@ -30,7 +30,7 @@ from rlprof.demo.grpo import Sizes
 from rlprof.demo.samples import SampleQueue, StalenessLimit
 from rlprof.demo.trainer import DemoRun, TrainingFailed, _CtrlC, _gloo_address, _Phase, _require, ray_logs_dir, start_ray
 from rlprof.integrations.ray import ProfilingController, WorkerSpec
-from rlprof.manifest import STALENESS_RECORD, staleness_record
+from rlprof.manifest import StalenessRecord, record_fields
 
 ASYNC_SIZES = Sizes(response_len=24)
 """Longer responses than the synchronous demo's: generating a step's samples takes about as long as
@@ -121,7 +121,8 @@ def _version(controller: ProfilingController, phase: _Phase, step: int, timeout_
     began = time.perf_counter()
     versions = phase("wait samples", lambda rank, w: w.wait_samples.remote(step, timeout_s))
     behind = [step - 1 - v for per_rank in versions for v in per_rank]
-    controller.write(STALENESS_RECORD, **staleness_record(step, behind, STALENESS_SOURCE))
+    record = StalenessRecord.of(step, behind, STALENESS_SOURCE)
+    controller.write(record.TYPE, **record_fields(record))
     say(f"{tag}  wait samples  {time.perf_counter() - began:5.2f} s  staleness mean {sum(behind) / len(behind):.2f}, "
         f"max {max(behind)} (versions behind)")
     began = time.perf_counter()
