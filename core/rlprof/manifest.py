@@ -43,6 +43,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   its ``timing_s/*``, ``gen``, ``reward``, ``adv``, ``update_actor``...): ``step``, ``name``, ``source``,
   ``start_ns``, ``end_ns``, ``duration_ms``. Written by the driver (``manifest/driver-<host>-<pid>.jsonl``,
   ``rank`` None) for profiled steps only; the report names what "(outside regions)" holds with them.
+* ``staleness`` — how far behind the trainer's weights the samples of an asynchronous run's step were:
+  the fields of :class:`StalenessRecord`.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
@@ -464,6 +466,33 @@ class CaptureRecord:
     """The region it was opened for (discrete mode), else None."""
     bytes: int
     """What its artifacts measured as it closed (files written in the background may not be whole yet)."""
+
+
+@dataclass(kw_only=True)
+class StalenessRecord:
+    """The ``staleness`` record: how many parameter versions behind the trainer's weights the samples one step
+    of an asynchronous run (verl's fully async policy, ``rlprof demo --async``) trained on were. The trainer
+    of step N holds version N - 1, so a sample generated with version w is N - 1 - w behind. Written by the
+    driver (``rank`` None) on every step, profiled or not; :mod:`rlprof.analysis.overlap` reads it."""
+
+    TYPE: ClassVar[str] = "staleness"
+    step: int
+    """The step, which makes parameter version ``step``."""
+    samples: int = 0
+    min: int | None = None
+    mean: float | None = None
+    max: int | None = None
+    source: str | None = None
+    """Who recorded it (``rlprof demo --async``, verl's trainer)."""
+
+    @classmethod
+    def of(cls, step: int, behind: list[int], source: str) -> "StalenessRecord":
+        """The record of step ``step`` whose samples were ``behind`` versions behind each."""
+        return cls(step=step, samples=len(behind), min=min(behind, default=None), max=max(behind, default=None),
+                   mean=round(sum(behind) / len(behind), 6) if behind else None, source=source)
+
+
+STALENESS_RECORD = StalenessRecord.TYPE
 
 
 Record = TypeVar("Record")

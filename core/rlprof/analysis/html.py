@@ -15,6 +15,9 @@ Per run, newest first:
 * **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
   region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
   the process waited for in a collective;
+* **async overlap** (a run where rollout and training overlap, :mod:`rlprof.analysis.overlap`): per
+  parameter version the trainer's wait, update and send, and each replica's window as a bar (generating,
+  paused for the weight sync, held by the staleness limit, other), the weight sync split and staleness;
 * per-step tables, and the files to open next (with the timeline command).
 
 Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
@@ -31,6 +34,7 @@ from typing import Sequence
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.breakdown import shown
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
+from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.verdict import verdict_lines
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
@@ -99,6 +103,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(_heat_map(anatomy, report.inside.waits if report.inside else []))
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
+        parts.append(_overlap(report))
         parts.append(_step_tables(anatomy))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
@@ -290,6 +295,51 @@ def _inside(report: RunReport) -> str:
             '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
             + "".join(f"<th>{LABELS[c]}</th>" for c in SHOWN) + "<th>split</th><th>waited</th></tr>"
             + "".join(rows) + "</table>")
+
+
+OVERLAP_COLOURS = (("generating_ms", "generating", "#59a14f"), ("paused_ms", "paused for the weight sync", "#e15759"),
+                   ("held_ms", "held by the staleness limit", "#edc948"), ("other_ms", "other", "#d0d7de"))
+
+
+def _overlap(report: RunReport) -> str:
+    """Per parameter version of an async run: the trainer's side, and each replica's window as a stacked bar."""
+    overlap = report.overlap
+    if overlap is None:
+        return ""
+    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{colour}"></span> {label}'
+                      for _, label, colour in OVERLAP_COLOURS)
+    rows = []
+    for v in overlap.versions:
+        t, w = v.trainer, v.window_ms or 1.0
+        stale = v.staleness or {}
+        rows.append(f'<tr class="version" data-version="{v.step}"><td>version {v.step}</td><td>trainer</td><td>{v.window_ms:.1f}</td>'
+                    + (f"<td>waited {t.wait_ms:.1f}, updated {t.update_ms:.1f}, sent {t.send_ms:.1f} "
+                       f"({t.send_beyond_pause_ms:.1f} with no replica paused)</td>" if t else "<td>-</td>")
+                    + f"<td>{v.overlap_ms:.1f}" + (f" ({100 * v.overlap_share:.0f}%)" if v.overlap_share is not None else "")
+                    + f"</td><td>{'-' if v.sync_ms is None else f'{v.sync_ms:.1f}'}</td>"
+                    + (f"<td>mean {stale['mean']:.2f}, max {stale['max']}</td>" if stale.get("samples") else "<td>-</td>")
+                    + "<td></td></tr>")
+        for r in v.replicas:
+            x, bar = 0.0, []
+            for attr, label, colour in OVERLAP_COLOURS:
+                width = 200 * getattr(r, attr) / w
+                bar.append(f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="12" fill="{colour}">'
+                           f"<title>{label}: {getattr(r, attr):.1f} ms ({100 * getattr(r, attr) / w:.0f}% of the window)</title></rect>")
+                x += width
+            rows.append(f'<tr class="replica" data-version="{v.step}" data-replica="{r.replica_rank}"><td></td><td>{_e(r.name)}</td>'
+                        f"<td></td><td>generating {r.generating_ms:.1f}, paused {r.paused_ms:.1f}, held {r.held_ms:.1f}, other "
+                        f"{r.other_ms:.1f} (between steps {r.between_steps_ms:.1f})</td><td></td>"
+                        f"<td>transport {r.transport_ms:.1f}, load {r.load_ms:.1f}, resume {r.resume_ms:.1f}</td><td></td>"
+                        f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td></tr>')
+    missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {_e(MISSING_NOTE)}</p>'
+               if overlap.missing else "")
+    return ("<h3>Async overlap</h3>"
+            '<p class="muted">per parameter version: each process\'s regions clipped to the version\'s window (every '
+            "process's step, first start to last end), unions not sums; generated while updating: the trainer's update "
+            f"time some replica generated in; each replica's window: {legend}; definitions in docs/analysis.md</p>"
+            '<table class="overlap"><tr><th>version</th><th>process</th><th>window ms</th><th>ms</th>'
+            "<th>generated while updating</th><th>weight sync ms</th><th>staleness</th><th>window</th></tr>"
+            + "".join(rows) + "</table>" + missing)
 
 
 def _step_tables(anatomy: Anatomy) -> str:

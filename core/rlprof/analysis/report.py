@@ -33,6 +33,7 @@ from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
 from rlprof.analysis.details import DETAILS_HOOK, add_details
 from rlprof.analysis.inside import add_inside, inside_lines
+from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
@@ -66,6 +67,7 @@ def render(report: RunReport) -> str:
     lines += [f"  {d}" for d in report.run_dirs]
     lines += _anatomy_lines(report.anatomy, report.cost)
     lines += inside_lines(report)
+    lines += overlap_lines(report.overlap)
     lines += _file_lines(report.files)
     lines += _cost_lines(report)
     lines += _size_lines(report)
@@ -86,6 +88,45 @@ def render(report: RunReport) -> str:
     lines += [f"  {line}" for line in verdict_lines(report)]
     lines.append("problems: none" if report.ok else f"problems: {report.problem_count}")
     return "\n".join(lines)
+
+
+def overlap_lines(overlap: Overlap | None) -> list[str]:
+    """Per parameter version of an async run: the trainer's side, then each replica's
+    (:mod:`rlprof.analysis.overlap`); nothing for a run without async regions."""
+    if overlap is None:
+        return []
+    lines = ["", "async overlap per parameter version (each process's regions clipped to the version's window; unions, "
+                 'not sums; docs/analysis.md, "Async overlap"):']
+    rows = [("version", "window_ms", "trainer waited", "updated", "sent", "sent, no replica paused",
+             "generated while updating", "weight sync", "staleness", "")]
+    for v in overlap.versions:
+        t, w = v.trainer, v.window_ms
+        stale = v.staleness
+        rows.append((str(v.step), f"{w:.1f}", _part(t.wait_ms, w) if t else "-", f"{t.update_ms:.1f}" if t else "-",
+                     f"{t.send_ms:.1f}" if t else "-", f"{t.send_beyond_pause_ms:.1f}" if t else "-",
+                     f"{v.overlap_ms:.1f} ({_pct(v.overlap_share)})" if v.overlap_share is not None else "-",
+                     f"{v.sync_ms:.1f}" if v.sync_ms is not None else "-",
+                     f"mean {stale['mean']:.2f}, max {stale['max']} ({stale['samples']} samples)"
+                     if stale and stale.get("samples") else "-", ""))
+    lines += _table(rows, indent="  ")
+    rows = [("version", "replica", "generating", "paused", "held", "other", "between steps", "transport", "load", "resume", "")]
+    for v in overlap.versions:
+        w = v.window_ms
+        for r in v.replicas:
+            rows.append((str(v.step), str(r.replica_rank), _part(r.generating_ms, w), _part(r.paused_ms, w), _part(r.held_ms, w),
+                         _part(r.other_ms, w), f"{r.between_steps_ms:.1f}", f"{r.transport_ms:.1f}", f"{r.load_ms:.1f}",
+                         f"{r.resume_ms:.1f}", ""))
+    if len(rows) > 1:
+        lines.append("  each replica (ms, % of the window; other: the window outside generating, paused and held, of which "
+                     "between steps: its capture closing and the next opening; transport: its pause outside load and resume):")
+        lines += _table(rows, indent="  ")
+    if overlap.missing:
+        lines.append(f"  versions {_list(overlap.missing)} are not shown: {MISSING_NOTE}")
+    return lines
+
+
+def _part(ms: float, window_ms: float) -> str:
+    return f"{ms:.1f} ({_pct(ms / window_ms if window_ms else None)})"
 
 
 PHASE_GROWN_MS = 5.0

@@ -17,10 +17,11 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
+from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, WRITING, WRITTEN,
-                             CaptureRecord, ProcessRecord, read_record, read_records, record_fields, required,
-                             settled_artifacts)
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, STALENESS_RECORD,
+                             WRITING, WRITTEN, CaptureRecord, ProcessRecord, StalenessRecord, read_record, read_records,
+                             record_fields, required, settled_artifacts)
 
 
 @dataclass(kw_only=True)
@@ -141,6 +142,9 @@ class RunReport:
     """What profiling cost each profiled step, beside the unprofiled steps (:mod:`rlprof.analysis.cost`)."""
     captures: list[dict[str, Any]] = field(default_factory=list)
     """Each capture's size as it closed (``capture`` records): rank, capture, step, roles, region, bytes."""
+    overlap: Overlap | None = None
+    """Per parameter version, who waited for whom, where rollout and training overlap (an async run:
+    :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -206,6 +210,7 @@ class RunReport:
             "captures": self.captures,
             "profiling_cost": self.cost.as_dict() if self.cost is not None else None,
             "budget_skipped": self.budget_skipped,
+            "overlap": self.overlap.as_dict() if self.overlap is not None else None,
         }
 
 
@@ -258,6 +263,7 @@ REQUIRED = {
     NODE_LOST_RECORD: {"node": str},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
     PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
+    STALENESS_RECORD: required(StalenessRecord),
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 
@@ -321,8 +327,13 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     cost = profiling_cost([*by_type.get("step", []), *regions, *by_type.get("unprofiled_steps", []), *waits,
                            *by_type.get(PHASE_RECORD, [])],
                           background={p.manifest for p in ordered if p.replica_rank is not None})
+    overlap = None
+    if any(r["region"] in ASYNC_REGIONS for r in regions):
+        overlap = overlap_of([*by_type.get("process", []), *by_type.get("step", []), *regions,
+                              *by_type.get(STALENESS_RECORD, []), *by_type.get("unprofiled_steps", [])])
     return RunReport(
         run_id=run_id,
+        overlap=overlap,
         run_dirs=sorted(run_dirs),
         processes=ordered,
         files=_files(artifacts, replicas),

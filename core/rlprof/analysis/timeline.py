@@ -10,7 +10,11 @@ From the manifests alone it writes a Chrome trace-event JSON file with
 * a track (thread) per role, holding that role's regions of every profiled step as slices
   (nested regions nest), with step, capture, sampled iterations and any error as arguments;
 * a ``steps`` track per process with one slice per profiled step, named ``ProfilerStep#<step>`` as
-  torch.profiler names steps (HTA numbers iterations by that name), and a marker where each step begins.
+  torch.profiler names steps (HTA numbers iterations by that name), and a marker where each step begins;
+* in a run where rollout and training overlap (:mod:`rlprof.analysis.overlap`: a step is a parameter
+  version), a ``parameter versions`` process on top instead of the step markers: a slice per version's
+  window, a slice per weight sync end to end, a marker where each version begins, and an arrow from the
+  trainer's ``actor_weight_send`` to each replica's ``rollout_weight_load`` of the version.
 
 ``--with-traces`` also merges the events of the Chrome traces the backends wrote (rlprof-torch's
 ``*.pt.trace.json.gz``) for the steps asked, each under its rank's process on tracks named
@@ -37,6 +41,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.manifest import read_records
 from rlprof.output_file import OutputRefused, Target, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.analysis.overlap import LOAD, SEND, VersionOverlap, overlap_of
 from rlprof.analysis.runs import locate, role_index, without_copies
 from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
 
@@ -97,6 +102,10 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
         for role in proc.roles:
             proc.track(role, 1 + role_index(role))
 
+    overlap = overlap_of(records)
+    versions = [v for v in overlap.versions if wanted is None or v.step in wanted] if overlap is not None else []
+    slices: dict[tuple, tuple[int, int, float]] = {}
+    """(process key, step, region) -> the timeline pid, tid and ts of its first slice (the weight syncs' arrows)"""
     step_starts: dict[int, int] = {}
     for r in sorted(timed, key=lambda r: (r["start_ns"], -r["end_ns"])):
         proc = processes[_key(r)]
@@ -113,9 +122,14 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
                 args["error"] = r["error"]
             yield {"ph": "X", "cat": "rlprof.region", "name": r["region"], "pid": proc.pid, "tid": tid, "ts": ts, "dur": dur,
                    "args": args}
-    for step, start in sorted(step_starts.items()):
-        yield {"ph": "i", "s": "g", "cat": "rlprof.step", "name": f"step {step} begins", "pid": 0, "tid": 0,
-               "ts": (start - origin) / 1000.0}
+            if versions and r["region"] in SYNC_ENDS:
+                slices.setdefault((_key(r), r["step"], r["region"]), (proc.pid, tid, ts))
+    if versions:
+        yield from _version_events(versions, processes, slices, origin)
+    else:
+        for step, start in sorted(step_starts.items()):
+            yield {"ph": "i", "s": "g", "cat": "rlprof.step", "name": f"step {step} begins", "pid": 0, "tid": 0,
+                   "ts": (start - origin) / 1000.0}
 
     if with_traces:
         yield from _merged_trace_events(records, processes, origin, wanted, warn)
@@ -123,6 +137,51 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
         for name, tid in proc.tracks.items():
             yield _meta("thread_name", proc.pid, tid, name=name)
             yield _meta("thread_sort_index", proc.pid, tid, sort_index=tid)
+
+
+SYNC_ENDS = (SEND, LOAD)
+"""The regions a weight sync's arrows join: the trainer's send, each replica's load."""
+VERSIONS_PID = 0
+"""The ``parameter versions`` process of an async run's timeline (sorted above every rank)."""
+
+
+def _version_events(versions: list[VersionOverlap], processes: dict[tuple, TimelineProcess],
+                    slices: dict[tuple, tuple[int, int, float]], origin: int) -> Iterator[dict[str, Any]]:
+    """An async run's parameter versions (:mod:`rlprof.analysis.overlap`): a ``parameter versions`` process
+    with a ``versions`` track (a slice per version's window) and a ``weight syncs`` track (a slice per
+    sync, end to end), a marker where each version begins, and an arrow from the trainer's
+    ``actor_weight_send`` to each replica's ``rollout_weight_load`` of the version (a flow event)."""
+    yield _meta("process_name", VERSIONS_PID, 0, name="parameter versions")
+    yield _meta("process_sort_index", VERSIONS_PID, 0, sort_index=-1)
+    for tid, name in enumerate(("versions", "weight syncs")):
+        yield _meta("thread_name", VERSIONS_PID, tid, name=name)
+        yield _meta("thread_sort_index", VERSIONS_PID, tid, sort_index=tid)
+    trainer = [key for key, proc in processes.items() if proc.replica_rank is None]
+    replicas = [key for key, proc in processes.items() if proc.replica_rank is not None]
+    for v in versions:
+        args = {"step": v.step, "window_ms": round(v.window_ms, 3), "overlap_ms": v.overlap_ms, "sync_ms": v.sync_ms,
+                "staleness": v.staleness}
+        yield {"ph": "X", "cat": "rlprof.version", "name": f"version {v.step}", "pid": VERSIONS_PID, "tid": 0,
+               "ts": (v.start_ns - origin) / 1000.0, "dur": (v.end_ns - v.start_ns) / 1000.0, "args": args}
+        yield {"ph": "i", "s": "g", "cat": "rlprof.version", "name": f"version {v.step} begins", "pid": VERSIONS_PID,
+               "tid": 0, "ts": (v.start_ns - origin) / 1000.0}
+        if v.sync_ns is None:
+            continue
+        yield {"ph": "X", "cat": "rlprof.sync", "name": f"weight sync to version {v.step}", "pid": VERSIONS_PID, "tid": 1,
+               "ts": (v.sync_ns[0] - origin) / 1000.0, "dur": (v.sync_ns[1] - v.sync_ns[0]) / 1000.0,
+               "args": {"step": v.step, "sync_ms": v.sync_ms}}
+        sender = next((slices[key, v.step, SEND] for key in sorted(trainer) if (key, v.step, SEND) in slices), None)
+        if sender is None:
+            continue
+        for key in replicas:
+            loaded = slices.get((key, v.step, LOAD))
+            if loaded is None:
+                continue
+            flow = f"sync{v.step}-{processes[key].replica_rank}"
+            yield {"ph": "s", "cat": "rlprof.sync", "name": "weights", "id": flow, "pid": sender[0], "tid": sender[1],
+                   "ts": sender[2]}
+            yield {"ph": "f", "bp": "e", "cat": "rlprof.sync", "name": "weights", "id": flow, "pid": loaded[0],
+                   "tid": loaded[1], "ts": loaded[2]}
 
 
 def _processes(records: Sequence[dict[str, Any]], timed: list[dict[str, Any]]) -> dict[tuple, TimelineProcess]:

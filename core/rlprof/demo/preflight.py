@@ -86,6 +86,23 @@ def check_rollout(rollout: str, replicas: int, nodes: int = 1) -> int:
     return replicas
 
 
+def check_async(opts) -> None:
+    """``--async`` and the flags that go with it (or cannot): rollout runs in ``--replicas`` replicas of the
+    tiny policy, one capture per version on every process."""
+    if opts.replicas < 1:
+        raise Refusal(f"--replicas: got {opts.replicas}; allowed: 1 or more rollout replicas")
+    if opts.staleness < 0:
+        raise Refusal(f"--staleness: got {opts.staleness}; allowed: 0 or more versions (0: generation waits for "
+                      "each version's weights, no overlap)")
+    apart = [flag for flag, given in (("--rollout vllm", opts.rollout == "vllm"), ("--discrete", opts.discrete),
+                                      (f"--nodes {opts.nodes}", opts.nodes > 1), ("--slow-rank", opts.slow_rank is not None),
+                                      ("--slow-in", opts.slow_in is not None), ("--perturb", opts.perturb is not None))
+             if given]
+    if apart:
+        raise Refusal(f"--async with {', '.join(apart)}: not supported; --async runs the tiny policy in its replicas, "
+                      "end-to-end (one capture per version: a replica generates tens of regions a version), on one node")
+
+
 def check_steps(config: ProfilerConfig, train_steps: int) -> None:
     """Every profiled step must be one the demo trains (the configuration already refuses steps below 1)."""
     steps = config.global_.steps or ()
