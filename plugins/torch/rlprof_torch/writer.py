@@ -228,11 +228,16 @@ class TraceWriter:
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until every export handed over so far is finished, whoever handed
-        it over; True when they all are (benches and tests keep one step's writing out of the next)."""
+        it over, and every clean-up queued behind them (:meth:`then`) has run; True when they all are
+        (benches and tests keep one step's writing out of the next)."""
         with self._lock:
             handed = list(self._pending)
         deadline = time.monotonic() + timeout_s
-        return all(e.done.wait(max(0.0, deadline - time.monotonic())) for e in handed)
+        if not all(e.done.wait(max(0.0, deadline - time.monotonic())) for e in handed):
+            return False
+        drained = threading.Event()
+        self.then(drained.set)  # the queue is in order: this runs after every clean-up queued so far
+        return drained.wait(max(0.0, deadline - time.monotonic()))
 
 
 _writer: TraceWriter | None = None
