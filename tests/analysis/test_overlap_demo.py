@@ -67,12 +67,21 @@ def test_the_replicas_captures_of_a_version_share_its_window_with_the_trainers(f
                         for role, replica in (("actor", False), ("rollout", True))}
     steps = [r for r in read_records([run_dir]) if r.get("type") == "step"]
     replicas = {(p["rank"], p["pid"]) for p in read_records([run_dir]) if p.get("type") == "process" and p.get("replica_rank") is not None}
+    windows = {}
+    """trainer version -> (first start, last end) over the trainer's ranks"""
+    for s in steps:
+        if (s["rank"], s["pid"]) not in replicas:
+            start, end = windows.get(s["step"], (s["start_ns"], s["end_ns"]))
+            windows[s["step"]] = (min(start, s["start_ns"]), max(end, s["end_ns"]))
     for version in (2, 3):
-        trainer = [s for s in steps if s["step"] == version and (s["rank"], s["pid"]) not in replicas]
-        start, end = min(s["start_ns"] for s in trainer), max(s["end_ns"] for s in trainer)
         for s in (s for s in steps if s["step"] == version and (s["rank"], s["pid"]) in replicas):
-            shared = min(end, s["end_ns"]) - max(start, s["start_ns"])
-            assert shared > 0.5 * (s["end_ns"] - s["start_ns"]), (version, s)
+            shared = {v: min(end, s["end_ns"]) - max(start, s["start_ns"]) for v, (start, end) in windows.items()}
+            # The replica's version window runs from the sync that ended the trainer's previous version to the
+            # one ending this one: on one clock it overlaps the trainer's window of this version and lies within
+            # the trainer's previous and next versions (how much it overlaps depends on the load: the trainer's
+            # own step end waits for its captures to close; a loaded CI run saw 45% of it).
+            assert shared[version] > 0, (version, s, windows)
+            assert windows[version - 1][0] <= s["start_ns"] and s["end_ns"] <= windows[version + 1][1], (version, s, windows)
 
 
 def test_the_text_report_shows_the_table(run_dir):
