@@ -77,11 +77,12 @@ def test_the_replicas_captures_of_a_version_share_its_window_with_the_trainers(f
         for s in (s for s in steps if s["step"] == version and (s["rank"], s["pid"]) in replicas):
             shared = {v: min(end, s["end_ns"]) - max(start, s["start_ns"]) for v, (start, end) in windows.items()}
             # The replica's version window runs from the sync that ended the trainer's previous version to the
-            # one ending this one: on one clock it overlaps the trainer's window of this version and lies within
-            # the trainer's previous and next versions (how much it overlaps depends on the load: the trainer's
-            # own step end waits for its captures to close; a loaded CI run saw 45% of it).
+            # one ending this one: on one clock it overlaps the trainer's window of this version and ends in its
+            # second half (how much it overlaps depends on the load: the trainer's own step start waits for its
+            # previous captures to close, the replica's does not; a loaded CI run saw 45% of it). Step records
+            # exist for profiled versions only.
             assert shared[version] > 0, (version, s, windows)
-            assert windows[version - 1][0] <= s["start_ns"] and s["end_ns"] <= windows[version + 1][1], (version, s, windows)
+            assert s["end_ns"] >= windows[version][1] - (windows[version][1] - windows[version][0]) // 2, (version, s, windows)
 
 
 def test_the_text_report_shows_the_table(run_dir):
