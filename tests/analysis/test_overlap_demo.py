@@ -36,7 +36,8 @@ def test_the_overlap_table_has_both_sides_of_every_profiled_version(facts):
     for v in overlap["versions"]:
         trainer = v["trainer"]
         assert sorted(trainer["ranks"]) == ["0", "1"]
-        assert trainer["wait_ms"] > 0 and trainer["update_ms"] > 0 and trainer["send_ms"] > 0
+        # samples may already wait in the queue (staleness 1): the trainer's wait can round to 0.0 ms
+        assert trainer["wait_ms"] >= 0 and trainer["update_ms"] > 0 and trainer["send_ms"] > 0
         assert trainer["send_ms"] >= trainer["send_beyond_pause_ms"] >= 0
         assert [r["replica_rank"] for r in v["replicas"]] == [0, 1]
         for r in v["replicas"]:
