@@ -186,6 +186,16 @@ def test_torch_distributed_info_is_left_as_torch_wrote_it(run_training, tmp_path
     assert "pg_count" in info  # torch's block, not rlprof's
 
 
+def _knows_trace_only() -> bool:
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        _ExperimentalConfig(trace_only=True)
+    except (ImportError, TypeError):
+        return False
+    return True
+
+
 @pytest.mark.parametrize(("contents", "trace_only"), [(("cpu",), True), (("cpu", "memory", "shapes"), True),
                                                       (("cpu", "stack"), False)])
 def test_stop_skips_the_event_tree_except_for_stacks(contents, trace_only, recwarn):
@@ -193,5 +203,6 @@ def test_stop_skips_the_event_tree_except_for_stacks(contents, trace_only, recwa
     from rlprof_torch.options import profile_arguments
 
     profile = torch.profiler.profile(**profile_arguments(contents, torch.cuda.is_available()))
-    assert bool(profile.experimental_config and profile.experimental_config.trace_only) is trace_only
+    # asked for wherever this torch knows the setting (torch 2.11 does not: seen on a GPU machine)
+    assert bool(profile.experimental_config and profile.experimental_config.trace_only) is (trace_only and _knows_trace_only())
     assert not [w for w in recwarn if "trace_only" in str(w.message)]  # never asked where torch refuses it
