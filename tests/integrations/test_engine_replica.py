@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, load_engine
-from rlprof.integrations.engines.replica import EngineReplica, replica_file_name, token_window_of
+from rlprof.integrations.engines.files import replica_file_name
+from rlprof.integrations.engines.replica import EngineReplica, token_window_of
 from rlprof.config.schedule import Schedule
 
 
@@ -351,7 +352,7 @@ def test_a_sync_replica_answering_before_its_stop_records_the_next_calls_wait(sa
 
 def test_the_rollout_backend_never_runs_in_the_replica(save_path):
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
-    from rlprof.integrations.engines.replica import EngineStandIn
+    from rlprof.integrations.engines.stand_in import EngineStandIn
 
     assert isinstance(replica.profiler.backends.plugins["torch"], EngineStandIn)
     replica.finalize()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlprof.integrations.verl.dist_profiler import DistProfiler, build_rollout_dist_profiler
+from rlprof.integrations.verl.dist_profiler import DistProfiler
+from rlprof.integrations.verl.rollout_profiler import build_rollout_dist_profiler
 from rlprof.integrations.verl.install import install, installed, uninstall
 
 __all__ = ["DistProfiler", "DistProfilerExtension", "build_rollout_dist_profiler", "install", "installed", "uninstall"]

@@ -45,25 +45,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from enum import Enum, unique
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from rlprof.config.sections import ENGINE_TOOLS, not_captured_reason
-from rlprof.hookspecs import hookimpl
+from rlprof.config.sections import ENGINE_TOOLS
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
-from rlprof.integrations.loops import waitable_from_here
+from rlprof.integrations.engines.files import move_into, remove_empty, unwritable
+from rlprof.integrations.engines.stand_in import EngineStandIn, Inert, engine_backends
+from rlprof.integrations.loops import FINALIZE_WAIT_S, wait_on_its_loop
 
 log = logging.getLogger("rlprof")
 
 REGION = ("rollout", "generate")
 """The region a replica's generate call is: ``rollout_generate``."""
-
-FINALIZE_WAIT_S = 120.0
-"""How long :meth:`EngineReplica.finalize_async` waits for an export still running; past it the capture
-is named as unfinished (an ``error`` record) and the run ends without it."""
 
 
 @unique
@@ -146,7 +142,7 @@ class EngineReplica:
         backends = prof.backends
         tool = next((t for t in prof.plan.tools if t in ENGINE_TOOLS), None)
         stand_in = backends.plugins.get(tool) if backends is not None and tool else None
-        if tool is None and backends is not None and all(isinstance(p, _Inert) for p in backends.plugins.values()):
+        if tool is None and backends is not None and all(isinstance(p, Inert) for p in backends.plugins.values()):
             self.state = ReplicaState.TIMED  # engine_backends' inert tools: each capture is a skip saying why
             return
         if not isinstance(stand_in, EngineStandIn):
@@ -163,7 +159,7 @@ class EngineReplica:
         self.adapter = load_engine(self.engine_name)
         run = prof.run
         directory = self._directory = run.run_dir / "_engine" / f"replica{self.replica_rank}-{run.host}-{run.pid}"
-        problem = _unwritable(directory, run.run_dir)
+        problem = unwritable(directory, run.run_dir)
         if problem is not None:
             self.state = ReplicaState.ENGINE_OFF
             prof.record_error(self.engine_name, "settings", f"rollout replica {self.replica_rank}: the engine's "
@@ -390,16 +386,8 @@ class EngineReplica:
 
     def _await_from_another_thread(self) -> None:
         exporting = self._exporting
-        if exporting is None or exporting.done():
-            return
-        if not waitable_from_here(exporting):
-            return
-        waiting = asyncio.run_coroutine_threadsafe(self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"),
-                                                   exporting.get_loop())
-        try:
-            waiting.result(FINALIZE_WAIT_S + 5.0)
-        except Exception:  # the loop stopped or the wait timed out: named as unfinished below
-            pass
+        if exporting is not None and not exporting.done():
+            wait_on_its_loop(exporting, lambda: self.exported(timeout=FINALIZE_WAIT_S, why="the end of the run"))
 
     def finalize(self, reason: str = "end") -> None:
         """End the replica's run: close what is open, finalize the Profiler, remove the engine's (empty)
@@ -423,7 +411,7 @@ class EngineReplica:
         finally:
             self.profiler.finalize(reason)
             if self._directory is not None:
-                _remove_empty(self._directory)
+                remove_empty(self._directory)
 
 
 def token_window_of(schedule: Any) -> tuple[int, int] | None:
@@ -437,145 +425,3 @@ def token_window_of(schedule: Any) -> tuple[int, int] | None:
                     "profile_token_start/end does); capturing whole generate calls", schedule)
         return None
     return (schedule.wait, schedule.active)
-
-
-def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
-    """The name an engine's file gets in the run: ``replica<r>.`` then the engine's own name without
-    the capture's ``<prefix>_``/``<prefix>-``. The engine names files by its worker inside the replica
-    (vLLM: ``rank0.<ns>.pt.trace.json.gz`` on every replica), so the replica comes first:
-    ``replica1.rank0.<ns>.pt.trace.json.gz``. The worker part stays (one file per GPU of a replica)."""
-    for separator in "_-":
-        if name.startswith(prefix + separator):
-            name = name[len(prefix) + 1:]
-            break
-    return f"replica{replica_rank}.{name}"
-
-
-def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
-    """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything, each named
-    by :func:`replica_file_name` (or its first free numbered name where that is taken:
-    :func:`rlprof.layout.place_reserved`). Recorded (``ctx.add_artifact``) with ``replica_rank`` and
-    ``engine``; returns where each file is now. A file that cannot be moved stays where it is and is
-    recorded there: never lost."""
-    from rlprof.layout import place_reserved
-
-    target_dir = ctx.output_dir()
-    root = ctx.run.run_dir
-    moved: list[Path] = []
-    for source in files:
-        source = Path(source)
-        name = replica_file_name(source.name, prefix, replica_rank)
-        where = source
-        try:
-            where = place_reserved(source, target_dir / name, root)
-            os.unlink(source)
-        except Exception as exc:
-            ctx.warn(f"could not move {source} into {target_dir}: {type(exc).__name__}: {exc}; listed where it is")
-        ctx.add_artifact(where, kind="trace" if ".trace.json" in where.name else "file",
-                         replica_rank=replica_rank, engine=engine)
-        moved.append(where)
-    return moved
-
-
-def _unwritable(directory: Path, root: Path) -> str | None:
-    """None when ``directory`` (created under ``root``) takes a file; else what went wrong."""
-    from rlprof.layout import ensure_dir
-
-    try:
-        ensure_dir(directory, root)
-        probe = directory / f".rlprof-probe-{os.getpid()}"
-        with open(probe, "x"):
-            pass
-        os.unlink(probe)
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _remove_empty(directory: Path) -> None:
-    for path in (directory, directory.parent):
-        try:
-            path.rmdir()
-        except OSError:
-            return
-
-
-class EngineStandIn:
-    """The rollout backend's place in a replica's session (``torch``/``npu``): the engine captures.
-
-    It validates its section as the real backend would (the same keys, the same errors), and hands the
-    capture's open and close to its :class:`EngineReplica`. It never imports torch's profiler."""
-
-    rlprof_contract = 1
-
-    def __init__(self, tool: str):
-        self.tool = tool
-        self.participant: EngineReplica | None = None
-
-    @hookimpl
-    def validate_tool_config(self, tool_config, key_path):
-        from rlprof.runtime.registry import load_backend
-
-        real = load_backend(self.tool)
-        check = getattr(real, "validate_tool_config", None)
-        return check(tool_config, key_path) if check is not None else dict(tool_config)
-
-    @hookimpl
-    def start_step(self, ctx):
-        if ctx.opens_capture and self.participant is not None:  # end-to-end rollout: the step is the call
-            self.participant._opened(ctx)
-
-    @hookimpl
-    def start_role(self, ctx):
-        if ctx.opens_capture and self.participant is not None:
-            self.participant._opened(ctx)
-
-    @hookimpl
-    def stop_role(self, ctx):
-        if ctx.closes_capture and self.participant is not None:
-            self.participant._closed(ctx)
-
-    @hookimpl
-    def step_boundary(self, ctx):
-        if ctx.closes_capture and self.participant is not None:
-            self.participant._closed(ctx)
-
-
-class _Inert:
-    """A selected tool that does not run in a replica process. Beside an engine that captures (``torch_memory``
-    beside ``torch``...) it is silent: the engine's capture is the replica's output. Where it is the only
-    kind of tool (``nsys``: no engine can stand in for it), ``reason`` says why each capture it would
-    open writes nothing, once per replica (a ``skip`` record); the session still times the regions."""
-
-    rlprof_contract = 1
-
-    def __init__(self, reason: str | None = None):
-        self.reason = reason
-
-    @hookimpl
-    def start_step(self, ctx):
-        if ctx.opens_capture and self.reason:
-            ctx.skip(self.reason)
-
-    @hookimpl
-    def start_role(self, ctx):
-        if ctx.opens_capture and self.reason:
-            ctx.skip(self.reason)
-
-
-def engine_captures(config: Any) -> bool:
-    """One of the selected tools is one an engine's profiler can stand in for (:data:`ENGINE_TOOLS`)."""
-    return any(t in ENGINE_TOOLS for t in config.global_.tools)
-
-
-def engine_backends(config: Any) -> Mapping[str, Any]:
-    """``{tool: instance}`` for a replica's :class:`~rlprof.Profiler` (its ``backends=`` argument): the
-    first of ``torch``/``npu`` among the selected tools is an :class:`EngineStandIn`; other tools do not
-    run in a replica process (their work there is the engine's). With neither ``torch`` nor ``npu``
-    selected, nothing captures in the replica: each tool says why (:func:`not_captured_reason`), and the
-    replica's ``rollout_generate`` is timed all the same (region timing is the core's, not a backend's)."""
-    tools = config.global_.tools
-    first = next((t for t in tools if t in ENGINE_TOOLS), None)
-    if first is None:
-        return {t: _Inert(not_captured_reason(t)) for t in tools}
-    return {t: EngineStandIn(t) if t == first else _Inert() for t in tools}

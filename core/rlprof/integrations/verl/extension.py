@@ -35,7 +35,7 @@ class DistProfilerExtension:
         """A worker hosting the rollout role (verl's ``ActorRolloutRefWorker``, its ``config.rollout``)
         publishes the rollout's own profiler section for the run's replicas: verl builds a replica
         server's profiler without one when the tool is not torch or npu
-        (:func:`rlprof.integrations.verl.dist_profiler.build_rollout_dist_profiler` reads it)."""
+        (:func:`rlprof.integrations.verl.rollout_profiler.build_rollout_dist_profiler` reads it)."""
         prof = getattr(self.profiler, "profiler", None)
         section = field(field(getattr(self, "config", None), "rollout"), "profiler")
         if section is None or prof is None or not prof.plan.active or "rollout" not in self.profiler.roles:

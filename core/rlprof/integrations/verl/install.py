@@ -38,7 +38,8 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.integrations.verl import dist_profiler, extension, global_keys, phases, run_signals, trainer_steps, vllm_server
+    from rlprof.integrations.verl import (dist_profiler, extension, global_keys, phases, rollout_profiler, run_signals,
+                                         trainer_steps, vllm_server)
     from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
@@ -53,7 +54,7 @@ def install() -> None:
     ours = {
         "DistProfiler": dist_profiler.DistProfiler,
         "DistProfilerExtension": extension.DistProfilerExtension,
-        "build_rollout_dist_profiler": dist_profiler.build_rollout_dist_profiler,
+        "build_rollout_dist_profiler": rollout_profiler.build_rollout_dist_profiler,
     }
     for name in NAMES:
         current = getattr(module, name)
@@ -87,7 +88,8 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
-    from rlprof.integrations.verl import dist_profiler, extension, global_keys, on_import, phases, trainer_steps, vllm_server
+    from rlprof.integrations.verl import (dist_profiler, extension, global_keys, on_import, phases, rollout_profiler,
+                                         trainer_steps, vllm_server)
 
     on_import.forget(vllm_server.MODULE)
     trainer_steps.forget()
@@ -102,7 +104,7 @@ def uninstall() -> None:
         return
 
     ours = {id(dist_profiler.DistProfiler): "DistProfiler", id(extension.DistProfilerExtension): "DistProfilerExtension",
-            id(dist_profiler.build_rollout_dist_profiler): "build_rollout_dist_profiler"}
+            id(rollout_profiler.build_rollout_dist_profiler): "build_rollout_dist_profiler"}
     for mod_name, mod in list(sys.modules.items()):
         if mod is None or not (mod_name == "verl" or mod_name.startswith("verl.")):
             continue

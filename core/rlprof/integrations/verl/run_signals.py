@@ -18,7 +18,7 @@ So, under the run id every process shares (``<run>`` below), in Ray's internal k
 * ``<run>/rollout`` — the rollout's own profiler section (``config.rollout.profiler`` of the training
   worker that hosts the rollout role; JSON). verl's agent-loop servers drop theirs when the tool is not torch or npu (they pass
   ``config=None``); a replica then reads this one, so that rlprof still times its ``rollout_generate``
-  (:func:`rlprof.integrations.verl.dist_profiler.build_rollout_dist_profiler`);
+  (:func:`rlprof.integrations.verl.rollout_profiler.build_rollout_dist_profiler`);
 * ``<run>/global`` — rlprof's own ``global_profiler`` keys set in the trainer's config (JSON), which verl
   hands no worker: written where the trainer is built, before any worker exists, read by every
   ``DistProfiler`` as it is built (:mod:`rlprof.integrations.verl.global_keys`);

@@ -11,7 +11,7 @@ drives vLLM's profiler itself, at three sites (docs/engines-vllm-notes.md, "verl
   replica's folder to ``save_path/rollout-replica<r>_<name>`` when ``relocate_results`` is set.
 
 When the drop-in is switched on, :func:`patch` makes the server's ``profiler_controller`` rlprof's
-:class:`~rlprof.integrations.verl.dist_profiler.RolloutDistProfiler` for the engine ``vllm`` (no
+:class:`~rlprof.integrations.verl.rollout_profiler.RolloutDistProfiler` for the engine ``vllm`` (no
 backend runs in the server's process: the engine stands in for it), and routes those sites through it
 and through the replica participant it owns, :class:`rlprof.integrations.engines.replica.EngineReplica`:
 
@@ -101,7 +101,7 @@ def unpatch(module: Any) -> None:
 
 def participant(server: Any):
     """The server's rlprof participant (its ``profiler_controller`` when that is rlprof's), else None."""
-    from rlprof.integrations.verl.dist_profiler import RolloutDistProfiler
+    from rlprof.integrations.verl.rollout_profiler import RolloutDistProfiler
 
     controller = getattr(server, "profiler_controller", None)
     return controller if isinstance(controller, RolloutDistProfiler) else None
@@ -109,7 +109,7 @@ def participant(server: Any):
 
 def _rollout_profiler(original):
     """The server's ``__init__`` builds its controller with this: rlprof's, told that vLLM generates."""
-    from rlprof.integrations.verl.dist_profiler import build_rollout_dist_profiler as ours
+    from rlprof.integrations.verl.rollout_profiler import build_rollout_dist_profiler as ours
 
     @functools.wraps(original)
     def build_rollout_dist_profiler(replica_rank, replica_world_size, config=None, tool_config=None):
