@@ -367,7 +367,7 @@ def test_module_runner_swaps_verl_classes_before_the_module_runs(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "rlprof.integrations.verl.dist_profiler rlprof.integrations.verl.extension rlprof.integrations.verl.dist_profiler",
+        "rlprof.integrations.verl.dist_profiler rlprof.integrations.verl.extension rlprof.integrations.verl.rollout_profiler",
         "['global_profiler.tool=torch'] 1 True",
     ]
 
