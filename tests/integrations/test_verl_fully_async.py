@@ -120,8 +120,8 @@ def test_every_process_finalizes_and_the_report_is_ok(run, facts):
     _, _, save = run
     processes = {(r["host"], r["pid"]) for r in records(save) if r.get("type") == "process"}
     finalized = {(r["host"], r["pid"]) for r in records(save) if r.get("type") == "finalized"}
-    # the trainer's worker, its driver (verl's FullyAsyncTrainer actor) and the replica's server
-    assert len(processes) == 3 and finalized == processes, (processes, finalized)
+    # the trainer's worker, the two drivers (verl's FullyAsyncTrainer and FullyAsyncRollouter actors), the replica
+    assert len(processes) == 4 and finalized == processes, (processes, finalized)
     assert facts["ok"] and not facts["missing"], facts.get("verdict")
 
 
@@ -157,6 +157,8 @@ def test_the_overlap_table_has_both_sides_of_every_profiled_version(facts):
         assert v["sync_ms"] >= replica["paused_ms"]
         stale = v["staleness"]
         assert stale["samples"] > 0 and 0 <= stale["min"] <= stale["mean"] <= stale["max"] <= 1, stale
+    # staleness 1: the rollouter runs a version ahead, then is held at the limit until the next sync
+    assert any(v["replicas"][0]["held_ms"] > 0 for v in overlap["versions"]), overlap["versions"]
 
 
 @pytest.mark.slow

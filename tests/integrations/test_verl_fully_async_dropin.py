@@ -24,10 +24,14 @@ def test_the_actor_ray_runs_is_the_patched_one():
     code = textwrap.dedent("""
         import verl
         from verl.experimental.fully_async_policy import fully_async_trainer as m
+        from verl.experimental.fully_async_policy import fully_async_rollouter as r
         from verl.workers import engine_workers as w
         runs = m.FullyAsyncTrainer.__ray_metadata__.modified_class  # what Ray's actor process instantiates
         names = ("fit", "fit_step", "_get_samples_from_queue", "_collect_metrics_from_samples", "_fit_update_weights")
-        print(all(getattr(getattr(runs, n), "rlprof_wrapped", False) for n in names),
+        generates = r.FullyAsyncRollouter.__ray_metadata__.modified_class
+        held = ("_init_async_objects", "_start_profiling", "_stop_profiling", "reset_staleness")
+        print(all(getattr(getattr(runs, n), "rlprof_wrapped", False) for n in names)
+              and all(getattr(getattr(generates, n), "rlprof_wrapped", False) for n in held),
               getattr(w.ActorRolloutRefWorker.update_weights, "rlprof_wrapped", False))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -64,3 +68,35 @@ def test_verls_idle_figures_are_filed_under_the_version_they_describe(trainer, t
     fully_async._write_idle(trainer, {fully_async.ROLLOUTER_IDLE: 0.5}, 0)  # the sync before training: no version
     found = sorted((r["step"], r["side"], r["idle_ratio"], r["window_s"]) for r in written(tmp_path, "framework_idle"))
     assert found == [(2, "trainer", 0.25, 0.8), (3, "rollouter", 0.0, 1.5)]
+
+
+def test_the_rollouter_held_at_the_limit_is_rollout_held_on_its_profiled_step(tmp_path, monkeypatch):
+    """Its ``_resume_event`` waited on while clear is the hold (until ``reset_staleness`` sets it); a wait on
+    the event set costs no region; the generation driver's tools capture nothing and say why."""
+    import asyncio
+
+    monkeypatch.setenv("RLPROF_RUN_ID", "fully-async-held")
+    section = {"enable": True, "all_ranks": True, "tool": "torch", "save_path": str(tmp_path),  # verl copies these in
+               "tool_config": {"torch": {"contents": ["cpu"]}}}
+    rollouter = SimpleNamespace(config={"global_profiler": {"tool": "torch", "steps": [2], "save_path": str(tmp_path)},
+                                        "actor_rollout_ref": {"rollout": {"profiler": section}}})
+    driver = fully_async.driver_profiler(rollouter, "rollout")
+    event = fully_async.HeldEvent(rollouter)
+
+    async def run():
+        driver.start(profile_step=2)
+        event.set()
+        await event.wait()  # not held
+        event.clear()
+        waiting = asyncio.ensure_future(event.wait())
+        await asyncio.sleep(0.03)
+        event.set()  # reset_staleness
+        await waiting
+        driver.stop(run_command=False)
+
+    asyncio.run(run())
+    driver.finalize()
+    [held] = [r for r in read_records([tmp_path]) if r.get("type") == "region"]
+    assert (held["region"], held["step"]) == ("rollout_held", 2) and held["end_ns"] - held["start_ns"] >= 0.015e9
+    [skip] = written(tmp_path, "skip")
+    assert "FullyAsyncRollouter" in skip["reason"] and not written(tmp_path, "artifact")

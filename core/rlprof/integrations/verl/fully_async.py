@@ -11,10 +11,12 @@ says which step is the last. What the drop-in adds, wherever verl's modules are 
   the replicas' profiling, syncs, then starts it for the next version) the trainer publishes the
   version the replicas generate for next, ``current_param_version + 1``
   (:func:`rlprof.integrations.verl.run_signals.publish_step`), which a replica's ``start()`` reads;
-* **the trainer's driver regions**, in the ``FullyAsyncTrainer`` actor's own process, by a profiler that
-  times and captures nothing (:class:`TrainerDriverProfiler`, rank 0 of the actor role): ``actor_wait_samples``
+* **the drivers' regions**, each in its actor's own process, by a profiler that records and captures
+  nothing (:class:`DriverProfiler`, rank 0 of its role): the ``FullyAsyncTrainer``'s ``actor_wait_samples``
   (``_get_samples_from_queue``: the trainer waiting on verl's message queue) inside the version's step
-  (``fit_step``, profiled versions);
+  (``fit_step``, profiled versions), and the ``FullyAsyncRollouter``'s ``rollout_held`` (its
+  ``_resume_event`` waited on while clear: held at the staleness limit, :class:`HeldEvent`) inside its step,
+  which follows the replicas' (from ``_start_profiling`` to the ``reset_staleness`` after the next sync);
 * **the weight send** on the training workers: ``actor_weight_send`` around the worker's
   ``update_weights`` (``ActorRolloutRefWorker``: gathering the weights and sending them through the
   checkpoint engine until the replicas have them), in the worker's step;
@@ -45,6 +47,8 @@ log = logging.getLogger("rlprof")
 
 TRAINER_MODULE = "verl.experimental.fully_async_policy.fully_async_trainer"
 TRAINER = "FullyAsyncTrainer"
+ROLLOUTER_MODULE = "verl.experimental.fully_async_policy.fully_async_rollouter"
+ROLLOUTER = "FullyAsyncRollouter"
 WORKER_MODULE = "verl.workers.engine_workers"
 WORKER = "ActorRolloutRefWorker"
 STALENESS_SOURCE = "verl FullyAsyncTrainer trajectory_param_versions"
@@ -54,12 +58,13 @@ STALENESS_SOURCE = "verl FullyAsyncTrainer trajectory_param_versions"
 def watch() -> None:
     """Patch verl's fully async trainer and the training worker once their modules are imported."""
     on_import.when_imported(TRAINER_MODULE, _patch_trainer)
+    on_import.when_imported(ROLLOUTER_MODULE, _patch_rollouter)
     on_import.when_imported(WORKER_MODULE, _patch_worker)
 
 
 def forget() -> None:
     """Leave them as verl wrote them (``rlprof.verl.uninstall``)."""
-    for name, cls in ((TRAINER_MODULE, TRAINER), (WORKER_MODULE, WORKER)):
+    for name, cls in ((TRAINER_MODULE, TRAINER), (ROLLOUTER_MODULE, ROLLOUTER), (WORKER_MODULE, WORKER)):
         on_import.forget(name)
         target = _actor_class(getattr(sys.modules.get(name), cls, None))
         for attr, value in list(vars(target).items()) if target is not None else ():
@@ -67,37 +72,41 @@ def forget() -> None:
                 setattr(target, attr, value.__wrapped__)
 
 
-DRIVER_SKIP = ("verl's FullyAsyncTrainer actor (the trainer's driver) records its own regions (actor_wait_samples) "
-               "and captures nothing: its training workers capture")
+DRIVER_SKIP = {
+    "actor": ("verl's FullyAsyncTrainer actor (the trainer's driver) records its own regions (actor_wait_samples) "
+              "and captures nothing: its training workers capture"),
+    "rollout": ("verl's FullyAsyncRollouter actor (the generation driver) records its own regions (rollout_held) "
+                "and captures nothing: its replicas capture"),
+}
 
 
-class TrainerDriverProfiler(DistProfiler):
-    """The profiler of verl's ``FullyAsyncTrainer`` actor (rank 0 of the actor role, the driver of the
-    trainer's workers): it records the driver's regions and steps; its backends capture nothing (the
-    training workers capture), so its tools are inert here."""
+class DriverProfiler(DistProfiler):
+    """The profiler of a driver actor of verl's fully async run (rank 0 of its role: the ``FullyAsyncTrainer``
+    for ``actor``, the ``FullyAsyncRollouter`` for ``rollout``): it records the driver's regions and steps;
+    its backends capture nothing (the workers and replicas capture), each tool saying so once per capture."""
 
     def _backends(self, config: Any) -> Any:
         from rlprof.integrations.engines.stand_in import Inert
 
-        return {tool: Inert(DRIVER_SKIP) for tool in config.global_.tools}
+        return {tool: Inert(DRIVER_SKIP[self.role]) for tool in config.global_.tools}
 
 
-def driver_profiler(trainer: Any) -> DistProfiler | None:
-    """The trainer's :class:`TrainerDriverProfiler`, built at its first use from the actor's profiler section;
-    None when it cannot be built (logged once: the trainer runs unprofiled)."""
-    found = trainer.__dict__.get("_rlprof_driver", False)
+def driver_profiler(driver: Any, role: str = "actor") -> DistProfiler | None:
+    """The :class:`DriverProfiler` of ``driver`` (verl's trainer or rollouter actor), built at its first use from
+    the role's profiler section; None when the role is not enabled or it cannot be built (logged: unprofiled)."""
+    found = driver.__dict__.get("_rlprof_driver", False)
     if found is not False:
         return found
     profiler = None
     try:
-        section = field(field(field(trainer.config, "actor_rollout_ref"), "actor"), "profiler")
-        tool = field(field(trainer.config, "global_profiler"), "tool")
+        section = field(field(field(driver.config, "actor_rollout_ref"), role), "profiler")
+        tool = field(field(driver.config, "global_profiler"), "tool")
         tool_config = (field(section, "tool_config") or {}).get(tool) if tool else None
         if section is not None and field(section, "enable", False):
-            profiler = TrainerDriverProfiler(0, config=section, tool_config=tool_config, save_file_prefix="actor")
+            profiler = DriverProfiler(0, config=section, tool_config=tool_config, save_file_prefix=role)
     except Exception as exc:  # profiling must not stop training
-        log.error("rlprof: the fully async trainer's driver regions are not recorded: %s: %s", type(exc).__name__, exc)
-    trainer._rlprof_driver = profiler
+        log.error("rlprof: verl's fully async %s driver's regions are not recorded: %s: %s", role, type(exc).__name__, exc)
+    driver._rlprof_driver = profiler
     return profiler
 
 
@@ -264,6 +273,74 @@ def _end_of_run() -> None:
     shared = shared_run_id()
     if shared:
         run_signals.finish_run([run_id_for(shared)])
+
+
+class HeldEvent(asyncio.Event):
+    """The rollouter's ``_resume_event``: a wait on it while it is clear is the rollouter held (at the staleness
+    limit or paused: ``_processor_worker`` drains its requests in flight, then blocks until ``reset_staleness``
+    or its monitor sets it), timed as ``rollout_held`` on its profiled steps."""
+
+    def __init__(self, rollouter: Any):
+        super().__init__()
+        self._rollouter = rollouter
+
+    async def wait(self) -> bool:
+        driver = self._rollouter.__dict__.get("_rlprof_driver")
+        if self.is_set() or driver is None or not driver._rlprof_live:
+            return await super().wait()
+        with driver.profiler.unsampled_role("rollout", "held"):
+            return await super().wait()
+
+
+def _patch_rollouter(module: Any) -> None:
+    """The generation driver's step follows the replicas' (started with them, ended after the sync that ends
+    the version: ``reset_staleness``), and its holds are ``rollout_held``."""
+    cls = _actor_class(getattr(module, ROLLOUTER))
+
+    def init_async(original):
+        def _init_async_objects(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            held = HeldEvent(self)
+            if self._resume_event.is_set():
+                held.set()
+            self._resume_event = held
+            return result
+        return _init_async_objects
+
+    def start(original):
+        async def _start_profiling(self, *args, **kwargs):
+            from rlprof.integrations.verl.run_id import shared_run_id
+            from rlprof.runtime.run_id import run_id_for
+
+            driver = driver_profiler(self, "rollout")
+            shared = shared_run_id()
+            step = run_signals.current_step(run_id_for(shared)) if shared else None
+            if driver is not None and step is not None:
+                driver.start(profile_step=step)
+            return await original(self, *args, **kwargs)
+        return _start_profiling
+
+    def stop(original):
+        async def _stop_profiling(self, *args, **kwargs):
+            self._rlprof_stop_due = True  # after the sync that follows, as the replicas' step
+            return await original(self, *args, **kwargs)
+        return _stop_profiling
+
+    def reset(original):
+        async def reset_staleness(self, *args, **kwargs):
+            result = await original(self, *args, **kwargs)
+            driver = self.__dict__.get("_rlprof_driver")
+            if self.__dict__.pop("_rlprof_stop_due", False) and driver is not None:
+                for _ in range(3):  # the held wait this reset ended leaves its region first
+                    await asyncio.sleep(0)
+                driver.stop(run_command=False)
+            return result
+        return reset_staleness
+
+    _wrap(cls, "_init_async_objects", init_async)
+    _wrap(cls, "_start_profiling", start)
+    _wrap(cls, "_stop_profiling", stop)
+    _wrap(cls, "reset_staleness", reset)
 
 
 def _patch_worker(module: Any) -> None:
