@@ -123,7 +123,9 @@ def test_the_frameworks_own_idle_figures_stand_beside_rlprofs():
     assert (trainer["side"], trainer["rlprof_ratio"], trainer["difference"]) == ("trainer", 0.12, -0.08)
     # replica 0 generated 55 of 100 ms, replica 1 68: not generating 0.45 and 0.32, median 0.385
     assert (rollouter["rlprof_ratio"], rollouter["difference"]) == (0.385, 0.385)
-    text = "\n".join(__import__("rlprof.analysis.report", fromlist=["overlap_lines"]).overlap_lines(overlap_of(records)))
+    report = build_report("r", records)  # what rlprof report reads: the records reach the table (they did not at first)
+    assert [f["side"] for f in report.overlap.versions[0].framework_idle] == ["trainer", "rollouter"]
+    text = "\n".join(__import__("rlprof.analysis.report", fromlist=["overlap_lines"]).overlap_lines(report.overlap))
     assert "fully_async/trainer/idle_ratio 0.200" in text and "-8.0%" in text and "+38.5%" in text
 
 

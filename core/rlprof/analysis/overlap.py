@@ -259,14 +259,17 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
 
 def beside_framework(version: VersionOverlap, record: FrameworkIdleRecord) -> dict[str, Any]:
     """A framework's idle figure of ``version`` beside rlprof's own for the same side (docs/analysis.md,
-    "Async overlap": why they differ): the trainer's ``waited`` share of the window, or a replica's share
-    of the window not generating (the median over replicas). ``rlprof_ratio`` None where rlprof has no figure."""
+    "Async overlap": why they differ): the trainer's ``waited`` share of the window, or a replica's share of
+    its own steps in the window not generating (the median over replicas; a replica's steps run sync to
+    sync, as verl's rollouter window does). ``rlprof_ratio`` None where rlprof has no figure."""
     window = version.window_ms
     ours = None
     if record.side == "trainer" and version.trainer is not None and window:
         ours = version.trainer.wait_ms / window
-    elif record.side == "rollouter" and version.replicas and window:
-        ours = statistics.median(1 - r.generating_ms / window for r in version.replicas)
+    elif record.side == "rollouter":
+        own = [(window - r.between_steps_ms, r.generating_ms) for r in version.replicas]
+        own = [(span, generating) for span, generating in own if span > 0]
+        ours = statistics.median(1 - generating / span for span, generating in own) if own else None
     return {**record_fields(record), "rlprof_ratio": None if ours is None else round(ours, 6),
             "difference": None if ours is None else round(ours - record.idle_ratio, 6)}
 
