@@ -127,6 +127,10 @@ def test_the_frameworks_own_idle_figures_stand_beside_rlprofs():
     assert [f["side"] for f in report.overlap.versions[0].framework_idle] == ["trainer", "rollouter"]
     text = "\n".join(__import__("rlprof.analysis.report", fromlist=["overlap_lines"]).overlap_lines(report.overlap))
     assert "fully_async/trainer/idle_ratio 0.200" in text and "-8.0%" in text and "+38.5%" in text
+    from rlprof.analysis.html import render_page
+
+    page = render_page([report])
+    assert page.count('class="framework-idle"') == 2 and "rlprof's 0.120 (-8.0 points)" in page
 
 
 def test_a_synchronous_run_has_no_overlap_table():
