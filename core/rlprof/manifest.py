@@ -495,6 +495,28 @@ class StalenessRecord:
 STALENESS_RECORD = StalenessRecord.TYPE
 
 
+@dataclass(kw_only=True)
+class FrameworkIdleRecord:
+    """The ``framework_idle`` record: an idle figure the training framework logs itself for one parameter
+    version of an async run (verl's ``fully_async/rollouter/idle_ratio`` and ``fully_async/trainer/idle_ratio``),
+    written by the drop-in where the framework logs it, so that the report sets rlprof's own figure beside it
+    (:mod:`rlprof.analysis.overlap`). ``rank`` None (the driver's)."""
+
+    TYPE: ClassVar[str] = "framework_idle"
+    step: int
+    """The parameter version whose window the figure describes (not the step the framework logged it at)."""
+    side: str
+    """``rollouter`` (generation) or ``trainer``."""
+    idle_ratio: float
+    window_s: float | None = None
+    """The framework's own window for the ratio (verl: the rollouter's ``version_time``; the trainer's ``timing_s/step``)."""
+    metric: str
+    """The framework's metric name."""
+
+
+FRAMEWORK_IDLE_RECORD = FrameworkIdleRecord.TYPE
+
+
 Record = TypeVar("Record")
 
 

@@ -385,3 +385,9 @@ class HFServerAdapter(BaseRollout):
             await self.server_handle.update_weights.remote(state)
             if global_steps is not None:
                 await self.server_handle.set_global_steps.remote(global_steps)
+
+
+if os.environ.get("RLPROF_VERL"):  # under rlprof's drop-in: the server's calls are the replica's async regions
+    from rlprof.integrations.verl.server_regions import wrap_server
+
+    wrap_server(HFServer, generate="_generate")

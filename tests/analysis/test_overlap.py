@@ -96,6 +96,43 @@ def test_held_by_the_generation_driver_holds_every_replica():
     assert sorted(v.trainer.ranks) == [0, 1]  # the driver is no trainer rank
 
 
+def test_a_trainer_rank_timed_in_two_processes_is_one_rank():
+    """verl's fully async trainer waits for samples in its driver's process (the FullyAsyncTrainer actor,
+    rank 0) and updates and sends in its worker's: rank 0's figures are both processes' regions united,
+    one rank, never one process's figures overwriting the other's."""
+    records = [r for r in example_records() if r.get("pid") != 11]  # rank 1 gone: one trainer rank
+    records = [r for r in records if not (r.get("pid") == 10 and r.get("region") == WAIT)]
+    records += [process(0, 40, ["actor"]), timing("step", 0, 40, 2, 0, 100), timing("region", 0, 40, 2, 0, 10, WAIT)]
+    [v] = overlap_of(records).versions
+    assert sorted(v.trainer.ranks) == [0]
+    assert (v.trainer.wait_ms, v.trainer.update_ms, v.trainer.send_ms) == (10, 60, 20)
+
+
+def test_the_frameworks_own_idle_figures_stand_beside_rlprofs():
+    """verl's idle_ratio of a version, as the drop-in records it, beside rlprof's figure of the same side:
+    the trainer's wait share of the window, the replicas' share not generating (their median)."""
+    idle = {"type": "framework_idle", "run": "r", "rank": None, "host": HOST, "pid": 1, "_manifest": "m1", "_run_dir": "/nowhere"}
+    records = example_records() + [
+        {**idle, "step": 2, "side": "trainer", "idle_ratio": 0.2, "window_s": 0.1, "metric": "fully_async/trainer/idle_ratio"},
+        {**idle, "step": 2, "side": "rollouter", "idle_ratio": 0.0, "window_s": 0.1, "metric": "fully_async/rollouter/idle_ratio"},
+        {**idle, "step": 3, "side": "trainer", "idle_ratio": 0.5, "metric": "fully_async/trainer/idle_ratio"},  # no regions
+        {**idle, "step": 2, "side": "trainer", "idle_ratio": 1, "metric": "an int, not a ratio: not read"},
+    ]
+    [v] = overlap_of(records).versions
+    trainer, rollouter = v.framework_idle
+    assert (trainer["side"], trainer["rlprof_ratio"], trainer["difference"]) == ("trainer", 0.12, -0.08)
+    # replica 0 generated 55 of 100 ms, replica 1 68: not generating 0.45 and 0.32, median 0.385
+    assert (rollouter["rlprof_ratio"], rollouter["difference"]) == (0.385, 0.385)
+    report = build_report("r", records)  # what rlprof report reads: the records reach the table (they did not at first)
+    assert [f["side"] for f in report.overlap.versions[0].framework_idle] == ["trainer", "rollouter"]
+    text = "\n".join(__import__("rlprof.analysis.report", fromlist=["overlap_lines"]).overlap_lines(report.overlap))
+    assert "fully_async/trainer/idle_ratio 0.200" in text and "-8.0%" in text and "+38.5%" in text
+    from rlprof.analysis.html import render_page
+
+    page = render_page([report])
+    assert page.count('class="framework-idle"') == 2 and "rlprof's 0.120 (-8.0 points)" in page
+
+
 def test_a_synchronous_run_has_no_overlap_table():
     records = [process(0, 10, ["actor", "rollout"]), timing("step", 0, 10, 1, 0, 50),
                timing("region", 0, 10, 1, 0, 20, "rollout_generate"), timing("region", 0, 10, 1, 20, 50, "actor_update")]

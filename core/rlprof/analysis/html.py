@@ -331,6 +331,10 @@ def _overlap(report: RunReport) -> str:
                         f"{r.other_ms:.1f} (between steps {r.between_steps_ms:.1f})</td><td></td>"
                         f"<td>transport {r.transport_ms:.1f}, load {r.load_ms:.1f}, resume {r.resume_ms:.1f}</td><td></td>"
                         f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td></tr>')
+        for f in v.framework_idle:  # the framework's own idle figure beside rlprof's (docs/analysis.md: why they differ)
+            ours = "-" if f["rlprof_ratio"] is None else f"{f['rlprof_ratio']:.3f} ({100 * f['difference']:+.1f} points)"
+            rows.append(f'<tr class="framework-idle" data-version="{v.step}"><td></td><td>{_e(f["side"])}</td><td></td>'
+                        f"<td>{_e(f['metric'])} {f['idle_ratio']:.3f}; rlprof's {ours}</td><td></td><td></td><td></td><td></td></tr>")
     missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {_e(MISSING_NOTE)}</p>'
                if overlap.missing else "")
     return ("<h3>Async overlap</h3>"

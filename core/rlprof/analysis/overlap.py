@@ -12,6 +12,7 @@ Definitions (docs/analysis.md, "Async overlap", has a worked example):
 * A version's **window** is the span of its ``step`` records: from the first start to the last end over
   every process (trainer ranks and replicas); without step records, of its regions.
 * Each figure is the **union** of a process's intervals of some regions, **clipped to the window**
+  (a trainer rank's over its processes: verl's fully async trainer waits in its driver's process)
   (time counted once, never a sum of durations): ``wait`` (``actor_wait_samples``), ``update``
   (``actor_update``), ``send`` (``actor_weight_send``) for a trainer rank, the median over the trainer
   ranks; ``generating`` (``rollout_generate``), ``paused`` (``rollout_weight_pause``, abort to resume),
@@ -44,7 +45,8 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import process_name, replica_ranks, timing_record
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
-from rlprof.manifest import STALENESS_RECORD, StalenessRecord, read_record, record_fields, required
+from rlprof.manifest import (FRAMEWORK_IDLE_RECORD, STALENESS_RECORD, FrameworkIdleRecord, StalenessRecord, read_record,
+                             record_fields, required)
 
 WAIT, UPDATE, SEND = "actor_wait_samples", "actor_update", "actor_weight_send"
 GENERATE, PAUSE, LOAD, RESUME, HELD = ("rollout_generate", "rollout_weight_pause", "rollout_weight_load",
@@ -111,6 +113,10 @@ class VersionOverlap:
     """The weight sync end to end: the first send or pause start, the last end of either (None without either)."""
     staleness: dict[str, Any] | None = None
     """The driver's ``staleness`` record: ``samples``, ``min``, ``mean``, ``max``, ``source``."""
+    framework_idle: list[dict[str, Any]] = field(default_factory=list)
+    """The framework's own idle figures of this version (``framework_idle`` records: verl's ``idle_ratio``), each
+    beside rlprof's (:func:`beside_framework`): ``side``, ``metric``, ``idle_ratio``, ``window_s``, ``rlprof_ratio``,
+    ``difference`` (rlprof's less the framework's, a share of the version)."""
 
     @property
     def window_ms(self) -> float:
@@ -184,6 +190,11 @@ def overlap_of(records: Sequence[dict[str, Any]]) -> Overlap | None:
                  and all(type(r.get(k)) is t for k, t in needed.items())}
     versions = [_version(step, windows[step], regions[step], trainer_keys, replicas, staleness.get(step), steps)
                 for step in sorted(regions)]
+    needed = required(FrameworkIdleRecord)
+    idle = [read_record(FrameworkIdleRecord, r) for r in records if r.get("type") == FRAMEWORK_IDLE_RECORD
+            and all(type(r.get(k)) is t for k, t in needed.items())]
+    for version in versions:
+        version.framework_idle = [beside_framework(version, r) for r in idle if r.step == version.step]
     went = set(staleness) | {s for r in records if r.get("type") == "unprofiled_steps" and isinstance(r.get("steps"), list)
                              for s in r["steps"] if type(s) is int}
     return Overlap(versions, sorted(went - set(regions)))
@@ -203,13 +214,20 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
     ranks: dict[int, dict[str, float]] = {}
     updates: list[tuple[int, int]] = []
     syncing: list[tuple[int, int]] = list(pauses)
-    for key in sorted(k for k in by_process if k in trainer_keys):
-        per = by_process[key]
+    by_rank: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    """A trainer rank's regions over its processes: verl's fully async trainer waits in its driver's process
+    (the ``FullyAsyncTrainer`` actor, rank 0) and updates and sends in its worker's."""
+    for key in (k for k in by_process if k in trainer_keys):
+        per_rank = by_rank.setdefault(key[0], {})
+        for region, intervals in by_process[key].items():
+            per_rank.setdefault(region, []).extend(intervals)
+    for rank in sorted(by_rank):
+        per = by_rank[rank]
         update = part(per.get(UPDATE, ()))
         send = part(per.get(SEND, ()))
         updates += update
         syncing += send
-        ranks[key[0]] = {"wait_ms": _ms(length(part(per.get(WAIT, ())))), "update_ms": _ms(length(update)),
+        ranks[rank] = {"wait_ms": _ms(length(part(per.get(WAIT, ())))), "update_ms": _ms(length(update)),
                          "send_ms": _ms(length(send)), "send_beyond_pause_ms": _ms(length(difference(send, pauses)))}
     generated: list[tuple[int, int]] = []
     sides: list[ReplicaVersion] = []
@@ -237,6 +255,23 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
                           round(overlap / length(updating), 6) if updating else None,
                           (sync[0][0], sync[-1][1]) if sync else None,
                           None if staleness is None else {k: v for k, v in record_fields(staleness).items() if k != "step"})
+
+
+def beside_framework(version: VersionOverlap, record: FrameworkIdleRecord) -> dict[str, Any]:
+    """A framework's idle figure of ``version`` beside rlprof's own for the same side (docs/analysis.md,
+    "Async overlap": why they differ): the trainer's ``waited`` share of the window, or a replica's share of
+    its own steps in the window not generating (the median over replicas; a replica's steps run sync to
+    sync, as verl's rollouter window does). ``rlprof_ratio`` None where rlprof has no figure."""
+    window = version.window_ms
+    ours = None
+    if record.side == "trainer" and version.trainer is not None and window:
+        ours = version.trainer.wait_ms / window
+    elif record.side == "rollouter":
+        own = [(window - r.between_steps_ms, r.generating_ms) for r in version.replicas]
+        own = [(span, generating) for span, generating in own if span > 0]
+        ours = statistics.median(1 - generating / span for span, generating in own) if own else None
+    return {**record_fields(record), "rlprof_ratio": None if ours is None else round(ours, 6),
+            "difference": None if ours is None else round(ours - record.idle_ratio, 6)}
 
 
 def _widen(windows: dict[int, list[int]], step: int, start: int, end: int) -> None:

@@ -120,6 +120,18 @@ def overlap_lines(overlap: Overlap | None) -> list[str]:
         lines.append("  each replica (ms, % of the window; other: the window outside generating, paused and held, of which "
                      "between steps: its capture closing and the next opening; transport: its pause outside load and resume):")
         lines += _table(rows, indent="  ")
+    rows = [("version", "side", "framework's figure", "its window", "rlprof's", "difference", "")]
+    for v in overlap.versions:
+        for f in v.framework_idle:
+            rows.append((str(v.step), f["side"], f"{f['metric']} {f['idle_ratio']:.3f}",
+                         f"{f['window_s']:.3f} s" if f["window_s"] is not None else "-",
+                         f"{f['rlprof_ratio']:.3f}" if f["rlprof_ratio"] is not None else "-",
+                         f"{f['difference'] * 100:+.1f}%" if f["difference"] is not None else "-", ""))
+    if len(rows) > 1:
+        lines.append("  beside the framework's own idle figures (rlprof's: the trainer's wait as a share of the version's window, "
+                     "a replica's time not generating as a share of its own steps (sync to sync); the difference in points; "
+                     'docs/analysis.md, "Async overlap", says why they differ):')
+        lines += _table(rows, indent="  ")
     if overlap.missing:
         lines.append(f"  versions {_list(overlap.missing)} are not shown: {MISSING_NOTE}")
     return lines

@@ -19,9 +19,10 @@ from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, proces
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD, STALENESS_RECORD,
-                             WRITING, WRITTEN, CaptureRecord, ProcessRecord, StalenessRecord, read_record, read_records,
-                             record_fields, required, settled_artifacts)
+from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
+                             PHASE_RECORD, STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord, FrameworkIdleRecord,
+                             ProcessRecord, StalenessRecord, read_record, read_records, record_fields, required,
+                             settled_artifacts)
 
 
 @dataclass(kw_only=True)
@@ -264,6 +265,7 @@ REQUIRED = {
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
     PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
     STALENESS_RECORD: required(StalenessRecord),
+    FRAMEWORK_IDLE_RECORD: required(FrameworkIdleRecord),
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
 
@@ -330,7 +332,8 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     overlap = None
     if any(r["region"] in ASYNC_REGIONS for r in regions):
         overlap = overlap_of([*by_type.get("process", []), *by_type.get("step", []), *regions,
-                              *by_type.get(STALENESS_RECORD, []), *by_type.get("unprofiled_steps", [])])
+                              *by_type.get(STALENESS_RECORD, []), *by_type.get(FRAMEWORK_IDLE_RECORD, []),
+                              *by_type.get("unprofiled_steps", [])])
     return RunReport(
         run_id=run_id,
         overlap=overlap,

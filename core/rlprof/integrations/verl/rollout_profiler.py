@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import time
@@ -65,6 +66,14 @@ class RolloutDistProfiler(DistProfiler):
     answered (:meth:`stop`): a task on the server's event loop, or the close handed to the server's
     generating thread (``stop(executor=...)``); the next :meth:`start` or :meth:`finalize` waits for it."""
 
+    regions_by_request = False
+    """The server's own calls are the replica's regions (:mod:`rlprof.integrations.verl.server_regions`, set at
+    its first weight sync): no step-long ``rollout_generate``, and the step ends after the next sync."""
+    _pause: Any = None
+    """The ``rollout_weight_pause`` region open since the sync's abort, until its resume."""
+    _stop_after_sync: Any = None
+    """The ``stop()`` verl asked for just before a weight sync, run when that sync has ended."""
+
     def __init__(self, *args: Any, engine: str | None = None, **kwargs: Any):
         self.engine = engine
         """The engine adapter's name when an inference engine generates for this replica (its own
@@ -94,7 +103,7 @@ class RolloutDistProfiler(DistProfiler):
             if step is not None:
                 kwargs["profile_step"] = step
         super().start(**kwargs)
-        if self._rlprof_live and self._generating is None:
+        if self._rlprof_live and self._generating is None and not self.regions_by_request:
             self._generating = self._prof.unsampled_role("rollout", "generate")
             self._generating.__enter__()
 
@@ -111,7 +120,31 @@ class RolloutDistProfiler(DistProfiler):
           waits for), where generation runs on the loop's thread: the close runs ``ANSWER_GRACE_S`` after
           the answer, on that thread; the loop waits for it (a thread inside a C call, GIL or not,
           runs no loop), so a call arriving meanwhile waits for the stop.
-        * elsewhere it closes at once."""
+        * elsewhere it closes at once.
+
+        A server whose calls are the regions (:attr:`regions_by_request`) ends the step after the weight
+        sync that follows (:meth:`sync_ended`), so that the version's pause is in its step."""
+        if self.regions_by_request and self._rlprof_live and self._stop_after_sync is None:
+            self._stop_after_sync = functools.partial(self._stop_now, run_command, executor=executor)
+            return
+        self._stop_now(run_command, executor=executor)
+
+    def pause_began(self, region: Any) -> None:
+        """The weight sync paused the server (its abort returned): ``region`` stays open until :meth:`sync_ended`."""
+        if self._pause is None:
+            region.__enter__()
+            self._pause = region
+
+    def sync_ended(self) -> None:
+        """The weight sync resumed the server: the pause ends, then a step verl stopped before the sync."""
+        pause, self._pause = self._pause, None
+        if pause is not None:
+            pause.__exit__(None, None, None)
+        deferred, self._stop_after_sync = self._stop_after_sync, None
+        if deferred is not None:
+            deferred()
+
+    def _stop_now(self, run_command: bool | None = None, *, executor: "concurrent.futures.Executor | None" = None) -> None:
         if executor is not None:
             if not self.closing():  # else the close already handed over ends this step
                 self._closing = executor.submit(self._close)
@@ -253,6 +286,7 @@ class RolloutDistProfiler(DistProfiler):
         return self._closing is not None and not self._closing.done()
 
     def finalize(self) -> list[dict[str, Any]]:
+        self.sync_ended()  # a pause or a stop still waiting for the sync's end: the run ends first
         self._closed_first(why="the end of the run")
         if self._engine is not None:
             self._engine.finalize()

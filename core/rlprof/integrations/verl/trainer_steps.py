@@ -119,10 +119,17 @@ class StepTimer:
         opened, self._open = self._open, None
         if opened is None or opened[0] != step:
             return
+        self.write("unprofiled_steps", **plain_steps_record([(step, opened[1], self.clock_ns())]))
+
+    def write(self, record_type: str, **fields: Any) -> None:
+        """One record of the trainer's own (rank None) in its controller manifest; nothing when the run
+        is not profiled. verl's fully async trainer writes its ``staleness`` here too."""
+        if self.run_dir is None:
+            return
         if self._manifest is None:
             host, pid = hostname(), os.getpid()
             ensure_dir(self.run_dir / MANIFEST_DIR, self.run_dir)
             self._manifest = ManifestWriter(self.run_dir / MANIFEST_DIR / f"controller-{host}-{pid}.jsonl",
                                             {"run": self.run_dir.name, "rank": None, "host": host, "pid": pid},
                                             root=self.run_dir)
-        self._manifest.write("unprofiled_steps", **plain_steps_record([(step, opened[1], self.clock_ns())]))
+        self._manifest.write(record_type, **fields)
