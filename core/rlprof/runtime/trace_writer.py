@@ -12,7 +12,10 @@ comes after is rlprof's, and none of it has to hold up training or generation. E
    not at all, never over an existing file, never through a link), then remove ``.partial`` and the plain JSON.
 
 Who hands exports over: the torch backend (rlprof-torch: its traces, exported into its private
-:class:`rlprof.layout.ScratchDir`); :class:`Folder` serves a tool that already wrote its plain JSON elsewhere.
+:class:`rlprof.layout.ScratchDir`), and a rollout replica whose engine wrote plain JSON
+(:mod:`rlprof.integrations.engines.plain_traces`: vLLM's own gzip export is torch's line-by-line level-9
+path, seconds inside the engine's busy loop, so its adapter asks for plain JSON and the replica compresses
+here, in :class:`Folder`, the engine's directory).
 
 The final name is claimed before any of this (:func:`rlprof.layout.reserve`: ``<final>.partial`` is
 created then): the manifest lists the trace under the name it will have, and a second writer wanting
