@@ -226,6 +226,30 @@ def test_a_plain_engine_trace_is_compressed_off_the_engine_and_listed_once_writt
     assert not [r for r in recs if r["type"] in ("error", "skip", "warning")]
 
 
+def test_a_compression_that_fails_is_listed_failed_with_an_error_and_leaves_no_part_file(save_path, monkeypatch):
+    """The disk fills while the writer compresses an engine trace: the run goes on; the trace is listed
+    ``failed`` with the error, an ``error`` record names the replica and the file, and nothing is left under
+    the trace's name or as ``.partial``."""
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trace_writer, "gzip_stream", full)
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1, 2]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    for step in (1, 2):
+        replica.start(engine, step)
+        replica.stop(engine)
+    replica.finalize()
+    run, recs = records(save_path)
+    traces = [r for r in recs if r["type"] == "artifact" and ".pt.trace.json" in r["path"]]
+    assert [(t["step"], t["state"]) for t in traces] == [(1, "failed"), (2, "failed")]
+    assert all("No space left on device" in t["error"] and not (run / t["path"]).exists() for t in traces)
+    errors = [r for r in recs if r["type"] == "error"]
+    assert [(e["step"], e["replica_rank"], e["kind"]) for e in errors] == [(1, 0, "engine"), (2, 0, "engine")]
+    assert all(Path(t["path"]).name in e["error"] and e["hook"] == "written" for t, e in zip(traces, errors))
+    assert not list(run.rglob("*.partial")) and not list(run.rglob("*.pt.trace.json"))
+
+
 def test_an_engine_that_gzips_its_own_trace_has_it_moved_as_it_is(save_path):
     replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
     engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"], gzip=True)
