@@ -4,9 +4,9 @@ its rate outside captures (issue 43: >= 70%).
 The replica is ``rlprof demo --async``'s (:class:`rlprof.demo.async_replica.RolloutReplica`: a Ray actor with
 the demo's tiny policy, one generating thread that makes every Profiler call, torch backend, contents
 ``cpu``), generating without pause: its sample queue never holds it (nobody trains; the limit is set out of
-reach), and this script plays the trainer's weight syncs, one every ``--version-s`` seconds. Every fourth
-version is profiled (2, 6, 10, ...; none of the last two, so each export ends while the replica still
-generates). Outside captures: the time from version 2 on that is in no capture and no capture's end, in
+reach), and this script plays the trainer's weight syncs, one every ``--version-s`` seconds. Every
+``--every``-th version is profiled (2, 8, 14, ... by default; none of the last two, so each export ends while
+the replica still generates). Outside captures: the time from version 2 on that is in no capture and no capture's end, in
 pieces of at least half a second (their median rate is the baseline).
 
 Per capture it times, inside the replica's process:
@@ -40,8 +40,8 @@ from pathlib import Path
 
 from rlprof.demo.async_replica import RolloutReplica
 
-EVERY = 4
-"""Every fourth version is profiled, from version 2."""
+EVERY = 6
+"""Every sixth version is profiled, from version 2 (a capture's end takes about three versions of 1.5 s here)."""
 PIECE_S = 0.5
 """The shortest stretch of time outside captures whose rate counts in the baseline."""
 
@@ -81,7 +81,7 @@ class TimedReplica(RolloutReplica):
                 "path": "nogil" if nogil.unavailable() is None else f"torch ({nogil.unavailable()})"}
 
 
-def run_replica(path: str, versions: int, version_s: float, save_path: str) -> dict:
+def run_replica(path: str, versions: int, version_s: float, save_path: str, every: int = EVERY) -> dict:
     import ray
     import torch
 
@@ -90,7 +90,7 @@ def run_replica(path: str, versions: int, version_s: float, save_path: str) -> d
     from rlprof.demo.grpo import TinyPolicy
     from rlprof.demo.samples import SampleQueue, StalenessLimit
 
-    profiled = list(range(2, versions - 1, EVERY))
+    profiled = list(range(2, versions - 1, every))
     config = load_config({"global_profiler": {"tool": ["torch"], "steps": profiled, "save_path": save_path},
                           "actor_rollout_ref": {"rollout": {"profiler": {
                               "enable": True, "all_ranks": True, "tool_config": {"torch": {"contents": ["cpu"]}}}}}})
@@ -166,7 +166,8 @@ def analyse(got: dict, versions: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--versions", type=int, default=20, help="weight syncs (every fourth profiled, from 2)")
+    p.add_argument("--versions", type=int, default=26, help="weight syncs")
+    p.add_argument("--every", type=int, default=EVERY, help="every how many versions one is profiled, from version 2")
     p.add_argument("--dump", help="also write the raw timings (JSON) here, for --load")
     p.add_argument("--load", help="print from raw timings written by --dump instead of running")
     p.add_argument("--version-s", type=float, default=1.5, help="seconds between weight syncs")
@@ -184,14 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 for path in [s.strip() for s in a.paths.split(",") if s.strip()]:
-                    raw[path] = run_replica(path, a.versions, a.version_s, str(Path(tmp) / path))
+                    raw[path] = run_replica(path, a.versions, a.version_s, str(Path(tmp) / path), a.every)
         finally:
             ray.shutdown()
         if a.dump:
             Path(a.dump).write_text(json.dumps(raw))
     results = {path: (got["path"], analyse(got, a.versions)) for path, got in raw.items()}
     print(f"rlprof demo --async's replica (tiny policy, torch backend, contents cpu), {a.versions} versions of "
-          f"{a.version_s:g} s, every {EVERY}th profiled from 2; generation rate as a share of its median rate outside "
+          f"{a.version_s:g} s, every {a.every}th profiled from 2; generation rate as a share of its median rate outside "
           f"captures (pieces >= {PIECE_S:g} s of no capture and no capture's end); medians over the captures (min-max)")
     print(f"{'path':>6} {'captures':>8} {'trace MB':>8} {'outside tok/s':>13} {'outside s':>9} "
           + " ".join(f"{w + ' ms':>10} {w + ' rate':>17}" for w in ("stop", "export", "end")) + f" {'in capture':>17}")
