@@ -5,9 +5,9 @@ The replica is ``rlprof demo --async``'s (:class:`rlprof.demo.async_replica.Roll
 the demo's tiny policy, one generating thread that makes every Profiler call, torch backend, contents
 ``cpu``), generating without pause: its sample queue never holds it (nobody trains; the limit is set out of
 reach), and this script plays the trainer's weight syncs, one every ``--version-s`` seconds. Every
-``--every``-th version is profiled (2, 8, 14, ... by default; none of the last two, so each export ends while
-the replica still generates). Outside captures: the time from version 2 on that is in no capture and no capture's end, in
-pieces of at least half a second (their median rate is the baseline).
+``--every``-th version is profiled (2, 8, 14, ... by default; none of the last two, so each export ends
+while the replica still generates). Outside captures: the time from version 2 on that is in no capture and
+no capture's end, in pieces of at least half a second (their median rate is the baseline).
 
 Per capture it times, inside the replica's process:
 
@@ -25,7 +25,8 @@ the other in the same run: ``nogil`` (the torch backend's GIL-free stop, export 
 This is the demo's replica, not a vLLM engine: there, vLLM stops its profiler inside its own busy loop
 (bench_vllm_stop.py times that), and the replica only compresses the engine's plain JSON on the writer.
 
-Run: ``flock /tmp/rlprof-heavy.lock python bench/bench_async_generation.py [--versions 14] [--version-s 1.5]``.
+Run: ``flock /tmp/rlprof-heavy.lock python bench/bench_async_generation.py [--versions 26] [--every 6]
+[--version-s 1.5] [--dump FILE]`` (``--load FILE`` prints a dumped run again).
 """
 
 from __future__ import annotations
