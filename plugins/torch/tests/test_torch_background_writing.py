@@ -21,6 +21,7 @@ import rlprof
 from rlprof import layout
 from rlprof.cli import main as rlprof_cli
 from rlprof.manifest import read_records
+from rlprof.runtime import trace_writer
 from rlprof_torch import writer
 
 
@@ -29,14 +30,14 @@ def held_writer(monkeypatch):
     """The process writer's compression held until ``release.set()``: the test sees what the step
     and finalize do while a trace is still being written."""
     release, started = threading.Event(), threading.Event()
-    real = writer.compress
+    real = trace_writer.compress
 
     def held(export):
         started.set()
         release.wait(30)
         real(export)
 
-    monkeypatch.setattr(writer, "compress", held)
+    monkeypatch.setattr(trace_writer, "compress", held)
     yield release, started
     release.set()
 
@@ -107,7 +108,7 @@ def test_a_trace_finalize_left_unfinished_still_reaches_its_name_if_the_process_
     [record] = prof.finalize()
     assert record["state"] == "writing"
     release.set()  # the process goes on: the export its finalize did not wait for completes
-    assert writer.process_writer().wait_idle(30)
+    assert trace_writer.process_writer().wait_idle(30)
     final = prof.run.run_dir / record["path"]
     assert json.loads(gzip.decompress(final.read_bytes()))["rlprof"]["capture"] == "step1"
     assert not list(prof.run.run_dir.rglob("*.partial")) and not list(prof.run.run_dir.rglob(".rlprof-scratch-*"))
@@ -142,7 +143,7 @@ def test_a_bad_wait_limit_is_an_error_naming_the_variable():
 KILLED_MID_EXPORT = textwrap.dedent("""
     import json, sys, time
     import rlprof
-    from rlprof_torch import writer
+    from rlprof.runtime import trace_writer
 
     ready = sys.argv[2]
 
@@ -152,7 +153,7 @@ KILLED_MID_EXPORT = textwrap.dedent("""
         open(ready, "w").close()
         time.sleep(600)
 
-    writer.shutil.copyfileobj = stuck
+    trace_writer.shutil.copyfileobj = stuck
     prof = rlprof.Profiler(json.loads(sys.argv[1]), roles=("actor", "ref"), run_id="killed")
     prof.start_step(1)
     with prof.role("actor", "update"):
@@ -198,7 +199,7 @@ def budget_run(make_config, budget: dict, settle: bool):
             sum(range(1000))
         prof.step_boundary()
         if settle:
-            assert writer.process_writer().wait_idle(30)
+            assert trace_writer.process_writer().wait_idle(30)
     prof.finalize()
     records = list(read_records([prof.run.run_dir]))
     return ([r["capture"] for r in records if r["type"] == "artifact" and r["state"] == "written"],

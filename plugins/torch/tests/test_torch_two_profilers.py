@@ -17,6 +17,7 @@ import pytest
 import rlprof
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.manifest import read_records
+from rlprof.runtime import trace_writer
 from rlprof_torch import writer
 
 RUN_ID = "same-run"
@@ -93,7 +94,7 @@ def test_a_profiler_dropped_without_finalize_and_the_next_one_keep_their_traces(
     del dropped  # its step is still open: the next Profiler of the run and rank closes it, then captures its own
     gc.collect()
     second = rlprof.Profiler(config, roles=("actor", "ref"), run_id=RUN_ID)
-    assert writer.process_writer().wait_idle(60)
+    assert trace_writer.process_writer().wait_idle(60)
     first = trace_files(run_dir)
     assert len(first) == 1
     train(second, "second")
@@ -104,13 +105,13 @@ def test_a_profiler_dropped_without_finalize_and_the_next_one_keep_their_traces(
 @pytest.fixture
 def held_writer(monkeypatch):
     release = threading.Event()
-    real = writer.compress
+    real = trace_writer.compress
 
     def held(export):
         release.wait(30)
         real(export)
 
-    monkeypatch.setattr(writer, "compress", held)
+    monkeypatch.setattr(trace_writer, "compress", held)
     yield release
     release.set()
 
@@ -127,7 +128,7 @@ def test_a_finalize_while_the_other_profilers_trace_is_still_being_written(make_
     monkeypatch.setenv(writer.WAIT_ENV, "60")
     second.finalize()
     run_dir = second.run.run_dir
-    assert writer.process_writer().wait_idle(60)
+    assert trace_writer.process_writer().wait_idle(60)
     files = trace_files(run_dir)
     assert len(files) == 2
     paths = [r["path"] for r in listed(run_dir)]  # the first one's stays 'writing': its finalize did not wait

@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlprof.integrations.engines.plain_traces import PLAIN_TRACE, PlainTraces
+
 
 def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
     """The name an engine's file gets in the run: ``replica<r>.`` then the engine's own name without
@@ -22,12 +24,18 @@ def replica_file_name(name: str, prefix: str, replica_rank: int) -> str:
     return f"replica{replica_rank}.{name}"
 
 
-def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str) -> list[Path]:
+def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, engine: str,
+              plain: PlainTraces | None = None) -> list[Path]:
     """Move ``files`` (the engine's) into ``ctx.output_dir()`` without overwriting anything, each named
     by :func:`replica_file_name` (or its first free numbered name where that is taken:
     :func:`rlprof.layout.place_reserved`). Recorded (``ctx.add_artifact``) with ``replica_rank`` and
-    ``engine``; returns where each file is now. A file that cannot be moved stays where it is and is
-    recorded there: never lost."""
+    ``engine``; returns where each file is (or will be). A file that cannot be moved stays where it is and
+    is recorded there: never lost.
+
+    A plain JSON trace (:data:`~rlprof.integrations.engines.plain_traces.PLAIN_TRACE`), given ``plain``, is
+    compressed into ``<name>.gz`` off the engine instead
+    (:class:`~rlprof.integrations.engines.plain_traces.PlainTraces`: listed ``writing`` now, ``written`` from
+    the stand-in's next hook)."""
     from rlprof.layout import place_reserved
 
     target_dir = ctx.output_dir()
@@ -36,6 +44,12 @@ def move_into(files: list[Path], ctx: Any, *, prefix: str, replica_rank: int, en
     for source in files:
         source = Path(source)
         name = replica_file_name(source.name, prefix, replica_rank)
+        if plain is not None and source.name.endswith(PLAIN_TRACE):
+            compressed = plain.hand_over(source, target_dir / f"{name}.gz", root, ctx, replica_rank=replica_rank,
+                                         engine=engine)
+            if compressed is not None:
+                moved.append(compressed)
+                continue
         where = source
         try:
             where = place_reserved(source, target_dir / name, root)

@@ -53,6 +53,7 @@ from typing import Any
 from rlprof.config.sections import ENGINE_TOOLS
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
 from rlprof.integrations.engines.files import move_into, remove_empty, unwritable
+from rlprof.integrations.engines.plain_traces import PlainTraces
 from rlprof.integrations.engines.stand_in import EngineStandIn, Inert, engine_backends
 from rlprof.integrations.loops import FINALIZE_WAIT_S, wait_on_its_loop
 
@@ -131,6 +132,8 @@ class EngineReplica:
         """The run ended during an export: what the engine has written so far is left where it is."""
         self._exported_ns: int | None = None
         """When the last deferred stop (:meth:`stop`) ended, for the wait of a call sent before it."""
+        self.plain_traces = PlainTraces(self.profiler, engine, replica_rank, FINALIZE_WAIT_S)
+        """The engine's plain JSON traces, compressed off the engine (:func:`~rlprof.integrations.engines.files.move_into`)."""
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 
@@ -370,7 +373,8 @@ class EngineReplica:
         except Exception as exc:
             written = []
             self.profiler.record_error(self.engine_name, "written", f"{type(exc).__name__}: {exc}")
-        moved = move_into(written, ctx, prefix=capture.prefix, replica_rank=self.replica_rank, engine=self.engine_name)
+        moved = move_into(written, ctx, prefix=capture.prefix, replica_rank=self.replica_rank, engine=self.engine_name,
+                          plain=self.plain_traces)
         if not moved:
             reason = self._failed or (f"the engine wrote no file for {capture.prefix} in {capture.directory}")
             ctx.skip(f"rollout engine {self.engine_name}, replica {self.replica_rank}: {reason}")

@@ -38,8 +38,10 @@ class EngineStandIn:
 
     @hookimpl
     def start_step(self, ctx):
-        if ctx.opens_capture and self.participant is not None:  # end-to-end rollout: the step is the call
-            self.participant._opened(ctx)
+        if self.participant is not None:
+            self.participant.plain_traces.list_written(ctx)
+            if ctx.opens_capture:  # end-to-end rollout: the step is the call
+                self.participant._opened(ctx)
 
     @hookimpl
     def start_role(self, ctx):
@@ -53,8 +55,16 @@ class EngineStandIn:
 
     @hookimpl
     def step_boundary(self, ctx):
-        if ctx.closes_capture and self.participant is not None:
-            self.participant._closed(ctx)
+        if self.participant is not None:
+            if ctx.closes_capture:
+                self.participant._closed(ctx)
+            self.participant.plain_traces.list_written(ctx)
+
+    @hookimpl
+    def finalize(self, ctx):
+        """Wait for the engine traces still being compressed (bounded), list them."""
+        if self.participant is not None:
+            self.participant.plain_traces.finish(ctx)
 
 
 class Inert:

