@@ -13,7 +13,10 @@ controller, a plain :class:`~rlprof.Profiler` for its own process) those timings
   - ``late_rank``: the rank that entered the region latest, when its lateness stands clear of the run's
     noise (:mod:`rlprof.noise`: its entry, counted from the step's start, passes the other processes'
     median entry by the noise of the last :data:`NOISE_STEPS` steps plus the larger of 5% of the region's
-    median time and the floor); ``-1`` when no rank does (a tracker plots numbers);
+    median time and the floor); ``-1`` when no rank does (a tracker plots numbers). The noise is the
+    earlier steps' only: with two ranks a step's own lateness would be its own noise. A rank late from
+    some step on is named at the first such step; from then on its lateness is part of the run's noise.
+    None is named before the region's :data:`NOISE_MIN_STEPS`-th step;
   - ``late_by_s``: how much later than the others' median that rank entered (0 when ``late_rank`` is -1);
 
 * per step (``rlprof/step/<figure>``): ``time_s`` (the step's wall time, from its driver's start to its end)
@@ -68,6 +71,9 @@ NO_RANK = -1
 """``late_rank`` of a step where no rank entered clearly late."""
 NOISE_STEPS = 20
 """How many recent steps' entries make the noise a late rank must stand clear of."""
+NOISE_MIN_STEPS = 3
+"""No rank is named late before the region was timed in this many earlier steps (a first step's entries
+differ by the workers' warm-up, and no noise is known yet)."""
 ALLOWED = re.compile(r"[A-Za-z0-9_./-]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -198,7 +204,7 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     step_ms = (end_ns - start_ns) / 1e6
     regions = {}
     for key in sorted(times):
-        history = [f.regions[key].entries_s for f in recent[-(NOISE_STEPS - 1):] if key in f.regions]
+        history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
         regions[key] = _region_figures(key, times[key], entries[key], history, step_ms)
     covered = _union_length(intervals)
     return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes)
@@ -209,10 +215,10 @@ def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict
     slowest = max(times, key=lambda rank: (times[rank], -rank))
     median = statistics.median(times.values())
     late, late_by = NO_RANK, 0.0
-    if len(entries) > 1:
+    if len(entries) > 1 and len(history) >= NOISE_MIN_STEPS:
         latest = max(entries, key=lambda rank: (entries[rank], -rank))
         excess_ms = (entries[latest] - others_medians(entries)[latest]) * 1e3
-        noise_ms = between_processes([{r: v * 1e3 for r, v in e.items()} for e in [*history, entries]]).get(latest, 0.0)
+        noise_ms = between_processes([{r: v * 1e3 for r, v in e.items()} for e in history]).get(latest, 0.0)
         if stands_clear(excess_ms, noise_ms, median * 1e3, MARGIN, step_ms):
             late, late_by = latest, excess_ms / 1e3
     return RegionFigures(key[0], key[1], dict(times), dict(entries), times[slowest], slowest, median,

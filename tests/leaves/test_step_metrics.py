@@ -106,3 +106,14 @@ def test_a_split_carries_the_step_it_describes():
                                                             "peak_allocated_bytes": 1024}})
     assert metrics == {SPLIT_STEP: 4, "rlprof/actor/update/compute_frac": 0.5, "rlprof/actor/update/idle_frac": 0.25,
                        "rlprof/actor/update/peak_allocated_bytes": 1024}
+
+
+def test_with_two_ranks_a_rank_late_from_some_step_on_is_named_at_the_first_such_step():
+    """With two ranks each one's deviation mirrors the other's: a step's own lateness counted as noise hid
+    it (seen failing before the noise came from earlier, not-late steps only)."""
+    recent = []
+    for step in range(1, 11):
+        by = 250 if step >= 6 else 0
+        timings = [timing(0, 10 + 0.3 * (step % 2), 60), timing(1, 10 + by, 60 + by)]
+        recent.append(step_figures(step, 1_000 * MS, 1_400 * MS, timings, recent))
+    assert [f.regions[("actor", "actor_update")].late_rank for f in recent][:6] == [NO_RANK] * 5 + [1]

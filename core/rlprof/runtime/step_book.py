@@ -315,6 +315,13 @@ def _raw(timings: list[Timing], start_ns: int) -> dict[str, Any]:
     return out
 
 
+def timed(config: Any) -> bool:
+    """Some role of ``config`` is timed on every step (a tool set, ``step_metrics`` on, the role enabled):
+    a driver then keeps a book (the same rule as :attr:`rlprof.runtime.plan.ProcessPlan.timed`)."""
+    g = config.global_
+    return bool(g.tools and g.step_metrics and any(role.enable for role in config.roles.values()))
+
+
 # ------------------------------------------------------------------------------ a plain Profiler's
 
 
