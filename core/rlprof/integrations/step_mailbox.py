@@ -90,28 +90,55 @@ def send_to_driver(profiler: Any) -> None:
         times.sink = RaySink(profiler.run.run_id, times.sink)
 
 
+LOOKUP_S = 300.0
+"""How long a worker keeps looking for its run's mailbox (every :data:`LOOKUP_EVERY_S`, holding its batches)
+before it keeps its figures to itself: verl's trainer makes the mailbox at its first step, after its
+workers were built and validated."""
+LOOKUP_EVERY_S = 1.0
+
+
 class RaySink:
-    """A worker Profiler's sink (:class:`rlprof.runtime.step_timings.Sink`): the run's mailbox, looked up at
-    the first batch (on the flusher thread); ``fallback`` (the process's own book) when the run has none."""
+    """A worker Profiler's sink (:class:`rlprof.runtime.step_timings.Sink`): the run's mailbox, looked up on
+    the flusher thread (again every :data:`LOOKUP_EVERY_S` for :data:`LOOKUP_S`, the batches held meanwhile);
+    ``fallback`` (the process's own book) when the run has none."""
 
     def __init__(self, run_id: str, fallback: Any):
         self.run_id = run_id
         self.fallback = fallback
         self._handle: Any = None
-        self._looked = False
+        self._given_up = False
+        self._first = time.monotonic()
+        self._last_look = -LOOKUP_EVERY_S
+        self._held: list[Any] = []
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        if now - self._last_look < LOOKUP_EVERY_S:
+            return
+        self._last_look = now
+        try:
+            import ray
+
+            self._handle = ray.get_actor(mailbox_name(self.run_id), namespace=NAMESPACE)
+        except Exception:  # not made yet, or no driver collects this run's steps
+            self._handle = None
+            self._given_up = now - self._first > LOOKUP_S
 
     def send(self, batch: Any) -> None:
-        if not self._looked:
-            self._looked = True
-            try:
-                import ray
-
-                self._handle = ray.get_actor(mailbox_name(self.run_id), namespace=NAMESPACE)
-            except Exception:  # no driver collects this run's steps: the process keeps its own figures
-                self._handle = None
+        if self._handle is None and not self._given_up:
+            self._look()
         if self._handle is None:
+            if not self._given_up and not batch.final:
+                self._held.append(batch)
+                return
+            held, self._held = self._held, []
+            for old in held:  # the process keeps its own figures
+                self.fallback.send(old)
             self.fallback.send(batch)
             return
+        held, self._held = self._held, []
+        for old in held:
+            self._handle.put.remote(old)
         self._handle.put.remote(batch)
 
 

@@ -55,7 +55,7 @@ SKEW_S = 0.05
 """How far past a step's end a process must have sent its timings before the step counts as complete
 there (the hosts' wall clocks differ a little)."""
 STALE_S = 6.0
-"""A process that sent nothing for this long (three heartbeats) is not waited for."""
+"""A process that sent nothing for this long (twelve heartbeats) is not waited for."""
 WAIT_S = 20.0
 """The longest a step's line waits for a process after the step ended."""
 KEEP = 256
@@ -133,6 +133,11 @@ class StepBook:
                     self._ended.append((step, end))
             self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
 
+    def timing(self, rank: int, role: str, region: str, start_ns: int, end_ns: int) -> None:
+        """A region the driver timed itself (verl's trainer: the rollout as it waited for it)."""
+        with self._lock:
+            self._loose.append(Timing(rank, role, region, start_ns, end_ns))
+
     def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]]) -> None:
         """The split of profiled step ``step`` was analysed: ``(role, region) -> {compute_frac: ...}``
         (:data:`~rlprof.step_metrics.SPLIT_FIGURES`). Written and handed to the hook now, to the tracker at
@@ -155,9 +160,14 @@ class StepBook:
         steps = list(self._recent)
         return steps if count is None else steps[-count:] if count > 0 else []
 
-    def for_tracker(self, step: int) -> dict[str, Any]:
+    def for_tracker(self, step: int, wait_s: float = 0.0) -> dict[str, Any]:
         """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
-        and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing."""
+        and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
+        ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
+        step's end (another thread delivers them: :meth:`receive`)."""
+        deadline = time.monotonic() + wait_s
+        while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
+            time.sleep(0.002)
         with self._lock:
             self._assign()
             window = self._windows.get(step)
@@ -200,6 +210,17 @@ class StepBook:
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          _raw(timings, start_ns)))
         return len(completed)
+
+    def _arrived(self, step: int) -> bool:
+        """Every process that reports has sent what it timed up to the end of ``step`` (or the step is
+        written, or unknown, or not ended)."""
+        with self._lock:
+            self._assign()
+            window = self._windows.get(step)
+            if window is None or window[1] is None:
+                return True
+            now = time.monotonic()
+            return all(p.final or p.through_ns >= window[1] or now - p.heard > STALE_S for p in self._processes.values())
 
     def _complete(self, end_ns: int, now: float) -> bool:
         """Every process that reports has sent what it timed past ``end_ns`` (or is final, or silent)."""

@@ -34,7 +34,7 @@ log = logging.getLogger("rlprof")
 FLUSH_S = 0.05
 """How often the flusher takes what the training threads timed: a region's time reaches its driver
 within this (plus the transport) after it closed, well before verl's trainer logs the step."""
-HEARTBEAT_S = 2.0
+HEARTBEAT_S = 0.5
 """A process that timed nothing new still sends an empty batch this often, so its driver knows it has
 passed the steps that ended meanwhile (a rank with no region in a step is not waited for forever)."""
 
