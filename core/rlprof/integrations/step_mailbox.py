@@ -88,6 +88,7 @@ def send_to_driver(profiler: Any) -> None:
     times = getattr(profiler, "timings", None)
     if times is not None and in_ray() and not isinstance(times.sink, RaySink):
         times.sink = RaySink(profiler.run.run_id, times.sink)
+        times.outlives = True  # the driver's steps go on after this Profiler's profiling ended
 
 
 LOOKUP_S = 300.0

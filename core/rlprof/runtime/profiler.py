@@ -466,9 +466,9 @@ class Profiler:
             if self._session is not None:
                 self._session.leave(self, reason)
             self._step = None
-            self._set_live(_NOTHING)  # finalized: timed regions go idle too
+            self._set_live(_NOTHING)  # finalized: timed regions go idle too, unless a driver's steps go on
             if self._times is not None:
-                self._times.flush(final=True)
+                self._times.flush(final=not self._times.outlives)
             if self._finish is not None:
                 self._finish.wait()
             return self.artifacts
@@ -504,4 +504,6 @@ class Profiler:
         """Live while ``role`` is profiled now; else timed when the plan times it; else idle."""
         if role in self._live:
             return _Region
-        return _TimedRegion if self._times is not None and role in self.plan.timed and not self._finalized else _IdleRegion
+        times = self._times
+        timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
+        return _TimedRegion if timed else _IdleRegion

@@ -69,7 +69,8 @@ class RegionTimes:
     """One Profiler's timings not sent yet: ``done`` and ``windows`` are appended to by the training
     thread only, taken by the flusher only (see the module doc)."""
 
-    __slots__ = ("done", "windows", "run_id", "process", "rank", "sink", "_last_sent", "_closed", "__weakref__")
+    __slots__ = ("done", "windows", "run_id", "process", "rank", "sink", "outlives", "_last_sent", "_closed",
+                 "__weakref__")
 
     def __init__(self, run_id: str, process: str, rank: int, sink: Sink):
         self.done: list[tuple[str, str, int, int]] = []
@@ -77,6 +78,10 @@ class RegionTimes:
         self.run_id, self.process, self.rank = run_id, process, rank
         self.sink: Sink = sink
         """Replaced by an integration before the first region (a Ray worker's: the run's mailbox)."""
+        self.outlives = False
+        """The timings go on after the Profiler finalizes (set with a driver's sink: a driver's run goes on
+        after a worker's profiling ended, verl's workers finalize at the last profiled step); its finalize
+        then sends what is left without ``final``, and its regions stay timed."""
         self._last_sent = 0.0
         self._closed = False
 

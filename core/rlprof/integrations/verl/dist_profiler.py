@@ -183,7 +183,8 @@ class DistProfiler:
         """Refresh the :attr:`_rlprof_live` and :attr:`_rlprof_enters` caches from the Profiler (their only writer)."""
         prof = self._prof
         self._rlprof_live = prof.active and prof.current_step is not None and not prof.finalized
-        self._rlprof_enters = self._rlprof_live or (prof.timings is not None and not prof.finalized)
+        times = prof.timings
+        self._rlprof_enters = self._rlprof_live or (times is not None and (not prof.finalized or times.outlives))
 
     # ------------------------------------------------------------------ verl's queries
 
