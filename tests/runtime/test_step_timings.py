@@ -150,3 +150,27 @@ def test_the_clock_is_the_wall_clock(monkeypatch):
     its own step windows by it)."""
     before = time.time_ns()
     assert before <= profiler_module._now() <= time.time_ns()
+
+
+def test_regions_stay_timed_after_finalize_where_a_driver_combines_the_steps(test_backends, save_path):
+    """verl finalizes its workers at the last profiled step while its trainer's steps go on: a Profiler whose
+    timings go to a driver (``outlives``) keeps timing its regions and never says it is final (seen failing in
+    verl's real trainer: steps after the last profiled one had no actor figures)."""
+    prof = make(save_path, "global_profiler.steps=[1]")
+    batches = []
+
+    class Driver:
+        def send(self, batch):
+            batches.append(batch)
+
+    prof.timings.sink, prof.timings.outlives = Driver(), True
+    prof.start_step(1)
+    with prof.role("actor", "update"):
+        pass
+    prof.step_boundary()
+    prof.finalize()
+    with prof.role("actor", "update"):  # the driver's step 2, after this worker's profiling ended
+        pass
+    prof.timings.flush()
+    assert [t[1] for b in batches for t in b.timings] == ["actor_update", "actor_update"]
+    assert not any(b.final for b in batches)
