@@ -23,9 +23,9 @@ trainers (``RayPPOTrainer.fit``, the v1 ``PPOTrainer.fit``) once per step with t
 loop and no backend of verl's touched; a call for a step rlprof has no window for (validation before
 training, step 0) is passed on unchanged. The figures are the step's as far as they arrived: the call
 waits at most :data:`TRACKER_WAIT_S` for every worker's timings to pass the step's end (they are sent
-every :data:`~rlprof.runtime.step_timings.FLUSH_S`; the verl run of tests/integrations/test_verl_trainer.py
-waited for them typically tens of milliseconds), then logs what is there; the step's line of
-``step_metrics.jsonl`` is written complete regardless.
+every :data:`~rlprof.runtime.step_timings.FLUSH_S`, so about that plus two Ray messages where the machine
+keeps up; the end of ``fit`` logs the median and longest wait), then logs what is there; the step's line
+of ``step_metrics.jsonl`` is written complete regardless.
 
 **A figure that arrives late** (a profiled step's split, known after its trace is analysed) is never
 logged at the step it describes, which wandb would refuse as lower than one already logged: it goes with
@@ -121,6 +121,10 @@ class TrainerMetrics:
         return {**extra, **data} if isinstance(data, dict) else data
 
     def close(self) -> None:
+        waited = sorted(self.waited_s)
+        if waited:
+            log.info("rlprof: verl's logger waited for the step metrics %.1f ms per step (median of %d; longest %.1f ms)",
+                     waited[len(waited) // 2] * 1e3, len(waited), waited[-1] * 1e3)
         self.collector.finish(FINISH_WAIT_S)
 
 
