@@ -73,12 +73,12 @@ Order and time: with several backends selected, each hook runs them one after an
 ``start_role`` returned and its end before the first ``stop_role`` runs, so time spent in hooks shows
 as "(outside regions)" in the report. Log with ``logging.getLogger("rlprof.<backend>")``.
 
-Outside a profiling process: four hooks are not part of a capture's life. The core calls them in a
-fresh instance of the backend class, in another process and often on another day: ``report_details``
+Outside a profiling process: five hooks are not part of a capture's life. The core calls them in a
+fresh instance of the backend class, often in another process and on another day: ``report_details``
 (``rlprof report``, for each file the backend wrote that is still on disk), ``after_exit`` (on each
 node of a Ray run, once the workers there have exited), ``cli_commands`` (``rlprof --help`` and
-``rlprof <command>``) and ``trace_reader`` (``rlprof breakdown`` and ``rlprof report``: how the analysis
-reads the backend's trace files). So a distribution registers one object, its backend class, and everything it
+``rlprof <command>``), ``trace_reader`` (``rlprof breakdown`` and ``rlprof report``: how the analysis
+reads the backend's trace files) and ``step_metrics`` (where the run's steps meet, each step's metrics). So a distribution registers one object, its backend class, and everything it
 adds to rlprof arrives through hooks of this spec (:data:`OUTSIDE_A_RUN`). The first three replace the
 entry-point groups ``rlprof.report_details``, ``rlprof.after_exit`` and ``rlprof.commands``, which still
 work, with a deprecation message (docs/migration.md); ``trace_reader`` replaces no group.
@@ -395,7 +395,49 @@ def trace_reader() -> TraceReader | None:
     """
 
 
-OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands", "trace_reader")
+@_hookspec
+def step_metrics(step: int, metrics: Mapping[str, Any], run_id: str) -> None:
+    """A step's metrics, for a tracker rlprof does not already feed (a Prometheus exporter, a plain wandb run).
+
+    Called where a run's steps meet (verl's trainer process, the Ray controller, a plain Profiler's
+    process), on a thread of rlprof's, never the training thread, in a fresh instance of each selected
+    backend that implements it (``global_profiler.tool`` lists it: a sink may implement this hook
+    alone). Once per step, in step order, as the step's figures are complete (every process that reports
+    has sent its timings past the step's end); and once more for each profiled step whose traces were
+    analysed, steps later, with the split of its regions. A backend that raises is logged once and
+    skipped from then on; training goes on. Keep it short: the next step's figures wait for it.
+
+    :param step: the training step the figures describe (a split's: the profiled step it was measured on,
+        lower than steps already sent).
+    :param metrics: tracker name -> value, the names of docs/analysis.md, "Step metrics":
+        ``rlprof/<role>/<region>/<figure>`` (``slowest_s``, ``slowest_rank``, ``median_s``, ``spread_s``,
+        ``late_rank``, ``late_by_s``; a split's ``compute_frac``, ``exposed_comm_frac``,
+        ``exposed_memory_frac``, ``idle_frac``, ``peak_allocated_bytes``) and ``rlprof/step/<figure>``
+        (``time_s``, ``outside_regions_s``); a split carries ``rlprof/split/step``. Only
+        ``[A-Za-z0-9_./-]``, units in the name, none a prefix of another. A tracker that refuses a step
+        lower than one it has (wandb) logs a split against ``rlprof/split/step``.
+    :param run_id: the run's id (the run directory's name).
+    :returns: nothing (a value is ignored).
+
+    A Prometheus exporter, in full::
+
+        from prometheus_client import Gauge
+
+        class PrometheusSink:
+            def __init__(self):
+                self.gauges = {}
+
+            @rlprof.hookimpl
+            def step_metrics(self, metrics):
+                for name, value in metrics.items():
+                    key = name.replace("/", "_").replace(".", "_").replace("-", "_")
+                    if key not in self.gauges:
+                        self.gauges[key] = Gauge(key, name)
+                    self.gauges[key].set(value)
+    """
+
+
+OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands", "trace_reader", "step_metrics")
 """The hooks called outside a profiling process, each in a fresh instance of the backend class
 (see the module doc); the others belong to a process session."""
 

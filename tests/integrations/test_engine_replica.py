@@ -150,14 +150,18 @@ def records(save, settled=True):
     return run, settled_artifacts(out) if settled else out
 
 
-def test_an_unselected_replica_gets_no_settings_and_writes_nothing(save_path):
+def test_an_unselected_replica_gets_no_settings_and_writes_nothing_but_its_step_metrics(save_path):
     replica = EngineReplica(config(save_path, ranks=[1]), replica_rank=0, num_replicas=2)
     assert replica.settings is None and replica.engine_kwargs() == {}
     engine = RecordingEngine(save_path / "nowhere")
     assert replica.start(engine, 1) is None
     replica.stop(engine)
     replica.finalize()
-    assert engine.calls == [] and not save_path.exists()
+    assert engine.calls == []
+    written = [p for p in save_path.rglob("*") if p.is_file()]
+    assert written and all(p.parent.name == "step_metrics" for p in written), written  # no capture, no manifest
+    (line,) = [json.loads(x) for x in written[0].read_text().splitlines() if '"kind": "step"' in x]
+    assert line["step"] == 1 and "rlprof/rollout/generate/slowest_s" in line["metrics"]  # timed on every replica
 
 
 def test_selected_steps_are_captured_moved_into_the_layout_and_listed_with_the_replica_rank(save_path):

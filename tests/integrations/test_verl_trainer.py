@@ -115,15 +115,50 @@ def check_participants(run: dict, save: Path, steps: list[int], regions=("actor_
 
 
 @pytest.mark.parametrize("mode", ["e2e", "discrete"])
-def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp_path, mode):
+def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp_path, mode, monkeypatch):
     save = tmp_path / "profile"
+    logged = tmp_path / "verl_file_logger.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(logged))  # verl's file logger writes there
     discrete = f"actor_rollout_ref.actor.profiler.tool_config.torch.discrete={str(mode == 'discrete').lower()}"
-    run = train(workdir, save, discrete)
+    run = train(workdir, save, discrete, "trainer.logger=[console,file]")
     assert run["modes"] == [mode]
     check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
+    check_step_metrics(logged, save, run)
     check_cost_and_stop_path(run, save, (tmp_path / "trainer.log").read_text())
     if mode == "discrete":
         check_inside_regions(run)
+
+
+def check_step_metrics(logged: Path, save: Path, run: dict) -> None:
+    """Issue 42. Every step's line in verl's file logger (``trainer.logger=[console,file]``) holds the
+    ``rlprof/`` metrics of the actor's regions (every training rank timed on every step, profiled or not) and
+    of the rollout, under names every tracker accepts; the run's ``step_metrics.jsonl`` has every step, in
+    order, with the same figures, the profiled steps marked."""
+    from rlprof.step_metrics import check_names, metrics_files, read_step_metrics
+
+    ranks = sorted({p["rank"] for p in run["processes"] if p["replica_rank"] is None})
+    lines = [json.loads(line) for line in logged.read_text().splitlines()]
+    by_step = {line["step"]: line["data"] for line in lines if line["step"] >= 1}  # step 0: validation, before training
+    assert sorted(by_step) == list(range(1, STEPS + 1)), sorted(by_step)
+    for step, data in by_step.items():
+        ours = {k: v for k, v in data.items() if k.startswith("rlprof/")}
+        assert check_names(ours) == [], check_names(ours)
+        for region in ("update", "compute_log_prob"):
+            assert ours.get(f"rlprof/actor/{region}/slowest_s", 0) > 0, (step, sorted(ours))
+            assert ours[f"rlprof/actor/{region}/slowest_rank"] in ranks, (step, ours)
+            assert ours[f"rlprof/actor/{region}/spread_s"] >= 0, (step, ours)
+        assert ours.get("rlprof/rollout/generate/slowest_s", 0) > 0, (step, sorted(ours))
+        assert ours["rlprof/step/time_s"] >= ours["rlprof/actor/update/slowest_s"], (step, ours)
+        assert data["timing_s/gen"] == pytest.approx(ours["rlprof/rollout/generate/slowest_s"], abs=0.05), step
+    (run_dir,) = [p for p in save.iterdir() if (p / "manifest").is_dir()]
+    (path,) = metrics_files(run_dir)
+    records = [r for r in read_step_metrics(path) if r.kind == "step"]
+    assert [r.step for r in records] == list(range(1, STEPS + 1))
+    assert [r.step for r in records if r.profiled] == PROFILED
+    for record in records:  # every actor rank timed on every step, profiled or not
+        assert sorted(set(record.timings["actor/actor_update"]["rank"])) == ranks, record.timings.keys()
+        # the logger's figures are what had arrived when verl logged the step (all of it, unless the 0.2 s bound ran out)
+        assert by_step[record.step]["rlprof/actor/update/slowest_s"] <= record.metrics["rlprof/actor/update/slowest_s"]
 
 
 def check_cost_and_stop_path(run: dict, save: Path, log: str) -> None:

@@ -123,6 +123,13 @@ class GlobalConfig:
     gather_delete_local: bool = key(
         parse_bool, default=False,
         doc="`gather: traces` deletes a node's copy once the controller's copy is verified (same size and SHA-256).")
+    step_metrics: bool = key(
+        lambda value, key_path: parse_bool(value, key_path, default=True), default=True, recorded=True,
+        doc="With a tool set, time every region of every enabled role on every rank and step, profiled or not, "
+            "and turn the timings into per-step metrics (`rlprof/<role>/<region>/slowest_s`, ...: docs/analysis.md, "
+            "\"Step metrics\") in the run's `step_metrics.jsonl`, the `step_metrics` hook and verl's own logger "
+            "(`trainer.logger`). About a microsecond per region on the training thread (bench/bench_step_metrics.py); "
+            "`false`: regions of unprofiled steps cost nothing and nothing is written.")
     finish_hook_cmd: str | None = key(
         parse_command, mirrored=True,
         doc="A shell command run once after the last profiled step; `null`: none.")

@@ -71,12 +71,16 @@ from rlprof.layout import hostname
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, phase_record, plain_steps_record, short_node
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
+from rlprof.runtime.step_book import StepBook, timed
+from rlprof.step_metrics import FILE as STEP_METRICS_FILE
 
 __all__ = ["DEFAULT_TIMEOUT_S", "HYBRID_ENGINE_STAGES", "FanOut", "ProfiledWorker", "ProfilerArgs",
            "ProfilingController", "WorkerFailure", "WorkerSpec", "describe_error", "worker_options"]
 
 log = logging.getLogger("rlprof")
 
+STEP_METRICS_WAIT_S = 10.0
+"""The longest ``finalize`` waits for the last steps' timings (the workers sent them as they finalized)."""
 CONTROLLER_PHASES = "rlprof's Ray controller"
 """The ``source`` of the controller's ``phase`` records (the report names who timed a phase)."""
 
@@ -134,6 +138,11 @@ class ProfilingController:
         """Each worker's :meth:`ProfiledWorker.rlprof_info` from ``setup``."""
         self._hooks = NodeFinishHooks(self.config)
         self._profiled_steps = frozenset(self.config.global_.steps or ()) if self.config.enabled else frozenset()
+        self.step_metrics: StepBook | None = None
+        """The run's step metrics (:class:`~rlprof.runtime.step_book.StepBook`: the latest steps' figures, what
+        triggers read), fed by every worker through the run's mailbox; built at ``setup`` when some enabled
+        role is timed (a tool set, ``global_profiler.step_metrics`` on), else None."""
+        self._collector = None
         for spec, handle in workers:
             self.add(spec, handle)
 
@@ -181,6 +190,18 @@ class ProfilingController:
 
     def setup(self, *, backends: Mapping[str, Any] | None = None) -> FanOut:
         """Have every worker build its Profiler (:meth:`ProfiledWorker.rlprof_setup`)."""
+        if self._collector is None and timed(self.config):  # before the workers: their timings come here
+            from rlprof.integrations.step_mailbox import Collector, open_mailbox
+
+            try:
+                mailbox = open_mailbox(self.run_id)
+            except Exception as exc:  # never the run's failure: it goes on without step metrics
+                log.warning("rlprof: no step metrics for this run: the run's mailbox actor could not be made (%s: %s)",
+                            type(exc).__name__, exc)
+            else:
+                self.step_metrics = StepBook(self.run_dir / STEP_METRICS_FILE, self.run_id, self.config.global_.tools,
+                                             root=self.run_dir)
+                self._collector = Collector(self.step_metrics, mailbox)
         if self.collector is None and self.config.enabled:
             self.collector = RunCollector(self.run_dir, current_node())
             if self.config.global_.gather != "traces":  # else the traces themselves come here
@@ -204,6 +225,8 @@ class ProfilingController:
         so the report can put the profiled steps beside it)."""
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
+        if self.step_metrics is not None:
+            self.step_metrics.began(step, self.clock_ns(), self.profiles(step))
         if not self.profiles(step):
             if self._profiled_steps:  # profiling is on (a set built from config.enabled, not re-read each step)
                 self._unprofiled = (step, self.clock_ns())
@@ -218,6 +241,10 @@ class ProfilingController:
     def step_boundary(self) -> FanOut:
         """The step begun by :meth:`start_step` ends (captures close, traces are written)."""
         step, self._step = self._step, None
+        if self.step_metrics is not None:
+            ending = step if step is not None else self._unprofiled[0] if self._unprofiled is not None else None
+            if ending is not None:
+                self.step_metrics.ended(ending, self.clock_ns())  # the step's work, before captures close
         if step is None:
             self._end_unprofiled_step()
             return FanOut("step_boundary", None)
@@ -240,6 +267,9 @@ class ProfilingController:
         self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
+        if self._collector is not None:  # the workers sent their last timings as they finalized
+            self._collector.finish(min(self.timeout_s, STEP_METRICS_WAIT_S))
+            self._collector = None
         self._hooks.wait(self._workers, self.timeout_s)
         if self.node_rows is not None:  # within the finalize's own limit: what is not done by then is left out
             self.node_rows.finish(max(0.0, self.timeout_s - (time.monotonic() - began)))

@@ -65,6 +65,9 @@ class ProfiledWorker(RunFiles):
         instances = None if backends is None else {n: b() if isinstance(b, type) else b for n, b in backends.items()}
         self._rlprof_profiler = Profiler(config, **args.profiler_kwargs(), run_id=run_id, overrides=overrides,
                                          backends=instances)
+        from rlprof.integrations.step_mailbox import send_to_driver
+
+        send_to_driver(self._rlprof_profiler)  # its timings of every step: to the controller's step metrics
         self._rlprof_cursor = None
         return self._rlprof_reply(self.rlprof_info(), send_manifest)
 

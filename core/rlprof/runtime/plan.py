@@ -17,6 +17,9 @@ Rules (one place, one rule each):
   Discrete: one capture per region of a selected role. The selected roles of one process must agree.
 * **Sampling.** A role's ``schedule`` cuts each of its regions into active windows of iterations
   (see :mod:`rlprof.config.schedule`); in discrete mode each window is a capture.
+* **Timing.** With a tool set and ``global_profiler.step_metrics`` on, every hosted role whose ``enable``
+  is true is timed on every step and rank, whatever ``steps`` and ``ranks`` say: the step metrics need
+  every rank (the slowest, the spread, the late one), and a timing costs about a microsecond.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class ProcessPlan:
     warnings: tuple[str, ...] = ()
     every_step: bool = False
     """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
+    timed: tuple[str, ...] = ()
+    """Hosted roles whose regions are timed on every step for the step metrics (see the module doc)."""
 
     # The answers below are asked on every training step (``start_step`` of a step that is not profiled
     # included: the hot path), so each is worked out once per plan; a plan never changes.
@@ -254,9 +259,11 @@ def resolve_plan(
             f"set tool_config.<tool>.discrete the same for both",
             key=e2e[0].key_path,
         )
+    timed = tuple(n for n in planned if g.tools and g.step_metrics and config.roles[n].enable)
     return ProcessPlan(
         rank=rank,
         world_size=world_size,
+        timed=timed,
         tools=g.tools,
         roles=planned,
         discrete=bool(modes and modes.pop()),

@@ -36,6 +36,7 @@ from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 from rlprof.runtime.run_id import run_id_for
+from rlprof.runtime.step_timings import now_ns as _now
 
 log = logging.getLogger("rlprof")
 _NOTHING: frozenset = frozenset()
@@ -43,11 +44,13 @@ _NOTHING: frozenset = frozenset()
 
 class _Region:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
-    and a decorator, one object per (role, stage) of a Profiler. See :class:`_IdleRegion` for the
-    other state; ``live`` tells them apart."""
+    and a decorator, one object per (role, stage) of a Profiler. See :class:`_TimedRegion` and
+    :class:`_IdleRegion` for the other states; ``live`` (profiled) and ``enters`` (does something on
+    entry: profiled or timed) tell them apart."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module")
+    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module", "_done")
     live = True
+    enters = True
 
     def __init__(self, prof: "Profiler", role: str, stage: str | None, *, sampled: bool):
         self._prof = prof
@@ -62,6 +65,10 @@ class _Region:
         self.module: Any = None
         """The model this region runs (``prof.role(..., module=model)``), handed to backends as
         ``RoleContext.module``; the last one given wins. None: the caller named none."""
+        times = prof._times
+        self._done = times.done if times is not None and role in prof.plan.timed else None
+        """The list this region's timings go to (its Profiler's :class:`~rlprof.runtime.step_timings.RegionTimes`),
+        or None when its role is not timed (``global_profiler.step_metrics``, docs/analysis.md)."""
 
     def __enter__(self):
         prof = self._prof
@@ -70,7 +77,10 @@ class _Region:
 
     def __exit__(self, exc_type, exc, tb):
         if self._open:
-            self._prof._session.exit(self._open.pop(), exc)
+            opened = self._open.pop()
+            self._prof._session.exit(opened, exc)
+            if self._done is not None and opened.end_ns:  # a profiled step's region is timed too: the session's own times
+                self._done.append((self.role, self.region, opened.start_ns, opened.end_ns))
         return False
 
     def __call__(self, fn: Callable) -> Callable:
@@ -78,12 +88,33 @@ class _Region:
 
         @functools.wraps(fn)
         def profiled(*args, **kwargs):
-            if region.live:  # a class attribute: follows the region's class, set by Profiler._set_live
+            if region.enters:  # a class attribute: follows the region's class, set by Profiler._set_live
                 with region:
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
 
         return profiled
+
+
+class _TimedRegion(_Region):
+    """The same region object while its role is timed but not profiled (an unprofiled step, an unselected
+    rank, between steps): entering takes the time, leaving appends ``(role, region, start_ns, end_ns)`` to
+    its Profiler's timings (:mod:`rlprof.runtime.step_timings`), which a thread of rlprof sends on. No hook,
+    no lock, no record: two clock reads, a list append and a tuple (bench/bench_step_metrics.py)."""
+
+    __slots__ = ()
+    live = False
+
+    def __enter__(self):
+        self._open.append(_now())
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._open:
+            start = self._open.pop()
+            if start.__class__ is int:  # not an OpenRegion left by a profiled step that ended inside it
+                self._done.append((self.role, self.region, start, _now()))
+        return False
 
 
 class _IdleRegion(_Region):
@@ -105,6 +136,7 @@ class _IdleRegion(_Region):
 
     __slots__ = ()
     live = False
+    enters = False
     __enter__ = type(None)
     __exit__ = "".format
 
@@ -202,6 +234,13 @@ class Profiler:
         from rlprof.runtime.finish_hook import FinishHook
 
         self._finish = FinishHook.for_process(self.config, self.plan, self.run)
+        self._times = None
+        """This Profiler's region timings not sent yet (:mod:`rlprof.runtime.step_timings`), when some hosted
+        role is timed (``plan.timed``); read it as :attr:`timings`."""
+        self._began_ns = 0
+        """When the step in progress began (its window, sent with the timings)."""
+        if self.plan.timed:
+            self._times = self._new_times()
         self._session = None
         if self.plan.active:
             from rlprof.runtime.checking import require_usable_save_path
@@ -211,10 +250,19 @@ class Profiler:
 
             self._session, self.tool_configs = join(
                 Participant(self, went_idle=self._went_idle, step_written=self._step_written), backends)
-        if self._session is not None or self._finish is not None:
+        if self._session is not None or self._finish is not None or self._times is not None:
             from rlprof.runtime import exits
 
             exits.register(self)
+
+    def _new_times(self):
+        from rlprof.layout import process_tag
+        from rlprof.runtime.step_book import ProcessSink
+        from rlprof.runtime.step_timings import RegionTimes, register
+
+        run = self.run
+        tag = process_tag(run.rank, run.host, run.pid)
+        return register(RegionTimes(run.run_id, tag, run.rank, ProcessSink(run, self.plan.tools, tag)))
 
     # ------------------------------------------------------------------ public API
 
@@ -297,6 +345,21 @@ class Profiler:
         if self._session is not None:
             self._session.record_wait(source, start_ns, end_ns, **details)
 
+    @property
+    def timings(self):
+        """This Profiler's :class:`~rlprof.runtime.step_timings.RegionTimes` (its regions' timings on every
+        step, on their way to the step metrics), or None when no hosted role is timed. An integration sets
+        its ``sink`` before the first region (a Ray worker's: the run's mailbox)."""
+        return self._times
+
+    def record_timing(self, role: str, stage: str | None, start_ns: int, end_ns: int) -> None:
+        """A region of ``role`` that ran from ``start_ns`` to ``end_ns`` (``time.time_ns()``) outside a
+        ``with prof.role(...)``: a rollout replica's server generating for requests it served one by one.
+        Nothing when the role is not timed."""
+        times = self._times
+        if times is not None and role in self.plan.timed:
+            times.done.append((role, safe_name(f"{role}_{stage}" if stage else role), start_ns, end_ns))
+
     def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
@@ -316,8 +379,8 @@ class Profiler:
         return region
 
     def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
-        """The cached region object of ``role`` under ``key``, idle or live as the role is now."""
-        region = (_Region if role in self._live else _IdleRegion)(self, role, stage, sampled=sampled)
+        """The cached region object of ``role`` under ``key``, live, timed or idle as the role is now."""
+        region = self._region_class(role)(self, role, stage, sampled=sampled)
         self._regions.setdefault(role, {})[key] = region
         return region
 
@@ -363,6 +426,7 @@ class Profiler:
             if self._finalized:
                 return
             self._step = step
+            self._began_ns = _now()
             live = self._session.join_step(self, step) if self._session is not None else None
             if live:
                 self._set_live(live)
@@ -373,6 +437,8 @@ class Profiler:
             step, self._step = self._step, None
             if step is None or self._finalized:
                 return
+            if self._times is not None:
+                self._times.windows.append((step, self._began_ns, _now(), bool(self._live)))
             if self._session is None:
                 self._step_written(step)
             else:
@@ -395,10 +461,14 @@ class Profiler:
             from rlprof.runtime import exits
 
             exits.unregister(self)
+            if self._times is not None and self._step is not None:  # the step it ends inside: its window so far
+                self._times.windows.append((self._step, self._began_ns, _now(), bool(self._live)))
             if self._session is not None:
                 self._session.leave(self, reason)
             self._step = None
-            self._set_live(_NOTHING)
+            self._set_live(_NOTHING)  # finalized: timed regions go idle too, unless a driver's steps go on
+            if self._times is not None:
+                self._times.flush(final=not self._times.outlives)
             if self._finish is not None:
                 self._finish.wait()
             return self.artifacts
@@ -426,6 +496,14 @@ class Profiler:
         self._live = roles
         for stages in self._regions.values():
             for region in stages.values():
-                region.__class__ = _Region if region.role in roles else _IdleRegion
+                region.__class__ = self._region_class(region.role)
                 if not roles:
                     region._open.clear()
+
+    def _region_class(self, role: str) -> type:
+        """Live while ``role`` is profiled now; else timed when the plan times it; else idle."""
+        if role in self._live:
+            return _Region
+        times = self._times
+        timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
+        return _TimedRegion if timed else _IdleRegion

@@ -8,7 +8,7 @@ Two kinds, each a function returning a list of problems (empty: the promise is k
   path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None, ``cli_commands`` returns
   name -> :class:`~rlprof.hookspecs.CliCommand`, ``trace_reader`` a
   :class:`~rlprof.hookspecs.TraceReader` whose target imports, ``report_details``/``after_exit`` answer quietly for
-  a file and a run directory that are not theirs.
+  a file and a run directory that are not theirs, ``step_metrics`` takes a step's metrics and a split.
 * :data:`RUN_CHECKS` look at one scripted run (a :class:`~rlprof.testing.scenario.BackendRun`):
 
   - **every hook it implements is handled**: no hook raised (the core would have logged it and
@@ -106,9 +106,9 @@ def registers(subject: Subject) -> list[str]:
     except Exception as exc:  # pluggy.PluginValidationError: an unknown hook or argument name
         return [f"the core cannot register it: {exc}. Hook methods marked @rlprof.hookimpl must use the names and "
                 f"arguments of rlprof.hookspecs ({', '.join(HOOKS)}); is one misspelled?"]
-    if not any(h in implemented(subject.plugin) for h in LIFECYCLE):
+    if not any(h in implemented(subject.plugin) for h in (*LIFECYCLE, "step_metrics")):
         return [f"it implements none of the lifecycle hooks ({', '.join(LIFECYCLE)}), so it can never capture "
-                "anything; did you forget the @rlprof.hookimpl marker?"]
+                "anything, nor step_metrics (a sink of the run's metrics); did you forget the @rlprof.hookimpl marker?"]
     return []
 
 
@@ -278,6 +278,26 @@ def outside_hooks_are_quiet(subject: Subject) -> list[str]:
     return problems
 
 
+def step_metrics_are_taken(subject: Subject) -> list[str]:
+    """step_metrics takes a step's metrics and an analysed step's split, as the drivers send them, without raising."""
+    from rlprof.step_metrics import REGION_FIGURES, SPLIT_FIGURES, STEP_FIGURES, metric_name, split_metrics
+
+    call = _hook(subject, "step_metrics")
+    if call is None:
+        return []
+    step = {metric_name("", None, f): 0.5 for f in STEP_FIGURES}
+    step.update({metric_name("actor", "actor_update", f): 0 if f.endswith("rank") else 0.25 for f in REGION_FIGURES})
+    split = split_metrics(1, {("actor", "actor_update"): {f: 0.25 for f in SPLIT_FIGURES}})
+    problems = []
+    for metrics, step_number in ((step, 2), (split, 1)):
+        try:
+            call(step=step_number, metrics=metrics, run_id="rlprof-conformance")
+        except Exception as exc:
+            problems.append(f"step_metrics raised {type(exc).__name__} for step {step_number}'s metrics: {exc}; the run's "
+                            f"driver would skip this backend from then on\n{_short_traceback(exc)}")
+    return problems
+
+
 STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
     "registers": registers,
     "check_environment": environment_check_is_quiet,
@@ -286,6 +306,7 @@ STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
     "cli_commands": commands_are_listable,
     "trace_reader": trace_reader_imports,
     "outside_a_run": outside_hooks_are_quiet,
+    "step_metrics": step_metrics_are_taken,
 }
 """Checks of the backend object itself, without a run, by name."""
 

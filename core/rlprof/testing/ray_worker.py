@@ -30,10 +30,14 @@ class ScriptedWorker(ProfiledWorker):
         self.iterations = iterations
         self.seconds = seconds
 
-    def run_step(self, stages: Mapping[str, Sequence[str]] | None = None, seconds: float | None = None) -> list[str]:
-        """One training step's work (``stages``/``seconds`` override the constructor's for this step);
-        returns the regions it ran (``role_stage``)."""
+    def run_step(self, stages: Mapping[str, Sequence[str]] | None = None, seconds: float | None = None,
+                 delay_s: float = 0.0) -> list[str]:
+        """One training step's work (``stages``/``seconds`` override the constructor's for this step; ``delay_s``:
+        sleep that long before the first region, a rank made late on purpose); returns the regions it ran
+        (``role_stage``)."""
         seconds = self.seconds if seconds is None else seconds
+        if delay_s > 0:
+            time.sleep(delay_s)
         ran = []
         for role, names in (self.stages if stages is None else stages).items():
             for stage in names:

@@ -104,6 +104,9 @@ class EngineReplica:
             profiler = Profiler(loaded, rank=replica_rank, world_size=num_replicas, roles=("rollout",),
                                 replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id,
                                 backends=engine_backends(loaded))
+            from rlprof.integrations.step_mailbox import send_to_driver
+
+            send_to_driver(profiler)  # a replica actor's timings: to its driver's step metrics
         self.profiler = profiler
         """The owner of this replica's step (``current_step``) and open capture (``open_capture_id``)."""
         self.adapter: Any = None
@@ -204,7 +207,7 @@ class EngineReplica:
         self._failed = None
         prof.start_step(None if step is None else int(step))  # None: the Profiler counts the calls
         region = prof.unsampled_role(*REGION)  # the engine's own window samples, not rlprof's machine
-        if region.live:
+        if region.enters:  # profiled, or timed for the step metrics (an unprofiled step)
             region.__enter__()  # the stand-in's start_role builds the engine's capture when the machine opens one
             self._generating = region
         return self.capture

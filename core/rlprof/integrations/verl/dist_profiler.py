@@ -108,6 +108,10 @@ class DistProfiler:
     call, and this read is the whole idle cost of ``annotate``, bench/bench_verl_annotate.py). Always
     set on the instance too: an instance attribute is found faster than a class attribute."""
 
+    _rlprof_enters = False
+    """What ``annotate`` reads: :attr:`_rlprof_live`, or the Profiler times its roles on every step (the step
+    metrics: its regions are entered, and timed, on unprofiled steps too). Written only by :meth:`_sync_live`."""
+
     def __init__(self, rank: int, config: Any = None, tool_config: Any = None, save_file_prefix: str | None = None,
                  **kwargs: Any):
         from rlprof.config.schema import load_config
@@ -147,6 +151,8 @@ class DistProfiler:
         self._prof = Profiler(cfg, rank=rank, world_size=world, roles=self.roles, run_id=shared_run_id(),
                               replica_rank=kwargs.get("replica_rank"), num_replicas=kwargs.get("num_replicas"),
                               backends=self._backends(cfg))
+        self._send_timings()
+        self._sync_live()
         process_profilers().add(self)
         if self._prof.plan.active:
             self._this_rank = self._this_rank or any(self._prof.plan.roles[r].selected for r in self.roles)
@@ -166,10 +172,19 @@ class DistProfiler:
         """The backends of this process's Profiler: None, the selected tools' entry points."""
         return None
 
+    def _send_timings(self) -> None:
+        """This worker's region timings of every step go to verl's trainer (the run's Ray mailbox:
+        :mod:`rlprof.integrations.verl.step_metrics`)."""
+        from rlprof.integrations.step_mailbox import send_to_driver
+
+        send_to_driver(self._prof)
+
     def _sync_live(self) -> None:
-        """Refresh the :attr:`_rlprof_live` cache from the Profiler (its only writer)."""
+        """Refresh the :attr:`_rlprof_live` and :attr:`_rlprof_enters` caches from the Profiler (their only writer)."""
         prof = self._prof
         self._rlprof_live = prof.active and prof.current_step is not None and not prof.finalized
+        times = prof.timings
+        self._rlprof_enters = self._rlprof_live or (times is not None and (not prof.finalized or times.outlives))
 
     # ------------------------------------------------------------------ verl's queries
 
@@ -302,7 +317,7 @@ class DistProfiler:
             @functools.wraps(func)
             def wrapper(self_instance, *args, **kwargs):
                 try:
-                    live = self_instance.profiler._rlprof_live
+                    live = self_instance.profiler._rlprof_enters
                 except AttributeError:  # no profiler, or verl's own
                     return func(self_instance, *args, **kwargs)
                 if live is not True:

@@ -39,7 +39,7 @@ _originals: dict[str, object] = {}
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
     from rlprof.integrations.verl import (dist_profiler, extension, fully_async, global_keys, phases, rollout_profiler,
-                                         run_signals, trainer_steps, vllm_server)
+                                         run_signals, step_metrics, trainer_steps, vllm_server)
     from rlprof.runtime.run_id import export_run_id
 
     os.environ[ENABLE_ENV] = "1"
@@ -75,6 +75,7 @@ def install() -> None:
             setattr(target, name, ours[name])
     vllm_server.watch()  # verl's vLLM rollout server: patched when it is imported (never imported here)
     phases.watch()  # verl's trainer: its own phases (timing_s) on every step of a profiled run, for the report
+    step_metrics.watch()  # verl's Tracking.log: every trainer.logger backend gets the rlprof/ step metrics
 
 
 def installed() -> bool:
@@ -90,11 +91,12 @@ def installed() -> bool:
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
     from rlprof.integrations.verl import (dist_profiler, extension, fully_async, global_keys, on_import, phases,
-                                         rollout_profiler, trainer_steps, vllm_server)
+                                         rollout_profiler, step_metrics, trainer_steps, vllm_server)
 
     on_import.forget(vllm_server.MODULE)
     trainer_steps.forget()
     fully_async.forget()
+    step_metrics.forget()
     global_keys.forget()
     for name in phases.TRAINERS:
         on_import.forget(name)

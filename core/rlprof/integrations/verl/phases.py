@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlprof.integrations.verl import step_metrics
+
 log = logging.getLogger("rlprof")
 
 TRAINERS = {
@@ -55,6 +57,8 @@ class _Driver:
         trainer = self.trainer
         if trainer is None:
             return
+        if name == step_metrics.ROLLOUT_PHASE and step_metrics.ACTIVE is not None:  # the rollout, as the trainer waits for it
+            step_metrics.ACTIVE.book.timing(0, *step_metrics.ROLLOUT_REGION, start_ns, end_ns)
         try:
             step = int(trainer.global_steps)
             section = trainer.config.global_profiler
@@ -147,6 +151,9 @@ def _running(original):
             return original(self, *args, **kwargs)
         finally:
             DRIVER.close()
+            metrics, step_metrics.ACTIVE = step_metrics.ACTIVE, None
+            if metrics is not None:  # the last steps' timings, then the file and the hook close
+                metrics.close()
 
     fit._rlprof_original = original
     return fit

@@ -37,6 +37,13 @@ at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhi
 runs of ``test_verl_run_end``'s runner-owned actors. If the loop cancels the pending close as the actor
 ends, the close runs then, on the loop's thread (:meth:`RolloutDistProfiler._close_after_answer`)."""
 
+class _Dropped:
+    """A sink that keeps nothing (a replica's timings: see :meth:`RolloutDistProfiler._send_timings`)."""
+
+    def send(self, batch: Any) -> None:
+        pass
+
+
 class RolloutDistProfiler(DistProfiler):
     """The profiler of one rollout replica's server (made by :func:`build_rollout_dist_profiler`).
 
@@ -79,6 +86,13 @@ class RolloutDistProfiler(DistProfiler):
         """The engine adapter's name when an inference engine generates for this replica (its own
         profiler captures; no backend runs here), else None (generation runs in this process)."""
         super().__init__(*args, **kwargs)
+
+    def _send_timings(self) -> None:
+        """None: verl tells a replica only of profiled steps, so its timings would say nothing of the others;
+        the trainer times the rollout as it waits for it (:mod:`rlprof.integrations.verl.step_metrics`)."""
+        times = self._prof.timings
+        if times is not None:
+            times.sink = _Dropped()
 
     def _world_size(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
         """No replica is told how many replicas there are (``WORLD_SIZE`` counts GPU ranks): at least

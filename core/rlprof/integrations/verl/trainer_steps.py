@@ -11,6 +11,9 @@ in the driver): ``manifest/controller-<host>-<pid>.jsonl``, rank None, as the Ra
 (:func:`rlprof.manifest.plain_steps_record`). An unprofiled step costs two clock reads and one line.
 
 Nothing is timed when profiling is off (no tool or no steps) or when the run id is not known.
+
+The same two calls are the windows of the run's step metrics (every step, profiled or not, when some role
+is timed: :mod:`rlprof.integrations.verl.step_metrics`), whose book is made with the trainer's first step.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.values import DEFAULT_SAVE_PATH
-from rlprof.integrations.verl import on_import
+from rlprof.integrations.verl import on_import, step_metrics
 from rlprof.integrations.verl.run_id import shared_run_id
 from rlprof.integrations.verl.sections import field, plain
 from rlprof.layout import MANIFEST_DIR, ensure_dir, hostname
@@ -66,7 +69,7 @@ def wrap(trainer: Any) -> None:
 
     @functools.wraps(start)
     def _start_profiling(self, *args: Any, **kwargs: Any) -> Any:
-        StepTimer.of(self).begin(self.global_steps)
+        StepTimer.of(self).begin(self.global_steps, _profiled(self, args))
         return start(self, *args, **kwargs)
 
     @functools.wraps(stop)
@@ -78,6 +81,14 @@ def wrap(trainer: Any) -> None:
 
     _start_profiling.rlprof_wrapped = _stop_profiling.rlprof_wrapped = True
     trainer._start_profiling, trainer._stop_profiling = _start_profiling, _stop_profiling
+
+
+def _profiled(trainer: Any, args: tuple) -> bool:
+    """The step verl's trainer begins is profiled: the legacy trainer's ``do_profile`` argument, the v1
+    trainer's ``curr_step_profile``."""
+    if args:
+        return bool(args[0])
+    return bool(getattr(trainer, "curr_step_profile", False))
 
 
 def unwrap(trainer: Any) -> None:
@@ -103,6 +114,13 @@ class StepTimer:
                         if self.profiled and shared else None)  # the directory the workers' Profilers write in
         self._open: tuple[int, int] | None = None
         self._manifest: ManifestWriter | None = None
+        self.metrics = None
+        """The run's step metrics (:class:`rlprof.integrations.verl.step_metrics.TrainerMetrics`) when some
+        role is timed on every step; its ``book`` is told each step's window here."""
+        if shared and step_metrics.timed(config):
+            run_dir = Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared)
+            self.metrics = step_metrics.TrainerMetrics.open(config, run_dir, run_id_for(shared))
+            step_metrics.ACTIVE = self.metrics
 
     @classmethod
     def of(cls, trainer: Any) -> "StepTimer":
@@ -111,11 +129,15 @@ class StepTimer:
             timer = trainer._rlprof_steps = cls(trainer.config)
         return timer
 
-    def begin(self, step: int) -> None:
+    def begin(self, step: int, profiled: bool = False) -> None:
+        if self.metrics is not None:
+            self.metrics.book.began(int(step), self.clock_ns(), profiled)
         if self.run_dir is not None and step not in self.profiled:
             self._open = (step, self.clock_ns())
 
     def end(self, step: int) -> None:
+        if self.metrics is not None:
+            self.metrics.book.ended(int(step), self.clock_ns())
         opened, self._open = self._open, None
         if opened is None or opened[0] != step:
             return

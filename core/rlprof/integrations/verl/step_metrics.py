@@ -1,0 +1,164 @@
+"""verl's trainer as its run's step-metrics driver, and verl's own logger as where they go.
+
+Where: the process that runs verl's trainer (``main_ppo``'s ``TaskRunner`` actor). When a tool is set,
+``global_profiler.step_metrics`` is on (the default) and some role's ``profiler.enable`` is true,
+:class:`TrainerMetrics` holds the run's :class:`~rlprof.runtime.step_book.StepBook` (what triggers read:
+:data:`ACTIVE`, ``.book.latest``/``.book.recent()``/``.book.version``) and the thread that takes every
+worker's timings from the run's Ray mailbox (:mod:`rlprof.integrations.step_mailbox`; never a shared disk):
+
+* each step's window is the trainer's own, from ``_start_profiling`` to ``_stop_profiling``, which
+  verl's ``fit`` calls on every step, profiled or not (:mod:`rlprof.integrations.verl.trainer_steps`);
+* the workers' regions (``actor_update``, ``actor_compute_log_prob``, ``ref_...``) come from every rank of
+  every enabled role, on every step (:class:`rlprof.integrations.verl.dist_profiler.DistProfiler`);
+* the rollout is timed here, as the trainer waits for it: verl's ``gen`` phase (``marked_timer("gen")``,
+  :mod:`rlprof.integrations.verl.phases`) is the region ``rollout_generate`` of rank 0, on every step. verl
+  tells a rollout replica only of profiled steps (``start_profile``), so a replica cannot time the others;
+  per replica, ``rollout_generate`` is in each profiled step's capture and breakdown.
+
+**The seam: ``verl.utils.tracking.Tracking.log``.** Every logger ``trainer.logger`` lists (console,
+file, wandb, mlflow, tensorboard, swanlab, clearml, ...) is fed by this one method, called by both
+trainers (``RayPPOTrainer.fit``, the v1 ``PPOTrainer.fit``) once per step with the step's metrics dict and
+``step=global_steps``. Wrapping it (:func:`watch`, when ``verl.utils.tracking`` is imported) adds the
+``rlprof/`` figures to that dict, for that step, in every backend at once, with no copy of verl's
+loop and no backend of verl's touched; a call for a step rlprof has no window for (validation before
+training, step 0) is passed on unchanged. The figures are the step's as far as they arrived: the call
+waits at most :data:`TRACKER_WAIT_S` for every worker's timings to pass the step's end (they are sent
+every :data:`~rlprof.runtime.step_timings.FLUSH_S`, so about that plus two Ray messages where the machine
+keeps up; the end of ``fit`` logs the median and longest wait), then logs what is there; the step's line
+of ``step_metrics.jsonl`` is written complete regardless.
+
+**A figure that arrives late** (a profiled step's split, known after its trace is analysed) is never
+logged at the step it describes, which wandb would refuse as lower than one already logged: it goes with
+the next step the trainer logs, under its own step key ``rlprof/split/step`` (the profiled step it
+describes), so a tracker plots it against that key (``wandb.define_metric("rlprof/*", step_metric=...)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from rlprof.tool_config import parse_bool
+from rlprof.integrations.verl import on_import
+from rlprof.integrations.verl.sections import field, plain
+
+log = logging.getLogger("rlprof")
+
+TRACKING = "verl.utils.tracking"
+"""The module of verl's ``Tracking`` (every ``trainer.logger`` backend behind one ``log(data, step)``)."""
+TRACKER_WAIT_S = 0.2
+"""The longest the trainer's ``Tracking.log`` of a step waits for the workers' timings to reach the step's end."""
+FINISH_WAIT_S = 5.0
+"""The longest the end of ``fit`` waits for the last steps' timings before writing them."""
+ROLLOUT_PHASE = "gen"
+"""verl's phase (``timing_s/gen``) timed here as the rollout's region."""
+ROLLOUT_REGION = ("rollout", "rollout_generate")
+ROLE_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic")
+"""Where verl keeps each role's ``profiler`` section."""
+
+ACTIVE: "TrainerMetrics | None" = None
+"""This process's trainer's step metrics while its ``fit`` runs (what a trigger reads), else None."""
+
+
+def timed(config: Any) -> bool:
+    """verl's ``config`` times some role on every step: a tool set, ``global_profiler.step_metrics`` not
+    false, some role's ``profiler.enable`` true (:func:`rlprof.runtime.step_book.timed`, read from verl's config)."""
+    section = field(config, "global_profiler")
+    if not field(section, "tool") or not parse_bool(plain(field(section, "step_metrics", True)),
+                                                     "global_profiler.step_metrics", default=True):
+        return False
+    for path in ROLE_SECTIONS:
+        node = config
+        for part in path.split("."):
+            node = field(node, part)
+        if field(field(node, "profiler"), "enable"):
+            return True
+    return False
+
+
+class TrainerMetrics:
+    """One trainer's step metrics (see the module doc): ``book`` is the run's
+    :class:`~rlprof.runtime.step_book.StepBook`, ``collector`` its mailbox thread."""
+
+    def __init__(self, book: Any, collector: Any):
+        self.book = book
+        self.collector = collector
+        self.waited_s: list[float] = []
+        """How long each ``Tracking.log`` waited for the step's timings (the last 1000)."""
+
+    @classmethod
+    def open(cls, config: Any, run_dir: Path, run_id: str) -> "TrainerMetrics | None":
+        """The trainer's step metrics, or None (said once) when the run's mailbox cannot be made."""
+        from rlprof.integrations.step_mailbox import Collector, open_mailbox
+        from rlprof.runtime.step_book import StepBook
+        from rlprof.step_metrics import FILE
+
+        try:
+            mailbox = open_mailbox(run_id)
+        except Exception as exc:  # never the training's failure: it goes on without step metrics
+            log.warning("rlprof: no step metrics for this run: the run's mailbox actor could not be made (%s: %s)",
+                        type(exc).__name__, exc)
+            return None
+        tools = plain(field(field(config, "global_profiler"), "tool"))
+        tools = [tools] if isinstance(tools, str) else list(tools or ())
+        book = StepBook(run_dir / FILE, run_id, tools, root=run_dir)
+        return cls(book, Collector(book, mailbox))
+
+    def tracked(self, data: Any, step: Any) -> Any:
+        """``data`` with the ``rlprof/`` figures of ``step`` added (a new dict; ``data`` when there are none)."""
+        try:
+            began = time.monotonic()
+            extra = self.book.for_tracker(int(step), wait_s=TRACKER_WAIT_S)
+            self.waited_s = [*self.waited_s[-999:], time.monotonic() - began]
+        except Exception as exc:  # the trainer's own logging must never fail because of rlprof
+            log.debug("rlprof: no step metrics for step %s: %s: %s", step, type(exc).__name__, exc)
+            return data
+        if not extra:
+            return data
+        return {**extra, **data} if isinstance(data, dict) else data
+
+    def close(self) -> None:
+        waited = sorted(self.waited_s)
+        if waited:
+            log.info("rlprof: verl's logger waited for the step metrics %.1f ms per step (median of %d; longest %.1f ms)",
+                     waited[len(waited) // 2] * 1e3, len(waited), waited[-1] * 1e3)
+        self.collector.finish(FINISH_WAIT_S)
+
+
+# ------------------------------------------------------------------------------ verl's logger
+
+
+def watch() -> None:
+    """Wrap ``Tracking.log`` once ``verl.utils.tracking`` is imported (never imported here)."""
+    on_import.when_imported(TRACKING, _patch)
+
+
+def forget() -> None:
+    """Leave ``Tracking.log`` as verl wrote it (``rlprof.verl.uninstall``)."""
+    import sys
+
+    on_import.forget(TRACKING)
+    tracking = getattr(sys.modules.get(TRACKING), "Tracking", None)
+    log_method = getattr(tracking, "log", None)
+    if getattr(log_method, "rlprof_wrapped", False):
+        tracking.log = log_method.__wrapped__
+
+
+def _patch(module: Any) -> None:
+    tracking = getattr(module, "Tracking", None)
+    original = getattr(tracking, "log", None)
+    if original is None or getattr(original, "rlprof_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def log_with_rlprof(self: Any, data: Any, step: Any, *args: Any, **kwargs: Any) -> Any:
+        metrics = ACTIVE
+        if metrics is not None and step is not None:
+            data = metrics.tracked(data, step)
+        return original(self, data, step, *args, **kwargs)
+
+    log_with_rlprof.rlprof_wrapped = True
+    tracking.log = log_with_rlprof

@@ -1,0 +1,397 @@
+"""Where a run's step timings meet: per-step figures, the latest steps, the file, the hook, the tracker.
+
+A :class:`StepBook` lives with the run's driver: verl's trainer (:mod:`rlprof.integrations.verl.step_metrics`),
+the Ray controller (:class:`rlprof.integrations.ray.ProfilingController`), or, for a plain
+:class:`~rlprof.Profiler`, the profiling process itself (:func:`process_book`: one per run and process,
+its colocated Profilers together). It is told:
+
+* each step's **window** (``began``/``ended``, from the driver's own step calls; a plain Profiler's from its
+  ``start_step``/``step_boundary``): a driver never tells its workers an unprofiled step (verl's trainer,
+  the Ray controller), so **a region belongs to the step whose window holds its start**, on the wall clock
+  every process shares; the one rule, whether a process knew its step or not. Regions outside every
+  window (verl's validation before step 1) belong to no step;
+* each process's timings (:class:`~rlprof.runtime.step_timings.Batch`, :meth:`receive`), off the training
+  thread; each says how far it is complete (``through_ns``);
+* an analysed profiled step's split (:meth:`split`).
+
+It gives, off the training thread (:meth:`pump`, run by whoever delivers batches), each step's
+:class:`~rlprof.step_metrics.StepFigures` once **complete** (every process that reports has sent what it
+timed past the step's end, allowing :data:`SKEW_S` for clocks; a process silent for :data:`STALE_S` is not
+waited for; after :data:`WAIT_S` the step is written with what came), in step order:
+
+* :attr:`latest` and :meth:`recent`: what a driver's triggers read (the ``slow_step`` and ``late_rank``
+  triggers of issue 42: a step's time against the median of the last ``window`` steps, a rank's entry into a
+  region against the others'); :attr:`version` counts the steps completed, so a reader knows what is new;
+* one ``step`` line in the step metrics file (:class:`~rlprof.step_metrics.StepMetricsRecord`) and one
+  ``step_metrics`` hook call (the selected backends that implement it: a Prometheus exporter, a wandb run;
+  :mod:`rlprof.hookspecs`), each the step's figures;
+* a ``split`` line and hook call per analysed profiled step, with :data:`~rlprof.step_metrics.SPLIT_STEP`.
+
+And, on the driver's thread, :meth:`for_tracker`: the figures of the step a trainer's logger is logging now
+(whatever has arrived: in practice all of it, each region's time is sent within
+:data:`~rlprof.runtime.step_timings.FLUSH_S` of its end) and the oldest split not logged yet. It waits for
+nothing; the time it takes is the figures' arithmetic for one step (bench/bench_step_metrics.py).
+
+Never raises into its caller: a file that cannot be written is the writer's to report
+(:class:`rlprof.manifest.ManifestWriter`); a hook that raises is contained by the registry.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rlprof.step_metrics import (FILE, PROCESS_DIR, NOISE_STEPS, StepFigures, StepMetricsRecord, Timing, split_metrics,
+                                 step_figures)
+
+log = logging.getLogger("rlprof")
+
+SKEW_S = 0.05
+"""How far past a step's end a process must have sent its timings before the step counts as complete
+there (the hosts' wall clocks differ a little)."""
+STALE_S = 6.0
+"""A process that sent nothing for this long (twelve heartbeats) is not waited for."""
+WAIT_S = 20.0
+"""The longest a step's line waits for a process after the step ended."""
+KEEP = 256
+"""How many completed steps :meth:`StepBook.recent` can give."""
+TIMINGS_KEPT = 4096
+"""A step's line lists its raw timings (for analyses that need the intervals: the async overlap) when it
+has at most this many; a larger step's line says how many it left out."""
+
+
+class _Process:
+    __slots__ = ("through_ns", "heard", "final", "rank")
+
+    def __init__(self, rank: int):
+        self.rank, self.through_ns, self.heard, self.final = rank, 0, time.monotonic(), False
+
+
+class StepBook:
+    """One run's step metrics where its driver is (see the module doc).
+
+    :param path: the step metrics file (None: none written).
+    :param run_id: written in every line; the hook's ``run_id``.
+    :param tools: the run's backends: those implementing ``step_metrics`` are called (None: no hook).
+    :param own_windows: the windows come with the batches (a plain Profiler's process), not from a driver.
+    """
+
+    def __init__(self, path: Path | None, run_id: str, tools: Iterable[str] | None = (), *, own_windows: bool = False,
+                 root: Path | None = None):
+        self.path = path
+        self.run_id = run_id
+        self.tools = tuple(tools or ())
+        self.own_windows = own_windows
+        self._root = root
+        self._lock = threading.Lock()
+        self._began: list[tuple[int, int, bool]] = []
+        """``(step, start_ns, profiled)`` the driver began, not taken into :attr:`_windows` yet (appended lock-free)."""
+        self._ended: list[tuple[int, int]] = []
+        self._windows: dict[int, list[Any]] = {}
+        """Step -> ``[start_ns, end_ns or None, profiled, timings]`` of steps not written yet."""
+        self._loose: list[Timing] = []
+        """Timings whose step's window has not begun or ended yet, oldest first."""
+        self._processes: dict[str, _Process] = {}
+        self._recent: collections.deque[StepFigures] = collections.deque(maxlen=KEEP)
+        self.version = 0
+        """How many steps have completed (written) so far."""
+        self._splits: list[tuple[int, dict[str, Any]]] = []
+        """Analysed profiled steps' split metrics not given to the tracker yet, oldest first."""
+        self._logged_split = 0
+        self._writer: Any = None
+        self._backends: Any = None
+        self._hooked = self.tools == ()
+        self.closed = False
+
+    # ------------------------------------------------------------------ inputs
+
+    def began(self, step: int, start_ns: int, profiled: bool = False) -> None:
+        """The driver's step ``step`` began (its thread: one append, no lock)."""
+        self._began.append((step, start_ns, profiled))
+
+    def ended(self, step: int, end_ns: int) -> None:
+        """The driver's step ``step`` ended (its thread: one append, no lock)."""
+        self._ended.append((step, end_ns))
+
+    def receive(self, batch: Any) -> None:
+        """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`); then :meth:`pump`."""
+        with self._lock:
+            process = self._processes.get(batch.process)
+            if process is None:
+                process = self._processes[batch.process] = _Process(batch.rank)
+            process.heard = time.monotonic()
+            process.through_ns = max(process.through_ns, batch.through_ns)
+            process.final = process.final or batch.final
+            if self.own_windows:
+                for step, start, end, profiled in batch.windows:
+                    self._began.append((step, start, profiled))
+                    self._ended.append((step, end))
+            self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
+
+    def timing(self, rank: int, role: str, region: str, start_ns: int, end_ns: int) -> None:
+        """A region the driver timed itself (verl's trainer: the rollout as it waited for it)."""
+        with self._lock:
+            self._loose.append(Timing(rank, role, region, start_ns, end_ns))
+
+    def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]]) -> None:
+        """The split of profiled step ``step`` was analysed: ``(role, region) -> {compute_frac: ...}``
+        (:data:`~rlprof.step_metrics.SPLIT_FIGURES`). Written and handed to the hook now, to the tracker at
+        its next step."""
+        metrics = split_metrics(step, figures)
+        with self._lock:
+            self._splits.append((step, metrics))
+        self._emit(StepMetricsRecord("split", step, metrics))
+
+    # ------------------------------------------------------------------ outputs
+
+    @property
+    def latest(self) -> StepFigures | None:
+        """The last step completed, or None."""
+        recent = self._recent
+        return recent[-1] if recent else None
+
+    def recent(self, count: int | None = None) -> list[StepFigures]:
+        """The last ``count`` steps completed (all kept, at most :data:`KEEP`), oldest first."""
+        steps = list(self._recent)
+        return steps if count is None else steps[-count:] if count > 0 else []
+
+    def for_tracker(self, step: int, wait_s: float = 0.0) -> dict[str, Any]:
+        """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
+        and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
+        ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
+        step's end (another thread delivers them: :meth:`receive`)."""
+        deadline = time.monotonic() + wait_s
+        while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        with self._lock:
+            self._assign()
+            window = self._windows.get(step)
+            done = next((f for f in reversed(self._recent) if f.step == step), None)
+            timings = list(window[3]) if window is not None and done is None else None
+            start_ns, end_ns = (window[0], window[1]) if window is not None else (0, 0)
+            split = self._splits.pop(0) if self._splits else None
+            processes = len(self._processes)
+        out: dict[str, Any] = {}
+        if done is not None:
+            out.update(done.metrics())
+        elif timings is not None and end_ns is not None:
+            out.update(step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes).metrics())
+        if split is not None:
+            out.update(split[1])
+        return out
+
+    # ------------------------------------------------------------------ the work
+
+    def pump(self, closing: bool = False) -> int:
+        """Complete what can be completed (``closing``: everything with a window that ended, whatever has
+        arrived); write each, in step order. Returns how many steps completed."""
+        completed = []
+        with self._lock:
+            self._assign()
+            now = time.monotonic()
+            for step in sorted(self._windows):
+                start_ns, end_ns, profiled, timings = self._windows[step]
+                if closing and end_ns is None:  # never ended (the driver stopped inside it): no figures
+                    del self._windows[step]
+                    continue
+                if end_ns is None or not (closing or self._complete(end_ns, now)):
+                    break
+                del self._windows[step]
+                completed.append((step, start_ns, end_ns, profiled, timings, len(self._processes)))
+        for step, start_ns, end_ns, profiled, timings, processes in completed:
+            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes)
+            self._recent.append(figures)
+            self.version += 1
+            self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
+                                         _raw(timings, start_ns)))
+        return len(completed)
+
+    def _arrived(self, step: int) -> bool:
+        """Every process that reports has sent what it timed up to the end of ``step`` (or the step is
+        written, or unknown, or not ended)."""
+        with self._lock:
+            self._assign()
+            window = self._windows.get(step)
+            if window is None or window[1] is None:
+                return True
+            now = time.monotonic()
+            return all(p.final or p.through_ns >= window[1] or now - p.heard > STALE_S for p in self._processes.values())
+
+    def _complete(self, end_ns: int, now: float) -> bool:
+        """Every process that reports has sent what it timed past ``end_ns`` (or is final, or silent)."""
+        waited = (time.time_ns() - end_ns) / 1e9
+        if waited > WAIT_S:
+            return True
+        past = end_ns + int(SKEW_S * 1e9)
+        return all(p.final or p.through_ns >= past or now - p.heard > STALE_S for p in self._processes.values())
+
+    def _assign(self) -> None:
+        """Take the windows begun and ended, and give each loose timing to the step whose window holds its
+        start (under the lock). A timing before every window open now belongs to no step."""
+        n = len(self._began)
+        for step, start_ns, profiled in self._began[:n]:
+            window = self._windows.get(step)
+            if window is None:
+                self._windows[step] = [start_ns, None, profiled, []]
+            else:  # colocated Profilers of one process each began it: the earliest start
+                window[0] = min(window[0], start_ns)
+                window[2] = window[2] or profiled
+        del self._began[:n]
+        n = len(self._ended)
+        for step, end_ns in self._ended[:n]:
+            window = self._windows.get(step)
+            if window is not None:
+                window[1] = end_ns if window[1] is None else max(window[1], end_ns)
+        del self._ended[:n]
+        if not self._loose or not self._windows:
+            return
+        ordered = sorted(self._windows.items(), key=lambda item: item[1][0])
+        first = ordered[0][1][0]
+        kept = []
+        for timing in self._loose:
+            if timing.start_ns < first:
+                continue  # before the oldest window still open: no step of this run holds it
+            home = None
+            for step, window in ordered:
+                if window[0] <= timing.start_ns and (window[1] is None or timing.start_ns <= window[1]):
+                    home = window
+            if home is not None:
+                home[3].append(timing)
+            elif ordered[-1][1][1] is None or timing.start_ns > ordered[-1][1][1]:
+                kept.append(timing)  # its window may not have begun yet (the driver's call comes later)
+        self._loose = kept
+
+    def _emit(self, record: StepMetricsRecord) -> None:
+        """One line of the file and one hook call (off the training thread)."""
+        from rlprof.manifest import record_fields
+
+        if self.path is not None:
+            if self._writer is None:
+                from rlprof.manifest import ManifestWriter
+
+                self._writer = ManifestWriter(self.path, {"run": self.run_id}, root=self._root or self.path.parent)
+            self._writer.write(record.TYPE, **record_fields(record))
+        backends = self._hook_backends()
+        if backends is not None:
+            backends.call("step_metrics", step=record.step, metrics=dict(record.metrics), run_id=self.run_id)
+
+    def _hook_backends(self) -> Any:
+        """The run's backends that implement ``step_metrics``, loaded once, here (never on the training
+        thread); None when none does or they cannot be loaded (said once)."""
+        if self._hooked:
+            return self._backends
+        self._hooked = True
+        try:
+            from rlprof.runtime.registry import Backends
+
+            backends = Backends(self.tools)
+            self._backends = backends if backends.has("step_metrics") else None
+        except Exception as exc:
+            log.warning("rlprof: the step_metrics hook is not called for this run: %s: %s", type(exc).__name__, exc)
+        return self._backends
+
+    def close(self) -> None:
+        """Write every step whose window ended, whatever has arrived; then no more."""
+        if self.closed:
+            return
+        self.pump(closing=True)
+        self.closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._backends is not None:
+            self._backends.close()
+
+    def wait_and_close(self, wait_s: float, poll: Callable[[], None] | None = None) -> None:
+        """At the end of a run: ``poll`` (which delivers batches) until every step is complete or
+        ``wait_s`` has passed, then :meth:`close`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if poll is not None:
+                poll()
+            self.pump()
+            with self._lock:
+                left = any(w[1] is not None for w in self._windows.values())
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        self.close()
+
+
+def _raw(timings: list[Timing], start_ns: int) -> dict[str, Any]:
+    """A step's timings for its line, columnar, seconds after the step's start: ``{"<role>/<region>":
+    {"rank": [...], "start_s": [...], "end_s": [...]}}``; ``{"left_out": n}`` past :data:`TIMINGS_KEPT`."""
+    if len(timings) > TIMINGS_KEPT:
+        return {"left_out": len(timings)}
+    out: dict[str, Any] = {}
+    for t in sorted(timings, key=lambda t: (t.role, t.region, t.start_ns)):
+        columns = out.setdefault(f"{t.role}/{t.region}", {"rank": [], "start_s": [], "end_s": []})
+        columns["rank"].append(t.rank)
+        columns["start_s"].append(round((t.start_ns - start_ns) / 1e9, 6))
+        columns["end_s"].append(round((t.end_ns - start_ns) / 1e9, 6))
+    return out
+
+
+def timed(config: Any) -> bool:
+    """Some role of ``config`` is timed on every step (a tool set, ``step_metrics`` on, the role enabled):
+    a driver then keeps a book (the same rule as :attr:`rlprof.runtime.plan.ProcessPlan.timed`)."""
+    g = config.global_
+    return bool(g.tools and g.step_metrics and any(role.enable for role in config.roles.values()))
+
+
+# ------------------------------------------------------------------------------ a plain Profiler's
+
+
+_books: dict[tuple[str, int, int], tuple[StepBook, set[str]]] = {}
+"""(run id, rank, pid) -> the process's book and the processes (Profilers) still sending to it."""
+_books_lock = threading.Lock()
+
+
+def process_book(run: Any, tools: Iterable[str]) -> StepBook:
+    """The book of a plain Profiler's process (its colocated Profilers share it), on its own windows. A process
+    that is the whole run (``world_size`` 1) writes the run's file and calls the ``step_metrics`` hook; one of
+    several ranks that no driver combines writes its own figures under ``step_metrics/`` and calls no hook
+    (each rank's figures under the same names would overwrite one another in a sink)."""
+    key = (run.run_id, run.rank, os.getpid())
+    with _books_lock:
+        found = _books.get(key)
+        if found is None:
+            from rlprof.layout import process_tag
+
+            whole = run.world_size == 1
+            path = run.run_dir / FILE if whole else run.run_dir / PROCESS_DIR / f"{process_tag(run.rank, run.host, run.pid)}.jsonl"
+            found = _books[key] = (StepBook(path, run.run_id, tools if whole else None, own_windows=True, root=run.run_dir), set())
+        return found[0]
+
+
+class ProcessSink:
+    """A plain Profiler's sink: its process's :func:`process_book`, made at the first batch (never for a
+    Profiler whose timings an integration sends elsewhere). Each batch is pumped at once; when the last
+    Profiler of the process that sent to it is final, the book closes."""
+
+    def __init__(self, run: Any, tools: Iterable[str], process: str):
+        self.run, self.tools, self.process = run, tuple(tools), process
+        self.book: StepBook | None = None
+
+    def send(self, batch: Any) -> None:
+        key = (self.run.run_id, self.run.rank, os.getpid())
+        if self.book is None:
+            self.book = process_book(self.run, self.tools)
+            with _books_lock:
+                _books[key][1].add(id(self))
+        book = self.book
+        book.receive(batch)
+        book.pump()
+        if batch.final:
+            with _books_lock:
+                senders = _books[key][1] if key in _books else set()
+                senders.discard(id(self))
+                last = not senders
+                if last:
+                    _books.pop(key, None)
+            if last:
+                book.close()

@@ -1,0 +1,105 @@
+"""Issue 42: verl's own ``Tracking`` (the real class from verl's wheel, its real file backend) logs the
+``rlprof/`` step metrics at the step they belong to, once the drop-in wrapped ``Tracking.log``; a step rlprof
+has no window for passes unchanged; a late split goes with the next step under its own step key; the
+trainer waits for a step's timings at most the documented bound. verl's real trainer does the same end to
+end in tests/integrations/test_verl_trainer.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("verl.utils.tracking")
+
+from rlprof.integrations.verl import step_metrics  # noqa: E402
+from rlprof.runtime.step_book import StepBook  # noqa: E402
+from rlprof.runtime.step_timings import Batch  # noqa: E402
+from rlprof.step_metrics import SPLIT_STEP  # noqa: E402
+
+S = 10**9
+
+
+@pytest.fixture
+def tracked(tmp_path, monkeypatch):
+    """verl's Tracking with its file logger, ``Tracking.log`` wrapped, a book active; yields (tracking, book, path)."""
+    import verl.utils.tracking as module
+
+    original = module.Tracking.log
+    step_metrics._patch(module)
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    book = StepBook(tmp_path / "step_metrics.jsonl", "run", ())
+    step_metrics.ACTIVE = step_metrics.TrainerMetrics(book, collector=None)
+    tracking = module.Tracking(project_name="p", experiment_name="e", default_backend=["file"])
+    yield tracking, book, path
+    step_metrics.ACTIVE = None
+    step_metrics.forget()
+    assert module.Tracking.log is original
+    tracking.finish()
+
+
+def a_step(book, step, start, late_ms=0):
+    book.began(step, start)
+    book.receive(Batch("run", "rank0", 0, [("actor", "actor_update", start + S // 10, start + S // 2)], [], start + 2 * S))
+    book.receive(Batch("run", "rank1", 1, [("actor", "actor_update", start + S // 10 + late_ms * 10**6,
+                                            start + S // 2)], [], start + 2 * S))
+    book.ended(step, start + S)
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_verls_file_logger_gets_each_steps_rlprof_metrics_at_that_step(tracked):
+    tracking, book, path = tracked
+    base = time.time_ns() - 100 * S
+    tracking.log(data={"val/score": 1.0}, step=0)  # validation before training: no step window
+    for step in (1, 2):
+        a_step(book, step, base + step * 2 * S)
+        tracking.log(data={"timing_s/step": 1.0}, step=step)
+    got = lines(path)
+    assert [line["step"] for line in got] == [0, 1, 2]
+    assert got[0]["data"] == {"val/score": 1.0}
+    for line in got[1:]:
+        assert line["data"]["timing_s/step"] == 1.0
+        assert line["data"]["rlprof/actor/update/slowest_s"] == pytest.approx(0.4)
+        assert line["data"]["rlprof/actor/update/slowest_rank"] == 0
+        assert line["data"]["rlprof/step/time_s"] == pytest.approx(1.0)
+
+
+def test_a_split_known_later_goes_with_the_next_step_under_its_own_step_key(tracked):
+    tracking, book, path = tracked
+    base = time.time_ns() - 100 * S
+    a_step(book, 1, base)
+    tracking.log(data={}, step=1)
+    book.split(1, {("actor", "actor_update"): {"compute_frac": 0.75}})  # step 1's trace, analysed after its log
+    a_step(book, 2, base + 2 * S)
+    tracking.log(data={}, step=2)
+    got = lines(path)
+    assert "rlprof/actor/update/compute_frac" not in got[0]["data"]
+    assert got[1]["step"] == 2 and got[1]["data"][SPLIT_STEP] == 1
+    assert got[1]["data"]["rlprof/actor/update/compute_frac"] == 0.75
+
+
+def test_the_trainer_waits_for_timings_on_their_way_but_no_longer_than_the_bound(tracked):
+    tracking, book, path = tracked
+    start = time.time_ns() - 5 * S
+    book.began(1, start)
+    book.receive(Batch("run", "rank0", 0, [], [], start))  # rank 0 reports, but not yet past the step
+    book.ended(1, start + S)
+    arrive = threading.Timer(0.05, lambda: book.receive(
+        Batch("run", "rank0", 0, [("actor", "actor_update", start + S // 10, start + S // 2)], [], start + 2 * S)))
+    arrive.start()
+    began = time.monotonic()
+    tracking.log(data={}, step=1)
+    waited = time.monotonic() - began
+    assert 0.04 <= waited < step_metrics.TRACKER_WAIT_S, waited
+    assert lines(path)[0]["data"]["rlprof/actor/update/slowest_s"] == pytest.approx(0.4)
+    book.began(2, start + 2 * S)  # nothing comes for step 2: logged after the bound, with what there is
+    book.ended(2, start + 3 * S)
+    began = time.monotonic()
+    tracking.log(data={}, step=2)
+    assert step_metrics.TRACKER_WAIT_S <= time.monotonic() - began < step_metrics.TRACKER_WAIT_S + 0.1
