@@ -213,6 +213,10 @@ class ProfilingController:
             if isinstance(info, Mapping):
                 self.infos[label] = dict(info)
         self._hooks.choose(self.config, self._workers, self.infos)
+        if self.step_metrics is not None:  # every worker with an enabled role sends its timings
+            roles = self.config.roles
+            self.step_metrics.expect(sum(1 for _, worker in self._workers
+                                         if any(getattr(roles.get(r), "enable", False) for r in worker.spec.roles)))
         return result
 
     @property

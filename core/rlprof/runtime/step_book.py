@@ -97,6 +97,9 @@ class StepBook:
         self._loose: list[Timing] = []
         """Timings whose step's window has not begun or ended yet, oldest first."""
         self._processes: dict[str, _Process] = {}
+        self._expected = 0
+        """How many processes the driver knows will report (:meth:`expect`): a step waits for that many to be
+        heard from (at most :data:`WAIT_S`), so a worker whose first batch is slow to come is not left out."""
         self._recent: collections.deque[StepFigures] = collections.deque(maxlen=KEEP)
         self.version = 0
         """How many steps have completed (written) so far."""
@@ -117,6 +120,13 @@ class StepBook:
     def ended(self, step: int, end_ns: int) -> None:
         """The driver's step ``step`` ended (its thread: one append, no lock)."""
         self._ended.append((step, end_ns))
+
+    def expect(self, processes: int) -> None:
+        """The driver knows ``processes`` processes will send timings (its workers with a timed role): until
+        that many have been heard from, a step is complete only after :data:`WAIT_S` (a worker's first batch
+        can come after the first step's end: the run's mailbox is made as the workers start)."""
+        with self._lock:
+            self._expected = max(self._expected, processes)
 
     def receive(self, batch: Any) -> None:
         """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`); then :meth:`pump`."""
@@ -220,6 +230,8 @@ class StepBook:
             if window is None or window[1] is None:
                 return True
             now = time.monotonic()
+            if len(self._processes) < self._expected:
+                return False
             return all(p.final or p.through_ns >= window[1] or now - p.heard > STALE_S for p in self._processes.values())
 
     def _complete(self, end_ns: int, now: float) -> bool:
@@ -227,6 +239,8 @@ class StepBook:
         waited = (time.time_ns() - end_ns) / 1e9
         if waited > WAIT_S:
             return True
+        if len(self._processes) < self._expected:
+            return False
         past = end_ns + int(SKEW_S * 1e9)
         return all(p.final or p.through_ns >= past or now - p.heard > STALE_S for p in self._processes.values())
 
