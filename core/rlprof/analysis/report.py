@@ -35,6 +35,7 @@ from rlprof.analysis.details import DETAILS_HOOK, add_details
 from rlprof.analysis.inside import add_inside, inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
+from rlprof.analysis.step_series import series_lines
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
@@ -65,6 +66,7 @@ def render(report: RunReport) -> str:
     lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling process{'es' if len(report.processes) != 1 else ''} on "
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
+    lines += series_lines(report.series)
     lines += _anatomy_lines(report.anatomy, report.cost)
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)
