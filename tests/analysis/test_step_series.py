@@ -96,8 +96,9 @@ def test_captured_steps_are_marked_by_why_and_each_mark_links_to_its_breakdown(p
         assert anchor in ids, f"the {kind} mark of step {step} links to #{anchor}, which is not on the page"
         target = text.split(f'id="{anchor}"')[1]
         assert re.match(rf"><summary>step {step}: ", target), "the link lands on that step's breakdown"
-    for kind, why in ((KIND[s], CAPTURED[s]) for s in CAPTURED):
-        assert why in svg  # the hover says why it was captured
+    for step, kind in KIND.items():
+        why = "profiled (planned)" if step == 2 else CAPTURED[step]
+        assert f"<title>step {step} captured: {why}</title>" in svg  # the hover says why it was captured
         assert f'<g class="legend" data-kind="{kind}">' in svg  # and the legend names each kind
     shapes = {kind: re.search(rf'data-kind="{kind}".*?stroke-dasharray="3,3"/><(\w+)', svg).group(1) for kind in KIND.values()}
     assert shapes == {"profiled": "polygon", "requested": "rect", "triggered": "polygon"}
@@ -118,7 +119,8 @@ def test_text_and_json_carry_the_same_series(run_dir, capsys):
     assert sorted(rows) == list(range(1, STEPS + 1))
     for step, value in zip(series["steps"], series["roles"]["rollout"]):
         assert f"{1e3 * value:.1f}" in rows[step]
-    assert rows[5].endswith("requested: r-1f2e") and rows[7].endswith(f"triggered: {CAPTURED[7][len('triggered: '):]}")
+    assert rows[2].endswith("  profiled (planned)") and rows[5].endswith("  requested: r-1f2e")
+    assert rows[7].endswith(f"  {CAPTURED[7]}") and re.fullmatch(r" +6( +[\d.]+){3}", rows[6])  # not captured: no mark
 
 
 def test_a_run_without_a_metrics_file_says_so_in_one_line(run_dir, tmp_path, capsys):

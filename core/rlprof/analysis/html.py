@@ -5,6 +5,9 @@ requests (inline CSS and SVG, no script, no font or image fetched), readable off
 Per run, newest first:
 
 * the verdict (what was captured, what is missing, why nothing was captured);
+* **every step**: step time per role over every step of the run (its step metrics,
+  :mod:`rlprof.analysis.step_series`), a line chart with the captured steps marked by why (profiled,
+  requested, triggered), each mark a link to that step's table below;
 * **step anatomy**: a stacked bar per profiled step — the median time of each top-level region, and
   the part of the step no process's region covers — with a whisker from the fastest to the slowest
   rank's step;
@@ -176,8 +179,7 @@ def _series_chart(series: StepSeries, run_id: str) -> str:
         if not first <= m.step <= last:
             continue
         mx, colour = x(m.step), MARK_COLOURS[m.kind]
-        why = "; ".join(m.reasons)
-        tip = f"step {m.step}: {m.kind} ({why})" + ("" if m.breakdown else "; no breakdown of it in this report")
+        tip = f"step {m.step} captured: {m.why}" + ("" if m.breakdown else "; no breakdown of it in this report")
         body = (f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{colour}" stroke-width="1" '
                 f'stroke-dasharray="3,3"/>{_mark_shape(m.kind, mx, top - 9)}<title>{_e(tip)}</title>')
         if m.breakdown:

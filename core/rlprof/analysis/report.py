@@ -6,6 +6,8 @@ The timings come from the manifests, so a report still works after the traces we
 removed; where the traces are on this disk, their split inside each region is added (read once,
 cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces`` opens none). For each run, newest first:
 
+* **every step** (:mod:`rlprof.analysis.step_series`): each step's time and each role's, from the run's
+  step metrics file, and why each captured step was captured;
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
 * **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / exposed memory /

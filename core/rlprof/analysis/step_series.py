@@ -53,6 +53,11 @@ class Mark:
     breakdown: bool
     """The report holds this step's breakdown (its profiled step table): where the mark links."""
 
+    @property
+    def why(self) -> str:
+        """Why it was captured, as the report says it: its reasons (``planned`` said ``profiled (planned)``)."""
+        return "; ".join("profiled (planned)" if r == "planned" else r for r in self.reasons)
+
     def as_dict(self) -> dict[str, Any]:
         return {"step": self.step, "kind": self.kind, "reasons": list(self.reasons), "captures": list(self.captures),
                 "breakdown": self.breakdown}
@@ -219,7 +224,7 @@ def series_lines(series: StepSeries) -> list[str]:
         values = [series.step_s[i] if i is not None else None] + [series.roles[r][i] if i is not None else None for r in roles]
         mark = marks.get(step)
         rows.append((str(step), *("-" if v is None else f"{1e3 * v:.1f}" for v in values),
-                     f"{mark.kind}: {'; '.join(mark.reasons)}" if mark else ""))
+                     mark.why if mark else ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [cell.rjust(w) for cell, w in zip(row[:-1], widths)]
