@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.html import MARK_COLOURS, ROLE_COLOURS, STEP_LINE
+from rlprof.analysis.html import CLIP, MARK_COLOURS, ROLE_COLOURS, STEP_LINE
 from rlprof.analysis.report import main
 from rlprof.analysis.step_series import NO_FILE
 from rlprof.step_metrics import FILE, read_step_metrics
@@ -165,3 +165,46 @@ def test_chromium_draws_the_chart(page, tmp_path):
     assert max(xs) - min(xs) > 500 and max(ys) < height
     area = [pixels[y * width + x] for y in range(min(ys), max(ys) + 1) for x in range(min(xs), max(xs) + 1)]
     assert sum(1 for p in area if p != (255, 255, 255)) > 0.01 * len(area), "the chart's area is blank"
+
+
+def test_a_long_run_clips_a_capture_s_own_cost_and_lists_the_slowest_in_text(tmp_path, capsys):
+    """60 steps written by the real writer (``step_figures`` -> ``StepMetricsRecord`` -> ``ManifestWriter``) beside
+    a generated run's manifests (profiled steps 10 and 41): step 40 slow (3x), step 41's capture costing 2 s."""
+    from rlprof.manifest import ManifestWriter, record_fields
+    from rlprof.step_metrics import StepMetricsRecord, Timing, step_figures
+    from rlprof.testing.generated_run import RegionSpec, generate_run
+
+    run_id = "20261122-050000-bbbbbb"
+    run = generate_run(tmp_path / "save", run_id=run_id, ranks=1, steps=(10, 41), roles=("actor", "rollout"),
+                       regions=(RegionSpec("rollout", "rollout_generate", 20.0), RegionSpec("actor", "actor_update", 10.0)))
+    writer = ManifestWriter(run / FILE, {"run": run_id})
+    t = 1_800_000_000_000_000_000
+    for step in range(1, 61):
+        generate_ms = 60.0 if step == 40 else 20.0
+        length_ms = 2000.0 if step == 41 else generate_ms + 12.0
+        timings = [Timing(0, "rollout", "rollout_generate", t, t + int(generate_ms * 1e6)),
+                   Timing(0, "actor", "actor_update", t + int((generate_ms + 1) * 1e6), t + int((generate_ms + 11) * 1e6))]
+        figures = step_figures(step, t, t + int(length_ms * 1e6), timings, processes=1)
+        raw = {f"{x.role}/{x.region}": {"rank": [0], "start_s": [(x.start_ns - t) / 1e9], "end_s": [(x.end_ns - t) / 1e9]}
+               for x in timings}
+        writer.write(StepMetricsRecord.TYPE, **record_fields(StepMetricsRecord(
+            "step", step, figures.metrics(), t, figures.end_ns, 1, step in (10, 41), raw)))
+        t = figures.end_ns + 1_000_000
+    writer.close()
+    out = tmp_path / "report.html"
+    assert main([str(run), "--html", "-o", str(out), "--no-traces"]) in (0, 1)
+    svg = _chart(out.read_text(encoding="utf-8"))
+    for line in ("step", "actor", "rollout"):
+        assert [int(s) for s in re.findall(rf'<circle class="point" data-role="{line}" data-step="(\d+)"', svg)] == list(range(1, 61))
+    # the capture's 2 s does not flatten the rest: the axis ends below it, step 41 sits on the top, its value said
+    top = max(float(v) for v in re.findall(r'>(\d+) ms</text>', svg))
+    assert 72 * CLIP <= top < 2000 and "&#8593; 2000 ms" in svg
+    y = {s: float(re.search(rf'data-role="step" data-step="{s}" cx="[\d.]+" cy="([\d.]+)"', svg).group(1)) for s in (39, 40, 41)}
+    assert y[41] < y[40] < y[39]  # drawn higher: 41 at the top, the slow step 40 well above an ordinary one
+    marks = re.findall(r'<a class="mark" data-kind="(\w+)" data-step="(\d+)" href="#([^"]+)"', svg)
+    assert [(k, int(s)) for k, s, _ in marks] == [("profiled", 10), ("profiled", 41)]
+    assert main([str(run), "--no-traces"]) in (0, 1)
+    text = capsys.readouterr().out
+    listed = [int(s) for s in re.findall(r"^ +(\d+) +[\d.]+ +[\d.]+ +[\d.]+", text, re.M)]
+    assert 40 in listed and 41 in listed and 10 in listed and len(listed) == len(set(listed)) <= 24 + 2
+    assert "the 12 slowest and the captured (--json has every step)" in text
