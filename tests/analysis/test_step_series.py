@@ -208,3 +208,20 @@ def test_a_long_run_clips_a_capture_s_own_cost_and_lists_the_slowest_in_text(tmp
     listed = [int(s) for s in re.findall(r"^ +(\d+) +[\d.]+ +[\d.]+ +[\d.]+", text, re.M)]
     assert 40 in listed and 41 in listed and 10 in listed and len(listed) == len(set(listed)) <= 24 + 2
     assert "the 12 slowest and the captured (--json has every step)" in text
+
+
+def test_a_ray_demo_run_draws_every_step_from_its_driver_s_file(demo_run, tmp_path):
+    """``rlprof demo`` (a real Ray cluster; the controller writes the run's file from every worker's timings):
+    every step the demo ran is drawn for each role, profiled steps 1 and 2 marked and linked."""
+    run = demo_run("discrete", "--steps", "1,2", "--discrete")  # shared with test_report_demo.py
+    steps = sorted(r.step for r in read_step_metrics(run / FILE) if r.kind == "step")
+    assert len(steps) >= 3
+    out = tmp_path / "demo.html"
+    assert main([str(run), "--html", "-o", str(out), "--no-traces"]) == 0
+    text = out.read_text(encoding="utf-8")
+    svg = _chart(text)
+    for line in ("step", "actor", "rollout", "ref"):
+        assert [int(s) for s in re.findall(rf'<circle class="point" data-role="{line}" data-step="(\d+)"', svg)] == steps
+    marks = re.findall(r'<a class="mark" data-kind="(\w+)" data-step="(\d+)" href="#([^"]+)"', svg)
+    assert [(k, int(s)) for k, s, _ in marks] == [("profiled", 1), ("profiled", 2)]
+    assert all(f'id="{anchor}"' in text for _, _, anchor in marks)
