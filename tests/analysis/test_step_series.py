@@ -225,3 +225,42 @@ def test_a_ray_demo_run_draws_every_step_from_its_driver_s_file(demo_run, tmp_pa
     marks = re.findall(r'<a class="mark" data-kind="(\w+)" data-step="(\d+)" href="#([^"]+)"', svg)
     assert [(k, int(s)) for k, s, _ in marks] == [("profiled", 1), ("profiled", 2)]
     assert all(f'id="{anchor}"' in text for _, _, anchor in marks)
+
+
+@pytest.mark.slow
+def test_a_real_request_and_trigger_are_marked_by_kind_and_linked(tmp_path):
+    """The marks from real unplanned captures (issue 42's ``rlprof capture`` and ``trigger.slow_step``, branch
+    ``unplanned``; skipped where they are not installed): ``rlprof demo`` with nothing planned, rank 1 late by
+    300 ms from step 9, a capture asked once step 3 began; the page marks the requested and the triggered step
+    and nothing else, each linking to its breakdown."""
+    pytest.importorskip("ray")
+    pytest.importorskip("rlprof.runtime.unplanned")
+    import subprocess
+    import sys
+
+    save = tmp_path / "save"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--train-steps", "11", "--slow-rank", "1",
+         "--slow-ms", "300", "--slow-from-step", "9", "--save-path", str(save), "global_profiler.steps=null",
+         "global_profiler.trigger.slow_step=1.5", "global_profiler.trigger.window=5"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    asked = None
+    for line in demo.stdout:
+        if asked is None and line.startswith("step 3 "):
+            asked = subprocess.run([sys.executable, "-m", "rlprof.cli", "capture", str(save), "--wait", "120"],
+                                   capture_output=True, text=True, timeout=180)
+    assert demo.wait(timeout=400) == 0 and asked is not None and asked.returncode == 0
+    [run] = [d for d in save.iterdir() if d.is_dir()]
+    out = tmp_path / "armed.html"
+    assert main([str(run), "--html", "-o", str(out), "--no-traces"]) == 0
+    text = out.read_text(encoding="utf-8")
+    svg = _chart(text)
+    for line in ("step", "actor"):
+        assert [int(s) for s in re.findall(rf'<circle class="point" data-role="{line}" data-step="(\d+)"', svg)] == list(range(1, 12))
+    marks = re.findall(r'<a class="mark" data-kind="(\w+)" data-step="(\d+)" href="#([^"]+)"', svg)
+    assert sorted(k for k, _, _ in marks) == ["requested", "triggered"]
+    assert all(f'id="{anchor}"' in text for _, _, anchor in marks)
+    requested = re.search(r"request (r[\w-]+)", asked.stdout)[1]
+    assert f"captured: requested: {requested}</title>" in svg
+    [(triggered, _)] = [(int(s), a) for k, s, a in marks if k == "triggered"]
+    assert triggered > 9 and f"<title>step {triggered} captured: triggered: step " in svg
