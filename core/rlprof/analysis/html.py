@@ -5,6 +5,9 @@ requests (inline CSS and SVG, no script, no font or image fetched), readable off
 Per run, newest first:
 
 * the verdict (what was captured, what is missing, why nothing was captured);
+* **every step**: step time per role over every step of the run (its step metrics,
+  :mod:`rlprof.analysis.step_series`), a line chart with the captured steps marked by why (profiled,
+  requested, triggered), each mark a link to that step's table below;
 * **step anatomy**: a stacked bar per profiled step — the median time of each top-level region, and
   the part of the step no process's region covers — with a whisker from the fastest to the slowest
   rank's step;
@@ -36,6 +39,7 @@ from rlprof.analysis.breakdown import shown
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport, size_text
+from rlprof.analysis.step_series import KINDS, StepSeries
 from rlprof.analysis.verdict import verdict_lines
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.invocation import rlprof_command
@@ -88,6 +92,7 @@ def _run_section(report: RunReport) -> str:
     lines = verdict_lines(report)
     parts.append('<ul class="verdict">' + "".join(
         f'<li class="{"problem" if _is_problem(line) else "fine"}">{_e(line)}</li>' for line in lines) + "</ul>")
+    parts.append(_series_section(report))
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
@@ -104,12 +109,145 @@ def _run_section(report: RunReport) -> str:
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
         parts.append(_overlap(report))
-        parts.append(_step_tables(anatomy))
+        parts.append(_step_tables(anatomy, report.run_id))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
     parts.append(_files(report))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+MARK_COLOURS = {"profiled": "#1f2328", "requested": "#0969da", "triggered": "#cf222e"}
+"""A captured step's mark on the every-step chart, by why it was captured (each a shape of its own too)."""
+STEP_LINE = "#57606a"
+ROLE_COLOURS = ("#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7", "#86bcb6", "#d37295")
+"""The roles' lines (apart from the regions' colours of the anatomy just below)."""
+CLIP = 1.5
+"""The chart's top is this many times the slowest step not captured, when a captured step is slower still (a
+capture's own cost would flatten every other step); such a point is drawn at the top with its value."""
+POINTS_DRAWN = 2000
+"""Up to this many steps get a point each (hover for its numbers); a longer run is drawn as lines only."""
+
+
+def _series_section(report: RunReport) -> str:
+    """Step time per role over every step of the run (its step metrics file), captured steps marked, each
+    mark linking to that step's breakdown below; one line instead where the run has no metrics file."""
+    series = report.series
+    head = "<h3>Every step</h3>"
+    if series.note:
+        return f'{head}<p class="muted step-series-none">{_e(series.note)}</p>'
+    return (head + '<p class="muted">from the run\'s step metrics (every step, profiled or not): the step\'s own time, and '
+            "each role's slowest process's time in its regions; marked: the captured steps, by why they were captured "
+            "(click a mark for that step's breakdown); a value above the chart (a capture's own cost) is drawn at its top, "
+            "with &#8593; and its value</p>" + _series_chart(series, report.run_id))
+
+
+def _series_chart(series: StepSeries, run_id: str) -> str:
+    label_w, width, top, plot_h = 70, 760, 26, 200
+    steps = series.steps
+    first, last = steps[0], steps[-1]
+    values = [v for v in series.step_s if v is not None] + [v for vs in series.roles.values() for v in vs if v is not None]
+    captured = {m.step for m in series.marks}
+    calm = [v for vs in (series.step_s, *series.roles.values()) for step, v in zip(steps, vs) if v is not None and step not in captured]
+    top_s = max(values + [1e-6])
+    if calm and top_s > CLIP * max(calm):
+        top_s = CLIP * max(calm)
+    tick, ymax = _ticks(1e3 * top_s)
+
+    def x(step: int) -> float:
+        return label_w + (width / 2 if last == first else (step - first) / (last - first) * width)
+
+    def y(seconds: float) -> float:
+        return top + plot_h - min(1e3 * seconds, ymax) / ymax * plot_h
+
+    lines = [("the whole step", "step", series.step_s, STEP_LINE)] + [
+        (role, role, vs, ROLE_COLOURS[i % len(ROLE_COLOURS)]) for i, (role, vs) in enumerate(series.roles.items())]
+    kinds = [k for k in KINDS if any(m.kind == k for m in series.marks)]
+    legend_items = len(lines) + len(kinds)
+    height = top + plot_h + 34 + 22 * ((legend_items + 3) // 4)
+    out = [f'<svg class="step-series" role="img" aria-label="step time over every step" width="{label_w + width + 40}" '
+           f'height="{height}" xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">']
+    for k in range(int(round(ymax / tick)) + 1):
+        ms = k * tick
+        gy = top + plot_h - ms / ymax * plot_h
+        out.append(f'<line x1="{label_w}" x2="{label_w + width}" y1="{gy:.1f}" y2="{gy:.1f}" stroke="#eaeef2"/>'
+                   f'<text x="{label_w - 6}" y="{gy + 4:.1f}" text-anchor="end">{ms:g} ms</text>')
+    for step in _step_ticks(steps):
+        out.append(f'<text x="{x(step):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{step}</text>')
+    out.append(f'<text x="{label_w + width}" y="{top + plot_h + 30}" text-anchor="end" class="muted">step</text>')
+    for m in series.marks:
+        if not first <= m.step <= last:
+            continue
+        mx, colour = x(m.step), MARK_COLOURS[m.kind]
+        tip = f"step {m.step} captured: {m.why}" + ("" if m.breakdown else "; no breakdown of it in this report")
+        body = (f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{colour}" stroke-width="1" '
+                f'stroke-dasharray="3,3"/>{_mark_shape(m.kind, mx, top - 9)}<title>{_e(tip)}</title>')
+        if m.breakdown:
+            target = "#" + step_anchor(run_id, m.step)
+            out.append(f'<a class="mark" data-kind="{m.kind}" data-step="{m.step}" href="{_e(target)}" xlink:href="{_e(target)}">'
+                       f"{body}</a>")
+        else:
+            out.append(f'<g class="mark" data-kind="{m.kind}" data-step="{m.step}">{body}</g>')
+    for name, key, vs, colour in lines:
+        run: list[str] = []
+        segments = []
+        for step, v in zip(steps, vs):
+            if v is None:
+                segments.append(run)
+                run = []
+            else:
+                run.append(f"{x(step):.1f},{y(v):.1f}")
+        segments.append(run)
+        for seg in segments:
+            if len(seg) > 1:
+                out.append(f'<polyline class="series" data-role="{_e(key)}" points="{" ".join(seg)}" fill="none" '
+                           f'stroke="{colour}" stroke-width="{2 if key == "step" else 1.5}"/>')
+        for step, v in zip(steps, vs):
+            if v is not None and len(steps) <= POINTS_DRAWN:
+                out.append(f'<circle class="point" data-role="{_e(key)}" data-step="{step}" cx="{x(step):.1f}" cy="{y(v):.1f}" '
+                           f'r="3" fill="{colour}"><title>step {step} {_e(name)}: {1e3 * v:.1f} ms</title></circle>')
+            if v is not None and 1e3 * v > ymax:  # above the chart's top: drawn there, with its value
+                out.append(f'<text class="clipped" x="{x(step) + 6:.1f}" y="{top + 12}">&#8593; {1e3 * v:.0f} ms</text>')
+    ly = top + plot_h + 44
+    items = [(name, colour, None) for name, _, _, colour in lines] + [(f"{k} step", None, k) for k in kinds]
+    for k, (name, colour, kind) in enumerate(items):
+        lx, lyk = label_w + (k % 4) * 190, ly + (k // 4) * 22
+        key = (f'<rect x="{lx}" y="{lyk + 5}" width="14" height="3" fill="{colour}"/>' if kind is None
+               else _mark_shape(kind, lx + 7, lyk + 6))
+        out.append(f'<g class="legend" data-kind="{kind or "line"}">{key}<text x="{lx + 20}" y="{lyk + 10}">{_e(name)}</text></g>')
+    out.append("</svg>")
+    note = "" if len(steps) <= POINTS_DRAWN else f'<p class="muted">{len(steps)} steps: drawn as lines (points up to {POINTS_DRAWN} steps).</p>'
+    return "\n".join(out) + note
+
+
+def _mark_shape(kind: str, cx: float, cy: float) -> str:
+    """The mark of a ``kind`` of capture centred on (cx, cy): a triangle pointing down (profiled), a square
+    (requested), a diamond (triggered); each in its colour (:data:`MARK_COLOURS`)."""
+    colour = MARK_COLOURS[kind]
+    if kind == "requested":
+        return f'<rect x="{cx - 5:.1f}" y="{cy - 5:.1f}" width="10" height="10" fill="{colour}"/>'
+    if kind == "triggered":
+        return f'<polygon points="{cx:.1f},{cy - 7:.1f} {cx + 6:.1f},{cy:.1f} {cx:.1f},{cy + 7:.1f} {cx - 6:.1f},{cy:.1f}" fill="{colour}"/>'
+    return f'<polygon points="{cx - 6:.1f},{cy - 5:.1f} {cx + 6:.1f},{cy - 5:.1f} {cx:.1f},{cy + 6:.1f}" fill="{colour}"/>'
+
+
+def _ticks(max_ms: float) -> tuple[float, float]:
+    """A round tick (1, 2 or 5 x 10^k ms) giving 3 to 6 gridlines, and the axis top (a multiple of it)."""
+    import math
+
+    raw = max_ms / 4
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    tick = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    return tick, tick * math.ceil(max_ms / tick - 1e-9)
+
+
+def _step_ticks(steps: Sequence[int]) -> list[int]:
+    """At most ~10 step numbers along the axis, the first and last included."""
+    if len(steps) <= 10:
+        return list(steps)
+    every = -(-len(steps) // 10)
+    picked = list(steps[::every])
+    return picked if picked[-1] == steps[-1] else picked[:-1] + [steps[-1]] if len(picked) > 1 else [steps[0], steps[-1]]
 
 
 def _is_problem(line: str) -> bool:
@@ -346,7 +484,12 @@ def _overlap(report: RunReport) -> str:
             + "".join(rows) + "</table>" + missing)
 
 
-def _step_tables(anatomy: Anatomy) -> str:
+def step_anchor(run_id: str, step: int) -> str:
+    """The id of a profiled step's breakdown (its per-step table) on the page: where its mark links."""
+    return f"run-{run_id}-step-{step}"
+
+
+def _step_tables(anatomy: Anatomy, run_id: str) -> str:
     out = []
     for step in anatomy.steps:
         s = step.spread
@@ -361,7 +504,8 @@ def _step_tables(anatomy: Anatomy) -> str:
                         f"<td>{len(r.spread.per_rank)}</td><td>{r.spread.min_ms:.2f}</td><td>{r.spread.median_ms:.2f}</td>"
                         f"<td>{r.spread.max_ms:.2f}</td><td>{r.spread.slowest.name}</td>"
                         f"<td>{'-' if r.share_of_step is None else f'{100 * r.share_of_step:.0f}%'}</td><td>{_e(flag)}</td></tr>")
-        out.append(f"<details><summary>{_e(head)}</summary><table><tr><th>region</th><th>processes</th><th>min_ms</th><th>median_ms</th>"
+        out.append(f'<details id="{_e(step_anchor(run_id, step.step))}"><summary>{_e(head)}</summary>'
+                   f"<table><tr><th>region</th><th>processes</th><th>min_ms</th><th>median_ms</th>"
                    f"<th>max_ms</th><th>slowest</th><th>share</th><th></th></tr>{''.join(rows)}</table></details>")
     return "<h3>Per step</h3>" + "\n".join(out)
 

@@ -6,6 +6,8 @@ The timings come from the manifests, so a report still works after the traces we
 removed; where the traces are on this disk, their split inside each region is added (read once,
 cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces`` opens none). For each run, newest first:
 
+* **every step** (:mod:`rlprof.analysis.step_series`): each step's time and each role's, from the run's
+  step metrics file, and why each captured step was captured;
 * the **step anatomy** (:mod:`rlprof.analysis.anatomy`): per profiled step its time across ranks and, per
   region, ``min_ms``/``median_ms``/``max_ms``, ``slowest_rank`` and ``share_of_step``; stragglers flagged;
 * **inside regions** (:mod:`rlprof.analysis.inside`): compute / exposed communication / exposed memory /
@@ -35,6 +37,7 @@ from rlprof.analysis.details import DETAILS_HOOK, add_details
 from rlprof.analysis.inside import add_inside, inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
+from rlprof.analysis.step_series import series_lines
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
 from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
@@ -65,6 +68,7 @@ def render(report: RunReport) -> str:
     lines = [f"run {report.run_id}: {status}; mode {modes}; tools {tools}; {len(report.processes)} profiling process{'es' if len(report.processes) != 1 else ''} on "
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
+    lines += series_lines(report.series)
     lines += _anatomy_lines(report.anatomy, report.cost)
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)

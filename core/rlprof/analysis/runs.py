@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
+from rlprof.analysis.step_series import StepSeries, step_series
 from rlprof.roles import ROLES
 from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
                              PHASE_RECORD, STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord, FrameworkIdleRecord,
@@ -146,6 +147,8 @@ class RunReport:
     overlap: Overlap | None = None
     """Per parameter version, who waited for whom, where rollout and training overlap (an async run:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
+    series: StepSeries = field(default_factory=StepSeries)
+    """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -212,6 +215,7 @@ class RunReport:
             "profiling_cost": self.cost.as_dict() if self.cost is not None else None,
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
+            "step_series": self.series.as_dict(),
         }
 
 
@@ -350,6 +354,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         skipped=[_plain(r, "rank", "host", "pid", "backend", "capture", "steps", "roles", "region", "reason", "by", "budget",
                         "limit_bytes", "measured_bytes") for r in skips],
         captures=_capture_sizes(by_type.get("capture", []), artifacts),
+        series=step_series(run_dirs, by_type.get("capture", []), [s.step for s in anatomy.steps], role_index),
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
