@@ -143,6 +143,11 @@ class ProfilingController:
         triggers read), fed by every worker through the run's mailbox; built at ``setup`` when some enabled
         role is timed (a tool set, ``global_profiler.step_metrics`` on), else None."""
         self._collector = None
+        self.decider = None
+        """The run's :class:`~rlprof.runtime.unplanned.Decider` (an armed run), made at :meth:`setup`: asked at
+        every :meth:`start_step` whether the step is captured though no plan named it."""
+        self._began_ns = 0
+        """When the step in progress began (profiled or not), for the triggers."""
         for spec, handle in workers:
             self.add(spec, handle)
 
@@ -213,6 +218,13 @@ class ProfilingController:
             if isinstance(info, Mapping):
                 self.infos[label] = dict(info)
         self._hooks.choose(self.config, self._workers, self.infos)
+        from rlprof.runtime.plan import armed
+
+        if self.decider is None and armed(self.config):
+            from rlprof.runtime.unplanned import Decider, refusal
+
+            self.decider = Decider(self.run_dir, self.config.global_.trigger,
+                                   refuse=refusal(self.config, launched=bool(self._profiled_steps)))
         return result
 
     @property
@@ -225,16 +237,22 @@ class ProfilingController:
         so the report can put the profiled steps beside it)."""
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
+        reason = self.decider.decide(step) if self.decider is not None else None
         if self.step_metrics is not None:
-            self.step_metrics.began(step, self.clock_ns(), self.profiles(step))
-        if not self.profiles(step):
-            if self._profiled_steps:  # profiling is on (a set built from config.enabled, not re-read each step)
+            self.step_metrics.began(step, self.clock_ns(), reason is not None or self.profiles(step))
+        if reason is None and not self.profiles(step):
+            if self._profiled_steps or self.decider is not None:  # profiling is on (not re-read each step)
                 self._unprofiled = (step, self.clock_ns())
+                self._began_ns = self._unprofiled[1]
             return FanOut("start_step", step)
         self._write_unprofiled_steps()
         self._step = step
-        began = self.clock_ns()
-        result = self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
+        began = self._began_ns = self.clock_ns()
+        if reason is None:
+            submit = lambda spec, handle: handle.rlprof_start_step.remote(step)  # noqa: E731
+        else:
+            submit = lambda spec, handle: handle.rlprof_start_step.remote(step, reason)  # noqa: E731
+        result = self._fan_out("start_step", step, submit)
         self._phase(step, "rlprof start_step", began)
         return result
 
@@ -245,6 +263,9 @@ class ProfilingController:
             ending = step if step is not None else self._unprofiled[0] if self._unprofiled is not None else None
             if ending is not None:
                 self.step_metrics.ended(ending, self.clock_ns())  # the step's work, before captures close
+        if self.decider is not None and (step is not None or self._unprofiled is not None):
+            self.decider.step_ended(step if step is not None else self._unprofiled[0],
+                                    (self.clock_ns() - self._began_ns) / 1e9)
         if step is None:
             self._end_unprofiled_step()
             return FanOut("step_boundary", None)
@@ -264,6 +285,8 @@ class ProfilingController:
         began = time.monotonic()
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
+        if self.decider is not None:
+            self.decider.stop()
         self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
