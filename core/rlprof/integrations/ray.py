@@ -69,6 +69,7 @@ from rlprof.integrations.ray_run_end import NodeFinishHooks, move_after_exit, wo
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, phase_record, plain_steps_record, short_node
+from rlprof.runtime.plan import armed
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
 from rlprof.runtime.step_book import StepBook, timed
@@ -143,6 +144,8 @@ class ProfilingController:
         triggers read), fed by every worker through the run's mailbox; built at ``setup`` when some enabled
         role is timed (a tool set, ``global_profiler.step_metrics`` on), else None."""
         self._collector = None
+        self._on = self.config.enabled or armed(self.config)
+        """Profiling is on: steps are planned, or the run is armed (captures may be asked for mid-run)."""
         self.decider = None
         """The run's :class:`~rlprof.runtime.unplanned.Decider` (an armed run), made at :meth:`setup`: asked at
         every :meth:`start_step` whether the step is captured though no plan named it."""
@@ -207,7 +210,7 @@ class ProfilingController:
                 self.step_metrics = StepBook(self.run_dir / STEP_METRICS_FILE, self.run_id, self.config.global_.tools,
                                              root=self.run_dir)
                 self._collector = Collector(self.step_metrics, mailbox)
-        if self.collector is None and self.config.enabled:
+        if self.collector is None and self._on:
             self.collector = RunCollector(self.run_dir, current_node())
             if self.config.global_.gather != "traces":  # else the traces themselves come here
                 self.node_rows = NodeRows(self.run_dir, list(self.config.global_.tools))
@@ -218,9 +221,7 @@ class ProfilingController:
             if isinstance(info, Mapping):
                 self.infos[label] = dict(info)
         self._hooks.choose(self.config, self._workers, self.infos)
-        from rlprof.runtime.plan import armed
-
-        if self.decider is None and armed(self.config):
+        if self.decider is None and self._on and armed(self.config):
             from rlprof.runtime.unplanned import Decider, refusal
 
             self.decider = Decider(self.run_dir, self.config.global_.trigger,
@@ -265,7 +266,7 @@ class ProfilingController:
                 self.step_metrics.ended(ending, self.clock_ns())  # the step's work, before captures close
         if self.decider is not None and (step is not None or self._unprofiled is not None):
             self.decider.step_ended(step if step is not None else self._unprofiled[0],
-                                    (self.clock_ns() - self._began_ns) / 1e9)
+                                    (self.clock_ns() - self._began_ns) / 1e9, captured=step is not None)
         if step is None:
             self._end_unprofiled_step()
             return FanOut("step_boundary", None)
@@ -296,7 +297,7 @@ class ProfilingController:
         self._hooks.wait(self._workers, self.timeout_s)
         if self.node_rows is not None:  # within the finalize's own limit: what is not done by then is left out
             self.node_rows.finish(max(0.0, self.timeout_s - (time.monotonic() - began)))
-        if self.config.enabled and self.config.global_.gather == "traces":
+        if self._on and self.config.global_.gather == "traces":
             self.gathered = gather_traces(self.destination(),
                                           worker_sources(result.results, self._workers, self.infos, self.collector))
         return result
@@ -409,7 +410,7 @@ class ProfilingController:
 
     def write(self, record_type: str, **fields: Any) -> None:
         """Append one record to the controller's own manifest (``manifest/controller-<host>-<pid>.jsonl``)."""
-        if not self.config.enabled:
+        if not self._on:
             return
         if self._manifest is None:
             from rlprof.manifest import ManifestWriter

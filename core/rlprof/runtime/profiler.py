@@ -494,7 +494,7 @@ class Profiler:
             if step is None or self._finalized:
                 return
             if self._decider:
-                self._decider.step_ended(step, (_now() - self._began_ns) / 1e9)
+                self._decider.step_ended(step, (_now() - self._began_ns) / 1e9, captured=bool(self._live))
             if self._times is not None:
                 self._times.windows.append((step, self._began_ns, _now(), bool(self._live)))
             if self._session is None:

@@ -128,10 +128,11 @@ class Decider:
 
     # ------------------------------------------------------------------ triggers
 
-    def step_ended(self, step: int, seconds: float) -> Grant | None:
-        """Step ``step`` took ``seconds`` (the driver's own window): the ``slow_step`` trigger."""
+    def step_ended(self, step: int, seconds: float, captured: bool = False) -> Grant | None:
+        """Step ``step`` took ``seconds`` (the driver's own window): the ``slow_step`` trigger. A ``captured``
+        step is slower for being captured: it neither fires nor counts in the median."""
         trigger = self.trigger
-        if trigger is None:
+        if trigger is None or captured:
             return None
         history = list(self._times)
         self._times.append((step, seconds))
@@ -235,6 +236,8 @@ class Decider:
                 answer = {"id": request_id, "refused": self.refuse}
             else:
                 first = step + self.ahead
+                while any(s in self.granted for s in range(first, first + count)):  # a trigger's step: its own reason
+                    first += 1
                 made = self.grant(tuple(range(first, first + count)), requested(request_id))
                 answer = {"id": request_id, "steps": list(made.steps), "reason": made.reason, "asked_at_step": step}
                 log.warning("rlprof: capture request %s: capturing step%s %s", request_id, "s" if count > 1 else "",
