@@ -146,3 +146,24 @@ def test_a_slow_step_of_a_one_process_run_captures_the_next_step(tmp_path):
     prof.finalize()
     [capture] = _captures(tmp_path / "slow")
     assert capture["step"] == 6 and capture["reason"].startswith("triggered: step 5 took ")
+
+
+def test_rlprof_check_says_when_a_run_is_armed_explains_the_trigger_and_refuses_bad_values(capsys):
+    from rlprof.cli import main as cli_main
+
+    enable = ["global_profiler.tool=torch", "actor_rollout_ref.actor.profiler.enable=true",
+              "actor_rollout_ref.actor.profiler.ranks=[1]"]
+    assert cli_main(["check", *enable, "global_profiler.trigger.slow_step=1.5", "--world-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing planned (global_profiler.steps is null)" in out
+    assert "armed (global_profiler.on_demand: true" in out and "actor ranks 1" in out
+    assert "a step longer than 1.5x the median of the last 20 steps (window)" in out
+    assert "at most 3 steps (max_captures), none within 10 steps of the last (cooldown_steps)" in out
+    assert cli_main(["check", *enable, "global_profiler.on_demand=false", "global_profiler.steps=[2]"]) == 0
+    assert "not armed: global_profiler.on_demand is false" in capsys.readouterr().out
+    assert cli_main(["check", *enable, "global_profiler.trigger.cooldown_steps=-2", "--json"]) == 2
+    err = capsys.readouterr()
+    assert "global_profiler.trigger.cooldown_steps" in err.out + err.err and "an integer >= 0" in err.out + err.err
+    assert cli_main(["check", *enable, "--json", "--world-size", "2"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["armed"] is True and shown["armed_roles"]["actor"] == [[1, 1]] and shown["trigger"] is None
