@@ -167,3 +167,25 @@ def test_rlprof_check_says_when_a_run_is_armed_explains_the_trigger_and_refuses_
     assert cli_main(["check", *enable, "--json", "--world-size", "2"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["armed"] is True and shown["armed_roles"]["actor"] == [[1, 1]] and shown["trigger"] is None
+
+
+def test_late_rank_reads_the_drivers_step_metrics_and_captures_the_next_step():
+    """The Ray controller hands its StepBook to its decider: figures completed by a step start are read there."""
+    from rlprof.runtime.step_book import StepBook
+
+    book = StepBook(None, "late", None)
+    decider = Decider(Path("/nonexistent"), Trigger(late_rank=0.2), answers=False)
+    decider.book = book
+    second = 1_000_000_000
+    reasons = {}
+    for step in range(1, 8):
+        start = step * 10 * second
+        reasons[step] = decider.decide(step)
+        book.began(step, start)
+        late = second if step == 5 else 0  # rank 1 enters update a second late in step 5 (the median of 2 s and 1 s: 1.5 s)
+        for rank in (0, 1):
+            book.timing(rank, "actor", "actor_update", start + second + (late if rank else 0), start + 3 * second)
+        book.ended(step, start + 4 * second)
+        book.pump(closing=True)
+    assert {s: r for s, r in reasons.items() if r} == {
+        6: "triggered: rank 1 entered actor_update of step 5 1 s after the others (67% of its median 1.5 s)"}

@@ -226,6 +226,7 @@ class ProfilingController:
 
             self.decider = Decider(self.run_dir, self.config.global_.trigger,
                                    refuse=refusal(self.config, launched=bool(self._profiled_steps)))
+            self.decider.book = self.step_metrics  # the late_rank trigger reads each step's figures
         return result
 
     @property

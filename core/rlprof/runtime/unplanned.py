@@ -96,6 +96,11 @@ class Decider:
         self._cooldown_until = 0
         self._times: deque[tuple[int, float]] = deque(maxlen=trigger.window if trigger else 1)
         self._decided: tuple[int, str | None] | None = None
+        self.book = None
+        """The driver's :class:`~rlprof.runtime.step_book.StepBook`, where step metrics reach it (the Ray
+        controller): each step's figures, read at step start for the ``late_rank`` trigger."""
+        self._version = 0
+        self._fed = 0
         if answers:
             self._listen()
 
@@ -106,6 +111,8 @@ class Decider:
         again for the same step gives the same answer (colocated Profilers of one process share a decider)."""
         if self._decided is not None and self._decided[0] == step:
             return self._decided[1]
+        if self.book is not None:
+            self._read_book()
         self._last = step
         try:
             self._poll(step)
@@ -157,6 +164,20 @@ class Decider:
                             f"others ({f.late_by_s / f.median_s:.0%} of its median {f.median_s:.3g} s)")
                 return self._fire(figures.step, sentence)
         return None
+
+    def _read_book(self) -> None:
+        """Feed the figures of the steps completed since the last step start to :meth:`figures`."""
+        book = self.book
+        if self.trigger is None or self.trigger.late_rank is None or book.version == self._version:
+            return
+        self._version = book.version
+        try:
+            for figures in book.recent():
+                if figures.step > self._fed:
+                    self._fed = figures.step
+                    self.figures(figures)
+        except Exception as exc:  # never into training
+            log.warning("rlprof: the late_rank trigger could not read the step metrics (%s: %s)", type(exc).__name__, exc)
 
     def _fire(self, step: int, sentence: str) -> Grant | None:
         trigger = self.trigger
