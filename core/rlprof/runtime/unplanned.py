@@ -101,6 +101,7 @@ class Decider:
         controller): each step's figures, read at step start for the ``late_rank`` trigger."""
         self._version = 0
         self._fed = 0
+        self.stopped = False
         if answers:
             self._listen()
 
@@ -212,6 +213,9 @@ class Decider:
 
     def stop(self) -> None:
         """The run ended: say so to ``rlprof capture`` (``driver.json`` gains ``ended``)."""
+        if self.stopped:
+            return
+        self.stopped = True
         if not self.answers:
             return
         try:
@@ -296,9 +300,9 @@ _DECIDERS: dict[tuple[str, int, int], Decider] = {}
 def process_decider(run: Any, trigger: Trigger | None) -> Decider:
     """The decider of a plain Profiler's process (its colocated Profilers share it): rank 0 answers requests
     and fires triggers, :data:`AHEAD` steps on when there are other ranks; the other ranks follow its answers."""
-    key = (run.run_id, run.rank, os.getpid())
+    key = (str(run.run_dir), run.rank, os.getpid())
     decider = _DECIDERS.get(key)
-    if decider is None:
+    if decider is None or decider.stopped:
         lead = run.rank == 0
         decider = _DECIDERS[key] = Decider(run.run_dir, trigger if lead else None, ahead=AHEAD if run.world_size > 1 else 0,
                                            answers=lead)
