@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.trigger import Trigger
+from rlprof.layout import REQUESTS_DIR
 
 log = logging.getLogger("rlprof")
 
-REQUESTS = "requests"
+REQUESTS = REQUESTS_DIR
 """The directory of a run (``<run>/requests``) where ``rlprof capture`` leaves requests and the driver answers."""
 LISTENING = "driver.json"
 """Written there by an armed run's driver when it starts: who answers (host, pid, since); the CLI finds running
