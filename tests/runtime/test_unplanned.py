@@ -189,3 +189,33 @@ def test_late_rank_reads_the_drivers_step_metrics_and_captures_the_next_step():
         book.pump(closing=True)
     assert {s: r for s, r in reasons.items() if r} == {
         6: "triggered: rank 1 entered actor_update of step 5 1 s after the others (67% of its median 1.5 s)"}
+
+
+class _StartsWithTheProcess:
+    """A backend that must start with the worker process (as nsys does): it implements worker_runtime_env."""
+
+    rlprof_contract = 1
+
+    @rlprof.hookimpl
+    def worker_runtime_env(self, ctx):
+        return {"env_vars": {"UNDER_IT": "1"}}
+
+    @rlprof.hookimpl
+    def start_step(self, ctx):
+        return None
+
+
+def test_a_tool_that_must_start_with_the_process_refuses_mid_run_requests_with_the_reason(tmp_path, capsys):
+    from rlprof.runtime.unplanned import refusal
+
+    config = load_config(_config(tmp_path, tool="launcher"))
+    backends = {"launcher": _StartsWithTheProcess()}
+    why = refusal(config, launched=False, backends=backends)
+    assert why.startswith("launcher cannot start mid-run: it must start with the worker processes")
+    assert refusal(config, launched=True, backends=backends) is None  # a step was planned: workers started under it
+    assert refusal(load_config(_config(tmp_path)), launched=False, backends={"rec": RecordingBackend()}) is None
+    run_dir = tmp_path / "refusing"
+    decider = Decider(run_dir, refuse=why)
+    assert capture_main([str(run_dir), "--wait", "0"]) == 1
+    assert f"refuses captures mid-run: {why}" in capsys.readouterr().err
+    assert decider.decide(1) is None and not list((run_dir / REQUESTS).glob("r*.json"))
