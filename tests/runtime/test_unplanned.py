@@ -219,3 +219,23 @@ def test_a_tool_that_must_start_with_the_process_refuses_mid_run_requests_with_t
     assert capture_main([str(run_dir), "--wait", "0"]) == 1
     assert f"refuses captures mid-run: {why}" in capsys.readouterr().err
     assert decider.decide(1) is None and not list((run_dir / REQUESTS).glob("r*.json"))
+
+
+from hypothesis import given, settings, strategies as st
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=True) | st.text(max_size=5),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                       max_leaves=8)
+_KEYS = st.sampled_from(["slow_step", "late_rank", "window", "max_captures", "cooldown_steps", "slow", "_target_"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_VALUES, st.dictionaries(_KEYS, _VALUES, max_size=5)))
+def test_any_trigger_value_is_read_or_refused_naming_its_key(value):
+    try:
+        config = load_config({"global_profiler": {"tool": "torch", "trigger": value}})
+    except ConfigError as exc:
+        assert str(exc).startswith("global_profiler.trigger") and ("allowed: " in str(exc) or "unknown key" in str(exc))
+    else:
+        trigger = config.global_.trigger
+        assert trigger is None or (trigger.enabled and trigger.window >= 3 and trigger.max_captures >= 1)
