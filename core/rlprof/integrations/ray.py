@@ -151,6 +151,9 @@ class ProfilingController:
         every :meth:`start_step` whether the step is captured though no plan named it."""
         self._began_ns = 0
         """When the step in progress began (profiled or not), for the triggers."""
+        self.unplanned: str | None = None
+        """Why the step in progress is captured though no plan named it (its decider's reason), else None: what a
+        driver tells processes the fan-out does not reach (the demo's vLLM replicas)."""
         for spec, handle in workers:
             self.add(spec, handle)
 
@@ -240,6 +243,7 @@ class ProfilingController:
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
         reason = self.decider.decide(step) if self.decider is not None else None
+        self.unplanned = reason
         if self.step_metrics is not None:
             self.step_metrics.began(step, self.clock_ns(), reason is not None or self.profiles(step))
         if reason is None and not self.profiles(step):

@@ -103,6 +103,7 @@ class EngineReplica:
             profiler = Profiler(loaded, rank=replica_rank, world_size=num_replicas, roles=("rollout",),
                                 replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id,
                                 backends=engine_backends(loaded))
+            profiler.driven = True  # its driver (the Ray controller, verl's trainer) decides unplanned captures
             from rlprof.integrations.step_mailbox import send_to_driver
 
             send_to_driver(profiler)  # a replica actor's timings: to its driver's step metrics
