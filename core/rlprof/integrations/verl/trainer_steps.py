@@ -71,8 +71,10 @@ def wrap(trainer: Any) -> None:
     def _start_profiling(self, *args: Any, **kwargs: Any) -> Any:
         timer = StepTimer.of(self)
         profiled = _profiled(self, args)
-        if not profiled and timer.unplanned(self.global_steps):
+        # asked every step (a request may land on a planned step, which is profiled anyway, merged runs included)
+        if timer.unplanned(self.global_steps) and not profiled and self.global_steps not in timer.profiled:
             profiled, args = True, _profiling(self, args)
+            timer.captured = self.global_steps
         timer.begin(self.global_steps, profiled)
         return start(self, *args, **kwargs)
 
@@ -183,7 +185,6 @@ class StepTimer:
         from rlprof.integrations.verl import run_signals
 
         run_signals.publish_reason(self.run_id, step, reason)
-        self.captured = int(step)
         return True
 
     def begin(self, step: int, profiled: bool = False) -> None:
