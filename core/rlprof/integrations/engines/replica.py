@@ -135,6 +135,8 @@ class EngineReplica:
         """The run ended during an export: what the engine has written so far is left where it is."""
         self._exported_ns: int | None = None
         """When the last deferred stop (:meth:`stop`) ended, for the wait of a call sent before it."""
+        if not profiler.active and "rollout" in profiler.plan.armed:
+            profiler.capture((), "armed")  # an armed run: the engine is built able to capture a step asked for later
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 
