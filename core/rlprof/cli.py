@@ -48,6 +48,8 @@ BUILTIN = (
             "[--json]", "rlprof.cli:backends_main"),
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
             "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
+    Command("capture", "ask a running job to capture its next N steps (an armed run); prints which steps",
+            "RUN [--steps N] [--wait S]", "rlprof.capture:main"),
     Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
             "RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]", "rlprof.analysis.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",

@@ -82,11 +82,12 @@ def steps_label(steps: tuple[int, ...]) -> str:
     return f"step{steps[0]}" if len(steps) == 1 else f"step{steps[0]}-{steps[-1]}"
 
 
-MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR = "manifest", "budget", "breakdown"
-CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR)
+MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR = "manifest", "budget", "breakdown", "requests"
+CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR)
 """The folders of a run directory the core writes itself, beside the captures: every process's manifest,
-each node's count of bytes written (:mod:`rlprof.runtime.budget`), and on a Ray controller the breakdown
-rows its nodes shipped (:func:`shipped_rows_path`). No backend writes there."""
+each node's count of bytes written (:mod:`rlprof.runtime.budget`), on a Ray controller the breakdown
+rows its nodes shipped (:func:`shipped_rows_path`), and an armed run's capture requests and answers
+(:mod:`rlprof.runtime.unplanned`). No backend writes there."""
 
 
 ROWS_SUFFIX = ".rlprof-breakdown.json"

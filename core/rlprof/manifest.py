@@ -466,6 +466,10 @@ class CaptureRecord:
     """The region it was opened for (discrete mode), else None."""
     bytes: int
     """What its artifacts measured as it closed (files written in the background may not be whole yet)."""
+    reason: str = "planned"
+    """Why it was made: ``planned`` (``global_profiler.steps``, or the caller's own steps), ``requested: <id>``
+    (``rlprof capture``, the request's id) or ``triggered: <sentence>`` (a trigger of ``global_profiler.trigger``,
+    the sentence saying what fired it: ``triggered: step 812 took 2.3x the median of steps 792-811``)."""
 
 
 @dataclass(kw_only=True)

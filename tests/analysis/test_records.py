@@ -44,3 +44,10 @@ def test_every_field_of_the_process_record_reaches_the_report(rlprof_run, rlprof
     [capture] = [r for r in run.records if r["type"] == CaptureRecord.TYPE]
     [listed] = report.captures
     assert all(listed[f.name] == capture[f.name] for f in dataclasses.fields(CaptureRecord) if f.name != "bytes")
+
+
+def test_a_capture_says_why_it_was_made_and_an_older_record_reads_as_planned():
+    """``reason`` (planned, requested: <id>, triggered: <sentence>) is what the picture and the report read."""
+    assert read_record(CaptureRecord, {"capture": "step1", "bytes": 3}).reason == "planned"
+    asked = read_record(CaptureRecord, {"capture": "step4", "bytes": 3, "reason": "requested: r-1"})
+    assert asked.reason == "requested: r-1" and record_fields(asked)["reason"] == "requested: r-1"

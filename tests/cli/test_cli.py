@@ -64,6 +64,9 @@ def test_check_valid_prints_plan_and_exits_0(test_backends, tmp_path, cli):
         "  ref     discrete  ranks 0,2-3",
         "  critic  e2e       ranks 0-3",
         "  reward  off       (enable=false)",
+        "armed (global_profiler.on_demand: true, a tool set, a role enabled): `rlprof capture outputs/profile` captures "
+        "the next steps of a running job on actor ranks 0,2-3, rollout ranks 0,2-3, ref ranks 0,2-3, critic ranks 0-3",
+        "no trigger (global_profiler.trigger: null): nothing is captured on anomaly",
     ]
     plan = json.loads(cli("check", str(cfg), "--world-size", "4", "--json").stdout)
     assert plan["roles"]["critic"] == {"ranks": [[0, 3]], "mode": "e2e", "schedule": None}

@@ -68,7 +68,8 @@ def test_a_step_without_a_capture_anywhere_is_timed_too(test_backends, save_path
 
 
 def test_step_metrics_off_times_nothing(test_backends, save_path):
-    prof = make(save_path, "global_profiler.step_metrics=false")
+    # on_demand=false: an armed run (issue 42) writes requests/driver.json for rlprof capture
+    prof = make(save_path, "global_profiler.step_metrics=false", "global_profiler.on_demand=false")
     region = prof.role("actor", "update")
     assert type(region).__name__ == "_IdleRegion" and prof.timings is None
     train(prof, 2)

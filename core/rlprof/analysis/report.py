@@ -69,7 +69,7 @@ def render(report: RunReport) -> str:
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += series_lines(report.series)
-    lines += _anatomy_lines(report.anatomy, report.cost)
+    lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures))
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)
     lines += _file_lines(report.files)
@@ -243,9 +243,27 @@ STEP_TABLES = 3
 """Up to this many profiled steps get a table each; more are summarised in one table (median per step)."""
 
 
-def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None) -> list[str]:
+def _unplanned(captures: list[dict]) -> dict[int, str]:
+    """Step -> why it was captured though no plan named it (the ``reason`` of its ``capture`` records)."""
+    return {c["step"]: c["reason"] for c in captures if c.get("reason", "planned") != "planned" and c.get("step") is not None}
+
+
+def because(reason: str) -> str:
+    """A capture's ``reason`` as the report words it: ``captured because step 812 took 2.3x the median ...``,
+    ``captured on request r20261127-2101-ab12 (rlprof capture)``."""
+    kind, _, what = reason.partition(": ")
+    if kind == "triggered":
+        return f"captured because {what}"
+    if kind == "requested":
+        return f"captured on request {what} (rlprof capture)"
+    return f"captured: {reason}"
+
+
+def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons: dict[int, str] | None = None) -> list[str]:
+    reasons = reasons or {}
     if len(anatomy.steps) > STEP_TABLES:
-        return _summary_lines(anatomy) + _straggler_lines(anatomy)
+        return _summary_lines(anatomy) + [f"step {step}: {because(reason)}" for step, reason in sorted(reasons.items())] \
+            + _straggler_lines(anatomy)
     lines: list[str] = []
     paid = {s.step: s for s in cost.steps} if cost is not None else {}
     for step in anatomy.steps:
@@ -256,6 +274,8 @@ def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None) -> list[
             s = step.spread
             lines.append(f"step {step.step}: {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} "
                          f"(each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+        if step.step in reasons:
+            lines.append(f"  {because(reasons[step.step])}")
         rows = [("region", "procs", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
         for r in step.regions:
             name = ("  " * r.depth) + r.region

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
 from rlprof.config.schedule import Schedule, parse_schedule
+from rlprof.config.trigger import Trigger, parse_trigger
 from rlprof.config.values import (DEFAULT_CAPTURE_BUDGET_MB, DEFAULT_GATHER_BUDGET_GB, DEFAULT_RUN_BUDGET_GB,
                                   DEFAULT_SAVE_PATH, parse_capture_budget, parse_command, parse_gather,
                                   parse_gather_budget, parse_run_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
@@ -130,6 +131,19 @@ class GlobalConfig:
             "\"Step metrics\") in the run's `step_metrics.jsonl`, the `step_metrics` hook and verl's own logger "
             "(`trainer.logger`). About a microsecond per region on the training thread (bench/bench_step_metrics.py); "
             "`false`: regions of unprofiled steps cost nothing and nothing is written.")
+    on_demand: bool = key(
+        lambda value, key_path: parse_bool(value, key_path, default=True), default=True, recorded=True,
+        doc="A run with a tool set and a role enabled is armed, whatever `steps` says (`null` included): "
+            "`rlprof capture RUN` captures its next steps on every selected process, and `trigger` may capture a "
+            "step that looks wrong (docs/captures.md, \"Unplanned captures\"). `false`: disarmed, only `steps` "
+            "are captured.")
+    trigger: Trigger | None = key(
+        parse_trigger, recorded=True,
+        doc="Capture the next step of an armed run when one looks wrong: `{slow_step: 1.5}` when a step takes more "
+            "than 1.5x the median of the last `window` steps; `{late_rank: 0.2}` when a rank enters a region later "
+            "than the others by more than 20% of the region's median time; `window` (default 20, at least 3), "
+            "`max_captures` (the most triggered captures in a run, default 3), `cooldown_steps` (steps after a "
+            "triggered capture that trigger nothing, default 10). The capture budgets hold. `null`: no trigger.")
     finish_hook_cmd: str | None = key(
         parse_command, mirrored=True,
         doc="A shell command run once after the last profiled step; `null`: none.")

@@ -69,6 +69,7 @@ class RolloutReplica:
         self.prompts = torch.Generator().manual_seed(seed + 104729 * (replica_rank + 1))
         self.profiler = Profiler(config, rank=replica_rank, world_size=num_replicas, roles=("rollout",),
                                  replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id)
+        self.profiler.driven = True  # the demo's controller decides unplanned captures, not each replica
         self._requests: queue.Queue = queue.Queue()
         """Weight syncs the trainer asked for: ``(version, [weights ref], done event, answer dict)``."""
         self._closing = threading.Event()

@@ -25,6 +25,7 @@ from rlprof.config.schema import load_config
 from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
 from rlprof.errors import ConfigError
 from rlprof.roles import nest_profiler
+from rlprof.runtime.plan import armed
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
 VIEWERS = (
@@ -85,6 +86,9 @@ def parser() -> argparse.ArgumentParser:
                    help="make this rank late on purpose: after its rollout it enters actor update --slow-ms late (a slow "
                         "hand-off from rollout to training), so the other ranks wait for it in the gradient all-reduce")
     p.add_argument("--slow-ms", type=float, default=30.0, help="how late --slow-rank is, in ms (default: 30)")
+    p.add_argument("--slow-from-step", type=int, default=1, metavar="N",
+                   help="--slow-rank is late from step N on, not before (default: 1): a run that turns slow mid-way, for "
+                        "global_profiler.trigger (docs/captures.md, \"Unplanned captures\")")
     p.add_argument("--slow-in", choices=SLOWABLE, default=None, metavar="REGION",
                    help="make --slow-rank spend --slow-ms longer inside this region instead of entering actor update "
                         f"late: a straggler, which no collective hides ({', '.join(SLOWABLE)})")
@@ -155,6 +159,10 @@ def _run(opts: argparse.Namespace) -> int:
         preflight.check_slow_rank(opts.slow_rank, opts.slow_ms, opts.workers)
         if opts.slow_in is not None and opts.slow_rank is None:
             raise preflight.Refusal(f"--slow-in {opts.slow_in}: needs --slow-rank, the rank to slow there")
+        if opts.slow_from_step != 1 and opts.slow_rank is None:
+            raise preflight.Refusal(f"--slow-from-step {opts.slow_from_step}: needs --slow-rank, the rank to slow from then on")
+        if opts.slow_from_step < 1:
+            raise preflight.Refusal(f"--slow-from-step: got {opts.slow_from_step}; allowed: a step number, 1 or more")
         if opts.slow_in == "rollout_generate" and opts.rollout == "vllm":
             raise preflight.Refusal("--slow-in rollout_generate: with --rollout vllm the replicas generate, not the ranks; "
                                     "allowed: ref_compute_log_prob, actor_compute_log_prob")
@@ -175,7 +183,8 @@ def _run(opts: argparse.Namespace) -> int:
         preflight.check_steps(config, train_steps)
         preflight.check_packages()
         found = preflight.Preflight()
-        if config.enabled:
+        on = config.enabled or armed(config)
+        if on:
             preflight.check_save_path(g.save_path)
             found = preflight.check_plan(config, opts.workers, replicas=replicas,
                                          roles=ASYNC_ROLES if opts.async_ else preflight.HYBRID_ENGINE_ROLES)
@@ -195,8 +204,10 @@ def _run(opts: argparse.Namespace) -> int:
         print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
               f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
               f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
-    if not config.enabled:
+    if not on:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")
+    elif not config.enabled:
+        print("rlprof demo: nothing planned; the run is armed: `rlprof capture` or global_profiler.trigger captures steps")
 
     try:
         if opts.async_:
@@ -209,11 +220,12 @@ def _run(opts: argparse.Namespace) -> int:
 
             run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
                         say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
-                        late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in)
+                        late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in,
+                        slow_from=opts.slow_from_step)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    ok = _print_outcome(run) if config.enabled else run.ok
+    ok = _print_outcome(run) if on else run.ok
     _print_viewers(run)
     seconds = time.perf_counter() - began
     if run.interrupted_at is not None:
@@ -222,7 +234,7 @@ def _run(opts: argparse.Namespace) -> int:
               f"the report above covers what was captured until then")
         return EXIT_INTERRUPTED
     print(f"\nrlprof demo: {'ok' if ok and run.ok else 'FAILED'} in {seconds:.1f} s")
-    if not config.enabled:  # otherwise the verdict above listed them (the controller records each one)
+    if not on:  # otherwise the verdict above listed them (the controller records each one)
         for failure in run.failures:
             print(f"  {failure}")
     if run.failures and run.logs_dir:

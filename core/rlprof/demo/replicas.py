@@ -70,7 +70,7 @@ class VllmReplica:
         return os.getpid()
 
     def generate(self, prompts: list[list[int]], step: int, group_size: int, response_len: int,
-                 sent_ns: int | None = None) -> list[list[int]]:
+                 sent_ns: int | None = None, reason: str | None = None) -> list[list[int]]:
         """``group_size`` responses of ``response_len`` tokens per prompt (engine token ids), in prompt order.
         The engine's profiler is left running: :meth:`finish` (queued by the caller right behind this
         call) stops it and writes the trace while the trainer updates. ``sent_ns``: when the caller
@@ -81,6 +81,8 @@ class VllmReplica:
         params = SamplingParams(n=group_size, max_tokens=response_len, min_tokens=response_len, ignore_eos=True,
                                 temperature=1.0)
         batch = [TokensPrompt(prompt_token_ids=row) for row in to_engine_tokens(prompts)]
+        if reason is not None:  # the controller captures this step though no plan named it
+            self.replica.profiler.capture((step,), reason)
         self.replica.start(self.llm, step, sent_ns=sent_ns)
         try:
             outputs = self.llm.generate(batch, params, use_tqdm=False)
@@ -118,6 +120,7 @@ class Replicas:
         began = time.perf_counter()
         model_dir = str(build_tiny_model(model_cache_dir()))
         actor = ray.remote(VllmReplica).options(num_cpus=0, runtime_env={"env_vars": dict(ENGINE_ENV)})
+        self.controller = controller
         self.handles = [actor.remote(controller.config, rank, count, controller.run_id, model_dir) for rank in range(count)]
         self.count = count
         self.finishing: list = []
@@ -144,7 +147,8 @@ class Replicas:
         shares = prompts.tensor_split(self.count)
         asked = [h for h, share in zip(self.handles, shares) if len(share)]
         sent_ns = time.time_ns()
-        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len, sent_ns)
+        reason = self.controller.unplanned  # the step in progress's, when the controller captures it unplanned
+        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len, sent_ns, reason)
                 for h, share in zip(self.handles, shares) if len(share)]
         try:
             rows = [row for out in ray.get(refs, timeout=self.timeout_s) for row in out]

@@ -56,14 +56,15 @@ class DemoRun:
 
 def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Sizes = Sizes(), timeout_s: float = 120.0,
           nodes: int = 1, say: Callable[[str], None] = print, replicas: int = 0, perturb: str | None = None,
-          late: dict[int, float] | None = None, slow_in: str | None = None) -> DemoRun:
+          late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1) -> DemoRun:
     """Start a local Ray cluster (unless one is up), run the loop, shut the cluster down again.
 
     ``replicas``: 0, the workers generate themselves (hybrid engine); N, rollout runs in N vLLM replicas
     (:mod:`rlprof.demo.replicas`, agent-loop mode) and the workers host actor and ref.
     ``perturb``: a layer of the policy whose weights every worker scales by 1.0001 before training
     (``rlprof demo --perturb``), for comparing two runs' precision dumps.
-    ``late``: rank -> ms that rank enters actor update late, on purpose (``rlprof demo --slow-rank``); with
+    ``late``: rank -> ms that rank enters actor update late, on purpose (``rlprof demo --slow-rank``), from step
+    ``slow_from`` on (``--slow-from-step``); with
     ``slow_in``, a region, the ms it spends longer inside that region instead (``--slow-in``).
     ``nodes`` > 1: a simulated cluster of that many Ray nodes on this machine (:func:`node_roots` says
     where each writes), the workers spread over them; the controller's ``save_path`` receives every
@@ -95,7 +96,7 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
             else:
                 start_ray(num_cpus=2)
                 say(f"ray started in {time.perf_counter() - began:.1f} s")
-        return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas, perturb, late or {}, slow_in)
+        return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas, perturb, late or {}, slow_in, slow_from)
     finally:
         if started_here:
             ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
@@ -150,7 +151,7 @@ def ray_logs_dir() -> str | None:
 
 def _train(controller: ProfilingController, specs: list[WorkerSpec], options: list[dict], train_steps: int,
            sizes: Sizes, timeout_s: float, say, replicas: int = 0, perturb: str | None = None,
-           late: dict[int, float] | None = None, slow_in: str | None = None) -> DemoRun:
+           late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1) -> DemoRun:
     import ray
 
     run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id,
@@ -159,7 +160,8 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
     actor_class = ray.remote(PolicyWorker)
     for spec, opts in zip(specs, options):
         controller.add(spec, actor_class.options(**opts).remote(spec.rank, spec.world_size, sizes, perturb=perturb,
-                                                                late_ms=(late or {}).get(spec.rank, 0.0), slow_in=slow_in))
+                                                                late_ms=(late or {}).get(spec.rank, 0.0), slow_in=slow_in,
+                                                                slow_from=slow_from))
     step = 0
     engines = None
     try:

@@ -21,15 +21,19 @@ from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_lo
 
 class PolicyWorker(ProfiledWorker):
     def __init__(self, rank: int, world_size: int, sizes: Sizes, seed: int = 0, perturb: str | None = None,
-                 late_ms: float = 0.0, slow_in: str | None = None):
+                 late_ms: float = 0.0, slow_in: str | None = None, slow_from: int = 1):
         """``late_ms``: enter actor update that late (``rlprof demo --slow-rank``): a rank whose hand-off from
         rollout to training lags, which the others then wait for in the gradient all-reduce. With ``slow_in``
         (a region: ``rollout_generate``, ``ref_compute_log_prob``, ``actor_compute_log_prob``; ``rlprof demo
         --slow-in``) the rank spends ``late_ms`` more inside that region instead: a straggler, which no
-        collective hides (the others wait for it between regions)."""
+        collective hides (the others wait for it between regions). ``slow_from``: late from that step on only
+        (``--slow-from-step``; the worker counts its steps by its rollouts, one a step)."""
         torch.set_num_threads(1)  # several workers share few cores
         self.late_ms = late_ms
         self.slow_in = slow_in
+        self.slow_from = slow_from
+        self.steps = 0
+        """Steps begun (rollouts taken): step 1 is the first."""
         torch.manual_seed(seed)  # the same initial weights on every rank, as after a broadcast
         self.rank, self.world_size, self.sizes = rank, world_size, sizes
         self.policy = TinyPolicy(sizes)
@@ -49,6 +53,7 @@ class PolicyWorker(ProfiledWorker):
 
     def generate(self, prompts: torch.Tensor) -> torch.Tensor:
         """Rollout: sample ``group_size`` responses per prompt, one decode step per iteration."""
+        self.steps += 1
         prompts = prompts.repeat_interleave(self.sizes.group_size, dim=0)
         with self.profiler.role("rollout", "generate", module=self.policy):
             responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration)
@@ -59,6 +64,7 @@ class PolicyWorker(ProfiledWorker):
     def take_rollout(self, prompts: torch.Tensor, responses: torch.Tensor) -> None:
         """Agent-loop mode (``rlprof demo --rollout vllm``): the rollout replicas generated ``responses``
         (``group_size`` per prompt, in the policy's vocabulary); keep them for the phases that follow."""
+        self.steps += 1
         self.batch = {"prompts": prompts.repeat_interleave(self.sizes.group_size, dim=0), "responses": responses}
 
     def compute_ref_log_prob(self) -> None:
@@ -77,7 +83,7 @@ class PolicyWorker(ProfiledWorker):
         batch = self.batch
         rows = batch["prompts"].shape[0]
         losses, kls = [], []
-        if self.late_ms and self.slow_in is None:
+        if self.late_ms and self.slow_in is None and self.steps >= self.slow_from:
             time.sleep(self.late_ms / 1000.0)
         with self.profiler.role("actor", "update", module=self.policy):
             self.optimizer.zero_grad()
@@ -94,7 +100,7 @@ class PolicyWorker(ProfiledWorker):
 
     def _slow(self, region: str) -> None:
         """Inside ``region``: spend ``late_ms`` more in it when it is the one this rank is slow in (``--slow-in``)."""
-        if self.late_ms and self.slow_in == region:
+        if self.late_ms and self.slow_in == region and self.steps >= self.slow_from:
             time.sleep(self.late_ms / 1000.0)
 
     def _micro_batches(self) -> list[slice]:

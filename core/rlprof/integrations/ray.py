@@ -69,6 +69,7 @@ from rlprof.integrations.ray_run_end import NodeFinishHooks, move_after_exit, wo
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
 from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, phase_record, plain_steps_record, short_node
+from rlprof.runtime.plan import armed
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
 from rlprof.runtime.step_book import StepBook, timed
@@ -143,6 +144,16 @@ class ProfilingController:
         triggers read), fed by every worker through the run's mailbox; built at ``setup`` when some enabled
         role is timed (a tool set, ``global_profiler.step_metrics`` on), else None."""
         self._collector = None
+        self._on = self.config.enabled or armed(self.config)
+        """Profiling is on: steps are planned, or the run is armed (captures may be asked for mid-run)."""
+        self.decider = None
+        """The run's :class:`~rlprof.runtime.unplanned.Decider` (an armed run), made at :meth:`setup`: asked at
+        every :meth:`start_step` whether the step is captured though no plan named it."""
+        self._began_ns = 0
+        """When the step in progress began (profiled or not), for the triggers."""
+        self.unplanned: str | None = None
+        """Why the step in progress is captured though no plan named it (its decider's reason), else None: what a
+        driver tells processes the fan-out does not reach (the demo's vLLM replicas)."""
         for spec, handle in workers:
             self.add(spec, handle)
 
@@ -202,7 +213,7 @@ class ProfilingController:
                 self.step_metrics = StepBook(self.run_dir / STEP_METRICS_FILE, self.run_id, self.config.global_.tools,
                                              root=self.run_dir)
                 self._collector = Collector(self.step_metrics, mailbox)
-        if self.collector is None and self.config.enabled:
+        if self.collector is None and self._on:
             self.collector = RunCollector(self.run_dir, current_node())
             if self.config.global_.gather != "traces":  # else the traces themselves come here
                 self.node_rows = NodeRows(self.run_dir, list(self.config.global_.tools))
@@ -217,6 +228,12 @@ class ProfilingController:
             roles = self.config.roles
             self.step_metrics.expect(sum(1 for _, worker in self._workers
                                          if any(getattr(roles.get(r), "enable", False) for r in worker.spec.roles)))
+        if self.decider is None and self._on and armed(self.config):
+            from rlprof.runtime.unplanned import Decider, refusal
+
+            self.decider = Decider(self.run_dir, self.config.global_.trigger,
+                                   refuse=refusal(self.config, launched=bool(self._profiled_steps)))
+            self.decider.book = self.step_metrics  # the late_rank trigger reads each step's figures
         return result
 
     @property
@@ -229,16 +246,23 @@ class ProfilingController:
         so the report can put the profiled steps beside it)."""
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
+        reason = self.decider.decide(step) if self.decider is not None else None
+        self.unplanned = reason
         if self.step_metrics is not None:
-            self.step_metrics.began(step, self.clock_ns(), self.profiles(step))
-        if not self.profiles(step):
-            if self._profiled_steps:  # profiling is on (a set built from config.enabled, not re-read each step)
+            self.step_metrics.began(step, self.clock_ns(), reason is not None or self.profiles(step))
+        if reason is None and not self.profiles(step):
+            if self._profiled_steps or self.decider is not None:  # profiling is on (not re-read each step)
                 self._unprofiled = (step, self.clock_ns())
+                self._began_ns = self._unprofiled[1]
             return FanOut("start_step", step)
         self._write_unprofiled_steps()
         self._step = step
-        began = self.clock_ns()
-        result = self._fan_out("start_step", step, lambda spec, handle: handle.rlprof_start_step.remote(step))
+        began = self._began_ns = self.clock_ns()
+        if reason is None:
+            submit = lambda spec, handle: handle.rlprof_start_step.remote(step)  # noqa: E731
+        else:
+            submit = lambda spec, handle: handle.rlprof_start_step.remote(step, reason)  # noqa: E731
+        result = self._fan_out("start_step", step, submit)
         self._phase(step, "rlprof start_step", began)
         return result
 
@@ -249,6 +273,9 @@ class ProfilingController:
             ending = step if step is not None else self._unprofiled[0] if self._unprofiled is not None else None
             if ending is not None:
                 self.step_metrics.ended(ending, self.clock_ns())  # the step's work, before captures close
+        if self.decider is not None and (step is not None or self._unprofiled is not None):
+            self.decider.step_ended(step if step is not None else self._unprofiled[0],
+                                    (self.clock_ns() - self._began_ns) / 1e9, captured=step is not None)
         if step is None:
             self._end_unprofiled_step()
             return FanOut("step_boundary", None)
@@ -268,6 +295,8 @@ class ProfilingController:
         began = time.monotonic()
         if self._step is not None or self._unprofiled is not None:
             self.step_boundary()
+        if self.decider is not None:
+            self.decider.stop()
         self._write_unprofiled_steps()
         result = self._fan_out("finalize", None,
                                lambda spec, handle: handle.rlprof_finalize.remote(reason, send_manifest=True))
@@ -277,7 +306,7 @@ class ProfilingController:
         self._hooks.wait(self._workers, self.timeout_s)
         if self.node_rows is not None:  # within the finalize's own limit: what is not done by then is left out
             self.node_rows.finish(max(0.0, self.timeout_s - (time.monotonic() - began)))
-        if self.config.enabled and self.config.global_.gather == "traces":
+        if self._on and self.config.global_.gather == "traces":
             self.gathered = gather_traces(self.destination(),
                                           worker_sources(result.results, self._workers, self.infos, self.collector))
         return result
@@ -390,7 +419,7 @@ class ProfilingController:
 
     def write(self, record_type: str, **fields: Any) -> None:
         """Append one record to the controller's own manifest (``manifest/controller-<host>-<pid>.jsonl``)."""
-        if not self.config.enabled:
+        if not self._on:
             return
         if self._manifest is None:
             from rlprof.manifest import ManifestWriter

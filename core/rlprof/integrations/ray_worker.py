@@ -68,6 +68,7 @@ class ProfiledWorker(RunFiles):
         from rlprof.integrations.step_mailbox import send_to_driver
 
         send_to_driver(self._rlprof_profiler)  # its timings of every step: to the controller's step metrics
+        self._rlprof_profiler.driven = True  # the controller decides unplanned captures and says so at start_step
         self._rlprof_cursor = None
         return self._rlprof_reply(self.rlprof_info(), send_manifest)
 
@@ -85,7 +86,10 @@ class ProfiledWorker(RunFiles):
             "manifest": str(prof.manifest_path) if prof.manifest_path is not None else None,
         }
 
-    def rlprof_start_step(self, step: int) -> None:
+    def rlprof_start_step(self, step: int, reason: str | None = None) -> None:
+        """Step ``step`` begins; ``reason``: the controller captures it though no plan named it, and why."""
+        if reason is not None:
+            self.profiler.capture((step,), reason)
         self.profiler.start_step(step)
 
     def rlprof_step_boundary(self, send_manifest: bool = False) -> Any:

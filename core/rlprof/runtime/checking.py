@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from rlprof.config.schema import ROLES, ProfilerConfig, read_config
 from rlprof.config.sections import replica_not_captured
 from rlprof.errors import ConfigError, ConfigErrors, ErrorList
-from rlprof.runtime.plan import ProcessPlan, resolve_plan
+from rlprof.runtime.plan import ProcessPlan, armed, resolve_plan
 
 DEFAULT_GROUPS = (("actor", "rollout", "ref"), ("critic",), ("reward",))
 AGENT_LOOP_GROUPS = (("actor", "ref"), ("rollout",), ("critic",), ("reward",))
@@ -148,6 +148,7 @@ class CheckResult:
             "roles": roles,
             "captures": [list(run) for run in (self.plans[0].runs if self.plans else ())],
             "not_captured": self.not_captured,
+            **self.as_armed(),
             "warnings": self.warnings,
         }
 
@@ -157,7 +158,12 @@ class CheckResult:
         lines = []
         if not self.config.enabled:
             why = "no global_profiler.tool" if not g.tools else "global_profiler.steps is null" if not g.steps else "no role has profiler.enable=true"
+            if armed(self.config):
+                lines.append(f"nothing planned ({why}); the configuration is valid")
+                return "\n".join(lines + self._arming_lines())
             lines.append(f"profiling is off ({why}); the configuration is valid")
+            if g.tools and not g.on_demand and any(r.enable for r in self.config.roles.values()):
+                lines.append("not armed: global_profiler.on_demand is false (rlprof capture and triggers capture nothing)")
             return "\n".join(lines)
         lines.append(f"tools: {', '.join(g.tools)}   steps: {list(g.steps)}   save_path: {g.save_path}   world size: {self.world_size}")
         if g.profile_continuous_steps:
@@ -186,7 +192,50 @@ class CheckResult:
                 else:
                     reason = next((p.roles[name].reason for p in self.plans if name in p.roles), "")
                     lines.append(f"  {name:<7} off       ({reason})")
-        return "\n".join(lines)
+        return "\n".join(lines + self._arming_lines())
+
+    def as_armed(self) -> dict[str, Any]:
+        """Whether the run is armed, and for which roles and ranks, as JSON data (``rlprof check --json``)."""
+        g = self.config.global_
+        trigger = g.trigger
+        return {"armed": armed(self.config), "on_demand": g.on_demand,
+                "armed_roles": {name: ranks.as_json() for name, ranks in self._armed_ranks().items()},
+                "trigger": vars(trigger) if trigger is not None else None}
+
+    def _armed_ranks(self) -> dict[str, RankRanges]:
+        found: dict[str, list[tuple[int, int]]] = {}
+        for cls in self.classes:
+            for name in cls.plan.armed:
+                found.setdefault(name, []).append((cls.first, cls.last))
+        return {name: RankRanges.merge(ranges) for name, ranges in found.items()}
+
+    def _arming_lines(self) -> list[str]:
+        """What ``rlprof check`` says of ``on_demand`` and ``trigger``: whether the run is armed, who captures
+        on request, and each trigger with its defaults (docs/captures.md, "Unplanned captures")."""
+        g = self.config.global_
+        if not armed(self.config):
+            if g.tools and not g.on_demand:
+                return ["not armed: global_profiler.on_demand is false (only global_profiler.steps are captured; "
+                        "rlprof capture and triggers capture nothing)"]
+            return []
+        roles = ", ".join(f"{name} {'replica ranks' if name == 'rollout' and self.config.agent_loop else 'ranks'} {ranks}"
+                          for name, ranks in self._armed_ranks().items()) or "no rank (no role selected on any rank)"
+        lines = [f"armed (global_profiler.on_demand: true, a tool set, a role enabled): `rlprof capture "
+                 f"{g.save_path}` captures the next steps of a running job on {roles}"]
+        trigger = g.trigger
+        if trigger is None:
+            lines.append("no trigger (global_profiler.trigger: null): nothing is captured on anomaly")
+            return lines
+        if trigger.slow_step is not None:
+            lines.append(f"trigger slow_step: a step longer than {trigger.slow_step:g}x the median of the last "
+                         f"{trigger.window} steps (window) has the next step captured")
+        if trigger.late_rank is not None:
+            lines.append(f"trigger late_rank: a rank entering a region later than the others by more than "
+                         f"{trigger.late_rank:.0%} of the region's median time has the next step captured (where step "
+                         f"metrics reach the driver)")
+        lines.append(f"triggers capture at most {trigger.max_captures} steps (max_captures), none within "
+                     f"{trigger.cooldown_steps} steps of the last (cooldown_steps), within the capture budgets")
+        return lines
 
 
 def rank_classes(named: Iterable[int], world: int, split: int | None = None) -> list[tuple[int, int]]:
@@ -321,7 +370,7 @@ def require_usable_save_path(config: ProfilerConfig) -> None:
     """Raise :class:`ConfigError` naming ``global_profiler.save_path`` when profiling is on and the
     directory cannot be created or written there (a file, read-only, a symlink loop...). Cheap; no
     files are left behind. ``rlprof check`` calls it; ``Profiler()`` should too, on profiling ranks."""
-    if not config.enabled:
+    if not (config.enabled or armed(config)):
         return
     from rlprof.layout import check_save_path
 

@@ -17,6 +17,11 @@ Rules (one place, one rule each):
   Discrete: one capture per region of a selected role. The selected roles of one process must agree.
 * **Sampling.** A role's ``schedule`` cuts each of its regions into active windows of iterations
   (see :mod:`rlprof.config.schedule`); in discrete mode each window is a capture.
+* **Arming.** A run is armed (:func:`armed`) when a tool is set, a role is enabled and
+  ``global_profiler.on_demand`` is not false, whatever ``steps`` says: the roles the rank rules select
+  (:attr:`RolePlan.armed`) then capture a step asked for mid-run (``rlprof capture``, a trigger), as
+  :meth:`ProcessPlan.unplanned` makes them selected. Which steps those are is decided at run time by the
+  driver's :class:`rlprof.runtime.unplanned.Decider`, never here.
 * **Timing.** With a tool set and ``global_profiler.step_metrics`` on, every hosted role whose ``enable``
   is true is timed on every step and rank, whatever ``steps`` and ``ranks`` say: the step metrics need
   every rank (the slowest, the spread, the late one), and a timing costs about a microsecond.
@@ -45,6 +50,9 @@ class RolePlan:
     schedule: Schedule | None = None
     every_rank: str | None = None
     """The tool that selected this rank whatever ``ranks`` says (:data:`EVERY_RANK_TOOLS`), else None."""
+    armed: bool = False
+    """The role captures here when a capture is asked for mid-run (``rlprof capture``, a trigger): a tool is
+    set, the run is armed (:func:`armed`) and the rank rules select it, whatever ``steps`` says."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,23 @@ class ProcessPlan:
     """Every ``start_step`` is profiled, one capture per step (the caller decides the steps)."""
     timed: tuple[str, ...] = ()
     """Hosted roles whose regions are timed on every step for the step metrics (see the module doc)."""
+    on_request: bool = False
+    """The plan of a process that captures a step nobody planned (:meth:`unplanned`): active, its armed
+    roles selected."""
+
+    @cached_property
+    def armed(self) -> tuple[str, ...]:
+        """Hosted roles that capture a step asked for mid-run (``rlprof capture``, a trigger): empty when
+        the run is not armed or no hosted role is selected on this rank."""
+        return tuple(name for name, r in self.roles.items() if r.armed)
+
+    def unplanned(self) -> "ProcessPlan":
+        """This plan, able to capture unplanned steps: its armed roles selected (the steps planned stay)."""
+        if self.on_request or not self.armed:
+            return self
+        roles = {n: r if r.selected or not r.armed else replace(r, selected=True, reason="armed: captures on request")
+                 for n, r in self.roles.items()}
+        return replace(self, roles=roles, on_request=True)
 
     # The answers below are asked on every training step (``start_step`` of a step that is not profiled
     # included: the hot path), so each is worked out once per plan; a plan never changes.
@@ -71,7 +96,7 @@ class ProcessPlan:
     @cached_property
     def active(self) -> bool:
         """This process makes hook calls at all."""
-        return bool(self.runs or self.every_step) and any(r.selected for r in self.roles.values())
+        return bool(self.runs or self.every_step or self.on_request) and any(r.selected for r in self.roles.values())
 
     @property
     def steps(self) -> tuple[int, ...]:
@@ -103,7 +128,7 @@ class ProcessPlan:
         """
         if not self.active:
             return 0
-        if self.every_step:
+        if self.every_step or self.on_request:
             return None
         if not self.discrete:
             return len(self.runs)
@@ -221,6 +246,7 @@ def resolve_plan(
         raise ConfigError(f"roles: got {unknown[0]!r}; allowed: {', '.join(ROLES)}")
     g = config.global_
     profiling = bool(g.tools and (g.steps or g.caller_steps))
+    arming = armed(config)
     every_rank = next((t for t in g.tools if t in EVERY_RANK_TOOLS), None)
     planned: dict[str, RolePlan] = {}
     for name in ROLES:
@@ -245,10 +271,12 @@ def resolve_plan(
         chosen_by = every_rank if cfg.enable and every_rank is not None else None
         if chosen_by is not None:
             selected, reason = True, f"every rank: {chosen_by} follows verl (ranks/all_ranks not read)"
+        on_request = arming and selected
         if not profiling:
             selected, reason, chosen_by = False, "no global_profiler.tool" if not g.tools else "global_profiler.steps is null", None
-        planned[name] = RolePlan(name, selected, reason, cfg.schedule if selected else None, chosen_by)
-    chosen = [config.roles[n] for n, p in planned.items() if p.selected]
+        planned[name] = RolePlan(name, selected, reason, cfg.schedule if selected or on_request else None, chosen_by,
+                                 armed=on_request)
+    chosen = [config.roles[n] for n, p in planned.items() if p.selected or p.armed]
     modes = {c.discrete for c in chosen}
     if len(modes) > 1:
         discrete = [c for c in chosen if c.discrete]
@@ -271,6 +299,13 @@ def resolve_plan(
         warnings=config.warnings,
         every_step=profiling and g.caller_steps,
     )
+
+
+def armed(config: ProfilerConfig) -> bool:
+    """The run captures steps asked for mid-run (``rlprof capture``, ``global_profiler.trigger``): a tool is set,
+    a role is enabled and ``global_profiler.on_demand`` is not false, whatever ``steps`` says. The one rule."""
+    g = config.global_
+    return bool(g.tools and g.on_demand and any(r.enable for r in config.roles.values()))
 
 
 def primary_role(plan: ProcessPlan) -> str | None:

@@ -242,6 +242,12 @@ class Profiler:
         if self.plan.timed:
             self._times = self._new_times()
         self._session = None
+        self._backends_given = backends
+        self._decider = None
+        """This process's :class:`~rlprof.runtime.unplanned.Decider` (an armed run without a driver), made at the
+        first step: a driver (the Ray controller, verl's trainer) sets :attr:`driven` before that."""
+        self.driven = bool(self.config.global_.caller_steps)
+        """A driver decides the steps captured unplanned and tells this Profiler (:meth:`capture`)."""
         if self.plan.active:
             from rlprof.runtime.checking import require_usable_save_path
 
@@ -427,9 +433,59 @@ class Profiler:
                 return
             self._step = step
             self._began_ns = _now()
+            if self._decider is not False:
+                self._unplanned_step(step)
             live = self._session.join_step(self, step) if self._session is not None else None
             if live:
                 self._set_live(live)
+
+    def capture(self, steps: Iterable[int], reason: str) -> bool:
+        """Capture ``steps`` though no plan named them, for ``reason`` (``requested: <id>``, ``triggered: ...``):
+        a driver's :class:`~rlprof.runtime.unplanned.Decider` chose them. Backends are loaded at the first such
+        step of a process that captured nothing yet. False when this Profiler captures nothing on request
+        (the run is not armed, no hosted role is selected on this rank, it is finalized). Never raises."""
+        with self._lock:
+            if self._finalized or not (self.plan.active or self.plan.armed):
+                return False
+            if self._session is None:
+                try:
+                    self._join_unplanned()
+                except Exception as exc:
+                    log.error("rlprof: rank %d cannot capture %s (%s: %s); training goes on", self.run.rank, reason,
+                              type(exc).__name__, exc)
+                    return False
+                if self._session is None:
+                    return False
+            self._session.add_unplanned(tuple(steps), reason)
+            return True
+
+    def _join_unplanned(self) -> None:
+        """Join the process session with the plan's armed roles selected (:meth:`ProcessPlan.unplanned`)."""
+        from rlprof.runtime import exits
+        from rlprof.runtime.checking import require_usable_save_path
+        from rlprof.runtime.session import Participant, join
+
+        require_usable_save_path(self.config)
+        self.plan = self.plan.unplanned()
+        self._session, self.tool_configs = join(
+            Participant(self, went_idle=self._went_idle, step_written=self._step_written), self._backends_given)
+        exits.register(self)
+
+    def _unplanned_step(self, step: int) -> None:
+        """Ask this process's decider whether ``step`` is captured unplanned (a plain Profiler of an armed run)."""
+        decider = self._decider
+        if decider is None:
+            from rlprof.runtime.plan import armed
+
+            if self.driven or not armed(self.config):
+                self._decider = False
+                return
+            from rlprof.runtime.unplanned import process_decider
+
+            decider = self._decider = process_decider(self.run, self.config.global_.trigger)
+        reason = decider.decide(step)
+        if reason is not None:
+            self.capture((step,), reason)
 
     def step_boundary(self) -> None:
         """The current training step ends."""
@@ -437,6 +493,8 @@ class Profiler:
             step, self._step = self._step, None
             if step is None or self._finalized:
                 return
+            if self._decider:
+                self._decider.step_ended(step, (_now() - self._began_ns) / 1e9, captured=bool(self._live))
             if self._times is not None:
                 self._times.windows.append((step, self._began_ns, _now(), bool(self._live)))
             if self._session is None:
@@ -461,6 +519,8 @@ class Profiler:
             from rlprof.runtime import exits
 
             exits.unregister(self)
+            if self._decider:
+                self._decider.stop()
             if self._times is not None and self._step is not None:  # the step it ends inside: its window so far
                 self._times.windows.append((self._step, self._began_ns, _now(), bool(self._live)))
             if self._session is not None:

@@ -193,6 +193,9 @@ class ProcessSession:
         self._implicit: set[str] = set()
         """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
         self._unmarked: set[str] = set()
+        self.unplanned: dict[int, str] = {}
+        """Step -> why it is captured though no plan named it (:meth:`add_unplanned`); captures of other steps
+        are ``planned``."""
         run = self.run
         self.manifest = ManifestWriter(
             run.run_dir / "manifest" / f"{process_tag(run.rank, run.host, run.pid)}.jsonl",
@@ -298,7 +301,8 @@ class ProcessSession:
                             "ending step %s for all of them", self.run.rank, step, self.machine.step, self.machine.step)
                 for other in list(self.in_step):
                     self.leave_step(other)
-            live = frozenset(prof.plan.selected_roles) if prof.plan.is_profiled(step) else frozenset()
+            planned = prof.plan.is_profiled(step)
+            live = frozenset(prof.plan.selected_roles) if planned or step in self.unplanned else frozenset()
             if live:
                 live = self._within_budget(step, live)
             profiled = bool(live)
@@ -310,6 +314,13 @@ class ProcessSession:
             if profiled:
                 self.in_step.add(prof)
             return live
+
+    def add_unplanned(self, steps: tuple[int, ...], reason: str) -> None:
+        """Capture ``steps`` for ``reason`` (:meth:`rlprof.runtime.profiler.Profiler.capture`): the first reason
+        given for a step stays (colocated Profilers are told the same)."""
+        with self.lock:
+            for step in steps:
+                self.unplanned.setdefault(step, reason)
 
     def _within_budget(self, step: int, roles: frozenset) -> frozenset:
         """Of ``roles``, those the budgets still let capture at ``step``; a ``skip`` record per backend for
@@ -625,8 +636,9 @@ class ProcessSession:
             roles = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
             region = None
         size = self.budget.closed(capture.capture_id, roles)
-        record = CaptureRecord(capture=capture.capture_id, step=capture.steps[0] if capture.steps else None,
-                               steps=list(capture.steps), roles=list(roles), region=region, bytes=size)
+        step = capture.steps[0] if capture.steps else None
+        record = CaptureRecord(capture=capture.capture_id, step=step, steps=list(capture.steps), roles=list(roles),
+                               region=region, bytes=size, reason=self.unplanned.get(step, "planned"))
         self._sized.append((record.TYPE, record_fields(record)))
 
     def _machine_failed(self, exc: CaptureStateError) -> None:

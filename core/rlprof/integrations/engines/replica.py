@@ -104,6 +104,7 @@ class EngineReplica:
             profiler = Profiler(loaded, rank=replica_rank, world_size=num_replicas, roles=("rollout",),
                                 replica_rank=replica_rank, num_replicas=num_replicas, run_id=run_id,
                                 backends=engine_backends(loaded))
+            profiler.driven = True  # its driver (the Ray controller, verl's trainer) decides unplanned captures
             from rlprof.integrations.step_mailbox import send_to_driver
 
             send_to_driver(profiler)  # a replica actor's timings: to its driver's step metrics
@@ -137,6 +138,8 @@ class EngineReplica:
         """When the last deferred stop (:meth:`stop`) ended, for the wait of a call sent before it."""
         self.plain_traces = PlainTraces(self.profiler, engine, replica_rank, FINALIZE_WAIT_S)
         """The engine's plain JSON traces, compressed off the engine (:func:`~rlprof.integrations.engines.files.move_into`)."""
+        if not profiler.active and "rollout" in profiler.plan.armed:
+            profiler.capture((), "armed")  # an armed run: the engine is built able to capture a step asked for later
         if profiler.active and "rollout" in profiler.plan.selected_roles:
             self._prepare()
 

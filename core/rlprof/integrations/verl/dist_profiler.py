@@ -218,6 +218,10 @@ class DistProfiler:
             run_signals.publish_step(self._prof.run.run_id, step)
         if not (self._enable and self._this_rank):
             return
+        if step is not None:  # a step the trainer's decider chose (rlprof capture, a trigger): why
+            reason = run_signals.reason_of(self._prof.run.run_id, step)
+            if reason is not None:
+                self._prof.capture((int(step),), reason)
         self._prof.start_step(int(step) if step is not None else None)  # None: the Profiler counts starts
         self._sync_live()
 

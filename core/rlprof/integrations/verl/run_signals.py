@@ -121,6 +121,17 @@ def current_step(run_id: str) -> int | None:
         return None
 
 
+def publish_reason(run_id: str, step: int, reason: str) -> None:
+    """The trainer captures ``step`` though no plan named it, for ``reason`` (its decider's: ``requested: <id>``,
+    ``triggered: ...``): every worker and replica reads it as the step starts (:func:`reason_of`)."""
+    _put(f"{run_id}/unplanned/{int(step)}", reason)
+
+
+def reason_of(run_id: str, step: int) -> str | None:
+    """Why the trainer captures ``step`` unplanned, or None (a planned step, or outside Ray)."""
+    return _get(f"{run_id}/unplanned/{int(step)}")
+
+
 def publish_rollout_section(run_id: str, section: dict) -> None:
     """The rollout's profiler section (verl's role-section keys, plain values), for the replicas whose
     server verl built without one. A section that is not JSON is left unpublished."""

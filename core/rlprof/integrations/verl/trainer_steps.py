@@ -69,15 +69,24 @@ def wrap(trainer: Any) -> None:
 
     @functools.wraps(start)
     def _start_profiling(self, *args: Any, **kwargs: Any) -> Any:
-        StepTimer.of(self).begin(self.global_steps, _profiled(self, args))
+        timer = StepTimer.of(self)
+        profiled = _profiled(self, args)
+        # asked every step (a request may land on a planned step, which is profiled anyway, merged runs included)
+        if timer.unplanned(self.global_steps) and not profiled and self.global_steps not in timer.profiled:
+            profiled, args = True, _profiling(self, args)
+            timer.captured = self.global_steps
+        timer.begin(self.global_steps, profiled)
         return start(self, *args, **kwargs)
 
     @functools.wraps(stop)
     def _stop_profiling(self, *args: Any, **kwargs: Any) -> Any:
+        timer = StepTimer.of(self)
+        if timer.captured == self.global_steps:
+            args = _profiling(self, args)
         try:
             return stop(self, *args, **kwargs)
         finally:
-            StepTimer.of(self).end(self.global_steps)
+            timer.end(self.global_steps)
 
     _start_profiling.rlprof_wrapped = _stop_profiling.rlprof_wrapped = True
     trainer._start_profiling, trainer._stop_profiling = _start_profiling, _stop_profiling
@@ -91,12 +100,42 @@ def _profiled(trainer: Any, args: tuple) -> bool:
     return bool(getattr(trainer, "curr_step_profile", False))
 
 
+def _profiling(trainer: Any, args: tuple) -> tuple:
+    """The trainer's arguments (or state) saying "this step is profiled": the legacy trainer's ``do_profile``
+    argument, the v1 trainer's ``curr_step_profile`` (which its ``_stop_profiling`` reads too)."""
+    if args:
+        return (True, *args[1:])
+    trainer.curr_step_profile = True
+    return args
+
+
 def unwrap(trainer: Any) -> None:
     """Put ``trainer``'s own two calls back."""
     for name in ("_start_profiling", "_stop_profiling"):
         method = getattr(trainer, name, None)
         if getattr(method, "rlprof_wrapped", False):
             setattr(trainer, name, method.__wrapped__)
+
+
+def _decider(config: Any, save_path: Any, shared: str | None, metrics: Any) -> Any:
+    """The decider of an armed run whose trainer is the driver (None: not armed, or no run id shared)."""
+    if not shared:
+        return None
+    try:
+        from rlprof.config import load_config
+        from rlprof.runtime.plan import armed
+
+        loaded = load_config(config)
+        if not armed(loaded):
+            return None
+        from rlprof.runtime.unplanned import Decider
+
+        decider = Decider(Path(save_path or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared), loaded.global_.trigger)
+        decider.book = metrics.book if metrics is not None else None
+        return decider
+    except Exception as exc:  # never the run's failure: it goes on without unplanned captures
+        log.warning("rlprof: rlprof capture and triggers cannot reach this run (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 class StepTimer:
@@ -113,6 +152,7 @@ class StepTimer:
         self.run_dir = (Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared)
                         if self.profiled and shared else None)  # the directory the workers' Profilers write in
         self._open: tuple[int, int] | None = None
+        self._began: tuple[int, int, bool] | None = None
         self._manifest: ManifestWriter | None = None
         self.metrics = None
         """The run's step metrics (:class:`rlprof.integrations.verl.step_metrics.TrainerMetrics`) when some
@@ -121,6 +161,11 @@ class StepTimer:
             run_dir = Path(field(profiler, "save_path") or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared)
             self.metrics = step_metrics.TrainerMetrics.open(config, run_dir, run_id_for(shared))
             step_metrics.ACTIVE = self.metrics
+        self.run_id = run_id_for(shared) if shared else None
+        self.captured: int | None = None
+        """The step captured unplanned now (its ``_stop_profiling`` must stop the workers' capture too)."""
+        self.decider = _decider(config, field(profiler, "save_path"), shared, self.metrics)
+        """The trainer's :class:`~rlprof.runtime.unplanned.Decider` (an armed run; the trainer is the driver)."""
 
     @classmethod
     def of(cls, trainer: Any) -> "StepTimer":
@@ -129,7 +174,21 @@ class StepTimer:
             timer = trainer._rlprof_steps = cls(trainer.config)
         return timer
 
+    def unplanned(self, step: int) -> bool:
+        """Whether the trainer's decider captures ``step`` though no plan named it; if so, every worker and
+        replica is told why (:func:`run_signals.publish_reason`) before the trainer starts their profiling."""
+        if self.decider is None:
+            return False
+        reason = self.decider.decide(int(step))
+        if reason is None:
+            return False
+        from rlprof.integrations.verl import run_signals
+
+        run_signals.publish_reason(self.run_id, step, reason)
+        return True
+
     def begin(self, step: int, profiled: bool = False) -> None:
+        self._began = (step, self.clock_ns(), profiled)
         if self.metrics is not None:
             self.metrics.book.began(int(step), self.clock_ns(), profiled)
         if self.run_dir is not None and step not in self.profiled:
@@ -138,6 +197,11 @@ class StepTimer:
     def end(self, step: int) -> None:
         if self.metrics is not None:
             self.metrics.book.ended(int(step), self.clock_ns())
+        if self.decider is not None and self._began is not None and self._began[0] == step:
+            self.decider.step_ended(int(step), (self.clock_ns() - self._began[1]) / 1e9,
+                                    captured=self._began[2] or self.captured == step)
+        if self.captured == step:
+            self.captured = None
         opened, self._open = self._open, None
         if opened is None or opened[0] != step:
             return

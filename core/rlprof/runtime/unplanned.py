@@ -1,0 +1,317 @@
+"""The one place that decides an unplanned capture: ``rlprof capture`` requests and triggers (issue 42).
+
+A run is armed when a tool is set and a role is enabled, whatever ``global_profiler.steps`` says
+(:func:`rlprof.runtime.plan.armed`). Its driver owns one :class:`Decider` and asks it at each step start:
+"capture this step? why?" (:meth:`Decider.decide`). The drivers:
+
+* the Ray controller (:meth:`rlprof.integrations.ray.ProfilingController.start_step`), which tells every
+  worker the step and its reason in the ``start_step`` it fans out;
+* verl's trainer through the drop-in (:mod:`rlprof.integrations.verl`);
+* a plain :class:`~rlprof.Profiler`: rank 0's decides, and the other ranks read its answers from the run
+  directory (:meth:`Decider.follow`), so every rank captures the same absolute step (chosen
+  :data:`AHEAD` steps on, far enough that every rank starts it after the answer is written).
+
+What it reads:
+
+* **requests**: ``rlprof capture RUN [--steps N]`` writes ``<run>/requests/<id>.json``; the decider polls
+  that directory at step start (one ``os.stat`` of it per step, a read only when it changed), grants the
+  next N steps and writes ``<id>.answer.json`` (the steps, or why it refused), which the CLI prints;
+* **triggers** (``global_profiler.trigger``, :mod:`rlprof.config.trigger`): the driver feeds each step's
+  time (:meth:`Decider.step_ended`) and, where step metrics reach it, each step's figures
+  (:meth:`Decider.figures`); a trigger that fires grants the next step, within ``max_captures`` and
+  ``cooldown_steps`` (the capture budgets then hold as for any capture).
+
+Every grant carries the capture's reason (``requested: <id>``, ``triggered: <sentence>``), which the
+capture's manifest record keeps (:class:`rlprof.manifest.CaptureRecord` ``reason``) and the report shows.
+Never raises into training: a request it cannot read is passed over (and logged once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlprof.config.trigger import Trigger
+from rlprof.layout import REQUESTS_DIR
+
+log = logging.getLogger("rlprof")
+
+REQUESTS = REQUESTS_DIR
+"""The directory of a run (``<run>/requests``) where ``rlprof capture`` leaves requests and the driver answers."""
+LISTENING = "driver.json"
+"""Written there by an armed run's driver when it starts: who answers (host, pid, since); the CLI finds running
+runs by it."""
+ANSWER = ".answer.json"
+AHEAD = 2
+"""How many steps on a plain Profiler's rank 0 grants a capture: the other ranks read the answer at their next
+step start, and may already be one step on."""
+REQUESTED, TRIGGERED, PLANNED = "requested", "triggered", "planned"
+
+
+def requested(request_id: str) -> str:
+    return f"{REQUESTED}: {request_id}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    steps: tuple[int, ...]
+    reason: str
+
+
+class Decider:
+    """Decides, at each step start of one driver, whether the step is captured though no plan named it.
+
+    :param run_dir: the run's directory on the driver's node (requests are read and answered there).
+    :param trigger: ``global_profiler.trigger`` (None: none).
+    :param ahead: the first step a request is granted: the step starting now plus ``ahead`` (0: a driver that
+        tells every process before they start the step, as the Ray controller does).
+    :param refuse: why this run cannot start a capture mid-run (a tool that must start with the process),
+        or None; every request is answered with it.
+    :param answers: this decider grants requests (rank 0, the controller); False: it follows the answers
+        another wrote (the other ranks of a plain run).
+    """
+
+    def __init__(self, run_dir: Path, trigger: Trigger | None = None, *, ahead: int = 0, refuse: str | None = None,
+                 answers: bool = True):
+        self.requests = Path(run_dir) / REQUESTS
+        self.trigger = trigger
+        self.ahead = ahead
+        self.refuse = refuse
+        self.answers = answers
+        self.granted: dict[int, str] = {}
+        """Step -> why it is captured, for the steps granted and not begun yet."""
+        self.grants: list[Grant] = []
+        """Every grant made or followed, in order."""
+        self.triggered = 0
+        """Captures triggers made so far (against ``max_captures``)."""
+        self._seen: set[str] = set()
+        self._mtime: int | None = None
+        self._last = -1
+        self._cooldown_until = 0
+        self._times: deque[tuple[int, float]] = deque(maxlen=trigger.window if trigger else 1)
+        self._decided: tuple[int, str | None] | None = None
+        self.book = None
+        """The driver's :class:`~rlprof.runtime.step_book.StepBook`, where step metrics reach it (the Ray
+        controller): each step's figures, read at step start for the ``late_rank`` trigger."""
+        self._version = 0
+        self._fed = 0
+        self.stopped = False
+        if answers:
+            self._listen()
+
+    # ------------------------------------------------------------------ the step start
+
+    def decide(self, step: int) -> str | None:
+        """Why ``step`` (starting now) is captured unplanned, or None. Call once per step start; asking
+        again for the same step gives the same answer (colocated Profilers of one process share a decider)."""
+        if self._decided is not None and self._decided[0] == step:
+            return self._decided[1]
+        if self.book is not None:
+            self._read_book()
+        self._last = step
+        try:
+            self._poll(step)
+        except Exception as exc:  # a profiler never crashes training
+            log.warning("rlprof: reading capture requests in %s failed (%s: %s); training goes on",
+                        self.requests, type(exc).__name__, exc)
+        reason = self.granted.pop(step, None)
+        for stale in [s for s in self.granted if s < step]:  # granted, but the driver skipped them
+            del self.granted[stale]
+        self._decided = (step, reason)
+        return reason
+
+    def grant(self, steps: tuple[int, ...], reason: str) -> Grant:
+        """Capture ``steps`` for ``reason`` (steps already granted keep their first reason)."""
+        for step in steps:
+            self.granted.setdefault(step, reason)
+        made = Grant(tuple(steps), reason)
+        self.grants.append(made)
+        return made
+
+    # ------------------------------------------------------------------ triggers
+
+    def step_ended(self, step: int, seconds: float, captured: bool = False) -> Grant | None:
+        """Step ``step`` took ``seconds`` (the driver's own window): the ``slow_step`` trigger. A ``captured``
+        step is slower for being captured: it neither fires nor counts in the median."""
+        trigger = self.trigger
+        if trigger is None or captured:
+            return None
+        history = list(self._times)
+        self._times.append((step, seconds))
+        if trigger.slow_step is None or len(history) < trigger.window:
+            return None
+        median = statistics.median(s for _, s in history)
+        if median <= 0 or seconds <= trigger.slow_step * median:
+            return None
+        sentence = (f"step {step} took {seconds / median:.1f}\u00d7 the median ({median:.3g} s) of steps "
+                    f"{history[0][0]}\u2013{history[-1][0]}")
+        return self._fire(step, sentence)
+
+    def figures(self, figures: Any) -> Grant | None:
+        """A step's :class:`~rlprof.step_metrics.StepFigures` (where step metrics reach the driver): the
+        ``late_rank`` trigger."""
+        trigger = self.trigger
+        if trigger is None or trigger.late_rank is None:
+            return None
+        for (role, region), f in sorted(figures.regions.items()):
+            if f.late_rank >= 0 and f.median_s > 0 and f.late_by_s > trigger.late_rank * f.median_s:
+                sentence = (f"rank {f.late_rank} entered {region} of step {figures.step} {f.late_by_s:.3g} s after the "
+                            f"others ({f.late_by_s / f.median_s:.0%} of its median {f.median_s:.3g} s)")
+                return self._fire(figures.step, sentence)
+        return None
+
+    def _read_book(self) -> None:
+        """Feed the figures of the steps completed since the last step start to :meth:`figures`."""
+        book = self.book
+        if self.trigger is None or self.trigger.late_rank is None or book.version == self._version:
+            return
+        self._version = book.version
+        try:
+            for figures in book.recent():
+                if figures.step > self._fed:
+                    self._fed = figures.step
+                    self.figures(figures)
+        except Exception as exc:  # never into training
+            log.warning("rlprof: the late_rank trigger could not read the step metrics (%s: %s)", type(exc).__name__, exc)
+
+    def _fire(self, step: int, sentence: str) -> Grant | None:
+        trigger = self.trigger
+        if self.triggered >= trigger.max_captures or step < self._cooldown_until:
+            return None
+        first = max(step, self._last) + 1 + max(0, self.ahead - 1)
+        if first in self.granted:
+            return None
+        self.triggered += 1
+        self._cooldown_until = first + trigger.cooldown_steps + 1
+        log.warning("rlprof: capturing step %d: %s", first, sentence)
+        made = self.grant((first,), f"{TRIGGERED}: {sentence}")
+        if self.answers and self.ahead:  # other ranks follow the answers (a plain run's)
+            try:
+                _write_json(self.requests / f"trigger-{first}{ANSWER}", {"steps": [first], "reason": made.reason})
+            except OSError as exc:
+                log.warning("rlprof: cannot tell the other ranks of the triggered capture (%s)", exc)
+        return made
+
+    # ------------------------------------------------------------------ requests
+
+    def _listen(self) -> None:
+        try:
+            from rlprof.layout import hostname
+
+            self.requests.mkdir(parents=True, exist_ok=True)
+            _write_json(self.requests / LISTENING, {"host": hostname(), "pid": os.getpid(), "since": time.time(),
+                                                    "refuse": self.refuse})
+        except OSError as exc:
+            log.warning("rlprof: cannot listen for capture requests in %s (%s); rlprof capture will not reach this run",
+                        self.requests, exc)
+
+    def stop(self) -> None:
+        """The run ended: say so to ``rlprof capture`` (``driver.json`` gains ``ended``)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if not self.answers:
+            return
+        try:
+            path = self.requests / LISTENING
+            info = json.loads(path.read_text(encoding="utf-8"))
+            info["ended"] = time.time()
+            _write_json(path, info)
+        except (OSError, ValueError):
+            pass
+
+    def _poll(self, step: int) -> None:
+        try:
+            mtime = os.stat(self.requests).st_mtime_ns
+        except OSError:
+            return
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        for path in sorted(self.requests.glob("*.json")):
+            name = path.name
+            if name in self._seen or name == LISTENING:
+                continue
+            if self.answers and not name.endswith(ANSWER):
+                self._seen.add(name)
+                self._answer(path, step)
+            elif not self.answers and name.endswith(ANSWER):
+                self._seen.add(name)
+                answer = json.loads(path.read_text(encoding="utf-8"))
+                if answer.get("steps"):
+                    self.grant(tuple(answer["steps"]), answer["reason"])
+
+    def _answer(self, path: Path, step: int) -> None:
+        request_id = path.name[:-len(".json")]
+        try:
+            asked = json.loads(path.read_text(encoding="utf-8"))
+            count = asked.get("steps", 1)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"steps: {count!r}")
+        except (OSError, ValueError, AttributeError) as exc:
+            answer = {"id": request_id, "refused": f"the request could not be read ({exc})"}
+        else:
+            if self.refuse:
+                answer = {"id": request_id, "refused": self.refuse}
+            else:
+                first = step + self.ahead
+                while any(s in self.granted for s in range(first, first + count)):  # a trigger's step: its own reason
+                    first += 1
+                made = self.grant(tuple(range(first, first + count)), requested(request_id))
+                answer = {"id": request_id, "steps": list(made.steps), "reason": made.reason, "asked_at_step": step}
+                log.warning("rlprof: capture request %s: capturing step%s %s", request_id, "s" if count > 1 else "",
+                            ", ".join(map(str, made.steps)))
+        _write_json(self.requests / f"{request_id}{ANSWER}", answer)
+
+
+def refusal(config: Any, *, launched: bool, backends: Any = None) -> str | None:
+    """Why a Ray run of ``config`` cannot capture a step mid-run, or None: a selected backend that must start
+    with the worker process (it implements ``worker_runtime_env``: nsys) when the workers were not started
+    with it (``launched``: some step was planned, so :func:`rlprof.integrations.ray_options.worker_options`
+    started them under it)."""
+    if launched:
+        return None
+    try:
+        from rlprof.runtime.registry import Backends
+
+        registry = Backends(config.global_.tools, rank=0, instances=backends)
+        try:
+            needing = list(dict.fromkeys(impl.backend for impl in registry.impls.get("worker_runtime_env", ())))
+        finally:
+            registry.close()
+    except Exception as exc:
+        return f"the backends could not be loaded to check that they can start mid-run ({type(exc).__name__}: {exc})"
+    if not needing:
+        return None
+    return (f"{', '.join(needing)} cannot start mid-run: it must start with the worker processes, and this run's workers "
+            f"were started without it (no global_profiler.steps planned). Plan a step (global_profiler.steps) to have "
+            f"them started under it, or use a tool that starts mid-run (torch)")
+
+
+_DECIDERS: dict[tuple[str, int, int], Decider] = {}
+
+
+def process_decider(run: Any, trigger: Trigger | None) -> Decider:
+    """The decider of a plain Profiler's process (its colocated Profilers share it): rank 0 answers requests
+    and fires triggers, :data:`AHEAD` steps on when there are other ranks; the other ranks follow its answers."""
+    key = (str(run.run_dir), run.rank, os.getpid())
+    decider = _DECIDERS.get(key)
+    if decider is None or decider.stopped:
+        lead = run.rank == 0
+        decider = _DECIDERS[key] = Decider(run.run_dir, trigger if lead else None, ahead=AHEAD if run.world_size > 1 else 0,
+                                           answers=lead)
+    return decider
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """Write ``value`` to ``path`` whole (a reader never sees half a file): a temporary name, then a rename."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value), encoding="utf-8")
+    os.replace(temporary, path)
