@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rlprof.layout import release_held_dirs
 from rlprof.step_metrics import (FILE, PROCESS_DIR, NOISE_STEPS, StepFigures, StepMetricsRecord, Timing, split_metrics,
                                  step_figures)
 
@@ -317,6 +318,7 @@ class StepBook:
         self.closed = True
         if self._writer is not None:
             self._writer.close()
+            release_held_dirs()  # its last lines may come after the session released them: nothing stays open
         if self._backends is not None:
             self._backends.close()
 

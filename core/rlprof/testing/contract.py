@@ -54,6 +54,7 @@ from rlprof.context import RuntimeEnvContext
 from rlprof.errors import ConfigError
 from rlprof.plugins import hook_call, implemented_hooks
 from rlprof.layout import CORE_DIRS
+from rlprof.step_metrics import FILE as STEP_METRICS_FILE, PROCESS_DIR as STEP_METRICS_DIR
 from rlprof.manifest import WRITTEN
 from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
 from rlprof.testing.scenario import BackendRun
@@ -365,7 +366,8 @@ def writes_only_under_output_dir(run: BackendRun) -> list[str]:
     if run.run_dir.exists():
         for path in sorted(p for p in run.run_dir.rglob("*") if p.is_file()):
             relative = path.relative_to(run.run_dir)
-            if relative.parts[0] not in CORE_DIRS and not _in_own_dir(relative, run.name):
+            core = relative.parts[0] in CORE_DIRS or relative.parts[0] in (STEP_METRICS_FILE, STEP_METRICS_DIR)
+            if not core and not _in_own_dir(relative, run.name):
                 problems.append(f"wrote {relative} into the run directory but outside its own output directories "
                                 f"(<capture>/<process>/{run.name}/): write only under ctx.output_dir()")
     return problems

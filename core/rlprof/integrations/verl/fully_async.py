@@ -246,8 +246,8 @@ def _watch_tracker(trainer: Any) -> None:
     """Read what the trainer logs to its tracker (``self.logger.log``), for :func:`_write_idle`; once."""
     tracker = getattr(trainer, "logger", None)
     original = getattr(tracker, "log", None)
-    if original is None or getattr(original, "rlprof_wrapped", False):
-        return
+    if original is None or getattr(original, "rlprof_idle_wrapped", False):  # its own mark: the class's log is
+        return  # wrapped too (step metrics), and a bound method shows its function's attributes
 
     def logged(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -257,7 +257,7 @@ def _watch_tracker(trainer: Any) -> None:
             log_error("verl's idle figures were not recorded", exc)
         return original(*args, **kwargs)
 
-    logged.rlprof_wrapped = True
+    logged.rlprof_idle_wrapped = True
     tracker.log = logged
 
 
