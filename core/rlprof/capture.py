@@ -73,7 +73,7 @@ def _alive(info: dict) -> bool:
 def request(run_dir: Path, steps: int = 1) -> str:
     """Leave a request for ``steps`` steps in ``run_dir``; its id."""
     request_id = time.strftime("r%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    _write_json(Path(run_dir) / REQUESTS / f"{request_id}.json", {"steps": steps, "asked": time.time()})
+    _write_json(Path(run_dir) / REQUESTS / f"{request_id}.json", {"steps": steps, "asked": time.time()}, Path(run_dir))
     return request_id
 
 

@@ -79,8 +79,10 @@ def test_slow_step_captures_a_step_after_the_slowdown_naming_the_late_rank_and_s
     first = min(triggered)
     assert {rank for rank, _ in triggered[first]} == {0, 1}
     [reason] = {r for _, r in triggered[first]}
-    assert re.fullmatch(rf"triggered: step {first - 1} took [\d.]+\u00d7 the median \([\d.e-]+ s\) of steps "
-                        rf"\d+\u2013{first - 2}", reason), reason
+    said = re.fullmatch(rf"triggered: step {first - 1} took [\d.]+\u00d7 the median \([\d.e-]+ s\) of steps "
+                        rf"(\d+)\u2013(\d+)", reason)
+    assert said and int(said[1]) < int(said[2]) < SLOW_FROM, reason  # the median's steps: before the slowdown
+    # (the steps settling after the requested capture are left out of it, so its window may end before step 8)
     assert f"step {first}: " in armed_demo["output"]
     assert f"captured because step {first - 1} took " in armed_demo["output"]
     assert re.search(rf"step {first} actor_update: rank 0 waited [\d.]+ ms in all_reduce for rank 1, late by",

@@ -75,6 +75,16 @@ def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captu
     assert fired[7] == "triggered: step 6 took 1.9\u00d7 the median (1.05 s) of steps 2\u20135"
 
 
+def test_the_steps_just_after_a_capture_neither_fire_slow_step_nor_count_in_its_median():
+    """A capture's trace is written in the background beside the next steps: a demo run whose requested
+    capture of step 5 slowed step 7 to 1.6x fired the trigger before the slowdown it was waiting for."""
+    decider = Decider(Path("/nonexistent"), Trigger(slow_step=1.5, window=3), answers=False)
+    times = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 3.0, 6: 2.0, 7: 1.8, 8: 1.0, 9: 2.0}
+    grants = {step: decider.step_ended(step, seconds, captured=step == 5) for step, seconds in times.items()}
+    assert [step for step, grant in grants.items() if grant is not None] == [9]  # 6 and 7 settle after 5
+    assert "of steps 3–8" in grants[9].reason  # 5, 6 and 7 are not in the median's window
+
+
 def test_late_rank_fires_when_a_rank_enters_later_than_the_fraction_of_the_median():
     def figures(step, late_by):
         region = RegionFigures("actor", "actor_update", {0: 1.0, 1: 1.0}, {0: 0.0, 1: late_by}, 1.0, 0, 1.0, 0.0,

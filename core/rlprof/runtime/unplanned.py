@@ -39,13 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.trigger import Trigger
-from rlprof.layout import REQUESTS_DIR
+from rlprof.layout import REQUESTS_DIR, ensure_dir, open_file
 
 log = logging.getLogger("rlprof")
 
 REQUESTS = REQUESTS_DIR
 """The directory of a run (``<run>/requests``) where ``rlprof capture`` leaves requests and the driver answers."""
 LISTENING = "driver.json"
+
+SETTLE_STEPS = 2
+"""Steps after a captured one that ``slow_step`` leaves out: a demo run whose request captured step 5 fired
+the trigger at step 7 (1.6x the median) while step 5's trace was still being written on a 2-core machine."""
 """Written there by an armed run's driver when it starts: who answers (host, pid, since); the CLI finds running
 runs by it."""
 ANSWER = ".answer.json"
@@ -80,7 +84,9 @@ class Decider:
 
     def __init__(self, run_dir: Path, trigger: Trigger | None = None, *, ahead: int = 0, refuse: str | None = None,
                  answers: bool = True):
-        self.requests = Path(run_dir) / REQUESTS
+        self.root = Path(run_dir)
+        """The run directory: what rlprof writes here never follows a link planted at or under it."""
+        self.requests = self.root / REQUESTS
         self.trigger = trigger
         self.ahead = ahead
         self.refuse = refuse
@@ -95,6 +101,8 @@ class Decider:
         self._mtime: int | None = None
         self._last = -1
         self._cooldown_until = 0
+        self._settling = 0
+        """The last step after a capture that the ``slow_step`` trigger leaves out."""
         self._times: deque[tuple[int, float]] = deque(maxlen=trigger.window if trigger else 1)
         self._decided: tuple[int, str | None] | None = None
         self.book = None
@@ -139,9 +147,15 @@ class Decider:
 
     def step_ended(self, step: int, seconds: float, captured: bool = False) -> Grant | None:
         """Step ``step`` took ``seconds`` (the driver's own window): the ``slow_step`` trigger. A ``captured``
-        step is slower for being captured: it neither fires nor counts in the median."""
+        step is slower for being captured, and so are the :data:`SETTLE_STEPS` after it (its trace is compressed
+        and written in the background on the same cores): they neither fire nor count in the median."""
         trigger = self.trigger
-        if trigger is None or captured:
+        if trigger is None:
+            return None
+        if captured:
+            self._settling = step + SETTLE_STEPS
+            return None
+        if step <= self._settling:  # the capture's trace is still being written beside these steps
             return None
         history = list(self._times)
         self._times.append((step, seconds))
@@ -194,7 +208,7 @@ class Decider:
         made = self.grant((first,), f"{TRIGGERED}: {sentence}")
         if self.answers and self.ahead:  # other ranks follow the answers (a plain run's)
             try:
-                _write_json(self.requests / f"trigger-{first}{ANSWER}", {"steps": [first], "reason": made.reason})
+                _write_json(self.requests / f"trigger-{first}{ANSWER}", {"steps": [first], "reason": made.reason}, self.root)
             except OSError as exc:
                 log.warning("rlprof: cannot tell the other ranks of the triggered capture (%s)", exc)
         return made
@@ -205,9 +219,9 @@ class Decider:
         try:
             from rlprof.layout import hostname
 
-            self.requests.mkdir(parents=True, exist_ok=True)
+            ensure_dir(self.requests, self.root)
             _write_json(self.requests / LISTENING, {"host": hostname(), "pid": os.getpid(), "since": time.time(),
-                                                    "refuse": self.refuse})
+                                                    "refuse": self.refuse}, self.root)
         except OSError as exc:
             log.warning("rlprof: cannot listen for capture requests in %s (%s); rlprof capture will not reach this run",
                         self.requests, exc)
@@ -223,7 +237,7 @@ class Decider:
             path = self.requests / LISTENING
             info = json.loads(path.read_text(encoding="utf-8"))
             info["ended"] = time.time()
-            _write_json(path, info)
+            _write_json(path, info, self.root)
         except (OSError, ValueError):
             pass
 
@@ -268,7 +282,7 @@ class Decider:
                 answer = {"id": request_id, "steps": list(made.steps), "reason": made.reason, "asked_at_step": step}
                 log.warning("rlprof: capture request %s: capturing step%s %s", request_id, "s" if count > 1 else "",
                             ", ".join(map(str, made.steps)))
-        _write_json(self.requests / f"{request_id}{ANSWER}", answer)
+        _write_json(self.requests / f"{request_id}{ANSWER}", answer, self.root)
 
 
 def refusal(config: Any, *, launched: bool, backends: Any = None) -> str | None:
@@ -310,8 +324,10 @@ def process_decider(run: Any, trigger: Trigger | None) -> Decider:
     return decider
 
 
-def _write_json(path: Path, value: Any) -> None:
-    """Write ``value`` to ``path`` whole (a reader never sees half a file): a temporary name, then a rename."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value), encoding="utf-8")
+def _write_json(path: Path, value: Any, root: Path) -> None:
+    """Write ``value`` to ``path`` whole (a reader never sees half a file): a new temporary name, then a
+    rename; never through a link planted at or under the run directory ``root`` (:func:`rlprof.layout.open_file`)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    with open_file(temporary, root, "w") as handle:
+        handle.write(json.dumps(value))
     os.replace(temporary, path)
