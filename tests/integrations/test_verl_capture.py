@@ -1,11 +1,14 @@
 """Issue 42's acceptance on verl's real trainer (``examples/verl-cpu/run.py --rlprof``, ``python -m rlprof.verl``'s
 drop-in): nothing planned (``global_profiler.steps=null``), torch, actor and rollout enabled, 8 steps;
 ``rlprof capture <save_path>`` once step 3 has started captures exactly one step, within 2 steps of the request,
-on every selected process and the replica, and the report names the request. No other step is captured."""
+on every selected process and the replica, and the report names the request. No other step is captured. With
+``trainer.logger=[console,file]``, every step's line in verl's file logger holds the ``rlprof/`` metrics of the
+actor's and the rollout's regions (nothing planned: every step is timed all the same)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -37,8 +40,11 @@ def test_rlprof_capture_on_a_running_verl_trainer_captures_one_step_everywhere(t
                "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
                "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
                "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.rollout.profiler.all_ranks=true",
-               "trainer.logger=[console]"]
-        trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=workdir)
+               "trainer.logger=[console,file]"]
+        logged = tmp_path / "verl_file_logger.jsonl"
+        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logged)}  # verl's file logger writes there
+        trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=workdir,
+                                   env=env)
         lines, asked, asked_after = [], None, None
         deadline = time.monotonic() + 900
         for line in trainer.stdout:
@@ -73,5 +79,11 @@ def test_rlprof_capture_on_a_running_verl_trainer_captures_one_step_everywhere(t
         text = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save), "--no-traces"],
                               capture_output=True, text=True, timeout=600).stdout
         assert f"captured on request {request} (rlprof capture)" in text, text[-3000:]
+        by_step = {line["step"]: line["data"] for line in map(json.loads, logged.read_text().splitlines())
+                   if line["step"] >= 1}  # step 0: validation, before training
+        assert sorted(by_step) == list(range(1, 9)), sorted(by_step)
+        for number, data in by_step.items():
+            assert data.get("rlprof/actor/update/slowest_s", 0) > 0, (number, sorted(k for k in data if "rlprof" in k))
+            assert data.get("rlprof/rollout/generate/slowest_s", 0) > 0, (number, sorted(k for k in data if "rlprof" in k))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
