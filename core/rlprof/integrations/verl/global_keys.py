@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 from typing import Any
 
 from rlprof.config.fields import VERL_MARKER, keys_of, mirrored_keys
@@ -111,20 +110,12 @@ def _run_id(shared: str) -> str:
 
 def watch() -> None:
     """Hand on the keys from each trainer class's ``__init__`` once its module is imported (never imported here)."""
-    for module, name in TRAINERS.items():
-        on_import.when_imported(module, functools.partial(_patch, name=name))
+    on_import.patch_classes(TRAINERS, wrap)
 
 
 def forget() -> None:
     """Leave the trainers' ``__init__`` as verl wrote them (``rlprof.verl.uninstall``)."""
-    for module, name in TRAINERS.items():
-        on_import.forget(module)
-        if module in sys.modules:
-            unwrap(getattr(sys.modules[module], name, None))
-
-
-def _patch(module: Any, name: str) -> None:
-    wrap(getattr(module, name, None))
+    on_import.unpatch_classes(TRAINERS, unwrap)
 
 
 def wrap(trainer: Any) -> None:

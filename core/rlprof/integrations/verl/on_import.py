@@ -11,11 +11,12 @@ imported the module sees it. A patch that raises is logged and the module is lef
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import logging
 import sys
 import threading
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 log = logging.getLogger("rlprof")
 
@@ -46,6 +47,25 @@ def forget(name: str) -> None:
     """Do not patch ``name`` when it is imported later (``rlprof.verl.uninstall``): none of its patches."""
     with _lock:
         _pending.pop(name, None)
+
+
+def patch_classes(classes: Mapping[str, str], wrap: Callable[[Any], None]) -> None:
+    """Call ``wrap(cls)`` for each ``module -> class name`` of ``classes`` once that module is imported
+    (``None`` for a class the module lacks: ``wrap`` decides)."""
+    for module, name in classes.items():
+        when_imported(module, functools.partial(_class_of, name=name, then=wrap))
+
+
+def unpatch_classes(classes: Mapping[str, str], unwrap: Callable[[Any], None]) -> None:
+    """Undo :func:`patch_classes`: forget the modules not imported yet, ``unwrap(cls)`` for those that are."""
+    for module, name in classes.items():
+        forget(module)
+        if module in sys.modules:
+            unwrap(getattr(sys.modules[module], name, None))
+
+
+def _class_of(module: Any, *, name: str, then: Callable[[Any], None]) -> None:
+    then(getattr(module, name, None))
 
 
 def _run(patch: Callable, module) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -45,20 +44,12 @@ TRAINERS = {
 
 def watch() -> None:
     """Wrap each trainer's two per-step calls once its module is imported (never imported here)."""
-    for module, name in TRAINERS.items():
-        on_import.when_imported(module, functools.partial(_patch, name=name))
+    on_import.patch_classes(TRAINERS, wrap)
 
 
 def forget() -> None:
     """Leave the trainers as verl wrote them (``rlprof.verl.uninstall``)."""
-    for module, name in TRAINERS.items():
-        on_import.forget(module)
-        if module in sys.modules:
-            unwrap(getattr(sys.modules[module], name, None))
-
-
-def _patch(module: Any, name: str) -> None:
-    wrap(getattr(module, name, None))
+    on_import.unpatch_classes(TRAINERS, unwrap)
 
 
 def wrap(trainer: Any) -> None:
