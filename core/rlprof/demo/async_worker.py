@@ -20,7 +20,8 @@ import datetime
 import torch
 import torch.distributed as dist
 
-from rlprof.demo.grpo import Sizes, TinyPolicy, grpo_loss, group_advantages, response_log_probs, toy_reward
+from rlprof.demo.grpo import (Sizes, TinyPolicy, average_gradients, grpo_loss, group_advantages, response_log_probs,
+                              toy_reward)
 from rlprof.integrations.ray import ProfiledWorker
 
 
@@ -71,14 +72,7 @@ class AsyncPolicyWorker(ProfiledWorker):
                     (loss * (log_probs.shape[0] / rows)).backward()
                     losses.append(loss.item())
                     kls.append(kl.item())
-            grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat)
-            flat /= self.world_size
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            average_gradients(self.policy, self.world_size)
             self.optimizer.step()
         return {"loss": sum(losses) / len(losses), "kl": sum(kls) / len(kls)}
 

@@ -89,3 +89,18 @@ def grpo_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, ref_log_prob
     log_ratio_ref = ref_log_probs - log_probs
     kl = torch.exp(log_ratio_ref) - log_ratio_ref - 1
     return (surrogate + kl_coef * kl).mean(), kl.mean().detach()
+
+
+def average_gradients(model: nn.Module, world_size: int) -> None:
+    """Average ``model``'s gradients over the process group in one flat all-reduce (the demo's data parallelism:
+    the collective whose wait and transfer the report splits)."""
+    import torch.distributed as dist
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()

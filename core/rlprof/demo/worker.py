@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from rlprof.integrations.ray import ProfiledWorker
-from rlprof.demo.grpo import Sizes, TinyPolicy, generate, grpo_loss, response_log_probs
+from rlprof.demo.grpo import Sizes, TinyPolicy, average_gradients, generate, grpo_loss, response_log_probs
 
 
 class PolicyWorker(ProfiledWorker):
@@ -94,7 +94,7 @@ class PolicyWorker(ProfiledWorker):
                     (loss * (log_probs.shape[0] / rows)).backward()
                     losses.append(loss.item())
                     kls.append(kl.item())
-            self._all_reduce_gradients()
+            average_gradients(self.policy, self.world_size)
             self.optimizer.step()
         return {"loss": sum(losses) / len(losses), "kl": sum(kls) / len(kls)}
 
@@ -115,15 +115,6 @@ class PolicyWorker(ProfiledWorker):
                 parts.append(response_log_probs(model, self.batch["prompts"][part], self.batch["responses"][part]))
         return torch.cat(parts)
 
-    def _all_reduce_gradients(self) -> None:
-        grads = [p.grad for p in self.policy.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= self.world_size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
 
     def close(self) -> None:
         if dist.is_initialized():
