@@ -59,5 +59,5 @@ def test_the_check_message_and_the_drop_in_agree():
 
     rule = " ".join(plan.__doc__.split())
     assert "counts the replica rank" in rule and "not Global Rank" in rule
-    source = (ROOT / "core/rlprof/integrations/verl/dist_profiler.py").read_text(encoding="utf-8")
+    source = (ROOT / "core/rlprof/integrations/verl/rollout_profiler.py").read_text(encoding="utf-8")  # the replica's profiler
     assert "``ranks`` count **replica** ranks" in source

@@ -71,7 +71,7 @@ def test_the_step_does_not_wait_for_compression(make_config, held_writer):
         sum(range(1000))
     prof.step_boundary()  # returns although the trace cannot be compressed yet
     assert started.wait(10)
-    assert not list(prof.run.run_dir.rglob("*.json"))  # nor exported: the writer's thread does that too
+    assert not list(prof.run.run_dir.rglob("*.pt.trace.json"))  # nor exported: the writer's thread does that too
     [listed] = artifact_records(prof.run.run_dir)
     final = prof.run.run_dir / listed["path"]
     assert listed["state"] == "writing" and not final.exists()
