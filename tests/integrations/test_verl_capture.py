@@ -83,7 +83,7 @@ def test_rlprof_capture_on_a_running_verl_trainer_captures_one_step_everywhere(t
                    if line["step"] >= 1}  # step 0: validation, before training
         assert sorted(by_step) == list(range(1, 9)), sorted(by_step)
         for number, data in by_step.items():
-            # the logger line holds what had arrived within its 0.2 s wait (a worker's update may come later:
+            # the logger line holds what had arrived within its wait (step_metrics.TRACKER_WAIT_S) (a worker's update may come later:
             # step_metrics.jsonl has it complete); the actor's regions and the rollout are there every step
             actor = [k for k in data if k.startswith("rlprof/actor/") and k.endswith("/slowest_s") and data[k] > 0]
             assert actor, (number, sorted(k for k in data if "rlprof" in k))

@@ -157,7 +157,7 @@ def check_step_metrics(logged: Path, save: Path, run: dict) -> None:
     assert [r.step for r in records if r.profiled] == PROFILED
     for record in records:  # every actor rank timed on every step, profiled or not
         assert sorted(set(record.timings["actor/actor_update"]["rank"])) == ranks, record.timings.keys()
-        # the logger's figures are what had arrived when verl logged the step (all of it, unless the 0.2 s bound ran out)
+        # the logger's figures are what had arrived when verl logged the step (all of it, unless the wait's bound ran out)
         assert by_step[record.step]["rlprof/actor/update/slowest_s"] <= record.metrics["rlprof/actor/update/slowest_s"]
 
 

@@ -49,8 +49,12 @@ log = logging.getLogger("rlprof")
 
 TRACKING = "verl.utils.tracking"
 """The module of verl's ``Tracking`` (every ``trainer.logger`` backend behind one ``log(data, step)``)."""
-TRACKER_WAIT_S = 0.2
-"""The longest the trainer's ``Tracking.log`` of a step waits for the workers' timings to reach the step's end."""
+TRACKER_WAIT_S = 1.0
+"""The longest the trainer's ``Tracking.log`` of a step waits for the workers' timings to reach the step's end.
+Where the machine keeps up the wait is what the last batch takes to come (4-45 ms a step in verl's CPU run);
+the bound matters only for a worker that falls behind (a loaded 2-core CI machine once delivered a step's
+``actor_update`` after a 0.2 s bound, so the logger's line lacked it): 1 s of the trainer's time at most, on
+such a step only."""
 FINISH_WAIT_S = 5.0
 """The longest the end of ``fit`` waits for the last steps' timings before writing them."""
 ROLLOUT_PHASE = "gen"
