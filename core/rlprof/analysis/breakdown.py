@@ -123,6 +123,11 @@ class TraceEvents:
     launches: array = field(default_factory=lambda: array("d"))
     kinds: array = field(default_factory=lambda: array("b"))
     collectives: list[Collective] = field(default_factory=list)
+    memory_times: array = field(default_factory=lambda: array("d"))
+    """When the memory the profiler tracks changed (ms on the trace's clock, in order; empty: the capture
+    recorded no memory): torch's ``profile_memory`` samples, of the trace's device."""
+    memory_allocated: array = field(default_factory=lambda: array("d"))
+    """The bytes allocated after each of those changes."""
 
     def add(self, start: float, end: float, kind: int, launch: float = math.nan) -> None:
         self.starts.append(start)
@@ -215,6 +220,12 @@ class Row:
     clock_residual_ms: float | None = column(merge="first", default=None,
                                              doc="How far those clocks still disagree after aligning (the waits are good "
                                                  "to about this).")
+
+    peak_allocated_bytes: float | None = column(
+        "peak allocated", listed=(BREAKDOWN, REPORT), merge="max", unit="bytes", default=None,
+        doc="The most memory allocated on the trace's device at any moment of the region (what was allocated "
+            "as it began, and every change inside it), where the capture recorded memory (torch's "
+            "`profile_memory`, `contents: [memory]`); null where it did not.")
 
     def add(self, other: "Row") -> None:
         """Add ``other``, the same region of the same process in the same step seen again (it ran twice),
@@ -341,10 +352,20 @@ def _split_host(trace: TraceEvents) -> list[Row]:
     return rows
 
 
+def peak_allocated(trace: TraceEvents, start: float, end: float) -> float | None:
+    """The most bytes allocated between ``start`` and ``end``: the last sample at or before ``start`` and every
+    sample up to ``end``; None when the trace recorded no memory, or none until ``end``."""
+    times = trace.memory_times
+    first = bisect.bisect_right(times, start) - 1
+    last = bisect.bisect_right(times, end)
+    chosen = trace.memory_allocated[max(first, 0):last]
+    return max(chosen) if len(chosen) else None
+
+
 def _row(trace: TraceEvents, region: Region, window: tuple[float, float], *, compute: float, communication: float,
          memory: float, exposed_memory: float, overlap: float, busy: float) -> Row:
     window_ms = window[1] - window[0]
-    return Row(path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
+    return Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
                start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
                compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
                overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy))

@@ -13,7 +13,10 @@ What is read, as Kineto writes it (torch 2.x, checked on traces this machine rec
 * complete events (``ph: X``): device events of category ``kernel``, ``gpu_memcpy``, ``gpu_memset``,
   launched by a ``cuda_runtime`` / ``cuda_driver`` call with the same ``args.correlation``;
   host ops of category ``cpu_op`` and collectives of any category (``gloo:*``, ``c10d::*``, ...);
-  regions: ``ProfilerStep#N`` and every other ``user_annotation``.
+  regions: ``ProfilerStep#N`` and every other ``user_annotation``;
+* memory samples (``profile_memory``): instant events ``[memory]`` whose ``args`` hold ``Total Allocated``
+  (bytes allocated on the device after that change) and ``Device Type`` (0: the CPU, else an accelerator);
+  a trace with device events keeps the accelerator's, a host-only trace the CPU's.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
 REGION_CATEGORIES = ("user_annotation", "cpu_op")  # ProfilerStep#N is a cpu_op in older Kineto
 HEADER_TOKENS = 100_000
 """Kineto writes a few dozen fields before ``traceEvents``; a file with this many is something else."""
+MEMORY_EVENT = "[memory]"
+"""Kineto's name for a memory sample (``profile_memory=True``)."""
+CPU_DEVICE_TYPE = 0
+"""``args["Device Type"]`` of a memory sample of the CPU (c10's ``DeviceType::CPU``)."""
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 HEADER_KEYS = {"distributedInfo.rank", "baseTimeNanoseconds", "rlprof.global_rank", "rlprof.run_id", "rlprof.capture",
                "rlprof.training_steps.item"}
@@ -59,6 +66,8 @@ def read_trace(path: str) -> TraceEvents:
         for event in ijson.items(handle, prefix, use_float=True):
             if isinstance(event, dict) and event.get("ph") == "X":
                 reading.take(event)
+            elif isinstance(event, dict) and event.get("name") == MEMORY_EVENT:
+                reading.memory(event)
     return reading.finish()
 
 
@@ -112,6 +121,17 @@ class _Reading:
         self.host_collectives: list[tuple[Any, float, float, str]] = []
         self.annotations: list[tuple[str, float, float]] = []
         self.steps: list[Region] = []
+        self.memory_samples: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        """``(ts, total allocated)`` of the CPU's samples (True) and the accelerators' (False)."""
+
+    def memory(self, event: dict[str, Any]) -> None:
+        args = event.get("args")
+        ts = event.get("ts")
+        if not isinstance(args, dict) or not isinstance(ts, (int, float)):
+            return
+        allocated, device = args.get("Total Allocated"), args.get("Device Type")
+        if isinstance(allocated, (int, float)) and isinstance(device, (int, float)):
+            self.memory_samples[device == CPU_DEVICE_TYPE].append((ts, float(allocated)))
 
     def take(self, event: dict[str, Any]) -> None:
         category, name = event.get("cat", ""), event.get("name", "")
@@ -160,6 +180,10 @@ class _Reading:
         else:
             raise NotKineto("no device events and no host ops")
         trace.regions = regions_in_steps(self.steps, self.annotations, default_step=self.only_step)
+        origin = self.origin or 0
+        for ts, allocated in sorted(self.memory_samples[trace.device == "cpu"]):
+            trace.memory_times.append((ts - origin) / 1000.0)
+            trace.memory_allocated.append(allocated)
         return trace
 
     def _communication_indices(self) -> Iterator[int]:
