@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .reports import SETTLE_SECONDS, is_complete, reports_of, running_under_nsys
-from .windows import Window
+from .windows import PROCESS_WINDOWS, Window
 
 log = logging.getLogger("rlprof")
 
@@ -51,6 +51,8 @@ def relocate_at_finalize(ctx, windows: Sequence[Window], *, settle_seconds: floa
     expected = {w.index for w in windows if w.started} if running_under_nsys() else set()
     for index in sorted(set(present) | expected, key=lambda i: (i is None, i or 0)):
         window = by_index.get(index)
+        if window is None and index is not None and PROCESS_WINDOWS.opened_here(index):
+            continue  # another Profiler of this process opened that window: its report is that one's to move
         source = present.get(index, files.path(index))
         target = (window.directory if window else ctx.output_dir()) / source.name
         fields = _window_fields(window, ctx.run.run_dir, target)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ log = logging.getLogger("rlprof")
 
 @dataclass(frozen=True)
 class Window:
-    """One capture window, in the order it was opened (``index`` 1, 2, ...: nsys' report number)."""
+    """One capture window, in the order it was opened in its process (``index`` 1, 2, ...: nsys' report number,
+    counted across the process's backend instances: :class:`ProcessWindows`)."""
 
     index: int
     capture_id: str
@@ -38,6 +40,37 @@ class Window:
     """This backend's folder of the capture in the run layout (created only when a file lands there)."""
     started: bool
     """cudaProfilerStart was really called (CUDA available)."""
+
+
+class ProcessWindows:
+    """The numbers of the windows opened in this process, whichever backend instance opened them: nsys numbers
+    a process's reports in the order its windows open, so a second Profiler of the same process (a worker set
+    up twice, colocated roles) continues the count (its first window is report 3 after the first one's 1 and
+    2) instead of claiming reports 1 and 2 again. A forked child starts from 1, as nsys counts it anew."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting again from 1 (a fresh process; tests that stand for one)."""
+        self.pid = os.getpid()
+        self.numbers: set[int] = set()
+
+    def next(self) -> int:
+        with self._lock:
+            if self.pid != os.getpid():
+                self.reset()
+            number = len(self.numbers) + 1
+            self.numbers.add(number)
+            return number
+
+    def opened_here(self, number: int) -> bool:
+        """Window ``number`` was opened in this process (by this backend instance or another)."""
+        return self.pid == os.getpid() and number in self.numbers
+
+
+PROCESS_WINDOWS = ProcessWindows()
 
 
 class CaptureWindows:
@@ -80,7 +113,7 @@ class CaptureWindows:
         if self._driver:
             self._driver.start()
         started = bool(self._driver) and getattr(self._driver, "live", True)
-        window = Window(len(self.windows) + 1, capture_id, step, region, directory, started=started)
+        window = Window(PROCESS_WINDOWS.next(), capture_id, step, region, directory, started=started)
         self.windows.append(window)
         self._open = window
         return window

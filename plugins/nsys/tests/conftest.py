@@ -15,6 +15,14 @@ def nothing_said_yet():
     notices.forget()
 
 
+@pytest.fixture(autouse=True)
+def windows_counted_anew():
+    """Each test stands for a fresh worker process to nsys too: its capture windows are numbered from 1."""
+    from rlprof_nsys.windows import PROCESS_WINDOWS
+
+    PROCESS_WINDOWS.reset()
+
+
 @pytest.fixture(scope="session")
 def nvtx_recorder(tmp_path_factory):
     """The NVTX recorder tool, built once per session (skips when no compiler or headers can be had)."""

@@ -185,3 +185,37 @@ def test_a_process_under_nsys_is_recognised(monkeypatch):
     monkeypatch.delenv("LD_PRELOAD")
     monkeypatch.setenv("RLPROF_NSYS_WORKER", "1")
     assert running_under_nsys()
+
+
+def test_two_profilers_of_one_process_each_move_their_own_reports(tmp_path, monkeypatch):
+    """Issue 40: nsys numbers a process's reports in the order its windows open, whichever Profiler opened them.
+    Two Profilers of one process (a worker set up twice; colocated roles) open windows in turn: each one's
+    reports land in its own captures, none claimed twice, none moved into the other's folder."""
+    ray_dir = tmp_path / "ray" / "logs" / "nsight"
+    ray_dir.mkdir(parents=True)
+    monkeypatch.setenv("RLPROF_STRICT", "1")
+    monkeypatch.setenv("RLPROF_NSYS_WORKER", "1")
+    profilers = []
+    for name in ("first", "second"):
+        config = verl_config(tmp_path / name, steps=[1, 2], relocate=True, nsys={"ray_nsight_dir": str(ray_dir)})
+        prof = rlprof.Profiler(config, roles=("actor",), run_id=name)
+        prof.backends.plugins["nsys"].windows = CaptureWindows(Driver())
+        profilers.append(prof)
+    for step in (1, 2):  # at the same time: first, second, first, second
+        for prof in profilers:
+            prof.start_step(step)
+            with prof.role("actor", "update"):
+                pass
+            prof.step_boundary()
+    windows = {name: [(w.index, w.step) for w in prof.backends.plugins["nsys"].windows.windows]
+               for name, prof in zip(("first", "second"), profilers)}
+    assert windows == {"first": [(1, 1), (3, 2)], "second": [(2, 1), (4, 2)]}
+    for k in (1, 2, 3, 4):
+        report(ray_dir, f"worker_process_{PID}.{k}.nsys-rep", text=f"window {k}")
+    for prof in reversed(profilers):  # closes in the other order
+        prof.finalize()
+    for name, prof in zip(("first", "second"), profilers):
+        moved = [r for r in nsys_records(prof.run.run_dir) if r["kind"] == "file"]
+        assert sorted((r["step"], (prof.run.run_dir / r["path"]).read_text()) for r in moved) == \
+            [(step, f"window {k}") for k, step in windows[name]], (name, moved)
+    assert list(ray_dir.glob("*.nsys-rep")) == []
