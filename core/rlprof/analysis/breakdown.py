@@ -278,6 +278,13 @@ def shown(rows: Iterable[Row], name: str) -> str:
 _UNITS = {f.name: f.metadata["unit"] for f in _COLUMNS}
 
 
+def known(rows: Iterable[Any], names: Sequence[str]) -> tuple[str, ...]:
+    """Of ``names``, those worth a table's column for ``rows``: every time, and a figure that may be unknown
+    (``peak allocated``: only where a capture recorded memory) where some row knows it."""
+    rows = list(rows)
+    return tuple(n for n in names if _UNITS[n] == "ms" or any(getattr(r, n, None) is not None for r in rows))
+
+
 def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":

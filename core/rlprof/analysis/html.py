@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.breakdown import shown
+from rlprof.analysis.breakdown import known, shown
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport, size_text
@@ -409,6 +409,7 @@ def _inside(report: RunReport) -> str:
     if inside is None or not inside.splits:
         return ""
     waits = {(w.step, w.region, w.waiter): w for w in inside.waits}
+    listed = known(inside.splits, SHOWN)
     legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{SPLIT_COLOURS[c]}"></span> {LABELS[c]}'
                       for c in COMPONENTS)
     rows = []
@@ -423,7 +424,7 @@ def _inside(report: RunReport) -> str:
         waited = waits.get((s.step, s.region, s.name))
         rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
                     f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
-                    + "".join(f"<td>{_e(shown([s], c))}</td>" for c in SHOWN)
+                    + "".join(f"<td>{_e(shown([s], c))}</td>" for c in listed)
                     + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
                     + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
     return ("<h3>Inside regions</h3>"
@@ -431,7 +432,7 @@ def _inside(report: RunReport) -> str:
             "memory: every copy's time, hidden under a kernel or not; definitions in docs/analysis.md); a wait in a "
             "collective is the late rank's fault, not the waiter's</p>"
             '<table class="inside"><tr><th>step</th><th>region</th><th>process</th><th>wall ms</th>'
-            + "".join(f"<th>{LABELS[c]}</th>" for c in SHOWN) + "<th>split</th><th>waited</th></tr>"
+            + "".join(f"<th>{LABELS[c]}</th>" for c in listed) + "<th>split</th><th>waited</th></tr>"
             + "".join(rows) + "</table>")
 
 

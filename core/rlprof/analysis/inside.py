@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
-from rlprof.analysis.breakdown import LABELS, PARTS, REPORT, Row, columns, shown
+from rlprof.analysis.breakdown import LABELS, PARTS, REPORT, Row, columns, known, shown
 from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
 from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
@@ -318,12 +318,13 @@ def inside_lines(report: RunReport) -> list[str]:
         return []
     lines = ["", "inside regions (from the traces; % of wall, median across processes; compute + exposed comm + "
                  "exposed memory + idle = the window; memory: every copy, hidden or not; docs/analysis.md):"]
-    rows = [("step", "region", "procs", *(LABELS[c] for c in SHOWN), "")]
+    listed = known(inside.splits, SHOWN)
+    rows = [("step", "region", "procs", *(LABELS[c] for c in listed), "")]
     for (step, region) in dict.fromkeys((s.step, s.region) for s in inside.splits):
         members = inside.of(step, region)
         skewed = [k for k in inside.skews if k.step == step and k.region == region and k.flagged]
         note = "; ".join(f"{LABELS[k.component]} skew {100 * k.skew:.0f}% ({k.most})" for k in skewed)
-        rows.append((str(step), region, str(len(members)), *(shown(members, c) for c in SHOWN), note))
+        rows.append((str(step), region, str(len(members)), *(shown(members, c) for c in listed), note))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [row[0].rjust(widths[0]), row[1].ljust(widths[1])] + [c.rjust(w) for c, w in zip(row[2:-1], widths[2:])]
