@@ -59,6 +59,15 @@ def test_a_bad_trigger_names_the_key_the_value_and_what_is_allowed(tmp_path, tri
     assert str(caught.value).startswith(key + ":") and allowed in str(caught.value)
 
 
+def test_every_mistake_inside_a_trigger_is_named_at_once(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_config(_config(tmp_path, trigger={"slow_step": 0.5, "window": 1, "slow": 2}))
+    said = str(caught.value)
+    for key in ("global_profiler.trigger.slow_step: got 0.5", "global_profiler.trigger.window: got 1",
+                "global_profiler.trigger.slow: unknown key"):
+        assert key in said, said
+
+
 def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captures_and_cooldown():
     decider = Decider(Path("/nonexistent"), Trigger(slow_step=1.5, window=4, max_captures=2, cooldown_steps=3),
                       answers=False)
@@ -245,7 +254,8 @@ def test_any_trigger_value_is_read_or_refused_naming_its_key(value):
     try:
         config = load_config({"global_profiler": {"tool": "torch", "trigger": value}})
     except ConfigError as exc:
-        assert str(exc).startswith("global_profiler.trigger") and ("allowed: " in str(exc) or "unknown key" in str(exc))
+        for one in getattr(exc, "errors", None) or [exc]:  # several mistakes: each names its key
+            assert str(one).startswith("global_profiler.trigger") and ("allowed: " in str(one) or "unknown key" in str(one))
     else:
         trigger = config.global_.trigger
         assert trigger is None or (trigger.enabled and trigger.window >= 3 and trigger.max_captures >= 1)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from rlprof.errors import fail, unknown_key
+from rlprof.errors import ErrorList, fail, unknown_key
 
 DEFAULT_WINDOW = 20
 DEFAULT_MAX_CAPTURES = 3
@@ -57,12 +57,15 @@ def parse_trigger(raw: Any, key: str) -> Trigger | None:
     if not isinstance(raw, Mapping):
         raise fail(key, raw, ALLOWED)
     values: dict[str, Any] = {}
+    mistakes = ErrorList()  # every mistake inside the mapping at once, not only the first
     for name, value in raw.items():
         if name == "_target_" or value is None:
             continue
         if name not in FIELDS:
-            raise unknown_key(key, name, FIELDS)
-        values[name] = _read(name, value, f"{key}.{name}")
+            mistakes.add(unknown_key(key, name, FIELDS))
+        else:
+            values[name] = mistakes.attempt(_read, name, value, f"{key}.{name}")
+    mistakes.raise_if_any()
     trigger = Trigger(**values)
     return trigger if trigger.enabled else None
 
