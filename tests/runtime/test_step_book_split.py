@@ -54,7 +54,7 @@ def test_one_line_when_every_announced_file_is_answered_fractions_of_the_slowest
     assert splits(book) == []  # rank 1's trace is still being analysed
     book.receive(batch("rank1", done, [(2, {UPDATE: figures(100.0, 50.0, 25.0, 25.0, peak=3e9)})], rank=1))
     (line,) = splits(book)
-    assert line.step == 2 and line.metrics[SPLIT_STEP] == 2
+    assert line.step == 2 and line.metrics[SPLIT_STEP] == 2 and line.processes == 2
     m = line.metrics
     # rank 1's window (200 ms) was the longest: its fractions; rank 0's peak (5e9) the largest
     assert (m["rlprof/actor/update/compute_frac"], m["rlprof/actor/update/exposed_comm_frac"],

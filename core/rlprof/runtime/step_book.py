@@ -188,14 +188,14 @@ class StepBook:
         with self._lock:
             self._loose.append(Timing(rank, role, region, start_ns, end_ns))
 
-    def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]]) -> None:
+    def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]], processes: int = 0) -> None:
         """The split of profiled step ``step`` was analysed: ``(role, region) -> {compute_frac: ...}``
-        (:data:`~rlprof.step_metrics.SPLIT_FIGURES`). Written and handed to the hook now, to the tracker at
-        its next step."""
+        (:data:`~rlprof.step_metrics.SPLIT_FIGURES`), from ``processes`` processes' traces. Written and handed to
+        the hook now, to the tracker at its next step."""
         metrics = split_metrics(step, figures)
         with self._lock:
             self._splits.append((step, metrics))
-        self._emit(StepMetricsRecord("split", step, metrics))
+        self._emit(StepMetricsRecord("split", step, metrics, processes=processes))
 
     # ------------------------------------------------------------------ outputs
 
@@ -259,12 +259,12 @@ class StepBook:
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          _raw(timings, start_ns)))
-        for step, split in self._splits_ready(closing):
+        for step, split, processes in self._splits_ready(closing):
             if split:
-                self.split(step, split)
+                self.split(step, split, processes)
         return len(completed)
 
-    def _splits_ready(self, closing: bool) -> list[tuple[int, dict[tuple[str, str], dict[str, float]]]]:
+    def _splits_ready(self, closing: bool) -> list[tuple[int, dict[tuple[str, str], dict[str, float]], int]]:
         """The profiled steps whose split can be written now (the rule in the module doc), combined, in step order."""
         ready = []
         with self._lock:
@@ -279,7 +279,8 @@ class StepBook:
                 del self._parts[step]
                 self._parts_since.pop(step, None)
                 self._split_done.add(step)
-                ready.append((step, combine([part[1] for part in parts.values()])))
+                answered = [part[1] for part in parts.values() if part[1]]
+                ready.append((step, combine(answered), len(answered)))
         return ready
 
     def _arrived(self, step: int) -> bool:
