@@ -193,6 +193,8 @@ class ProcessSession:
         self._implicit: set[str] = set()
         """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
         self._unmarked: set[str] = set()
+        self._readers: frozenset[str] = frozenset()
+        """The session's backends that read their own traces (``trace_reader``): only their files are analysed."""
         self.splits: Any = None
         """The :class:`~rlprof.runtime.split_analyser.SplitAnalyser` of this process's captured traces, when a
         participant's roles are timed (``global_profiler.step_metrics``): their split goes to the step metrics."""
@@ -253,6 +255,7 @@ class ProcessSession:
             from rlprof.runtime.split_analyser import SplitAnalyser
 
             self.splits = SplitAnalyser(roles)
+            self._readers = frozenset(impl.backend for impl in self.backends.impls.get("trace_reader", ()))
         self.splits.roles = roles
         self.splits.add(times)
 
@@ -584,7 +587,7 @@ class ProcessSession:
             else:
                 self.manifest.write("artifact", **entry)
             self.budget.add_artifact(entry)
-            if self.splits is not None:
+            if self.splits is not None and backend in self._readers:  # a backend that writes traces it reads
                 self.splits.offer(path, entry)
         if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
             self.manifest.write_many(note_records(backend, hook, ctx, selected))

@@ -9,8 +9,9 @@ step timings (:class:`~rlprof.runtime.step_timings.Batch` ``splits``) to the sam
 How, per process (:class:`SplitAnalyser`, one per process session, made when a Profiler whose roles are timed
 joins it):
 
-* as the session lists a file of a captured step (``state: "writing"``, or a file listed without a state),
-  :meth:`SplitAnalyser.offer` **announces** it: one ``(step, None)`` per step it holds, appended to the
+* as the session lists a file of a captured step (``state: "writing"``, or a file listed without a state)
+  from a backend that reads its own traces (it implements ``trace_reader``: a memory snapshot's, a debugger's
+  dump's or a test backend's files cost no child and no warning), :meth:`SplitAnalyser.offer` **announces** it: one ``(step, None)`` per step it holds, appended to the
   timings (a list append on the training thread, nothing else), so the driver knows to wait for its figures;
 * once the file is complete (``written``, or listed without a state) it is queued; one daemon thread runs
   ``python -m rlprof.analysis.step_split FILE`` (:mod:`rlprof.analysis.step_split`) for each, one at a
