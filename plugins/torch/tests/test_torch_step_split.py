@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from rlprof.analysis.breakdown_files import _cached
 from rlprof.step_metrics import SPLIT_STEP, read_step_metrics
 
+WORKLOAD_SCRIPT = Path(__file__).with_name("torch_workload.py")
 FRACS = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac")
 
 
@@ -41,8 +43,6 @@ def test_each_profiled_step_has_a_split_line_whose_fractions_are_the_breakdowns(
 
 def test_the_trace_is_analysed_outside_the_training_process(make_config, tmp_path):
     """The training interpreter never imports the breakdown (the analysis ran in a child of its own)."""
-    from conftest import WORKLOAD_SCRIPT
-
     code = (f"import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('w', {str(WORKLOAD_SCRIPT)!r}); "
             "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w); "
             f"w.main({{'config': {make_config()!r}, 'rank': 0, 'world_size': 1, 'run_id': 'r'}}); "
