@@ -147,7 +147,8 @@ class StepBook:
             self._expected = max(self._expected, processes)
 
     def receive(self, batch: Any) -> None:
-        """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`); then :meth:`pump`."""
+        """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`: its timings, windows and splits);
+        then :meth:`pump`."""
         with self._lock:
             process = self._processes.get(batch.process)
             if process is None:
