@@ -281,7 +281,8 @@ class StepMetricsRecord:
     """The step's window on the wall clock (``time.time_ns()``); None on a ``split`` line."""
     end_ns: int | None = None
     processes: int = 0
-    """How many processes' timings the ``step`` line holds."""
+    """How many processes' timings the ``step`` line holds; on a ``split`` line, how many processes' traces
+    its figures come from."""
     profiled: bool = False
     """Some process captured this step."""
     timings: dict[str, Any] = field(default_factory=dict)

@@ -399,3 +399,30 @@ def test_bytes_per_capture_are_what_its_files_hold_on_disk(default_demo):
     assert sum(c["bytes"] for c in run["captures"]) == sum(f["size"] for f in run["files"])
     assert all(0 < c["bytes"] and c["bytes_at_close"] <= c["bytes"] for c in run["captures"])
     assert "per role: each capture holds every role of its process (end-to-end)" in proc.stdout
+
+
+@pytest.mark.slow
+def test_each_profiled_steps_split_reaches_the_runs_step_metrics(default_demo):
+    """Issue 42: each worker analyses its own traces as they are written and sends the split over Ray with its
+    timings; the controller writes one ``split`` line per profiled step, each region's fractions those of the
+    worker whose window was longest (the breakdown's rows, left in the run's breakdown/ cache)."""
+    from rlprof.analysis.breakdown_files import _cached
+    from rlprof.step_metrics import read_step_metrics
+
+    proc, save = default_demo
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = [p.parent for p in save.glob("*/step_metrics.jsonl")]
+    lines = [r for r in read_step_metrics(run_dir / "step_metrics.jsonl") if r.kind == "split"]
+    assert [(line.step, line.processes) for line in lines] == [(1, 2), (2, 2)]
+    fracs = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac")
+    for line in lines:
+        traces = sorted((run_dir / f"step{line.step}").rglob("*.pt.trace.json.gz"))
+        assert len(traces) == 2
+        rows = [row for trace in traces for row in _cached(str(trace)).rows]
+        for role, region, name in (("actor", "actor_update", "update"), ("rollout", "rollout_generate", "generate"),
+                                   ("ref", "ref_compute_log_prob", "compute_log_prob")):
+            got = [line.metrics[f"rlprof/{role}/{name}/{frac}"] for frac in fracs]
+            assert sum(got) == pytest.approx(1.0, abs=1e-4)
+            slowest = max((r for r in rows if r.step == line.step and r.region == region), key=lambda r: r.window_ms)
+            assert got[0] == pytest.approx(slowest.compute_ms / slowest.window_ms, abs=1e-6)
+        assert line.metrics["rlprof/actor/update/exposed_comm_frac"] > 0  # the gradients' all-reduce

@@ -528,7 +528,11 @@ class Profiler:
             self._step = None
             self._set_live(_NOTHING)  # finalized: timed regions go idle too, unless a driver's steps go on
             if self._times is not None:
-                self._times.flush(final=not self._times.outlives)
+                final = not self._times.outlives
+                splits = self._session.splits if self._session is not None else None
+                if final and splits is not None and reason == "end":  # the last traces' split goes with the last batch
+                    splits.wait()
+                self._times.flush(final=final)
             if self._finish is not None:
                 self._finish.wait()
             return self.artifacts

@@ -193,6 +193,11 @@ class ProcessSession:
         self._implicit: set[str] = set()
         """Regions that mark iterations with ``next_iteration()`` (their iteration 0 begins at entry)."""
         self._unmarked: set[str] = set()
+        self._readers: frozenset[str] = frozenset()
+        """The session's backends that read their own traces (``trace_reader``): only their files are analysed."""
+        self.splits: Any = None
+        """The :class:`~rlprof.runtime.split_analyser.SplitAnalyser` of this process's captured traces, when a
+        participant's roles are timed (``global_profiler.step_metrics``): their split goes to the step metrics."""
         self.unplanned: dict[int, str] = {}
         """Step -> why it is captured though no plan named it (:meth:`add_unplanned`); captures of other steps
         are ``planned``."""
@@ -236,8 +241,23 @@ class ProcessSession:
             roles = tuple(dict.fromkeys(r for p in self._members for r in p.run.roles))
             if roles != self.run.roles:
                 self.run = self.backends.run = replace(self.run, roles=roles)
+            self._analyse_for(prof, roles)
             self.manifest.write_record(process_record(prof, self.environment))
             return tool_configs
+
+    def _analyse_for(self, prof: Any, roles: tuple[str, ...]) -> None:
+        """A participant whose roles are timed: this process's traces are analysed for the step metrics, their
+        split sent with its timings (:mod:`rlprof.runtime.split_analyser`)."""
+        times = prof.timings
+        if times is None:
+            return
+        if self.splits is None:
+            from rlprof.runtime.split_analyser import SplitAnalyser
+
+            self.splits = SplitAnalyser(roles)
+            self._readers = frozenset(impl.backend for impl in self.backends.impls.get("trace_reader", ()))
+        self.splits.roles = roles
+        self.splits.add(times)
 
     def _check_agrees(self, prof: Any) -> None:
         first = next(iter(self._members))
@@ -567,6 +587,8 @@ class ProcessSession:
             else:
                 self.manifest.write("artifact", **entry)
             self.budget.add_artifact(entry)
+            if self.splits is not None and backend in self._readers:  # a backend that writes traces it reads
+                self.splits.offer(path, entry)
         if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
             self.manifest.write_many(note_records(backend, hook, ctx, selected))
 

@@ -12,7 +12,16 @@ its colocated Profilers together). It is told:
   window (verl's validation before step 1) belong to no step;
 * each process's timings (:class:`~rlprof.runtime.step_timings.Batch`, :meth:`receive`), off the training
   thread; each says how far it is complete (``through_ns``);
-* an analysed profiled step's split (:meth:`split`).
+* each process's profiled steps' split (``Batch.splits``: its traces analysed as they are written,
+  :mod:`rlprof.runtime.split_analyser`), combined per step (:meth:`pump`, the rule below), or a split
+  computed elsewhere (:meth:`split`).
+
+**A profiled step's split** is written once per step, when the step's own line is (every process has sent
+what it did up to the step's end, so every file it captured in the step is announced) and every file
+announced for the step has its answer; after :data:`SPLIT_WAIT_S` (a process died, an analysis is slow) or at
+:meth:`close` with what came. Across processes, each region's fractions are those of the process whose window
+in the region was longest (the one the step waited for), its ``peak_allocated_bytes`` the largest any process
+recorded. A file announced after its step's split was written is left out.
 
 It gives, off the training thread (:meth:`pump`, run by whoever delivers batches), each step's
 :class:`~rlprof.step_metrics.StepFigures` once **complete** (every process that reports has sent what it
@@ -59,6 +68,8 @@ STALE_S = 6.0
 """A process that sent nothing for this long (twelve heartbeats) is not waited for."""
 WAIT_S = 20.0
 """The longest a step's line waits for a process after the step ended."""
+SPLIT_WAIT_S = 120.0
+"""The longest a profiled step's split waits, after the step's line, for the files announced for it."""
 KEEP = 256
 """How many completed steps :meth:`StepBook.recent` can give."""
 TIMINGS_KEPT = 4096
@@ -107,6 +118,12 @@ class StepBook:
         self._splits: list[tuple[int, dict[str, Any]]] = []
         """Analysed profiled steps' split metrics not given to the tracker yet, oldest first."""
         self._logged_split = 0
+        self._parts: dict[int, dict[str, list[Any]]] = {}
+        """Profiled step -> process -> ``[files announced and not answered, (role, region) -> figures so far]``."""
+        self._parts_since: dict[int, float] = {}
+        """Profiled step -> when its line was found written while some of its files were not answered."""
+        self._split_done: set[int] = set()
+        """Steps whose split was written (a later file of theirs is left out)."""
         self._writer: Any = None
         self._backends: Any = None
         self._hooked = self.tools == ()
@@ -130,7 +147,8 @@ class StepBook:
             self._expected = max(self._expected, processes)
 
     def receive(self, batch: Any) -> None:
-        """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`); then :meth:`pump`."""
+        """A process's batch (:class:`~rlprof.runtime.step_timings.Batch`: its timings, windows and splits);
+        then :meth:`pump`."""
         with self._lock:
             process = self._processes.get(batch.process)
             if process is None:
@@ -143,20 +161,42 @@ class StepBook:
                     self._began.append((step, start, profiled))
                     self._ended.append((step, end))
             self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
+            for step, figures in getattr(batch, "splits", ()):
+                self._part(batch.process, step, figures)
+
+    def _part(self, process: str, step: int, figures: dict[tuple[str, str], dict] | None) -> None:
+        """One announcement (``figures`` None) or one file's answer of ``process`` for ``step`` (under the lock)."""
+        if step in self._split_done:
+            return
+        part = self._parts.setdefault(step, {}).setdefault(process, [0, {}])
+        if figures is None:
+            part[0] += 1
+            return
+        part[0] = max(0, part[0] - 1)
+        for key, values in figures.items():
+            kept = part[1].get(key)
+            if kept is None:
+                part[1][key] = dict(values)
+                continue
+            for name, value in values.items():  # the same region in two files of the step: it ran twice
+                if name == "peak_allocated_bytes":
+                    kept[name] = value if kept.get(name) is None else kept[name] if value is None else max(kept[name], value)
+                else:
+                    kept[name] = kept.get(name, 0.0) + value
 
     def timing(self, rank: int, role: str, region: str, start_ns: int, end_ns: int) -> None:
         """A region the driver timed itself (verl's trainer: the rollout as it waited for it)."""
         with self._lock:
             self._loose.append(Timing(rank, role, region, start_ns, end_ns))
 
-    def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]]) -> None:
+    def split(self, step: int, figures: dict[tuple[str, str], dict[str, float]], processes: int = 0) -> None:
         """The split of profiled step ``step`` was analysed: ``(role, region) -> {compute_frac: ...}``
-        (:data:`~rlprof.step_metrics.SPLIT_FIGURES`). Written and handed to the hook now, to the tracker at
-        its next step."""
+        (:data:`~rlprof.step_metrics.SPLIT_FIGURES`), from ``processes`` processes' traces. Written and handed to
+        the hook now, to the tracker at its next step."""
         metrics = split_metrics(step, figures)
         with self._lock:
             self._splits.append((step, metrics))
-        self._emit(StepMetricsRecord("split", step, metrics))
+        self._emit(StepMetricsRecord("split", step, metrics, processes=processes))
 
     # ------------------------------------------------------------------ outputs
 
@@ -220,7 +260,29 @@ class StepBook:
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          _raw(timings, start_ns)))
+        for step, split, processes in self._splits_ready(closing):
+            if split:
+                self.split(step, split, processes)
         return len(completed)
+
+    def _splits_ready(self, closing: bool) -> list[tuple[int, dict[tuple[str, str], dict[str, float]], int]]:
+        """The profiled steps whose split can be written now (the rule in the module doc), combined, in step order."""
+        ready = []
+        with self._lock:
+            now = time.monotonic()
+            for step in sorted(self._parts):
+                if not closing and (step in self._windows or any(s == step for s, _, _ in self._began)):
+                    continue  # its line is not written yet: a file of it may not be announced yet
+                parts = self._parts[step]
+                if not closing and any(part[0] > 0 for part in parts.values()):
+                    if now - self._parts_since.setdefault(step, now) < SPLIT_WAIT_S:
+                        continue
+                del self._parts[step]
+                self._parts_since.pop(step, None)
+                self._split_done.add(step)
+                answered = [part[1] for part in parts.values() if part[1]]
+                ready.append((step, combine(answered), len(answered)))
+        return ready
 
     def _arrived(self, step: int) -> bool:
         """Every process that reports has sent what it timed up to the end of ``step`` (or the step is
@@ -331,11 +393,33 @@ class StepBook:
                 poll()
             self.pump()
             with self._lock:
-                left = any(w[1] is not None for w in self._windows.values())
+                left = any(w[1] is not None for w in self._windows.values()) or any(
+                    part[0] > 0 for parts in self._parts.values() for part in parts.values())
             if not left or time.monotonic() >= deadline:
                 break
             time.sleep(0.02)
         self.close()
+
+
+def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
+    """One profiled step's split from each process's figures of it (``(role, region) -> compute_ms,
+    exposed_comm_ms, exposed_memory_ms, idle_ms, window_ms, peak_allocated_bytes``): per region the fractions of
+    the process whose window was longest (parts over its window), the largest peak any process recorded."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key in sorted({key for figures in processes for key in figures}):
+        seen = [figures[key] for figures in processes if key in figures]
+        slowest = max(seen, key=lambda f: f.get("window_ms") or 0.0)
+        window = slowest.get("window_ms") or 0.0
+        values: dict[str, float] = {}
+        if window > 0:
+            for name in ("compute", "exposed_comm", "exposed_memory", "idle"):
+                values[f"{name}_frac"] = (slowest.get(f"{name}_ms") or 0.0) / window
+        peaks = [f["peak_allocated_bytes"] for f in seen if f.get("peak_allocated_bytes") is not None]
+        if peaks:
+            values["peak_allocated_bytes"] = max(peaks)
+        if values:
+            out[key] = values
+    return out
 
 
 def _raw(timings: list[Timing], start_ns: int) -> dict[str, Any]:

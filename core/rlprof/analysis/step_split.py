@@ -1,0 +1,113 @@
+"""``python -m rlprof.analysis.step_split TRACE --roles actor,ref --steps 2``: one trace's split per step and
+role region, for the step metrics while the run goes on (issue 42).
+
+Why a module run as a program: a profiled step's split (compute, exposed communication, exposed memory, idle,
+and the peak memory allocated where the capture recorded memory) reaches the experiment tracker during the
+run, so a process that profiles has its own traces analysed as they are written
+(:mod:`rlprof.runtime.split_analyser`). Reading a trace takes seconds of CPU and the memory of its events;
+in a process of its own at the lowest priority (``os.nice``) that cost never lands on the training thread,
+its interpreter lock or its heap.
+
+What it prints, on stdout, one JSON object: ``{"steps": {"<step>": [[role, region, figures], ...]}}``
+where ``figures`` holds the region's ``compute_ms``, ``exposed_comm_ms``, ``exposed_memory_ms``, ``idle_ms``,
+``window_ms`` (the four parts add up to the window: :mod:`rlprof.analysis.breakdown`) and
+``peak_allocated_bytes`` (None where the trace recorded no memory); ``{"steps": {}, "skipped": "..."}``
+when no installed reader reads the file (it is no trace); ``{"error": "..."}`` (exit status 1) when reading
+it failed. Its rows are cached in the run's
+``breakdown/`` folder (:func:`rlprof.analysis.breakdown_files.file_rows`), so a later ``rlprof report``
+reads no trace again.
+
+Which rows: the role regions only. A role's regions are named ``<role>`` or ``<role>_<stage>``
+(``Profiler.role``), so a row's region belongs to the longest of ``roles`` it is, or begins with plus
+``_``; other rows (``ProfilerStep#N``, ``(trace)``, a user's ``record_function``) are not a role's. A row
+of no step (a capture without step markers) belongs to the capture's step when it has one (``--steps``).
+A region seen twice in a step (entered twice) adds up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Iterable, Sequence
+
+PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
+         "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
+"""A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums."""
+NICE = 19
+"""The priority the analysis runs at (the lowest): the training's threads come first."""
+
+
+class NotATrace(ValueError):
+    """No installed reader reads the file (a memory snapshot, a backend's other output): nothing to analyse."""
+
+
+def role_of(region: str, roles: Iterable[str]) -> str | None:
+    """The role whose region ``region`` is (``actor_update`` -> ``actor``), or None."""
+    found = [role for role in roles if region == role or region.startswith(role + "_")]
+    return max(found, key=len) if found else None
+
+
+def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int] = ()) -> dict[int, dict[tuple[str, str], dict]]:
+    """Step -> (role, region) -> figures (see the module doc) of ``rows``."""
+    default = steps[0] if len(steps) == 1 else None
+    out: dict[int, dict[tuple[str, str], dict]] = {}
+    for row in rows:
+        role = role_of(row.region, roles)
+        step = row.step if row.step is not None else default
+        if role is None or step is None:
+            continue
+        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {"peak_allocated_bytes": None})
+        for name, column in PARTS.items():
+            figures[name] += float(getattr(row, column) or 0.0)
+        peak = getattr(row, "peak_allocated_bytes", None)  # a column the breakdown may not have yet
+        if peak is not None:
+            figures["peak_allocated_bytes"] = max(peak, figures["peak_allocated_bytes"] or 0)
+    return out
+
+
+def analyse(path: str, roles: Sequence[str], steps: Sequence[int] = ()) -> dict[int, dict[tuple[str, str], dict]]:
+    """The figures of the trace at ``path`` (see the module doc).
+
+    :raises NotATrace: no installed reader reads it (the reason)."""
+    from pathlib import Path
+
+    from rlprof.analysis.breakdown_files import claim, file_rows, readers
+
+    answers, _ = readers()
+    target, why = claim(Path(path), answers)
+    if target is None:
+        raise NotATrace(why)
+    return step_figures(file_rows(path, target).rows, roles, steps)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlprof.analysis.step_split",
+                                     description="One trace's split per step and role region, as JSON (the step metrics).")
+    parser.add_argument("trace", help="a trace file an installed reader reads")
+    parser.add_argument("--roles", required=True, help="the process's roles, comma-separated (actor,ref)")
+    parser.add_argument("--steps", default="", help="the capture's steps, comma-separated (a row of no step: the one step)")
+    args = parser.parse_args(argv)
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass  # already as low as it goes, or not allowed: the analysis runs anyway
+    roles = [r for r in args.roles.split(",") if r]
+    try:
+        steps = [int(s) for s in args.steps.split(",") if s]
+        found = analyse(args.trace, roles, steps)
+    except NotATrace as exc:
+        print(json.dumps({"steps": {}, "skipped": str(exc)}))
+        return 0
+    except Exception as exc:  # one line for the caller's log, never a traceback
+        reason = str(exc).splitlines()[0] if str(exc) else ""
+        print(json.dumps({"error": f"{type(exc).__name__}: {reason}"[:300]}))
+        return 1
+    print(json.dumps({"steps": {str(step): [[role, region, figures] for (role, region), figures in sorted(regions.items())]
+                                for step, regions in sorted(found.items())}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""A profiled step's traces analysed while the run goes on, off the training thread and out of its process.
+
+Why: issue 42's step metrics give a profiled step's split (compute, exposed communication, exposed memory,
+idle; the peak memory allocated) to the user's tracker during the run, not only in ``rlprof report`` after
+it. The process that wrote a trace has it on its disk, so it analyses it, and the figures travel with its
+step timings (:class:`~rlprof.runtime.step_timings.Batch` ``splits``) to the same place: its own
+:class:`~rlprof.runtime.step_book.StepBook`, or the run's driver through Ray (never a shared disk).
+
+How, per process (:class:`SplitAnalyser`, one per process session, made when a Profiler whose roles are timed
+joins it):
+
+* as the session lists a file of a captured step (``state: "writing"``, or a file listed without a state)
+  from a backend that reads its own traces (it implements ``trace_reader``: a memory snapshot's, a debugger's
+  dump's or a test backend's files cost no child and no warning), :meth:`SplitAnalyser.offer` **announces** it: one ``(step, None)`` per step it holds, appended to the
+  timings (a list append on the training thread, nothing else), so the driver knows to wait for its figures;
+* once the file is complete (``written``, or listed without a state) it is queued; one daemon thread runs
+  ``python -m rlprof.analysis.step_split FILE`` (:mod:`rlprof.analysis.step_split`) for each, one at a
+  time, at the lowest priority (``os.nice(19)`` in the child), bounded by :data:`ANALYSIS_TIMEOUT_S`;
+* the answer, ``(step, {(role, region): figures})`` per step the file holds (empty figures when the file
+  is no trace an installed reader reads, or its analysis failed: then one log line), goes out with the
+  next batch.
+  A file that failed to be written (``failed``) answers empty at once.
+
+``Profiler.finalize`` (a process whose timings end with it) waits up to :data:`FINAL_WAIT_S` for the files
+still queued (:meth:`SplitAnalyser.wait`): the last profiled step's trace is often written only at finalize.
+Never raises into training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rlprof")
+
+MODULE = "rlprof.analysis.step_split"
+"""The program that analyses one trace (run by name: the runtime never imports the analysis)."""
+ANALYSIS_TIMEOUT_S = 600.0
+"""The longest one trace's analysis may take; past it the child is killed and the file answers empty."""
+FINAL_WAIT_S = 60.0
+"""The longest ``Profiler.finalize`` waits for the traces still queued for analysis."""
+ANALYSED_STATES = (None, "written")
+"""The ``state`` of an artifact record whose file is complete (None: listed once, written already)."""
+
+
+class SplitAnalyser:
+    """One process's traces analysed for the step metrics (see the module doc)."""
+
+    def __init__(self, roles: tuple[str, ...]):
+        self.roles = roles
+        self._targets: list[Any] = []
+        """The :class:`~rlprof.runtime.step_timings.RegionTimes` the announcements and answers go to: the first
+        still open (colocated Profilers share the process's key, so any of them will do)."""
+        self._queue: "queue.Queue[tuple[str, tuple[int, ...]]]" = queue.Queue()
+        self._busy = 0
+        """Files queued or being analysed (under the lock)."""
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._announced: set[str] = set()
+        self.seconds: list[float] = []
+        """Wall seconds each analysis took (the child's start included), for benchmarks and tests."""
+
+    def add(self, times: Any) -> None:
+        """A Profiler whose roles are timed joined the session: its timings carry the splits too."""
+        if times is not None and times not in self._targets:
+            self._targets.append(times)
+
+    def offer(self, path: Any, entry: dict[str, Any]) -> None:
+        """The session listed ``entry`` (an artifact record) for the file at ``path`` (on the training thread:
+        appends only)."""
+        steps = tuple(s for s in entry.get("steps") or ([entry["step"]] if entry.get("step") is not None else [])
+                      if isinstance(s, int))
+        if not steps or not self._targets:
+            return
+        key, state = str(path), entry.get("state")
+        if key not in self._announced:
+            self._announced.add(key)
+            self._send([(step, None) for step in steps])
+        if state == "failed":
+            self._send([(step, {}) for step in steps])
+        elif state in ANALYSED_STATES:
+            with self._lock:
+                self._busy += 1
+            self._queue.put((key, steps))
+            self._start()
+
+    def wait(self, wait_s: float = FINAL_WAIT_S) -> bool:
+        """Wait until every file queued is analysed and its answer handed on, at most ``wait_s``. True when done."""
+        deadline = time.monotonic() + wait_s
+        with self._lock:
+            while self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("rlprof: %d trace(s) still being analysed for the step metrics after %.0f s; their "
+                                "split is left out", self._busy, wait_s)
+                    return False
+                self._lock.wait(min(left, 0.5))
+        return True
+
+    # ------------------------------------------------------------------ the thread
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="rlprof-step-split", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            path, steps = self._queue.get()
+            try:
+                self._send(self._answer(path, steps))
+            except Exception as exc:  # never kill the thread
+                log.warning("rlprof: the split of %s is left out of the step metrics (%s: %s)", path, type(exc).__name__, exc)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                    self._lock.notify_all()
+
+    def _answer(self, path: str, steps: tuple[int, ...]) -> list[tuple[int, dict]]:
+        """``(step, figures)`` for every step of the file (empty figures for a step it holds none of)."""
+        began = time.monotonic()
+        found = analyse(path, self.roles, steps)
+        self.seconds.append(time.monotonic() - began)
+        return [(step, found.get(step, {})) for step in sorted(set(steps) | set(found))]
+
+    def _send(self, splits: list[tuple[int, Any]]) -> None:
+        for times in self._targets:
+            if times.add_splits(splits):
+                return
+
+
+def analyse(path: str, roles: tuple[str, ...], steps: tuple[int, ...] = ()) -> dict[int, dict[tuple[str, str], dict]]:
+    """Step -> (role, region) -> figures of the trace at ``path``, from :data:`MODULE` in a child process;
+    empty when it is no trace or failed (said in one log line)."""
+    command = [sys.executable, "-m", MODULE, path, "--roles", ",".join(roles), "--steps", ",".join(map(str, steps))]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
+    except subprocess.TimeoutExpired:
+        answer = {"error": f"not analysed within {ANALYSIS_TIMEOUT_S:.0f} s"}
+    except (OSError, ValueError) as exc:
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    if "steps" not in answer:
+        reason = answer.get("error") or (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        log.warning("rlprof: the split of %s is left out of the step metrics: %s", path, reason)
+        return {}
+    return {int(step): {(role, region): figures for role, region, figures in regions}
+            for step, regions in answer["steps"].items()}

@@ -1,0 +1,62 @@
+"""Issue 42: a plain Profiler with the torch backend gets each profiled step's split in its step metrics during
+the run: its real torch.profiler trace is analysed in a child process as it is written, and the run's
+step_metrics.jsonl has a ``split`` line per profiled step whose fractions are the breakdown's (the rows the
+child left in the run's breakdown/ cache, which ``rlprof report`` reuses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlprof.analysis.breakdown_files import _cached
+from rlprof.step_metrics import SPLIT_STEP, read_step_metrics
+
+WORKLOAD_SCRIPT = Path(__file__).with_name("torch_workload.py")
+FRACS = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac")
+
+
+def split_lines(run_dir):
+    return [r for r in read_step_metrics(run_dir / "step_metrics.jsonl") if r.kind == "split"]
+
+
+def test_each_profiled_step_has_a_split_line_whose_fractions_are_the_breakdowns(run_training):
+    run = run_training(steps=(1, 2, 3, 4))
+    lines = split_lines(run.run_dir)
+    assert [line.step for line in lines] == [1, 2]  # the profiled steps (1 and 2), each once, in order
+    traces = run.files()
+    assert len(traces) == 2
+    rows = [row for trace in traces for row in _cached(str(trace)).rows]  # what the child analysed, cached where the report reads it
+    for line in lines:
+        assert line.metrics[SPLIT_STEP] == line.step
+        for role, region, name in (("actor", "actor_update", "update"), ("ref", "ref_compute_log_prob", "compute_log_prob")):
+            fracs = [line.metrics[f"rlprof/{role}/{name}/{frac}"] for frac in FRACS]
+            assert sum(fracs) == pytest.approx(1.0, abs=1e-4)
+            (row,) = [r for r in rows if r.step == line.step and r.region == region]
+            assert fracs[0] == pytest.approx(row.compute_ms / row.window_ms, abs=1e-6)
+            assert fracs[3] == pytest.approx(row.idle_ms / row.window_ms, abs=1e-6)
+        assert not any(k.endswith("peak_allocated_bytes") for k in line.metrics)  # torch recorded no memory here
+
+
+def test_the_trace_is_analysed_outside_the_training_process(make_config, tmp_path):
+    """The training interpreter never imports the breakdown (the analysis ran in a child of its own)."""
+    code = (f"import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('w', {str(WORKLOAD_SCRIPT)!r}); "
+            "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w); "
+            f"w.main({{'config': {make_config()!r}, 'rank': 0, 'world_size': 1, 'run_id': 'r'}}); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('rlprof.analysis'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert [line.step for line in split_lines(tmp_path / "profile" / "r")] == [1, 2]
+
+
+def test_step_metrics_off_analyses_nothing(make_config, run_training):
+    config = make_config()
+    config["global_profiler"]["step_metrics"] = False
+    run = run_training(config, steps=(1, 2, 3))
+    assert run.files()  # the traces are written as always
+    assert not (run.run_dir / "step_metrics.jsonl").exists()
+    assert not (run.run_dir / "breakdown").exists()  # nobody analysed them
