@@ -159,6 +159,16 @@ def check_step_metrics(logged: Path, save: Path, run: dict) -> None:
         assert sorted(set(record.timings["actor/actor_update"]["rank"])) == ranks, record.timings.keys()
         # the logger's figures are what had arrived when verl logged the step (all of it, unless the wait's bound ran out)
         assert by_step[record.step]["rlprof/actor/update/slowest_s"] <= record.metrics["rlprof/actor/update/slowest_s"]
+    # each profiled step's split, analysed by the workers during the run: its four parts add up to each region's window
+    splits = {r.step: r.metrics for r in read_step_metrics(path) if r.kind == "split"}
+    assert sorted(splits) == PROFILED, sorted(splits)
+    for step, metrics in splits.items():
+        for region in ("update", "compute_log_prob"):
+            parts = [metrics[f"rlprof/actor/{region}/{p}"] for p in ("compute_frac", "exposed_comm_frac",
+                                                                   "exposed_memory_frac", "idle_frac")]
+            assert sum(parts) == pytest.approx(1.0, abs=1e-3) and parts[0] > 0, (step, region, metrics)
+    split_lines = [data for data in by_step.values() if "rlprof/split/step" in data]  # with a later logged step
+    assert all(data["rlprof/split/step"] in PROFILED for data in split_lines), split_lines
 
 
 def check_cost_and_stop_path(run: dict, save: Path, log: str) -> None:

@@ -5,7 +5,7 @@ Why a module run as a program: a profiled step's split (compute, exposed communi
 and the peak memory allocated where the capture recorded memory) reaches the experiment tracker during the
 run, so a process that profiles has its own traces analysed as they are written
 (:mod:`rlprof.runtime.split_analyser`). Reading a trace takes seconds of CPU and the memory of its events;
-in a process of its own at the lowest priority (``os.nice``) that cost never lands on the training thread,
+in a process of its own at the lowest priority (:mod:`rlprof.priority`) that cost never lands on the training thread,
 its interpreter lock or its heap.
 
 What it prints, on stdout, one JSON object: ``{"steps": {"<step>": [[role, region, figures], ...]}}``
@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, Iterable, Sequence
+
+from rlprof.priority import lowest
 
 PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
          "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
 """A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums."""
-NICE = 19
-"""The priority the analysis runs at (the lowest): the training's threads come first."""
 
 
 class NotATrace(ValueError):
@@ -89,10 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--roles", required=True, help="the process's roles, comma-separated (actor,ref)")
     parser.add_argument("--steps", default="", help="the capture's steps, comma-separated (a row of no step: the one step)")
     args = parser.parse_args(argv)
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass  # already as low as it goes, or not allowed: the analysis runs anyway
+    lowest()  # beside training: only a core nothing else wants (rlprof.priority)
     roles = [r for r in args.roles.split(",") if r]
     try:
         steps = [int(s) for s in args.steps.split(",") if s]

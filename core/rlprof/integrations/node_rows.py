@@ -37,13 +37,13 @@ from typing import Any
 from rlprof.integrations.nodes import ManifestBatch, pinned
 from rlprof.layout import new_file, rows_path, shipped_rows_path
 from rlprof.manifest import WRITTEN, short_node
+from rlprof.priority import SPAWN
 
 log = logging.getLogger("rlprof")
 
-NICE = 10
-"""How much lower the node's analysis runs than training (``os.nice``)."""
-_NICE_BREAKDOWN = f"import os, sys; os.nice({NICE}); from rlprof.cli import main; sys.exit(main(sys.argv[1:]))"
-"""The child lowers itself (``preexec_fn`` is unsafe in a process with threads, as a Ray worker is)."""
+_LOW_BREAKDOWN = "import sys; from rlprof.priority import lowest; lowest(); from rlprof.cli import main; sys.exit(main(sys.argv[1:]))"
+"""The child lowers itself to the lowest priority (:mod:`rlprof.priority`; ``preexec_fn`` is unsafe in a
+process with threads, as a Ray worker is)."""
 CHILD_LIMIT_S = 600.0
 """The longest one node's ``rlprof breakdown`` runs (it is off the training's path; ``finalize`` waits
 for it only the controller's ``timeout_s``)."""
@@ -52,9 +52,9 @@ for it only the controller's ``timeout_s``)."""
 def analyse_here(paths: list[str], timeout_s: float) -> dict[str, bytes | str]:
     """On the node that holds ``paths`` (a Ray task): ``rlprof breakdown`` over them in a child process,
     at most ``timeout_s``; for each path the bytes of its rows file, or the reason it has none (one line)."""
-    command = [sys.executable, "-c", _NICE_BREAKDOWN, "breakdown", "--json", "--workers", "1", *paths]
+    command = [sys.executable, "-c", _LOW_BREAKDOWN, "breakdown", "--json", "--workers", "1", *paths]
     try:
-        proc = subprocess.run(command, capture_output=True, timeout=timeout_s)
+        proc = subprocess.run(command, capture_output=True, timeout=timeout_s, **SPAWN)
     except subprocess.TimeoutExpired:
         return dict.fromkeys(paths, f"not analysed within {timeout_s:.0f} s")
     except OSError as exc:

@@ -15,7 +15,7 @@ joins it):
   timings (a list append on the training thread, nothing else), so the driver knows to wait for its figures;
 * once the file is complete (``written``, or listed without a state) it is queued; one daemon thread runs
   ``python -m rlprof.analysis.step_split FILE`` (:mod:`rlprof.analysis.step_split`) for each, one at a
-  time, at the lowest priority (``os.nice(19)`` in the child), bounded by :data:`ANALYSIS_TIMEOUT_S`;
+  time, at the lowest priority (:mod:`rlprof.priority`: a session of its own, nice 19 and ``SCHED_IDLE``), bounded by :data:`ANALYSIS_TIMEOUT_S`;
 * the answer, ``(step, {(role, region): figures})`` per step the file holds (empty figures when the file
   is no trace an installed reader reads, or its analysis failed: then one log line), goes out with the
   next batch.
@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from rlprof.priority import SPAWN
 
 log = logging.getLogger("rlprof")
 
@@ -144,7 +146,7 @@ def analyse(path: str, roles: tuple[str, ...], steps: tuple[int, ...] = ()) -> d
     command = [sys.executable, "-m", MODULE, path, "--roles", ",".join(roles), "--steps", ",".join(map(str, steps))]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **SPAWN)
         answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {}
     except subprocess.TimeoutExpired:
         answer = {"error": f"not analysed within {ANALYSIS_TIMEOUT_S:.0f} s"}

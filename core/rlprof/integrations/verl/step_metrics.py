@@ -55,8 +55,10 @@ Where the machine keeps up the wait is what the last batch takes to come (4-45 m
 the bound matters only for a worker that falls behind (a loaded 2-core CI machine once delivered a step's
 ``actor_update`` after a 0.2 s bound, so the logger's line lacked it): 1 s of the trainer's time at most, on
 such a step only."""
-FINISH_WAIT_S = 5.0
-"""The longest the end of ``fit`` waits for the last steps' timings before writing them."""
+FINISH_WAIT_S = 30.0
+"""The longest the end of ``fit`` waits for the last steps' timings and the last profiled steps' splits (each
+worker analyses its traces once written: seconds for a large trace) before writing them; it ends as soon as
+nothing is missing (the timings: a few ms), so only a worker that never answers makes the job wait it out."""
 ROLLOUT_PHASE = "gen"
 """verl's phase (``timing_s/gen``) timed here as the rollout's region."""
 ROLLOUT_REGION = ("rollout", "rollout_generate")

@@ -1,0 +1,49 @@
+"""rlprof's own helper processes (a trace analysed beside training) at the lowest CPU priority there is.
+
+Why more than ``os.nice(19)``: Linux groups processes by session for CPU time (``sched_autogroup``, on in
+most distributions' kernels). A nice value only ranks a process within its session's group, and each group
+gets an equal share against the others: a nice-19 analysis started by a Ray actor competes with another
+actor's work (a rollout replica generating, in its own session) as an equal. bench/bench_priority.py, on the
+2-core VM: two busy processes kept 0.52 of their work beside a nice-19 child in another session, 0.96 beside
+one in their own, and 0.94 beside a child made as here (medians of 3). (verl's CPU example, before this: the step after a
+capture generated in 4.0 s against 2.0 s while the training worker's analysis of that capture ran.)
+
+So a helper process is started in a session of its own (:data:`SPAWN`: ``start_new_session``, no
+``preexec_fn``, which is unsafe in a process with threads) and, first thing, calls :func:`lowest`: its
+session's group at nice 19 (``/proc/self/autogroup``), the process at nice 19 and ``SCHED_IDLE`` (it runs
+only on a core nothing else wants), and killed with its parent (``PR_SET_PDEATHSIG``: a worker killed at
+the end of a job leaves no analysis running). Each step that the system refuses is skipped: the helper
+runs anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+SPAWN = {"start_new_session": True}
+"""``subprocess`` arguments for a helper process: a session (and so a CPU group) of its own."""
+NICE = 19
+
+
+def lowest() -> None:
+    """In the helper process, before its work: the lowest priority this system grants (see the module doc)."""
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as group:  # this session's group, new with it
+            group.write(str(NICE))
+    except OSError:
+        pass  # no autogroups here, or not allowed
+    try:
+        os.nice(NICE - os.nice(0))
+    except OSError:
+        pass
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        pass
