@@ -47,8 +47,11 @@ MODULE = "rlprof.analysis.step_split"
 """The program that analyses one trace (run by name: the runtime never imports the analysis)."""
 ANALYSIS_TIMEOUT_S = 600.0
 """The longest one trace's analysis may take; past it the child is killed and the file answers empty."""
-FINAL_WAIT_S = 60.0
-"""The longest ``Profiler.finalize`` waits for the traces still queued for analysis."""
+FINAL_WAIT_S = 10.0
+"""The longest ``Profiler.finalize`` waits for the traces still queued for analysis: a process's end is not
+held up for long (verl's run end counts a process not finalized after 30 s; a rollout replica's two 6.8 MB
+captures, analysed at the lowest priority while the trainer finished, once kept its finalize past that with
+60 s here). A split not ready by then is left out of the step metrics (its trace and ``rlprof report`` have it)."""
 ANALYSED_STATES = (None, "written")
 """The ``state`` of an artifact record whose file is complete (None: listed once, written already)."""
 
