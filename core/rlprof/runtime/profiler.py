@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -530,8 +531,8 @@ class Profiler:
             if self._times is not None:
                 final = not self._times.outlives
                 splits = self._session.splits if self._session is not None else None
-                if final and splits is not None and reason == "end":  # the last traces' split goes with the last batch
-                    splits.wait()
+                if final and splits is not None and reason == "end" and not _in_ray():
+                    splits.wait()  # the last traces' split goes with the last batch (not in a Ray actor: see _in_ray)
                 self._times.flush(final=final)
             if self._finish is not None:
                 self._finish.wait()
@@ -571,3 +572,14 @@ class Profiler:
         times = self._times
         timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
         return _TimedRegion if timed else _IdleRegion
+
+
+def _in_ray() -> bool:
+    """This process is a Ray worker (asked without importing Ray). Its finalize does not wait for its traces'
+    analysis: an actor ends when its owner does (verl's rollout replicas when the trainer's task returns), and
+    one killed inside that wait never tells the run it finalized (verl's run end then waits 30 s for it)."""
+    ray = sys.modules.get("ray")
+    try:
+        return ray is not None and ray.is_initialized()
+    except Exception:
+        return False

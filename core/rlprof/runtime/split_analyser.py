@@ -156,7 +156,9 @@ def analyse(path: str, roles: tuple[str, ...], steps: tuple[int, ...] = ()) -> d
     except (OSError, ValueError) as exc:
         answer = {"error": f"{type(exc).__name__}: {exc}"}
     if "steps" not in answer:
-        reason = answer.get("error") or (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        reason = answer.get("error") or (done.stderr.strip().splitlines() or [
+            f"its analysis was stopped by signal {-done.returncode} (this process is ending)" if done.returncode < 0
+            else "no answer"])[-1]
         log.warning("rlprof: the split of %s is left out of the step metrics: %s", path, reason)
         return {}
     return {int(step): {(role, region): figures for role, region, figures in regions}
