@@ -60,3 +60,14 @@ def test_step_metrics_off_analyses_nothing(make_config, run_training):
     assert run.files()  # the traces are written as always
     assert not (run.run_dir / "step_metrics.jsonl").exists()
     assert not (run.run_dir / "breakdown").exists()  # nobody analysed them
+
+
+def test_with_contents_memory_each_regions_peak_reaches_the_split(run_training):
+    """A user who asked for ``contents: [memory]`` gets each region's peak allocated memory with the split."""
+    run = run_training(steps=(1, 2, 3), torch_config={"contents": ["cpu", "memory"]})
+    rows = [row for trace in run.files() for row in _cached(str(trace)).rows]
+    assert [line.step for line in split_lines(run.run_dir)] == [1, 2]
+    for line in split_lines(run.run_dir):
+        for role, region, name in (("actor", "actor_update", "update"), ("ref", "ref_compute_log_prob", "compute_log_prob")):
+            (row,) = [r for r in rows if r.step == line.step and r.region == region]
+            assert line.metrics[f"rlprof/{role}/{name}/peak_allocated_bytes"] == row.peak_allocated_bytes > 0
