@@ -4,6 +4,7 @@ a trace: the folders holding traces keep only what the backends wrote), and what
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,7 @@ def test_a_link_planted_as_the_runs_breakdown_folder_is_not_followed(torch_run, 
     """save_path is often shared: a link where rlprof keeps a run's rows must not lead its writes elsewhere."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    shutil.rmtree(torch_run.run_dir / "breakdown", ignore_errors=True)  # the rows the run's own analysis kept
     (torch_run.run_dir / "breakdown").symlink_to(elsewhere)
     done = rlprof_cli("breakdown", torch_run.run_dir / "step1", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["rows"]
