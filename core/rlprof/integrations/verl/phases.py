@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlprof.integrations.verl import step_metrics
+from rlprof.integrations.verl import step_metrics, trainer_steps
 
 log = logging.getLogger("rlprof")
 
@@ -154,6 +154,7 @@ def _running(original):
             metrics, step_metrics.ACTIVE = step_metrics.ACTIVE, None
             if metrics is not None:  # the last steps' timings, then the file and the hook close
                 metrics.close()
+            trainer_steps.fit_ended(self)  # then every process of the run finalizes, its actors still alive
 
     fit._rlprof_original = original
     return fit

@@ -129,6 +129,20 @@ def _decider(config: Any, save_path: Any, shared: str | None, metrics: Any) -> A
         return None
 
 
+def fit_ended(trainer: Any) -> None:
+    """verl's ``fit`` returned: the run's profiling is over, so every process of it finalizes now (``LAST``),
+    while verl's actors are alive. Without this, a run whose last profiled step never came (an armed run
+    with nothing planned, captured on request or by a trigger; a plan naming steps past the last one trained)
+    was finalized only by the driver's exit signal, after the trainer's task had returned and Ray had ended
+    the actors it owned: its closing line said "0 of 2 profiling processes finalized" after a 30 s wait."""
+    timer = getattr(trainer, "__dict__", {}).get("_rlprof_steps")
+    if timer is None or not timer.run_id:
+        return
+    from rlprof.integrations.verl import run_signals
+
+    run_signals.publish_done(timer.run_id, run_signals.LAST)
+
+
 class StepTimer:
     """One trainer's unprofiled steps (see the module doc); made at its first step."""
 
