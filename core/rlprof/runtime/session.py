@@ -67,10 +67,6 @@ PLAIN_STEPS_BUFFERED = 64
 """Unprofiled steps' timing records written in one go at most this many steps apart."""
 
 
-SPLIT_ENV = "RLPROF_STEP_SPLIT"
-"""``0``: the step metrics go on, but no trace is analysed during the run for a profiled step's split (the
-analysis children cost CPU beside training; ``rlprof report`` still splits every trace after the run)."""
-
 class Participant:
     """How the session sees one Profiler: the Profiler itself (read through its public ``plan``,
     ``run``, ``config``, ``stages``) and what the session calls back, under its lock. Everything is
@@ -253,7 +249,7 @@ class ProcessSession:
         """A participant whose roles are timed: this process's traces are analysed for the step metrics, their
         split sent with its timings (:mod:`rlprof.runtime.split_analyser`)."""
         times = prof.timings
-        if times is None or os.environ.get(SPLIT_ENV, "1").strip() == "0":
+        if times is None:
             return
         if self.splits is None:
             from rlprof.runtime.split_analyser import SplitAnalyser
