@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 import time
 from typing import Any
+
+from rlprof.runtime.run_id import in_ray
 
 log = logging.getLogger("rlprof")
 
@@ -72,15 +73,6 @@ def open_mailbox(run_id: str) -> Any:
     options = {"name": mailbox_name(run_id), "namespace": NAMESPACE, "get_if_exists": True, "num_cpus": 0,
                "max_restarts": 0, **(pinned(node) if node else {})}
     return ray.remote(Mailbox).options(**options).remote()
-
-
-def in_ray() -> bool:
-    """This process is connected to Ray (asked without importing Ray where nothing did)."""
-    ray = sys.modules.get("ray")
-    try:
-        return ray is not None and ray.is_initialized()
-    except Exception:
-        return False
 
 
 def send_to_driver(profiler: Any) -> None:

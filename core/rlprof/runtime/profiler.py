@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -36,7 +35,7 @@ from rlprof.context import RunInfo
 from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
-from rlprof.runtime.run_id import run_id_for
+from rlprof.runtime.run_id import in_ray, run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
 
 log = logging.getLogger("rlprof")
@@ -531,8 +530,11 @@ class Profiler:
             if self._times is not None:
                 final = not self._times.outlives
                 splits = self._session.splits if self._session is not None else None
-                if final and splits is not None and reason == "end" and not _in_ray():
-                    splits.wait()  # the last traces' split goes with the last batch (not in a Ray actor: see _in_ray)
+                # the last traces' split goes with the last batch; not in a Ray actor, which ends when its owner
+                # does (verl's rollout replicas when the trainer's task returns): one killed inside this wait
+                # never tells the run it finalized (verl's run end then waits 30 s for it)
+                if final and splits is not None and reason == "end" and not in_ray():
+                    splits.wait()
                 self._times.flush(final=final)
             if self._finish is not None:
                 self._finish.wait()
@@ -573,13 +575,3 @@ class Profiler:
         timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
         return _TimedRegion if timed else _IdleRegion
 
-
-def _in_ray() -> bool:
-    """This process is a Ray worker (asked without importing Ray). Its finalize does not wait for its traces'
-    analysis: an actor ends when its owner does (verl's rollout replicas when the trainer's task returns), and
-    one killed inside that wait never tells the run it finalized (verl's run end then waits 30 s for it)."""
-    ray = sys.modules.get("ray")
-    try:
-        return ray is not None and ray.is_initialized()
-    except Exception:
-        return False

@@ -53,6 +53,17 @@ def export_run_id() -> str:
     return os.environ[RUN_ID_ENV]
 
 
+def in_ray() -> bool:
+    """This process is connected to Ray (asked without importing Ray where nothing did): a Ray worker or a
+    driver that joined a cluster. The one such check (the step timings' sink, a Profiler's end, the verl
+    drop-in's install)."""
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:
+        return False
+
+
 def ray_job_run_id() -> str | None:
     """``20261122-174000-job01000000`` inside a connected Ray process; None outside Ray."""
     ray = sys.modules.get("ray")  # never import Ray here: only a process already in Ray has a job

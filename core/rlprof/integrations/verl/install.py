@@ -40,10 +40,10 @@ def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
     from rlprof.integrations.verl import (dist_profiler, extension, fully_async, global_keys, phases, rollout_profiler,
                                          run_signals, step_metrics, trainer_steps, vllm_server)
-    from rlprof.runtime.run_id import export_run_id
+    from rlprof.runtime.run_id import export_run_id, in_ray
 
     os.environ[ENABLE_ENV] = "1"
-    if not _ray_connected():  # a driver about to start Ray
+    if not in_ray():  # a driver about to start Ray
         export_run_id()  # a local cluster's workers inherit it
         run_signals.finish_at_exit()  # the run's workers finalize before the job ends (they are force-killed then)
     trainer_steps.watch()  # where the trainer runs (verl's TaskRunner actor): its unprofiled steps, timed there
@@ -119,9 +119,3 @@ def uninstall() -> None:
     os.environ.pop(ENABLE_ENV, None)
 
 
-def _ray_connected() -> bool:
-    ray = sys.modules.get("ray")
-    try:
-        return bool(ray is not None and ray.is_initialized())
-    except Exception:
-        return False
