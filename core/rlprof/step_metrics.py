@@ -250,6 +250,26 @@ def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], st
 # ------------------------------------------------------------------------------------------ the split
 
 
+PEAK = "peak_allocated_bytes"
+SPLIT_PARTS = {figure: figure.removesuffix("_frac") + "_ms" for figure in SPLIT_FIGURES if figure.endswith("_frac")}
+"""Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as the
+analysis of a trace sends it (:mod:`rlprof.analysis.step_split`) and a driver combines it
+(:func:`rlprof.runtime.step_book.combine`)."""
+
+
+def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """``values``, a region's figures of one process in one step (``compute_ms``, ... ``window_ms``, ``PEAK``),
+    added to ``kept``, the same region of the same process and step seen before (entered twice, or in two
+    files): the times add up, the peak is the larger of those known. The one rule, for a trace's analysis and
+    for a driver combining several files of a process."""
+    for name, value in values.items():
+        if name == PEAK:
+            if value is not None and (kept.get(name) is None or value > kept[name]):
+                kept[name] = value
+        else:
+            kept[name] = (kept.get(name) or 0.0) + (value or 0.0)
+
+
 def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]]) -> dict[str, float]:
     """An analysed profiled step's split figures under their tracker names, with :data:`SPLIT_STEP`:
     ``split`` maps (role, region) to :data:`SPLIT_FIGURES` values (those known)."""

@@ -32,10 +32,12 @@ import sys
 from typing import Any, Iterable, Sequence
 
 from rlprof.priority import lowest
+from rlprof.step_metrics import PEAK, add_region_figures
 
 PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
          "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
-"""A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums."""
+"""A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums (the parts a driver divides by
+``window_ms``: :data:`rlprof.step_metrics.SPLIT_PARTS`)."""
 
 
 class NotATrace(ValueError):
@@ -57,12 +59,9 @@ def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int]
         step = row.step if row.step is not None else default
         if role is None or step is None:
             continue
-        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {"peak_allocated_bytes": None})
-        for name, column in PARTS.items():
-            figures[name] += float(getattr(row, column) or 0.0)
-        peak = getattr(row, "peak_allocated_bytes", None)  # a column the breakdown may not have yet
-        if peak is not None:
-            figures["peak_allocated_bytes"] = max(peak, figures["peak_allocated_bytes"] or 0)
+        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {PEAK: None})
+        add_region_figures(figures, {**{name: float(getattr(row, column) or 0.0) for name, column in PARTS.items()},
+                                     PEAK: getattr(row, PEAK, None)})  # a row of a reader without memory
     return out
 
 

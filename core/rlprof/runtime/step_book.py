@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlprof.layout import release_held_dirs
-from rlprof.step_metrics import (FILE, PROCESS_DIR, NOISE_STEPS, StepFigures, StepMetricsRecord, Timing, split_metrics,
-                                 step_figures)
+from rlprof.step_metrics import (FILE, PEAK, PROCESS_DIR, NOISE_STEPS, SPLIT_PARTS, StepFigures, StepMetricsRecord, Timing,
+                                 add_region_figures, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
 
@@ -173,16 +173,8 @@ class StepBook:
             part[0] += 1
             return
         part[0] = max(0, part[0] - 1)
-        for key, values in figures.items():
-            kept = part[1].get(key)
-            if kept is None:
-                part[1][key] = dict(values)
-                continue
-            for name, value in values.items():  # the same region in two files of the step: it ran twice
-                if name == "peak_allocated_bytes":
-                    kept[name] = value if kept.get(name) is None else kept[name] if value is None else max(kept[name], value)
-                else:
-                    kept[name] = kept.get(name, 0.0) + value
+        for key, values in figures.items():  # the same region in two files of the step: it ran twice
+            add_region_figures(part[1].setdefault(key, {}), values)
 
     def timing(self, rank: int, role: str, region: str, start_ns: int, end_ns: int) -> None:
         """A region the driver timed itself (verl's trainer: the rollout as it waited for it)."""
@@ -412,11 +404,11 @@ def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str
         window = slowest.get("window_ms") or 0.0
         values: dict[str, float] = {}
         if window > 0:
-            for name in ("compute", "exposed_comm", "exposed_memory", "idle"):
-                values[f"{name}_frac"] = (slowest.get(f"{name}_ms") or 0.0) / window
-        peaks = [f["peak_allocated_bytes"] for f in seen if f.get("peak_allocated_bytes") is not None]
+            for fraction, part in SPLIT_PARTS.items():
+                values[fraction] = (slowest.get(part) or 0.0) / window
+        peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
         if peaks:
-            values["peak_allocated_bytes"] = max(peaks)
+            values[PEAK] = max(peaks)
         if values:
             out[key] = values
     return out
