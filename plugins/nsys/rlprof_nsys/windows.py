@@ -55,19 +55,18 @@ class ProcessWindows:
     def reset(self) -> None:
         """Start counting again from 1 (a fresh process; tests that stand for one)."""
         self.pid = os.getpid()
-        self.numbers: set[int] = set()
+        self.opened = 0
 
     def next(self) -> int:
         with self._lock:
             if self.pid != os.getpid():
                 self.reset()
-            number = len(self.numbers) + 1
-            self.numbers.add(number)
-            return number
+            self.opened += 1
+            return self.opened
 
     def opened_here(self, number: int) -> bool:
         """Window ``number`` was opened in this process (by this backend instance or another)."""
-        return self.pid == os.getpid() and number in self.numbers
+        return self.pid == os.getpid() and 1 <= number <= self.opened
 
 
 PROCESS_WINDOWS = ProcessWindows()
