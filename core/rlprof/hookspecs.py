@@ -11,7 +11,7 @@ Lifecycle
 ---------
 
 The core decides *what* is profiled and *when* a capture opens and closes (the capture state machine,
-:mod:`rlprof.runtime.capture`); a backend decides only *how* to capture. For one process, on a rank where at
+:mod:`rlprof.runtime.capture_machine`); a backend decides only *how* to capture. For one process, on a rank where at
 least one hosted role is selected, the calls are::
 
     validate_tool_config          once per section that names this backend (global_tool_config.<name>,

@@ -253,7 +253,7 @@ def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], st
 PEAK = "peak_allocated_bytes"
 SPLIT_PARTS = {figure: figure.removesuffix("_frac") + "_ms" for figure in SPLIT_FIGURES if figure.endswith("_frac")}
 """Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as the
-analysis of a trace sends it (:mod:`rlprof.analysis.step_split`) and a driver combines it
+analysis of a trace sends it (:mod:`rlprof.analysis.step_split`, run as :mod:`rlprof.cli.step_split`) and a driver combines it
 (:func:`rlprof.runtime.step_book.combine`)."""
 
 

@@ -17,7 +17,8 @@ from rlprof.analysis.inside import add_inside
 from rlprof.layout import shipped_rows_path
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import LABELS, SHOWN, inside_of, moved
-from rlprof.analysis.report import build_reports, main, render
+from rlprof.analysis.report import build_reports, render
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import generate_run
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlprof.analysis import breakdown
 from rlprof.analysis.breakdown import BREAKDOWN, LABELS, REPORT, Row, column, columns, row_reference
-from rlprof.analysis.breakdown_files import _table
+from rlprof.cli.breakdown import _table
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import Split, inside_of
 from rlprof.analysis.report import render

@@ -1,5 +1,7 @@
-"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
-on the nodes of a Ray cluster that hold them), cached where the layout says (never beside a file).
+"""The breakdown rows of trace files, read in a process pool, cached where the layout says (never beside a file).
+
+``rlprof breakdown PATH...`` (:mod:`rlprof.cli.breakdown`) reads them here, or with ``--address`` on the nodes of
+a Ray cluster that hold them (:mod:`rlprof.cli.breakdown_cluster`, which runs :func:`read_here` on each node).
 
 Each file goes to the reader of the backend that writes its format (each backend names it through the
 ``trace_reader`` hook, :func:`readers`), in a pool of
@@ -16,24 +18,17 @@ wrote. On a Ray run the node that holds a trace writes that cache, and the same 
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import importlib
 import json
-import logging
 import os
-import socket
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import (BREAKDOWN, LABELS, TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, cell,
-                                      row_fields, rows_version, split)
-from rlprof.analysis.breakdown import columns as breakdown_columns
+from rlprof.analysis.breakdown import Collective, Row, TraceEvents, apportion_waits, rows_version, split
 from rlprof import plugins
-from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
 from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
 
@@ -301,8 +296,8 @@ def _store(path: str, result: FileRows) -> None:
             pass
 
 
-def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
-    """On the node holding ``paths``: their rows (one file at a time, from each one's cache when it
+def read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
+    """On the node holding ``paths`` (one task of ``rlprof breakdown --address``): their rows (one file at a time, from each one's cache when it
     is current), the reason for each file that has none, and what the walk of its folders passed over."""
     answers, _ = readers()
     collected = collect(paths, answers)

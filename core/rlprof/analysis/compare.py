@@ -1,4 +1,5 @@
-"""``rlprof compare RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]``: what changed between two runs.
+"""What changed between two runs, region by region, and whether it stands clear of the noise (``rlprof compare``,
+:mod:`rlprof.cli.compare`).
 
 Use it after a change to the trainer (or in CI, against a baseline run) to see which regions got
 slower or faster. Each side is a save path, run directory or manifest (the newest run found there,
@@ -43,22 +44,16 @@ Exit status: 0 compared (no regression above the limit), 1 regression, 2 usage /
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import math
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
-from rlprof.analysis.inside import add_inside, moved
 from rlprof.analysis.noise import MARGIN, spread, stands_clear
-from rlprof.analysis.runs import RunReport, build_reports
+from rlprof.analysis.runs import RunReport
 
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE = 0, 1, 2
 STEP_ROW = "(step)"
 """The row holding the whole step's time."""
 MIN_MS = 1.0

@@ -1,4 +1,4 @@
-"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]``: what a run captured and where its steps' time went.
+"""A run's report as text: what it captured and where its steps' time went (``rlprof report``, :mod:`rlprof.cli.report`).
 
 Use it after a run, on one machine or over every node's ``save_path`` at once (save paths are
 node-local; each process wrote its own manifest, so directories copied from several nodes merge).
@@ -18,37 +18,30 @@ cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces``
 * the **verdict** (:func:`verdict`): what the plan expected but did not get — a step x role a
   backend wrote nothing for, fewer capture windows than planned, processes that never finalized,
   backend errors, workers the Ray controller lost — and, when nothing was captured at all, why.
-
-Exit status: 0 every run is ok, 1 a run captured nothing or misses something, 2 no manifests / usage.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.cost import ProfilingCost
-from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
-from rlprof.analysis.details import DETAILS_HOOK, add_details
-from rlprof.analysis.inside import add_inside, inside_lines
+from rlprof.analysis.anatomy import Anatomy, RankTime, process_name
+from rlprof.analysis.details import add_details
+from rlprof.analysis.inside import inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.step_series import series_lines
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
 from rlprof.analysis.traces import is_chrome_trace
-from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
+from rlprof.analysis.verdict import Verdict, problem_lines, verdict, verdict_lines
 from rlprof.invocation import rlprof_command
 from rlprof.manifest import short_node
-from rlprof.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
 
-__all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
+__all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "problem_lines", "render",
            "role_index", "size_text", "verdict", "verdict_lines"]
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 HTML_DEFAULT = "report.html"
 """Where ``--html`` writes without ``-o`` (in the working directory; ``report.1.html``... when taken)."""
 FILES_SHOWN = 24

@@ -1,9 +1,8 @@
-"""``python -m rlprof.analysis.step_split TRACE --roles actor,ref --steps 2``: one trace's split per step and
-role region, for the step metrics while the run goes on (issue 42).
+"""One trace's split per step and role region, for the step metrics while the run goes on (issue 42).
 
-Why a module run as a program: a profiled step's split (compute, exposed communication, exposed memory, idle,
-and the peak memory allocated where the capture recorded memory) reaches the experiment tracker during the
-run, so a process that profiles has its own traces analysed as they are written
+The program ``python -m rlprof.cli.step_split TRACE --roles actor,ref --steps 2`` prints it. Why a program:
+a profiled step's split (compute, exposed communication, exposed memory, idle, and the peak memory allocated
+where the capture recorded memory) reaches the experiment tracker during the run, so a process that profiles has its own traces analysed as they are written
 (:mod:`rlprof.runtime.split_analyser`). Reading a trace takes seconds of CPU and the memory of its events;
 in a process of its own at the lowest priority (:mod:`rlprof.priority`) that cost never lands on the training thread,
 its interpreter lock or its heap.
@@ -26,12 +25,8 @@ A region seen twice in a step (entered twice) adds up.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from typing import Any, Iterable, Sequence
 
-from rlprof.priority import lowest
 from rlprof.step_metrics import PEAK, add_region_figures
 
 PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",

@@ -1,4 +1,4 @@
-"""``rlprof timeline RUN [-o FILE [--force]] [--with-traces] [--steps 1,2] [--run ID]``: one trace for the whole run.
+"""One Chrome trace for a whole run, from its manifests (``rlprof timeline``, :mod:`rlprof.cli.timeline`).
 
 Use it to see every rank of a run side by side in Perfetto (https://ui.perfetto.dev),
 chrome://tracing or Holistic Trace Analysis, instead of opening one file per rank per capture.
@@ -21,31 +21,23 @@ From the manifests alone it writes a Chrome trace-event JSON file with
 ``torch · <thread>``, placed on the manifest's clock (:mod:`rlprof.analysis.traces` explains the alignment).
 Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
 
-Without ``-o`` it writes ``timeline.json`` in the working directory, or ``timeline.1.json``... when that
-exists; an existing ``-o FILE`` is replaced only with ``--force`` (:mod:`rlprof.output_file`).
-
-Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
-2 usage (no manifests, unknown run, ``-o`` names a file that exists and ``--force`` was not given).
+Without ``-o`` the command writes ``timeline.json`` (:data:`DEFAULT_OUTPUT`) in the working directory, or
+``timeline.1.json``... when that exists; an existing ``-o FILE`` is replaced only with ``--force``
+(:mod:`rlprof.cli.output_file`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
-from rlprof.manifest import read_records
-from rlprof.output_file import OutputRefused, Target, add_arguments as add_output_arguments, choose as choose_output
 from rlprof.analysis.overlap import LOAD, SEND, VersionOverlap, overlap_of
-from rlprof.analysis.runs import locate, role_index, without_copies
+from rlprof.analysis.runs import role_index
 from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
 TRACE_TID = 1000
@@ -282,16 +274,15 @@ DEFAULT_OUTPUT = "timeline.json"
 """Where the timeline goes without ``-o`` (in the working directory; ``timeline.1.json``... when taken)."""
 
 
-def write_timeline(events: Iterable[dict[str, Any]], output: Target, other: dict[str, Any]) -> int:
-    """Stream the events into ``output`` (through a temporary file: an interrupted write leaves
-    nothing half-written, :meth:`rlprof.output_file.Target.writing`); returns how many."""
+def write_timeline(events: Iterable[dict[str, Any]], handle: IO[str], other: dict[str, Any]) -> int:
+    """Stream the events into ``handle`` as one trace-event JSON document (the command opens it so that an
+    interrupted write leaves nothing half-written: :meth:`rlprof.cli.output_file.Target.writing`); returns how many."""
     count = 0
-    with output.writing() as handle:
-        handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
-        for event in events:
-            handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
-            count += 1
-        handle.write("\n]}\n")
+    handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
+    for event in events:
+        handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
+        count += 1
+    handle.write("\n]}\n")
     return count
 
 

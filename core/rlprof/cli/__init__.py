@@ -1,9 +1,10 @@
-"""The ``rlprof`` command: one argparse parser whose subcommands are loaded only when run.
+"""The ``rlprof`` command line: one argparse parser whose subcommands are loaded only when run.
 
-Built-in commands live in their own modules, each exposing ``main(argv) -> int`` with its own
-argparse parser (``rlprof.demo``, ``rlprof.analysis.report``, ``rlprof.analysis.timeline``, ``rlprof.analysis.compare``,
-``rlprof.analysis.breakdown_files``);
-``check`` and ``backends`` are here. Backends add commands through their ``cli_commands`` hook
+Each built-in command is one module of this package, exposing ``main(argv) -> int``: it parses its own
+arguments, then calls into its layer (``check``, ``backends``, ``capture``, ``demo``, ``report``,
+``timeline``, ``breakdown``, ``compare``; ``step_split`` is the program a profiling process runs in a
+child, not a command). Nothing below this package parses arguments or joins a Ray cluster for a command:
+the analysis and the runtime take plain values. Backends add commands through their ``cli_commands`` hook
 (:func:`rlprof.hookspecs.cli_commands`: name -> :class:`~rlprof.hookspecs.CliCommand`, its own
 one-line help and a function of the remaining arguments returning an exit status), e.g.
 ``rlprof relocate`` from rlprof-nsys; the deprecated ``rlprof.commands`` entry points still work.
@@ -13,14 +14,13 @@ line naming its distribution and version, and never breaks ``rlprof --help``.
 
 Exit status: 0 success; 1 something failed; 2 invalid usage or configuration. Results go to
 stdout, warnings and errors to stderr. A command that writes a file where the user works follows
-:mod:`rlprof.output_file`: an existing ``-o FILE`` is replaced only with ``--force``; without ``-o`` it
+:mod:`rlprof.cli.output_file`: an existing ``-o FILE`` is replaced only with ``--force``; without ``-o`` it
 names its own file and never replaces one.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
 from rlprof.invocation import rlprof_command
+
 
 @dataclass(frozen=True)
 class Command:
@@ -43,21 +44,21 @@ class Command:
 BUILTIN = (
     Command("check", "validate a configuration and print the resolved plan (exit 0 valid, 2 invalid)",
             "[CONFIG.yaml] [key=value ...] [--world-size N] [--roles actor,ref] [--replicas N] [--json] [--migrate]",
-            "rlprof.cli:check_main"),
+            "rlprof.cli.check:main"),
     Command("backends", "list the installed profiling backends, their package, version, hook contract and hooks",
-            "[--json]", "rlprof.cli:backends_main"),
+            "[--json]", "rlprof.cli.backends:main"),
     Command("demo", "run a small GRPO-shaped training on local Ray, profiled, then report it",
-            "[--tool torch] [--steps 1,2] [...]", "rlprof.demo:main"),
+            "[--tool torch] [--steps 1,2] [...]", "rlprof.cli.demo:main"),
     Command("capture", "ask a running job to capture its next N steps (an armed run); prints which steps",
-            "RUN [--steps N] [--wait S]", "rlprof.capture:main"),
+            "RUN [--steps N] [--wait S]", "rlprof.cli.capture:main"),
     Command("report", "where each profiled step's time went, per region and rank; the files; what is missing",
-            "RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]", "rlprof.analysis.report:main"),
+            "RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]", "rlprof.cli.report:main"),
     Command("timeline", "one Chrome/Perfetto trace of a whole run: a process per rank, a track per role",
-            "RUN [-o FILE] [--force] [--with-traces] [--steps 1,2]", "rlprof.analysis.timeline:main"),
+            "RUN [-o FILE] [--force] [--with-traces] [--steps 1,2]", "rlprof.cli.timeline:main"),
     Command("breakdown", "inside each region of trace files: compute, exposed communication, copies, idle",
-            "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.analysis.breakdown_files:main"),
+            "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.cli.breakdown:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
-            "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.analysis.compare:main"),
+            "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.cli.compare:main"),
 )
 
 
@@ -175,5 +176,3 @@ def _plugin_commands() -> list[Command]:
     for line in lines:
         print(f"rlprof: {line}", file=sys.stderr)
     return out
-
-

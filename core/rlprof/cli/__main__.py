@@ -1,2 +1,7 @@
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+"""``python -m rlprof.cli``: the same as the ``rlprof`` command."""
+
+import sys
+
+from rlprof.cli import main
+
+sys.exit(main())

@@ -1,7 +1,18 @@
-# ----------------------------------------------------------------------------- backends
+"""``rlprof backends [--json]``: the installed profiling backends, their package, version, hook contract and hooks.
+
+What is installed comes from entry-point metadata (:mod:`rlprof.installed`); each backend is imported
+through the one plugin loader (:func:`rlprof.runtime.registry.backend_info`) to say whether it loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rlprof.errors import EXIT_OK
 
 
-def backends_main(args: list[str]) -> int:
+def main(args: list[str]) -> int:
     """``rlprof backends``: what is installed, from where, which hooks, does it import."""
     parser = argparse.ArgumentParser(prog="rlprof backends", description="List the installed profiling backends.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -32,5 +43,3 @@ def backends_main(args: list[str]) -> int:
         for problem in info.get("problems", []):
             print(f"{pad}warning: {problem}")
     return EXIT_OK
-
-

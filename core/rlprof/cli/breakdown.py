@@ -1,3 +1,25 @@
+"""``rlprof breakdown PATH... [--json] [--steps] [--regions] [--address ADDR]``: the command's options and its table.
+
+Which files are read, how, and where their rows are kept is :mod:`rlprof.analysis.breakdown_files`; with
+``--address`` each file is read on the Ray node that holds it (:mod:`rlprof.cli.breakdown_cluster`).
+
+Exit status: 0 rows (or nothing asked that could fail); 1 no rows and a file failed or was passed over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from rlprof.analysis.breakdown import BREAKDOWN, LABELS, TRACE_REGION, Row, cell, row_fields
+from rlprof.analysis.breakdown import columns as breakdown_columns
+from rlprof.analysis.breakdown_files import NO_READER, WORKERS, breakdown, collect, readers, readers_line
+from rlprof.cli.breakdown_cluster import ClusterUnreachable, on_cluster
+from rlprof.errors import EXIT_FAILED, EXIT_OK
+
+
 def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
     """``--steps``: the ``ProfilerStep#N`` rows; ``--regions``: the other named regions; neither: all rows."""
     if not steps and not regions:

@@ -1,3 +1,22 @@
+"""``rlprof breakdown --address ADDR``: joining a running Ray cluster, and each file read on the node that holds it.
+
+The command asks for the cluster here (the analysis never starts or joins Ray): it checks that something
+listens at the address, joins it, runs one task per node (which paths it holds; then
+:func:`rlprof.analysis.breakdown_files.read_here` over them), matches waits across every node's files, and
+leaves the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Sequence
+
+from rlprof.analysis.breakdown import Row, apportion_waits
+from rlprof.analysis.breakdown_files import read_here
+
+
 class ClusterUnreachable(RuntimeError):
     """``--address`` names no Ray cluster this process can join (the message is the user's one line)."""
 
@@ -9,7 +28,7 @@ def on_cluster(address: str, paths: Sequence[str],
     rows come back; waits are then matched across every node's files here. Which node holds a path is
     asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
     a manifest once said. A path no node holds costs one line. Returns the rows, ``(path, reason)`` of
-    each file that could not be read, and of each file or folder a node's walk passed over (:func:`collect`).
+    each file that could not be read, and of each file or folder a node's walk passed over (:func:`rlprof.analysis.breakdown_files.collect`).
 
     :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
     """
@@ -41,7 +60,7 @@ def on_cluster(address: str, paths: Sequence[str],
                 errors.append((path, "on no node of the cluster"))
             else:
                 where.setdefault(node, []).append(path)
-        answers = _answers([ray.remote(_read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
+        answers = _answers([ray.remote(read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
     finally:
         ray.shutdown()
     results, skipped = [], []
@@ -96,5 +115,3 @@ def _unreachable(address: str) -> str | None:
 def _held_here(paths: list[str]) -> set[str]:
     """On one node: which of ``paths`` are there."""
     return {path for path in paths if os.path.exists(path)}
-
-

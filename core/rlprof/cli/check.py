@@ -1,4 +1,17 @@
-# ----------------------------------------------------------------------------- check
+"""``rlprof check [CONFIG.yaml] [key=value ...]``: validate a profiler configuration and print the resolved plan.
+
+The command's options and output; the checks themselves are :mod:`rlprof.runtime.checking`'s.
+Exit status: 0 valid; 2 invalid (every independent mistake listed at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from rlprof.errors import EXIT_INVALID, EXIT_OK
 
 
 def _positive(text: str) -> int:
@@ -17,7 +30,7 @@ def _is_override(item: str) -> bool:
     return "=" in item or item.startswith(("~", "+"))
 
 
-def check_parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlprof check",
         description="Validate a profiler configuration and print the resolved plan: which roles are profiled on\n"
@@ -49,9 +62,9 @@ def check_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_main(args: list[str]) -> int:
+def main(args: list[str]) -> int:
     """``rlprof check``."""
-    opts = check_parser().parse_intermixed_args(args)  # options may come between items
+    opts = parser().parse_intermixed_args(args)  # options may come between items
     files = [i for i in opts.items if not _is_override(i)]
     overrides = [i for i in opts.items if _is_override(i)]
     if len(files) > 1:
@@ -96,5 +109,3 @@ def check_main(args: list[str]) -> int:
 def _warn(warnings: Sequence[str]) -> None:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-
-

@@ -1,3 +1,25 @@
+"""``rlprof compare RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]``: the command's options.
+
+What is compared, and when a change is clear of the noise, is :mod:`rlprof.analysis.compare`; this module
+parses the arguments, finds each side's run and says which regression fails ``--fail-above``.
+
+Exit status: 0 compared (no regression above the limit), 1 regression, 2 usage / no manifests / no timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rlprof.analysis.compare import MIN_MS, STEP_ROW, TOO_FEW, Change, above, compare, left_out, regressions, render
+from rlprof.analysis.inside import add_inside, moved
+from rlprof.analysis.runs import RunReport, build_reports
+from rlprof.errors import EXIT_FAILED as EXIT_REGRESSION, EXIT_INVALID as EXIT_USAGE, EXIT_OK
+
+
 def _load(path: str, run: str | None, side: str) -> RunReport:
     """The run a side names. :raises LookupError: with a message for the user."""
     if not Path(path).exists():

@@ -1,3 +1,17 @@
+"""``rlprof demo [--tool torch] [--steps 1,2] [...] [KEY=VALUE ...]``: the demo's options.
+
+What the flags mean for the profiler config, and the run itself, are :mod:`rlprof.demo.command`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from rlprof.demo.command import (DEFAULT_SAVE_PATH, EXIT_INTERRUPTED, PERTURBABLE, SLOWABLE, run)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rlprof demo",
@@ -51,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        return _run(opts)
+        return run(opts)
     except KeyboardInterrupt:  # before the training loop, or a second Ctrl-C while finalizing
         print("\nrlprof demo: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

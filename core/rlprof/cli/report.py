@@ -1,4 +1,28 @@
-# ----------------------------------------------------------------------------------- command
+"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]``: the command's options.
+
+What the report says, and how it is built, is :mod:`rlprof.analysis.report` (the text), ``.verdict``
+(``--json``) and ``.html`` (``--html``); this module parses the arguments, reads the runs and writes where
+the user asked (:mod:`rlprof.cli.output_file`).
+
+Exit status: 0 every run is ok, 1 a run captured nothing or misses something, 2 no manifests / usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rlprof.analysis.anatomy import STRAGGLER_PCT
+from rlprof.analysis.details import DETAILS_HOOK, add_details
+from rlprof.analysis.inside import add_inside
+from rlprof.analysis.report import HTML_DEFAULT, render
+from rlprof.analysis.runs import build_reports
+from rlprof.analysis.verdict import report_dict
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.errors import EXIT_FAILED as EXIT_PROBLEMS, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,23 @@
+"""``python -m rlprof.cli.step_split TRACE --roles actor,ref --steps 2``: the program a profiling process runs in a child.
+
+Not a command a person types: :mod:`rlprof.runtime.split_analyser` starts it (by name, at the lowest
+priority) for each trace the process writes, and reads the one JSON line it prints. What the figures
+are, and the JSON's shape, is :mod:`rlprof.analysis.step_split`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from rlprof.analysis.step_split import NotATrace, analyse
+from rlprof.priority import lowest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlprof.analysis.step_split",
+    parser = argparse.ArgumentParser(prog="python -m rlprof.cli.step_split",
                                      description="One trace's split per step and role region, as JSON (the step metrics).")
     parser.add_argument("trace", help="a trace file an installed reader reads")
     parser.add_argument("--roles", required=True, help="the process's roles, comma-separated (actor,ref)")

@@ -1,3 +1,27 @@
+"""``rlprof timeline RUN [-o FILE [--force]] [--with-traces] [--steps 1,2] [--run ID]``: the command's options.
+
+What the timeline holds is :mod:`rlprof.analysis.timeline`; this module parses the arguments, picks the
+run, and writes the file where the user asked (:mod:`rlprof.cli.output_file`).
+
+Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
+2 usage (no manifests, unknown run, ``-o`` names a file that exists and ``--force`` was not given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from rlprof.analysis.anatomy import timing_record
+from rlprof.analysis.runs import locate, without_copies
+from rlprof.analysis.timeline import DEFAULT_OUTPUT, build_timeline, write_timeline
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.errors import EXIT_FAILED, EXIT_INVALID as EXIT_USAGE, EXIT_OK
+from rlprof.manifest import read_records
+
+
 def parse_steps(text: str) -> list[int]:
     """``1,3,5-7`` -> ``[1, 3, 5, 6, 7]``. :raises ValueError: anything else."""
     steps: list[int] = []
@@ -61,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
     other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
     try:
-        count = write_timeline(_chain(first, events), output, other)
+        with output.writing() as handle:
+            count = write_timeline(_chain(first, events), handle, other)
     except OutputRefused as refused:  # the name was taken while the timeline was built
         print(f"rlprof timeline: {refused}", file=sys.stderr)
         return EXIT_USAGE

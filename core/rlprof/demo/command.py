@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rlprof.config.schema import load_config
 from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
@@ -91,7 +91,8 @@ def steps_flag(opts: argparse.Namespace) -> str:
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def _run(opts: argparse.Namespace) -> int:
+def run(opts: argparse.Namespace) -> int:
+    """The demo the flags ``opts`` describe (:func:`rlprof.cli.demo.parser`): checked, run, reported; its exit status."""
     from rlprof.demo import preflight
 
     began = time.perf_counter()
