@@ -1,3 +1,24 @@
+"""The breakdown's row model: each column of a region's row declared once, with everything that reads it.
+
+A row is one (trace or process, step, region) as :mod:`rlprof.analysis.breakdown` measures it. Each column
+is a :func:`column`: its label in tables, its text in docs/analysis.md, the tables that list it, whether it
+is one of the parts that add up to the window (with its name in the step metrics and its colour in the HTML
+page's bars), how a region seen twice adds up, its unit. Everything that lists rows, draws the split, names
+its figures for a tracker or adds two of them reads these declarations: ``rlprof breakdown``, the report
+(text, JSON, HTML), the rows cache's version, the step metrics (:mod:`rlprof.step_metrics`), the in-run
+analysis (:mod:`rlprof.analysis.step_split`), the driver's step book. A leaf: the runtime's step metrics
+and the analysis both read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, Iterable, Sequence
+
+from rlprof.sizes import size_text
+
 DEFINITIONS = 2
 """The version of the split's definitions (docs/analysis.md, "Inside a region"): raised when a figure is
 measured another way while :class:`Row`'s columns stay the same (2: ``memory_ms`` became every copy's time,
@@ -8,8 +29,8 @@ BREAKDOWN, REPORT = "breakdown", "report"
 value), the report's and the HTML page's table of each region (per process, ms as a share of the wall time)."""
 
 
-def column(label: str = "", *, doc: str, listed: tuple[str, ...] = (), part: bool = False, merge: str = "sum",
-           unit: str = "ms", default: Any = MISSING) -> Any:
+def column(label: str = "", *, doc: str, listed: tuple[str, ...] = (), part: str = "", colour: str = "",
+           merge: str = "sum", unit: str = "ms", default: Any = MISSING) -> Any:
     """Declare a column of :class:`Row`: the one place a figure of the breakdown is named, documented and
     placed. Everything that lists rows reads these declarations, in the order :class:`Row` declares them:
     ``rlprof breakdown`` (text and ``--json``), the report's inside-regions table, its ``--json`` and the
@@ -19,19 +40,24 @@ def column(label: str = "", *, doc: str, listed: tuple[str, ...] = (), part: boo
     :param label: its name in tables (none: not in any table; still in every JSON).
     :param doc: what it holds (the reference's text).
     :param listed: the tables that show it (:data:`BREAKDOWN`, :data:`REPORT`).
-    :param part: one of the parts that add up to the window (compute + exposed communication + exposed
-        memory + idle): skew, the stacked bars and ``rlprof compare`` weigh these.
+    :param part: a column that is one of the parts adding up to the window (compute + exposed communication +
+        exposed memory + idle) names the part here, as the step metrics name it (``exposed_comm``: the tracker's
+        ``exposed_comm_frac``, the in-run analysis' ``exposed_comm_ms``); skew, the stacked bars, ``rlprof
+        compare`` and the step metrics weigh these (:data:`WINDOW_PARTS`).
+    :param colour: a part's colour in the HTML page's stacked bars.
     :param merge: how a region that ran twice in a step on one process adds up: ``sum``, ``sum_known``
         (None until a row knows it), ``first``, ``first_known``, ``last``, ``max``.
     :param unit: ``ms`` (the report shows it as a share of the region's wall time), or ``bytes``.
     """
-    if merge not in _MERGES:
-        raise ValueError(f"column merge: got {merge!r}; allowed: {', '.join(_MERGES)}")
-    metadata = {"label": label, "doc": doc, "listed": listed, "part": part, "merge": merge, "unit": unit}
+    if merge not in MERGES:
+        raise ValueError(f"column merge: got {merge!r}; allowed: {', '.join(MERGES)}")
+    if part and not colour:
+        raise ValueError(f"column part {part!r}: a part needs its colour in the stacked bars")
+    metadata = {"label": label, "doc": doc, "listed": listed, "part": part, "colour": colour, "merge": merge, "unit": unit}
     return field(default=default, metadata=metadata)
 
 
-_MERGES = {
+MERGES = {
     "sum": lambda a, b: a + b,
     "sum_known": lambda a, b: a if b is None else (a or 0.0) + b,
     "first": lambda a, b: a,
@@ -39,6 +65,7 @@ _MERGES = {
     "last": lambda a, b: b,
     "max": lambda a, b: b if a is None else a if b is None else max(a, b),
 }
+"""Each ``merge`` rule of :func:`column`: (the value kept, the same figure seen again) -> the value kept now."""
 
 
 @dataclass(kw_only=True)
@@ -57,13 +84,13 @@ class Row:
     wall_ms: float = column(doc="The region itself: end − start.")
     window_ms: float = column("window", listed=(BREAKDOWN,), doc="Region start to max(region end, end of its last "
                               "device event); the `(trace)` row: first to last device event.")
-    compute_ms: float = column("compute", listed=(BREAKDOWN, REPORT), part=True, doc="|C|: the union of the compute "
+    compute_ms: float = column("compute", listed=(BREAKDOWN, REPORT), part="compute", colour="#4c78a8", doc="|C|: the union of the compute "
                                "kernels (host ops other than collectives, less communication, on a CPU-only trace).")
-    exposed_communication_ms: float = column("exposed comm", listed=(BREAKDOWN, REPORT), part=True,
+    exposed_communication_ms: float = column("exposed comm", listed=(BREAKDOWN, REPORT), part="exposed_comm", colour="#e45756",
                                              doc="|K| − |C ∩ K|: communication no compute covers.")
-    exposed_memory_ms: float = column("exposed memory", listed=(BREAKDOWN, REPORT), part=True,
+    exposed_memory_ms: float = column("exposed memory", listed=(BREAKDOWN, REPORT), part="exposed_memory", colour="#f2cf5b",
                                       doc="|M − (C ∪ K)|: copies no kernel covers, the time the device only copied.")
-    idle_ms: float = column("idle", listed=(BREAKDOWN, REPORT), part=True, doc="window − |C ∪ K ∪ M|.")
+    idle_ms: float = column("idle", listed=(BREAKDOWN, REPORT), part="idle", colour="#d0d7de", doc="window − |C ∪ K ∪ M|.")
     memory_ms: float = column("memory", listed=(BREAKDOWN, REPORT), doc="|M|: the copies' union, hidden under a kernel or "
                               "not (not a part: its hidden share is inside compute or exposed communication).")
     overlap_ms: float = column("overlap", listed=(BREAKDOWN,), doc="|C ∩ K|: compute and communication at once.")
@@ -93,21 +120,32 @@ class Row:
         """Add ``other``, the same region of the same process in the same step seen again (it ran twice),
         each column by its ``merge`` rule."""
         for f in _COLUMNS:
-            setattr(self, f.name, _MERGES[f.metadata["merge"]](getattr(self, f.name), getattr(other, f.name)))
+            setattr(self, f.name, MERGES[f.metadata["merge"]](getattr(self, f.name), getattr(other, f.name)))
 
 
 _COLUMNS = fields(Row)
+
+
+def merge_rule(name: str) -> Callable[[Any, Any], Any]:
+    """Column ``name``'s merge rule for a figure that may be unknown on either side (None: the other is kept),
+    as the step metrics add a region's figures seen twice (:func:`rlprof.step_metrics.add_region_figures`)."""
+    rule = MERGES[_MERGE_OF[name]]
+    return lambda kept, value: value if kept is None else kept if value is None else rule(kept, value)
 
 
 def columns(listed: str | None = None, *, part: bool | None = None) -> tuple[str, ...]:
     """The names of :class:`Row`'s columns, in declaration order: those a table lists (``listed``), the
     parts of the window (``part=True``)."""
     return tuple(f.name for f in _COLUMNS if (listed is None or listed in f.metadata["listed"])
-                 and (part is None or f.metadata["part"] == part))
+                 and (part is None or bool(f.metadata["part"]) == part))
 
 
-PARTS = columns(part=True)
-"""The four parts of a region's window (they add up to it), in the order every listing shows them."""
+WINDOW_PARTS = columns(part=True)
+"""The columns that are the parts of a region's window (they add up to it), in the order every listing shows them."""
+PART_NAMES = {f.name: f.metadata["part"] for f in _COLUMNS if f.metadata["part"]}
+"""Each part's column -> the part's name in the step metrics (``exposed_communication_ms`` -> ``exposed_comm``)."""
+COLOURS = {f.name: f.metadata["colour"] for f in _COLUMNS if f.metadata["part"]}
+"""Each part's column -> its colour in the HTML page's stacked bars."""
 LABELS = {f.name: f.metadata["label"] for f in _COLUMNS if f.metadata["label"]}
 """Each listed column's name in tables."""
 
@@ -124,7 +162,7 @@ def cell(row: Row, name: str) -> str:
     value = getattr(row, name)
     if value is None:
         return "-"
-    return _bytes(value) if _UNITS[name] == "bytes" else format(value, ".2f")
+    return size_text(value) if _UNITS[name] == "bytes" else format(value, ".2f")
 
 
 def shown(rows: Iterable[Row], name: str) -> str:
@@ -134,10 +172,11 @@ def shown(rows: Iterable[Row], name: str) -> str:
     if _UNITS[name] == "ms":
         return f"{100 * statistics.median(getattr(r, name) / r.wall_ms if r.wall_ms > 0 else 0.0 for r in rows):.0f}%"
     known = [getattr(r, name) for r in rows if getattr(r, name) is not None]
-    return _bytes(statistics.median(known)) if known else "-"
+    return size_text(statistics.median(known)) if known else "-"
 
 
 _UNITS = {f.name: f.metadata["unit"] for f in _COLUMNS}
+_MERGE_OF = {f.name: f.metadata["merge"] for f in _COLUMNS}
 
 
 def known(rows: Iterable[Any], names: Sequence[str]) -> tuple[str, ...]:
@@ -145,14 +184,6 @@ def known(rows: Iterable[Any], names: Sequence[str]) -> tuple[str, ...]:
     (``peak allocated``: only where a capture recorded memory) where some row knows it."""
     rows = list(rows)
     return tuple(n for n in names if _UNITS[n] == "ms" or any(getattr(r, n, None) is not None for r in rows))
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def row_reference() -> str:
@@ -164,5 +195,3 @@ def row_reference() -> str:
         doc = f.metadata["doc"].replace("|", "\\|")  # a union's length, |C|, is not a cell's end
         lines.append(f"| `{f.name}` | {where} | {doc}{part} |")
     return "\n".join(lines) + "\n"
-
-

@@ -5,23 +5,23 @@ trace's clock, each event already classed by :func:`device_kind` or :func:`is_ho
 :func:`split` turns that into one :class:`Row` per region, and :func:`apportion_waits` splits each
 row's communication into waiting for the last rank and transfer, from the collectives of every
 rank's trace. The definitions are written once, in docs/analysis.md ("Inside a region"); every
-figure is a length of a union of intervals (:mod:`rlprof.analysis.intervals`), never a sum of durations.
+figure is a length of a union of intervals (:mod:`rlprof.intervals`), never a sum of durations. Each column of a
+row is declared once, in the row model (:mod:`rlprof.row_model`).
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import math
-import statistics
 from array import array
 from collections import defaultdict
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
-from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
 from rlprof.analysis.clocks import host_clocks
+from rlprof.intervals import Union, clip, difference, intersection, length, union
 from rlprof.layout import host_of
+from rlprof.row_model import Row
 
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 """The classes of work (stored in a byte array, one per event)."""
