@@ -1,3 +1,17 @@
+"""The process-wide cache of directories the safe walk opened, kept open between walks, and its fork handler.
+
+Every capture's walk (:mod:`rlprof.layout.safe_io`) starts at the run directory and ends at a capture's
+directory; keeping those two open saves the walk its system calls on the training thread. A process's
+profiling session closes them when it ends (:func:`release_held_dirs`); a forked child starts with none.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+
 class _HeldDirs:
     """Directories :func:`_open_dir_chain` walked to, kept open so that the next walk costs less: the
     last run directory (every capture's chain starts there) and the last other directory walked to (a
@@ -63,5 +77,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-

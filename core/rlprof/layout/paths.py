@@ -1,4 +1,4 @@
-"""Where things go under ``save_path``. One layout for every backend; nothing is ever overwritten.
+"""Where things go under ``save_path``: the names of runs, captures, processes and the rows of a trace.
 
 ::
 
@@ -10,38 +10,17 @@
 ``capture_id`` is ``step<N>`` (end-to-end), ``step<A>-<B>`` (merged continuous steps) or
 ``step<N>.<region>`` (discrete), with ``.<k>`` appended when a region repeats within a step or a
 sampled region has several windows. Every name from user input passes :func:`safe_name`.
-
-Writing safely (``save_path`` is often shared on a cluster, so anyone who can write there could plant
-a symbolic link where rlprof is about to write): every directory and file the core creates under a run
-goes through :func:`ensure_dir` / :func:`open_file`, which walk the path one component at a time with
-directory file descriptors and ``O_NOFOLLOW``, so a link planted as the run directory, an intermediate
-directory, a trace or a manifest name is refused (:class:`UnsafePathError`) instead of followed, and a
-file that exists is never replaced. :func:`check_save_path` says in plain words why a ``save_path``
-cannot be used, before anything is written.
-
-Names that are never taken twice: a file rlprof names itself (a trace, a snapshot, an engine's file moved
-in) may find its name taken, by another Profiler of the same run and rank in the same process (a worker
-set up twice: the same capture directories) or by a trace of that Profiler still being written in the
-background. :func:`reserve` claims the name (``<name>.partial``, created at once) or the first free
-:func:`numbered` one (``rank0.1.pt.trace.json.gz``) before the bytes come, so each writer keeps its file,
-under the name the manifest lists, whatever order they write and place in; :func:`write_reserved` and
-:func:`place_reserved` do the same for a file written at once or moved in.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
 import secrets
 import socket
-import stat
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 MAX_NAME = 120
@@ -173,5 +152,3 @@ def relative(path: os.PathLike | str, run_dir: os.PathLike | str) -> str:
         return os.path.relpath(path, run_dir)
     except ValueError:
         return str(path)
-
-

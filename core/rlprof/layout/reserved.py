@@ -1,4 +1,24 @@
-# ---------------------------------------------------------------------- names that are never taken twice
+"""Names that are never taken twice: a file rlprof names itself is claimed before its bytes come.
+
+A file rlprof names itself (a trace, a snapshot, an engine's file moved
+in) may find its name taken, by another Profiler of the same run and rank in the same process (a worker
+set up twice: the same capture directories) or by a trace of that Profiler still being written in the
+background. :func:`reserve` claims the name (``<name>.partial``, created at once) or the first free
+:func:`numbered` one (``rank0.1.pt.trace.json.gz``) before the bytes come, so each writer keeps its file,
+under the name the manifest lists, whatever order they write and place in; :func:`write_reserved` and
+:func:`place_reserved` do the same for a file written at once or moved in.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+from rlprof.layout.safe_io import _FILE_FLAGS, UnsafePathError, _open_dir_chain, _open_in, place
 
 
 PARTIAL_SUFFIX = ".partial"
@@ -156,12 +176,3 @@ def place_reserved(source: os.PathLike | str, target: os.PathLike | str, root: o
         return place(source, reserved.path, root)
     finally:
         reserved.abandon()
-
-
-def _is_link(name: str, dir_fd: int) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-

@@ -1,4 +1,26 @@
-# ---------------------------------------------------------------------- writing without following links
+"""Writing under a run without following links: every directory and file the core creates goes through here.
+
+Writing safely (``save_path`` is often shared on a cluster, so anyone who can write there could plant
+a symbolic link where rlprof is about to write): every directory and file the core creates under a run
+goes through :func:`ensure_dir` / :func:`open_file`, which walk the path one component at a time with
+directory file descriptors and ``O_NOFOLLOW``, so a link planted as the run directory, an intermediate
+directory, a trace or a manifest name is refused (:class:`UnsafePathError`) instead of followed, and a
+file that exists is never replaced. :func:`check_save_path` says in plain words why a ``save_path``
+cannot be used, before anything is written.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+from rlprof.layout.held_dirs import _HELD
 
 
 class UnsafePathError(OSError):
@@ -248,6 +270,13 @@ def new_file(path: Path, root: Path) -> Iterator[IO]:
             raise
 
 
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def _open_dir_chain(path: Path, root: Path) -> int:
     """A file descriptor of directory ``path``, every component from ``root`` down created if
     missing and opened with ``O_NOFOLLOW`` relative to its parent's descriptor.
@@ -320,5 +349,3 @@ def _descend(fd: int, current: str, names: list[str]) -> int:
     except BaseException:
         os.close(fd)
         raise
-
-

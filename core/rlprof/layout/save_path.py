@@ -1,3 +1,13 @@
+"""Whether a ``save_path`` can be used, said in plain words before anything is written (:func:`check_save_path`)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+
 def check_save_path(save_path: object) -> str | None:
     """Why ``save_path`` cannot be used, in plain words, or None when it can.
 
