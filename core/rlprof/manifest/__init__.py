@@ -1,4 +1,4 @@
-"""The manifest: one JSON-lines file per process, merged on read; and the one place records are built.
+"""The manifest: one JSON-lines file per process, merged on read; its records, and where each is built (the face).
 
 Each line is a record with a ``type`` and the common fields ``run``, ``rank``, ``host``, ``pid``, ``time``:
 
@@ -58,4 +58,21 @@ comes from it, so a new field is one edit, read by both sides.
 Lines are appended and flushed as they happen (timing records at the end of each step), so a process
 killed mid-run keeps what it recorded. Writing never raises into training: a failed write (disk
 full) is logged once, counted, and recorded as an ``error`` of kind ``write`` once writing works again.
+
+Its parts: :mod:`~rlprof.manifest.records` (the declared record types and their decoder),
+:mod:`~rlprof.manifest.writer` (a process's file), :mod:`~rlprof.manifest.builders` (the records a
+process builds), :mod:`~rlprof.manifest.reading` (every process's file, merged). ``rlprof.manifest`` keeps
+every name plugins and the core import.
 """
+
+from __future__ import annotations
+
+from rlprof.manifest.records import (FAILURE_RECORD, GATHERED_RECORD, short_node, ProcessRecord, CaptureRecord,
+                                     StalenessRecord, STALENESS_RECORD, FrameworkIdleRecord, FRAMEWORK_IDLE_RECORD,
+                                     PhaseRecord, PHASE_RECORD, UnprofiledStepsRecord, NodeRecord, NODE_RECORD,
+                                     NodeLostRecord, NODE_LOST_RECORD, record_fields, read_record, required)
+from rlprof.manifest.writer import (path_size, ManifestWriter, record_relocation)
+from rlprof.manifest.reading import (WRITING, WRITTEN, settled_artifacts, manifest_files, read_records, artifacts)
+from rlprof.manifest.builders import (describe_error, step_record, phase_record, plain_steps_record, region_record,
+                                      wait_record, error_record, artifact_record, note_records, process_record,
+                                      cleanup_fields)

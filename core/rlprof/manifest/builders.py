@@ -1,4 +1,21 @@
-# --------------------------------------------------------------------------- records
+"""The records a profiling process writes, built from what the session knows: steps, regions, artifacts, notes,
+errors, waits, the process record, a released backend's cleanup.
+
+The dict-record builders return a record's fields (``ManifestWriter.write(type, **fields)``); those whose type
+is declared (:mod:`rlprof.manifest.records`) build the declaration and return its fields.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from rlprof.context import context_field
+from rlprof.layout import relative
+from rlprof.manifest.reading import WRITING
+from rlprof.manifest.records import PhaseRecord, ProcessRecord, UnprofiledStepsRecord, record_fields
+from rlprof.manifest.writer import path_size
 
 
 def describe_error(exc: BaseException | None) -> str | None:

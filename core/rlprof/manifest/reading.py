@@ -1,3 +1,13 @@
+"""Reading manifests: every process's file under the paths given, merged, an artifact's two records settled into one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
 WRITING, WRITTEN = "writing", "written"
 """The ``state`` of an artifact record: listed when its file began to be written in the background,
 and again once it is complete (or ``"failed"``)."""
@@ -72,5 +82,3 @@ def read_records(paths: Iterable[os.PathLike | str]) -> Iterator[dict[str, Any]]
 def artifacts(paths: Iterable[os.PathLike | str]) -> list[dict[str, Any]]:
     """The artifact records under ``paths`` (settled, as :func:`read_records` gives them)."""
     return [r for r in read_records(paths) if r.get("type") == "artifact"]
-
-

@@ -1,22 +1,18 @@
 
+"""The manifest's record types, each declared once (a dataclass per type: its fields typed, defaulted and
+documented), and the one decoder that reads a record back (:func:`read_record`, :func:`required`).
+
+A field added to a declaration is written (:func:`record_fields`, ``ManifestWriter.write_record``), read back
+and checked by the report (``rlprof.analysis.runs.REQUIRED``) with no other edit.
+"""
+
 from __future__ import annotations
 
-import json
-import logging
-import os
-import stat
-import threading
-import time
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from rlprof.context import context_field
-from rlprof.layout import relative
-
-log = logging.getLogger("rlprof")
 FAILURE_RECORD = "worker_failure"
 """Manifest record type the Ray controller writes (``manifest/controller-<host>-<pid>.jsonl``): one per
 worker that died or hung past the timeout (it is not waited for again), one per rlprof call that
@@ -29,8 +25,6 @@ def short_node(node: str | None) -> str:
     """A Ray node id as logs and reports name it: its first 8 hex digits (as ``ray status`` abbreviates)."""
     return node[:8] if node else "?"
 
-
-# --------------------------------------------------------------------------- typed records
 
 
 @dataclass(kw_only=True)

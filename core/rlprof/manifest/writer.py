@@ -1,3 +1,25 @@
+"""Writing a process's manifest: one JSON-lines file, appended and flushed as records happen, never raising into training.
+
+A failed write (disk full) is logged once, counted, and recorded as an ``error`` of kind ``write`` once
+writing works again. :func:`record_relocation` appends a moved file's record to the manifest that listed it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from rlprof.layout import relative
+from rlprof.manifest.records import record_fields
+
+log = logging.getLogger("rlprof")
+
 _ENCODER = json.JSONEncoder(default=str, check_circular=False)
 """One encoder for every record (``json.dumps(..., default=str)`` builds a new one per call). Records
 are plain data; anything else (a path, an exception) is written as its ``str``."""
@@ -115,5 +137,3 @@ def record_relocation(pending: dict[str, Any], target: Path, source: Path) -> bo
                             relocated_from=str(source), outside_output_dir=False)
     finally:
         writer.close()
-
-
