@@ -1,3 +1,23 @@
+"""Who takes part in a process session: a Profiler seen through :class:`Participant`, joining it, and why one may not.
+
+Colocated Profilers of one process (same run id and rank) share one session
+(:class:`~rlprof.runtime.session.ProcessSession`); each must agree with it on tools, steps, mode and
+save_path, else it stays idle (:class:`Disagreement`, warned once and recorded). The session holds its
+Profilers weakly, so a Profiler dropped without ``finalize()`` leaves it.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import replace
+from typing import Any, Callable, Mapping
+
+from rlprof.errors import ConfigError
+from rlprof.manifest import process_record
+from rlprof.notices import say_once
+
+log = logging.getLogger("rlprof")
 
 
 class Participant:
@@ -32,6 +52,12 @@ class Participant:
 
 class Disagreement(ConfigError):
     """A Profiler's config disagrees with the live session of its process (see the module docstring)."""
+
+class Membership:
+    """The participants of a :class:`~rlprof.runtime.session.ProcessSession`: joining a Profiler (agreeing with the
+    session, its tool configs validated, its ``process`` record written), and saying why one may not. A part of
+    the session's class: it uses the session's ``lock``, ``plan``, ``run``, ``backends``, ``manifest``,
+    ``environment`` and ``splits``, and owns ``_members`` (Profiler -> :class:`Participant`)."""
 
     @property
     def participants(self) -> list[Any]:

@@ -252,7 +252,8 @@ class Profiler:
             from rlprof.runtime.checking import require_usable_save_path
 
             require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, before any write
-            from rlprof.runtime.session import Participant, join
+            from rlprof.runtime.participants import Participant
+            from rlprof.runtime.session import join
 
             self._session, self.tool_configs = join(
                 Participant(self, went_idle=self._went_idle, step_written=self._step_written), backends)
@@ -463,7 +464,8 @@ class Profiler:
         """Join the process session with the plan's armed roles selected (:meth:`ProcessPlan.unplanned`)."""
         from rlprof.runtime import exits
         from rlprof.runtime.checking import require_usable_save_path
-        from rlprof.runtime.session import Participant, join
+        from rlprof.runtime.participants import Participant
+        from rlprof.runtime.session import join
 
         require_usable_save_path(self.config)
         self.plan = self.plan.unplanned()

@@ -34,6 +34,9 @@ The session also turns the machine's :class:`~rlprof.runtime.capture_machine.Act
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
 for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
 the timing records (``step``, ``region``), buffered per step and written at its end.
+
+Its parts: this module (the session: its steps, regions and iterations, its end), who takes part
+(:mod:`rlprof.runtime.participants`) and what its backends produce, as records (:mod:`rlprof.runtime.session_records`).
 """
 
 from __future__ import annotations
@@ -43,17 +46,16 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from rlprof.runtime.budget import CaptureBudget, Refusal
-from rlprof.runtime.capture_machine import CaptureMachine, CaptureStateError, OpenCapture, OpenRegion
 from rlprof.context import Capture
-from rlprof.errors import ConfigError
-from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
-from rlprof.manifest import (CaptureRecord, ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record,
-                             plain_steps_record, process_record, record_fields, region_record, step_record, wait_record)
+from rlprof.manifest import ManifestWriter, error_record, step_record, wait_record
+from rlprof.notices import say_once
+from rlprof.runtime.budget import CaptureBudget, Refusal
+from rlprof.runtime.capture_machine import CaptureMachine, CaptureStateError, OpenRegion
+from rlprof.runtime.participants import Disagreement, Membership, Participant
+from rlprof.runtime.session_records import SessionRecords
 
 log = logging.getLogger("rlprof")
 
@@ -110,7 +112,7 @@ def _open_session(key: tuple[str, int, int]) -> "ProcessSession | None":
     return session if session is not None and not session.finished else None
 
 
-class ProcessSession:
+class ProcessSession(Membership, SessionRecords):
     """Backends, capture machine, manifest and timings of one process (see the module docstring)."""
 
     clock_ns: Callable[[], int] = time.time_ns
@@ -184,8 +186,6 @@ class ProcessSession:
         self.backends.start_watchdog()
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
                                       make_capture=self._make_capture, hooks=self.backends)
-
-    # ------------------------------------------------------------------ participants
 
     # ------------------------------------------------------------------ steps
 
@@ -414,7 +414,6 @@ class ProcessSession:
 
         exits.unregister(self)
 
-    # ------------------------------------------------------------------ dispatch
 
     def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
         run = self.run

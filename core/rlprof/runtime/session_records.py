@@ -1,3 +1,24 @@
+"""What a process session's backends produce, and the manifest records it becomes (:class:`SessionRecords`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from rlprof.manifest import (CaptureRecord, artifact_record, cleanup_fields, describe_error, error_record, note_records,
+                             plain_steps_record, record_fields, region_record, wait_record)
+from rlprof.runtime.capture_machine import OpenCapture
+
+log = logging.getLogger("rlprof")
+
+class SessionRecords:
+    """What the backends of a :class:`~rlprof.runtime.session.ProcessSession` produce, and the records it becomes:
+    the artifacts a call returned or added (listed, measured by the budget, offered to the in-run analysis),
+    what a backend said, contained failures, waits, a released backend's cleanup, and the step's buffered timing
+    and ``capture`` records written in one go. A part of the session's class: it uses the session's ``lock``,
+    ``run``, ``plan``, ``backends``, ``machine``, ``budget``, ``splits`` and ``_members``, and owns ``manifest``'s
+    writing of ``artifacts``, ``errors`` and the buffers ``_closed``, ``_sized``, ``_plain_steps``, ``_held``."""
 
     def _release(self, backend: str) -> None:
         """Release a backend right after its first failure (the machine's state is the one of the call
