@@ -1,15 +1,18 @@
+"""Fault injection for a scripted run, and the sandbox it plays in: a backend made to fail right after its own hook
+(``Scenario.fail_after``), a fresh working and temporary directory, the hook watchdog's limit, the log it wrote."""
 
+from __future__ import annotations
 
-@dataclass
-class InjectedFailure:
-    """The state of a ``fail_after`` scenario's scripted failure."""
+import contextlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
-    hook: str
-    raised: bool = False
-    noted: bool = False
-    captures: set[str] = field(default_factory=set)
-    """Capture ids the backend had been told to open up to the failure (its own to close and write)."""
-
+from rlprof.runtime.registry import ARGUMENTS, HOOKS
+from rlprof.testing.recorder import RecordingBackend, hook_function
+from rlprof.testing.scenario_spec import InjectedFailure, ScriptedHookFailure
 
 def _failing_after(plugin: Any, injected: InjectedFailure, recorder: RecordingBackend) -> Any:
     """A stand-in registered in place of ``plugin``: each hook calls the backend's own implementation;

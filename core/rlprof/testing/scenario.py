@@ -1,4 +1,4 @@
-"""A scripted training loop that drives one backend through a real :class:`~rlprof.Profiler`.
+"""A scripted training loop that drives one backend through a real :class:`~rlprof.Profiler`: the player.
 
 This is what the pytest fixture ``rlprof_run`` and the conformance suite run. A :class:`Scenario`
 says what the trainer does (mode, steps, roles, sampling schedule, where a region raises);
@@ -18,29 +18,30 @@ recorder's captures as missing.
 Real runs differ from a plain test in where the hooks run: Ray runs actor methods on threads that
 block SIGINT, SIGTERM and SIGCHLD, and a child process inherits that mask. ``Scenario(blocked_signals=True)``
 plays the whole loop on such a thread (:data:`RAY_BLOCKED_SIGNALS`), as a Ray worker does.
+
+Its parts: the script and the result (:mod:`rlprof.testing.scenario_spec`, re-exported here), the player
+(this module), fault injection and the sandbox (:mod:`rlprof.testing.faults`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import signal
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable
 
-from rlprof.roles import nest_profiler
 from rlprof.context import finalize_context
 from rlprof.layout import safe_name
 from rlprof.manifest import read_records
 from rlprof.runtime.plan import primary_role
-from rlprof.runtime.registry import ARGUMENTS, HOOKS, LIFECYCLE
+from rlprof.testing.faults import _failing_after, _logged, _sandbox, _snapshot
 from rlprof.testing.footprint import Footprint
-from rlprof.testing.recorder import RecordingBackend, hook_function
+from rlprof.testing.recorder import RecordingBackend
+from rlprof.testing.scenario_spec import (LIFECYCLE_HOOKS, RAY_BLOCKED_SIGNALS, RECORDER, STAGES, BackendRun,  # noqa: F401
+                                          BackendSpec, InjectedFailure, Scenario, ScriptedFailure, ScriptedHookFailure,
+                                          SecondFinalize)
 
 
 def backend_factory(backend: BackendSpec, name: str | None = None) -> tuple[str, Callable[[], Any]]:

@@ -1,3 +1,22 @@
+"""What a scripted run does and what it produced: :class:`Scenario` (the trainer's script), :class:`BackendRun`
+(everything the run left for a test to assert on), and the failures a scenario scripts.
+
+The player is :mod:`rlprof.testing.scenario` (:func:`~rlprof.testing.scenario.run_scenario`), which re-exports
+these names.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlprof.roles import nest_profiler
+from rlprof.runtime.registry import LIFECYCLE
+from rlprof.testing.footprint import Footprint
+from rlprof.testing.recorder import RecordingBackend
 
 RECORDER = "rlprof_recorder"
 """The name the companion recorder runs under."""
@@ -234,3 +253,14 @@ class BackendRun:
     def sequence(self) -> list[str]:
         """The hook calls the core made, compactly (see :meth:`RecordingBackend.sequence`)."""
         return self.recorder.sequence()
+
+
+@dataclass
+class InjectedFailure:
+    """The state of a ``fail_after`` scenario's scripted failure."""
+
+    hook: str
+    raised: bool = False
+    noted: bool = False
+    captures: set[str] = field(default_factory=set)
+    """Capture ids the backend had been told to open up to the failure (its own to close and write)."""
