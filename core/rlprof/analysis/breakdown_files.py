@@ -1,37 +1,30 @@
-"""The breakdown rows of trace files, read in a process pool, cached where the layout says (never beside a file).
+"""The breakdown rows of trace files, read in a pool of worker processes, each file from its cache when current.
 
 ``rlprof breakdown PATH...`` (:mod:`rlprof.cli.breakdown`) reads them here, or with ``--address`` on the nodes of
 a Ray cluster that hold them (:mod:`rlprof.cli.breakdown_cluster`, which runs :func:`read_here` on each node).
 
-Each file goes to the reader of the backend that writes its format (each backend names it through the
-``trace_reader`` hook, :func:`readers`), in a pool of
-worker processes; a worker returns only the rows and the file's collective calls (kilobytes),
-which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
-cannot be read costs one line naming it and the reason; every other file is still reported.
-
-The rows of a file are cached, keyed to the file's size and mtime, so a second run reads no trace:
-in its run's own ``breakdown/`` folder, or for a file in no run in the cache folder
-(:func:`rlprof.layout.rows_path`); never beside the file, whose folder holds only what the backends
-wrote. On a Ray run the node that holds a trace writes that cache, and the same bytes are shipped to the controller
-(:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
+Each file goes to the reader of the backend that writes its format (:mod:`rlprof.analysis.trace_readers`), in a
+pool of worker processes; a worker returns only the rows and the file's collective calls (kilobytes), which are
+matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that cannot be read costs
+one line naming it and the reason; every other file is still reported. The rows are kept where the layout says
+(:mod:`rlprof.analysis.rows_cache`), so a second run reads no trace; a folder is walked by
+:mod:`rlprof.analysis.trace_walk`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import importlib
-import json
-import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import Collective, TraceEvents, apportion_waits, split
-from rlprof.row_model import Row, rows_version
-from rlprof import plugins
+from rlprof.analysis.breakdown import TraceEvents, apportion_waits, split
+from rlprof.analysis.rows_cache import FileRows, _cached, _store, _without_events
+from rlprof.analysis.trace_readers import claim, readers
+from rlprof.analysis.trace_walk import collect
 from rlprof.hookspecs import TraceReader
-from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
+from rlprof.row_model import Row
+
 WORKERS = 2
 
 

@@ -1,4 +1,21 @@
+"""A trace's rows kept where the layout says, keyed to the file's size and mtime, so a second read costs no trace.
 
+In its run's own ``breakdown/`` folder, or for a file in no run in the cache folder (:func:`rlprof.layout.rows_path`);
+never beside the file, whose folder holds only what the backends wrote. On a Ray run the node that holds a trace
+writes that cache, and the same bytes are shipped to the controller (:func:`rlprof.layout.shipped_rows_path`);
+:func:`shipped` reads them there when the trace is not. Rows made by another version of the row model are made again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlprof.analysis.breakdown import Collective, TraceEvents
+from rlprof.layout import ROWS_SUFFIX, new_file, rows_path
+from rlprof.row_model import Row, rows_version
 
 CACHE_SUFFIX = ROWS_SUFFIX
 CACHE_VERSION = rows_version()

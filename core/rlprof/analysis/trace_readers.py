@@ -1,3 +1,19 @@
+"""Which installed reader reads a trace file: the backends' ``trace_reader`` hooks, and the one rule that picks among their patterns.
+
+Each file goes to the reader of the backend that writes its format (each backend names it through the
+``trace_reader`` hook, :func:`readers`); among the patterns that match a file's name the most literal wins
+(:func:`claim`). These patterns are the only list of trace file names: ``rlprof breakdown``, the report's
+split, ``rlprof timeline --with-traces`` (:class:`rlprof.analysis.traces.TraceFiles`) and the demo ask here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from rlprof import plugins
+from rlprof.hookspecs import TraceReader
 
 def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
     """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed

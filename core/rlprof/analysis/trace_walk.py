@@ -1,4 +1,15 @@
+"""A folder walked for trace files: every file an installed reader claims, and every other one named with the reason it is passed over."""
 
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from rlprof.analysis.trace_readers import claim
+from rlprof.hookspecs import TraceReader
+from rlprof.layout import CORE_DIRS, MANIFEST_DIR
 
 @dataclass
 class Collected:
