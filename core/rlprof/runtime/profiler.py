@@ -23,18 +23,18 @@ the manifest; :mod:`rlprof.runtime.exits` finalizes at process exit. This module
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
 from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
+from rlprof.runtime.regions import IdleRegion, Iteration, ProfiledRegion, TimedRegion
 from rlprof.runtime.run_id import in_ray, run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
 
@@ -83,9 +83,9 @@ class Profiler:
         )
         self.stages = stages
         self._live: frozenset = _NOTHING
-        self._regions: dict[str, dict[str | None, _Region]] = {}
+        self._regions: dict[str, dict[str | None, ProfiledRegion]] = {}
         """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
-        self._iteration_cm = _Iteration(self)
+        self._iteration_cm = Iteration(self)
         self._step: int | None = None
         """The step this Profiler began and has not ended (profiled or not): its own, since colocated
         Profilers each call start_step/step_boundary; the process session owns the shared step. The one
@@ -247,7 +247,7 @@ class Profiler:
         if times is not None and role in self.plan.timed:
             times.done.append((role, safe_name(f"{role}_{stage}" if stage else role), start_ns, end_ns))
 
-    def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
+    def role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
         stage), whose class switches between live and idle with the step; when the role is not
@@ -265,13 +265,13 @@ class Profiler:
         region.module = module
         return region
 
-    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
+    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> ProfiledRegion:
         """The cached region object of ``role`` under ``key``, live, timed or idle as the role is now."""
         region = self._region_class(role)(self, role, stage, sampled=sampled)
         self._regions.setdefault(role, {})[key] = region
         return region
 
-    def unsampled_role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
+    def unsampled_role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
         whole. For callers that schedule one stage of a role only (verl samples the update loop,
         ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
@@ -284,7 +284,7 @@ class Profiler:
             region.module = module
         return region
 
-    def iteration(self) -> _Iteration:
+    def iteration(self) -> Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
         ``with prof.iteration(): ...``. Drives the role's ``schedule``; free when there is none."""
         return self._iteration_cm
@@ -452,8 +452,8 @@ class Profiler:
     def _region_class(self, role: str) -> type:
         """Live while ``role`` is profiled now; else timed when the plan times it; else idle."""
         if role in self._live:
-            return _Region
+            return ProfiledRegion
         times = self._times
         timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
-        return _TimedRegion if timed else _IdleRegion
+        return TimedRegion if timed else IdleRegion
 

@@ -1,16 +1,29 @@
+"""What ``prof.role(...)`` and ``prof.iteration()`` return: one region object per (role, stage) of a Profiler.
 
+A region is in one of three states, each a class sharing one layout (:class:`ProfiledRegion`, profiled now:
+entering tells the process session; :class:`TimedRegion`, timed for the step metrics only; :class:`IdleRegion`,
+neither). The Profiler sets a region's state at step start and end (``Profiler._set_live``).
+"""
 
-class _Region:
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from rlprof.layout import safe_name
+from rlprof.runtime.step_timings import now_ns as _now
+
+class ProfiledRegion:
     """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
-    and a decorator, one object per (role, stage) of a Profiler. See :class:`_TimedRegion` and
-    :class:`_IdleRegion` for the other states; ``live`` (profiled) and ``enters`` (does something on
+    and a decorator, one object per (role, stage) of a Profiler. See :class:`TimedRegion` and
+    :class:`IdleRegion` for the other states; ``live`` (profiled) and ``enters`` (does something on
     entry: profiled or timed) tell them apart."""
 
     __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module", "_done")
     live = True
     enters = True
 
-    def __init__(self, prof: "Profiler", role: str, stage: str | None, *, sampled: bool):
+    def __init__(self, prof: Any, role: str, stage: str | None, *, sampled: bool):  # prof: its Profiler
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
@@ -54,7 +67,7 @@ class _Region:
         return profiled
 
 
-class _TimedRegion(_Region):
+class TimedRegion(ProfiledRegion):
     """The same region object while its role is timed but not profiled (an unprofiled step, an unselected
     rank, between steps): entering takes the time, leaving appends ``(role, region, start_ns, end_ns)`` to
     its Profiler's timings (:mod:`rlprof.runtime.step_timings`), which a thread of rlprof sends on. No hook,
@@ -75,10 +88,10 @@ class _TimedRegion(_Region):
         return False
 
 
-class _IdleRegion(_Region):
+class IdleRegion(ProfiledRegion):
     """The same region object while its role is not profiled (unselected rank, step or role).
 
-    The Profiler switches a region's class between :class:`_Region` and this one at step start and
+    The Profiler switches a region's class between :class:`ProfiledRegion` and this one at step start and
     end (:meth:`Profiler._set_live`), so an idle ``with prof.role(...)`` runs no Python code of ours:
     ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement calls
     them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns ``""``
@@ -99,12 +112,12 @@ class _IdleRegion(_Region):
     __exit__ = "".format
 
 
-class _Iteration:
+class Iteration:
     """The result of ``prof.iteration()``: marks one iteration of the innermost open sampled region."""
 
     __slots__ = ("_prof",)
 
-    def __init__(self, prof: "Profiler"):
+    def __init__(self, prof: Any):
         self._prof = prof
 
     def __enter__(self):
