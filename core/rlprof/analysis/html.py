@@ -1,4 +1,4 @@
-"""``rlprof report RUN --html [-o FILE]``: the report as one self-contained web page.
+"""The report as one self-contained web page (``rlprof report RUN --html``): the page and its sections.
 
 Use it to share a run's findings (attach it to an issue, a CI artifact): one file, no network
 requests (inline CSS and SVG, no script, no font or image fetched), readable offline in any browser.
@@ -24,26 +24,25 @@ Per run, newest first:
 * per-step tables, and the files to open next (with the timeline command).
 
 Hovering a bar or cell shows its numbers (SVG ``<title>``). Everything comes from
-:class:`rlprof.analysis.report.RunReport`: this module reads no file.
+:class:`rlprof.analysis.report.RunReport`: this module reads no file. The charts are
+:mod:`rlprof.analysis.html_charts`'s.
 """
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.inside import SHOWN, Waited
-from rlprof.analysis.overlap import MISSING_NOTE
+from rlprof.analysis.html_charts import (escaped, heat_map, inside_bars, overlap_chart, series_chart, step_bars, stragglers,
+                                         step_anchor)
 from rlprof.analysis.runs import RunReport
-from rlprof.analysis.step_series import KINDS, StepSeries
-from rlprof.analysis.verdict import verdict_lines
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
+from rlprof.analysis.verdict import verdict_lines
 from rlprof.invocation import rlprof_command
-from rlprof.row_model import COLOURS, LABELS, WINDOW_PARTS, known, shown
 from rlprof.sizes import size_text
+
 MARKER = b'<meta name="generator" content="rlprof report">'
 """In the head of every page: the program that wrote it."""
 FILES_LISTED = 200
@@ -68,7 +67,7 @@ def render_page(reports: Sequence[RunReport]) -> str:
     body = "\n".join(_run_section(r) for r in reports)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{MARKER.decode()}"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n{body}\n</body></html>\n")
+            f"<title>{escaped(title)}</title><style>{CSS}</style></head>\n<body>\n<h1>{escaped(title)}</h1>\n{body}\n</body></html>\n")
 
 
 def _run_section(report: RunReport) -> str:
@@ -76,13 +75,13 @@ def _run_section(report: RunReport) -> str:
     modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
     tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
     hosts = sorted({p.host for p in report.processes})
-    parts = [f'<section class="run" id="run-{_e(report.run_id)}">',
-             f"<h2>run {_e(report.run_id)} {status}</h2>",
-             f'<p class="muted">mode {_e(modes)}; tools {_e(tools)}; {len(report.processes)} profiling process{"es" if len(report.processes) != 1 else ""} on '
-             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}; {', '.join(_e(d) for d in report.run_dirs)}</p>"]
+    parts = [f'<section class="run" id="run-{escaped(report.run_id)}">',
+             f"<h2>run {escaped(report.run_id)} {status}</h2>",
+             f'<p class="muted">mode {escaped(modes)}; tools {escaped(tools)}; {len(report.processes)} profiling process{"es" if len(report.processes) != 1 else ""} on '
+             f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}; {', '.join(escaped(d) for d in report.run_dirs)}</p>"]
     lines = verdict_lines(report)
     parts.append('<ul class="verdict">' + "".join(
-        f'<li class="{"problem" if _is_problem(line) else "fine"}">{_e(line)}</li>' for line in lines) + "</ul>")
+        f'<li class="{"problem" if _is_problem(line) else "fine"}">{escaped(line)}</li>' for line in lines) + "</ul>")
     parts.append(_series_section(report))
     anatomy = report.anatomy
     if anatomy.has_timings:
@@ -92,14 +91,14 @@ def _run_section(report: RunReport) -> str:
                      "time writing captures; light grey: the rest of the window (time no process's region covers, and where the "
                      "processes' regions did not line up); the whisker spans the fastest to the slowest rank's own step time, "
                      "inside the window; a red outline: a region with a straggler in that step (listed below)</p>")
-        parts.append(_step_bars(anatomy))
+        parts.append(step_bars(anatomy))
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
-        parts.append(_heat_map(anatomy, report.inside.waits if report.inside else []))
-        parts.append(_stragglers(anatomy))
-        parts.append(_inside(report))
-        parts.append(_overlap(report))
+        parts.append(heat_map(anatomy, report.inside.waits if report.inside else []))
+        parts.append(stragglers(anatomy))
+        parts.append(inside_bars(report))
+        parts.append(overlap_chart(report))
         parts.append(_step_tables(anatomy, report.run_id))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
@@ -114,11 +113,11 @@ def _series_section(report: RunReport) -> str:
     series = report.series
     head = "<h3>Every step</h3>"
     if series.note:
-        return f'{head}<p class="muted step-series-none">{_e(series.note)}</p>'
+        return f'{head}<p class="muted step-series-none">{escaped(series.note)}</p>'
     return (head + '<p class="muted">from the run\'s step metrics (every step, profiled or not): the step\'s own time, and '
             "each role's slowest process's time in its regions; marked: the captured steps, by why they were captured "
             "(click a mark for that step's breakdown); a value above the chart (a capture's own cost) is drawn at its top, "
-            "with &#8593; and its value</p>" + _series_chart(series, report.run_id))
+            "with &#8593; and its value</p>" + series_chart(series, report.run_id))
 
 
 def _is_problem(line: str) -> bool:
@@ -136,11 +135,11 @@ def _step_tables(anatomy: Anatomy, run_id: str) -> str:
             flag = f"straggler: {', '.join(t.name for t in r.stragglers)}" if r.stragglers else ""
             if r.errors:
                 flag += ("; " if flag else "") + f"raised on {len(r.errors)} processes"
-            rows.append(f'<tr class="{"straggler" if r.stragglers else ""}"><td>{"&nbsp;&nbsp;" * r.depth}{_e(r.region)}</td>'
+            rows.append(f'<tr class="{"straggler" if r.stragglers else ""}"><td>{"&nbsp;&nbsp;" * r.depth}{escaped(r.region)}</td>'
                         f"<td>{len(r.spread.per_rank)}</td><td>{r.spread.min_ms:.2f}</td><td>{r.spread.median_ms:.2f}</td>"
                         f"<td>{r.spread.max_ms:.2f}</td><td>{r.spread.slowest.name}</td>"
-                        f"<td>{'-' if r.share_of_step is None else f'{100 * r.share_of_step:.0f}%'}</td><td>{_e(flag)}</td></tr>")
-        out.append(f'<details id="{_e(step_anchor(run_id, step.step))}"><summary>{_e(head)}</summary>'
+                        f"<td>{'-' if r.share_of_step is None else f'{100 * r.share_of_step:.0f}%'}</td><td>{escaped(flag)}</td></tr>")
+        out.append(f'<details id="{escaped(step_anchor(run_id, step.step))}"><summary>{escaped(head)}</summary>'
                    f"<table><tr><th>region</th><th>processes</th><th>min_ms</th><th>median_ms</th>"
                    f"<th>max_ms</th><th>slowest</th><th>share</th><th></th></tr>{''.join(rows)}</table></details>")
     return "<h3>Per step</h3>" + "\n".join(out)
@@ -150,7 +149,7 @@ def _files(report: RunReport) -> str:
     files = report.files
     run_arg = report.run_dirs[0] if report.run_dirs else "SAVE_PATH"
     out = ["<h3>Files to open next</h3>",
-           f"<p>The whole run on one timeline (every rank, every role): <code>{_e(rlprof_command())} timeline {_e(run_arg)} "
+           f"<p>The whole run on one timeline (every rank, every role): <code>{escaped(rlprof_command())} timeline {escaped(run_arg)} "
            f"--with-traces</code>, then open the file it names (<code>{TIMELINE_DEFAULT}</code>, or <code>timeline.1.json</code>... "
            "when that exists) in Perfetto (ui.perfetto.dev) or chrome://tracing.</p>"]
     if not files:
@@ -160,13 +159,13 @@ def _files(report: RunReport) -> str:
                "<tr><th>file</th><th>process</th><th>backend</th><th>steps</th><th>size</th></tr>")
     for f in files[:FILES_LISTED]:
         gone = "" if f.exists else ' <span class="muted">(no longer on disk)</span>'
-        link = f'<a href="{_e(_file_uri(f.path))}">{_e(os.path.relpath(f.path, report.run_dirs[0]) if report.run_dirs else f.path)}</a>'
-        details = "".join(f"<br><span class=\"muted\">{_e(d)}</span>" for d in f.details)
-        out.append(f"<tr><td>{link}{gone}{details}</td><td>{process_name(f.rank, f.replica_rank)}</td><td>{_e(f.backend)}</td>"
+        link = f'<a href="{escaped(_file_uri(f.path))}">{escaped(os.path.relpath(f.path, report.run_dirs[0]) if report.run_dirs else f.path)}</a>'
+        details = "".join(f"<br><span class=\"muted\">{escaped(d)}</span>" for d in f.details)
+        out.append(f"<tr><td>{link}{gone}{details}</td><td>{process_name(f.rank, f.replica_rank)}</td><td>{escaped(f.backend)}</td>"
                    f"<td>{','.join(map(str, f.steps)) or '-'}</td><td>{size_text(f.size)}</td></tr>")
     out.append("</table>")
     if len(files) > FILES_LISTED:
-        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more ({_e(rlprof_command())} report --json lists all).</p>")
+        out.append(f"<p class=\"muted\">... and {len(files) - FILES_LISTED} more ({escaped(rlprof_command())} report --json lists all).</p>")
     return "\n".join(out)
 
 

@@ -1,3 +1,17 @@
+"""The report page's SVG charts: every step's series, the step anatomy's bars, the process x region heat map, the
+stragglers, the split inside regions and the async overlap (:mod:`rlprof.analysis.html` puts them on the page)."""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.inside import SHOWN, Waited
+from rlprof.analysis.overlap import MISSING_NOTE
+from rlprof.analysis.runs import RunReport
+from rlprof.analysis.step_series import KINDS, StepSeries
+from rlprof.row_model import COLOURS, LABELS, WINDOW_PARTS, known, shown
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
@@ -22,7 +36,7 @@ POINTS_DRAWN = 2000
 """Up to this many steps get a point each (hover for its numbers); a longer run is drawn as lines only."""
 
 
-def _series_chart(series: StepSeries, run_id: str) -> str:
+def series_chart(series: StepSeries, run_id: str) -> str:
     label_w, width, top, plot_h = 70, 760, 26, 200
     steps = series.steps
     first, last = steps[0], steps[-1]
@@ -61,10 +75,10 @@ def _series_chart(series: StepSeries, run_id: str) -> str:
         mx, colour = x(m.step), MARK_COLOURS[m.kind]
         tip = f"step {m.step} captured: {m.why}" + ("" if m.breakdown else "; no breakdown of it in this report")
         body = (f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{colour}" stroke-width="1" '
-                f'stroke-dasharray="3,3"/>{_mark_shape(m.kind, mx, top - 9)}<title>{_e(tip)}</title>')
+                f'stroke-dasharray="3,3"/>{_mark_shape(m.kind, mx, top - 9)}<title>{escaped(tip)}</title>')
         if m.breakdown:
             target = "#" + step_anchor(run_id, m.step)
-            out.append(f'<a class="mark" data-kind="{m.kind}" data-step="{m.step}" href="{_e(target)}" xlink:href="{_e(target)}">'
+            out.append(f'<a class="mark" data-kind="{m.kind}" data-step="{m.step}" href="{escaped(target)}" xlink:href="{escaped(target)}">'
                        f"{body}</a>")
         else:
             out.append(f'<g class="mark" data-kind="{m.kind}" data-step="{m.step}">{body}</g>')
@@ -80,12 +94,12 @@ def _series_chart(series: StepSeries, run_id: str) -> str:
         segments.append(run)
         for seg in segments:
             if len(seg) > 1:
-                out.append(f'<polyline class="series" data-role="{_e(key)}" points="{" ".join(seg)}" fill="none" '
+                out.append(f'<polyline class="series" data-role="{escaped(key)}" points="{" ".join(seg)}" fill="none" '
                            f'stroke="{colour}" stroke-width="{2 if key == "step" else 1.5}"/>')
         for step, v in zip(steps, vs):
             if v is not None and len(steps) <= POINTS_DRAWN:
-                out.append(f'<circle class="point" data-role="{_e(key)}" data-step="{step}" cx="{x(step):.1f}" cy="{y(v):.1f}" '
-                           f'r="3" fill="{colour}"><title>step {step} {_e(name)}: {1e3 * v:.1f} ms</title></circle>')
+                out.append(f'<circle class="point" data-role="{escaped(key)}" data-step="{step}" cx="{x(step):.1f}" cy="{y(v):.1f}" '
+                           f'r="3" fill="{colour}"><title>step {step} {escaped(name)}: {1e3 * v:.1f} ms</title></circle>')
             if v is not None and 1e3 * v > ymax:  # above the chart's top: drawn there, with its value
                 out.append(f'<text class="clipped" x="{x(step) + 6:.1f}" y="{top + 12}">&#8593; {1e3 * v:.0f} ms</text>')
     ly = top + plot_h + 44
@@ -94,7 +108,7 @@ def _series_chart(series: StepSeries, run_id: str) -> str:
         lx, lyk = label_w + (k % 4) * 190, ly + (k // 4) * 22
         key = (f'<rect x="{lx}" y="{lyk + 5}" width="14" height="3" fill="{colour}"/>' if kind is None
                else _mark_shape(kind, lx + 7, lyk + 6))
-        out.append(f'<g class="legend" data-kind="{kind or "line"}">{key}<text x="{lx + 20}" y="{lyk + 10}">{_e(name)}</text></g>')
+        out.append(f'<g class="legend" data-kind="{kind or "line"}">{key}<text x="{lx + 20}" y="{lyk + 10}">{escaped(name)}</text></g>')
     out.append("</svg>")
     note = "" if len(steps) <= POINTS_DRAWN else f'<p class="muted">{len(steps)} steps: drawn as lines (points up to {POINTS_DRAWN} steps).</p>'
     return "\n".join(out) + note
@@ -134,7 +148,7 @@ def _colours(anatomy: Anatomy) -> dict[str, str]:
     return {r.region: PALETTE[i % len(PALETTE)] for i, r in enumerate(anatomy.regions)}
 
 
-def _step_bars(anatomy: Anatomy) -> str:
+def step_bars(anatomy: Anatomy) -> str:
     colours = _colours(anatomy)
     steps = anatomy.steps
     label_w, width, bar_h, gap = 90, 760, 22, 10
@@ -158,8 +172,8 @@ def _step_bars(anatomy: Anatomy) -> str:
             share = f" ({100 * r.share_of_step:.0f}% of the step)" if r.share_of_step is not None else ""
             tip = f"step {step.step} {r.region}: {r.spread.median_ms:.2f} ms median{share}; min {r.spread.min_ms:.2f}, max {r.spread.max_ms:.2f} on {r.spread.slowest.name}"
             stroke = f" {STRAGGLER_OUTLINE}" if r.stragglers else ""
-            out.append(f'<rect class="segment" data-region="{_e(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
-                       f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{_e(tip)}</title></rect>')
+            out.append(f'<rect class="segment" data-region="{escaped(r.region)}" x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" '
+                       f'height="{bar_h}" fill="{colours[r.region]}"{stroke}><title>{escaped(tip)}</title></rect>')
             x += w
         if step.writing_ms:
             w = step.writing_ms * scale
@@ -173,7 +187,7 @@ def _step_bars(anatomy: Anatomy) -> str:
                 f", {unaligned:.2f} ms more where the processes' regions did not line up (each region is drawn at its median)"
                 if unaligned >= 0.005 else "")
             out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{rest * scale:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
-                       f"<title>{_e(tip)}</title></rect>")
+                       f"<title>{escaped(tip)}</title></rect>")
         if step.spread:
             x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
             out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
@@ -187,7 +201,7 @@ def _step_bars(anatomy: Anatomy) -> str:
         ("rest of the window", f'fill="{UNTRACKED}"')] + [("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
     for k, (name, paint) in enumerate(items):
         lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
-        out.append(f'<rect class="legend" x="{lx}" y="{ly}" width="12" height="12" {paint}/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
+        out.append(f'<rect class="legend" x="{lx}" y="{ly}" width="12" height="12" {paint}/><text x="{lx + 16}" y="{ly + 11}">{escaped(name)}</text>')
     k = len(items)  # the whisker's key
     lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22 + 6
     out.append(f'<line class="legend" x1="{lx}" x2="{lx + 12}" y1="{ly}" y2="{ly}" stroke="#1f2328" stroke-width="1.5"/>'
@@ -205,7 +219,7 @@ def _rest_ms(step) -> float:
     return max(step.untracked_ms or 0.0, step.span_ms - step.tracked_ms - step.writing_ms)
 
 
-def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
+def heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
     """``waits``: a cell whose process waited in a collective says for whom (its colour is the wait too)."""
     regions = anatomy.regions
     waited: dict[tuple[str, str], list[str]] = {}
@@ -231,7 +245,7 @@ def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
            f'xmlns="http://www.w3.org/2000/svg">']
     for j, r in enumerate(regions):
         x = label_w + j * cell_w + cell_w / 2
-        out.append(f'<text transform="translate({x:.1f},{head_h - 6}) rotate(-35)">{_e(r.region)}</text>')
+        out.append(f'<text transform="translate({x:.1f},{head_h - 6}) rotate(-35)">{escaped(r.region)}</text>')
     for i, key in enumerate(shown):
         y, name = head_h + i * cell_h, names[key]
         out.append(f'<text x="0" y="{y + cell_h * 0.75:.1f}">{name}</text>')
@@ -240,15 +254,15 @@ def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
             ms = times.get((key, r.region))
             if ms is None:
                 out.append(f'<rect class="cell empty" x="{x}" y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="#f6f8fa">'
-                           f"<title>{name} {_e(r.region)}: not run</title></rect>")
+                           f"<title>{name} {escaped(r.region)}: not run</title></rect>")
                 continue
             ratio = ms / medians[r.region] if medians[r.region] > 0 else 1.0
             slow = (key, r.region) in straggling
             stroke = ' stroke="#1f2328" stroke-width="2"' if slow else ""
-            out.append(f'<rect class="cell{" straggler" if slow else ""}" data-process="{name}" data-region="{_e(r.region)}" x="{x}" '
-                       f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{_heat(ratio)}"{stroke}>'
-                       f"<title>{name} {_e(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
-                       f"{'; straggler' if slow else ''}{_e(''.join('; ' + line for line in waited.get((name, r.region), [])))}</title></rect>")
+            out.append(f'<rect class="cell{" straggler" if slow else ""}" data-process="{name}" data-region="{escaped(r.region)}" x="{x}" '
+                       f'y="{y}" width="{cell_w - 1}" height="{cell_h - 1}" fill="{heat_colour(ratio)}"{stroke}>'
+                       f"<title>{name} {escaped(r.region)}: {ms:.2f} ms ({100 * (ratio - 1):+.0f}% vs the median {medians[r.region]:.2f} ms)"
+                       f"{'; straggler' if slow else ''}{escaped(''.join('; ' + line for line in waited.get((name, r.region), [])))}</title></rect>")
             late = sorted({w.split(" for ")[1] for w in waited.get((name, r.region), [])})
             out.append(f'<text x="{x + 4}" y="{y + cell_h * 0.75:.1f}">{"&#9650; " if slow else ""}{ms:.1f}'
                        f'{" (waited for " + ", ".join(late) + ")" if late else ""}</text>')
@@ -256,7 +270,7 @@ def _heat_map(anatomy: Anatomy, waits: Sequence[Waited] = ()) -> str:
     return note + "\n".join(out)
 
 
-def _heat(ratio: float) -> str:
+def heat_colour(ratio: float) -> str:
     """White at the median; towards red when slower (full at +50%), towards blue when faster (full at -50%)."""
     t = max(-1.0, min(1.0, (ratio - 1.0) / 0.5))
     if t >= 0:
@@ -266,17 +280,17 @@ def _heat(ratio: float) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def _stragglers(anatomy: Anatomy) -> str:
+def stragglers(anatomy: Anatomy) -> str:
     if not anatomy.stragglers:
         return "<p>No stragglers flagged.</p>"
-    rows = "".join(f'<tr class="straggler"><td>step {s.step}</td><td>{_e(s.region)}</td><td>{s.time.name} ({_e(s.time.host)})</td>'
+    rows = "".join(f'<tr class="straggler"><td>step {s.step}</td><td>{escaped(s.region)}</td><td>{s.time.name} ({escaped(s.time.host)})</td>'
                    f"<td>{s.time.ms:.2f}</td><td>{s.median_ms:.2f}</td><td>+{s.over_pct:.0f}%</td></tr>"
                    for s in sorted(anatomy.stragglers, key=lambda s: -(s.time.ms - s.median_ms)))
     return (f"<h3>Stragglers ({len(anatomy.stragglers)})</h3><table class=\"stragglers\"><tr><th>step</th><th>region</th>"
             f"<th>process</th><th>ms</th><th>the others' median ms</th><th>over</th></tr>{rows}</table>")
 
 
-def _inside(report: RunReport) -> str:
+def inside_bars(report: RunReport) -> str:
     """Per step, region and process the split of the region's window (a stacked bar) and who waited for whom."""
     inside = report.inside
     if inside is None or not inside.splits:
@@ -295,11 +309,11 @@ def _inside(report: RunReport) -> str:
                        f"<title>{LABELS[c]}: {getattr(s, c):.2f} ms ({100 * s.share(c):.0f}% of wall)</title></rect>")
             x += w
         waited = waits.get((s.step, s.region, s.name))
-        rows.append(f'<tr class="split" data-process="{_e(s.name)}" data-region="{_e(s.region)}"><td>step {s.step}</td>'
-                    f"<td>{_e(s.region)}</td><td>{_e(s.name)}</td><td>{s.wall_ms:.1f}</td>"
-                    + "".join(f"<td>{_e(shown([s], c))}</td>" for c in listed)
+        rows.append(f'<tr class="split" data-process="{escaped(s.name)}" data-region="{escaped(s.region)}"><td>step {s.step}</td>'
+                    f"<td>{escaped(s.region)}</td><td>{escaped(s.name)}</td><td>{s.wall_ms:.1f}</td>"
+                    + "".join(f"<td>{escaped(shown([s], c))}</td>" for c in listed)
                     + f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td>'
-                    + f"<td>{_e(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
+                    + f"<td>{escaped(waited.line().split(': ', 1)[1]) if waited else ''}</td></tr>")
     return ("<h3>Inside regions</h3>"
             f'<p class="muted">from the traces: each region\'s window split into {legend} (% of the region\'s wall time; '
             "memory: every copy's time, hidden under a kernel or not; definitions in docs/analysis.md); a wait in a "
@@ -313,7 +327,7 @@ OVERLAP_COLOURS = (("generating_ms", "generating", "#59a14f"), ("paused_ms", "pa
                    ("held_ms", "held by the staleness limit", "#edc948"), ("other_ms", "other", "#d0d7de"))
 
 
-def _overlap(report: RunReport) -> str:
+def overlap_chart(report: RunReport) -> str:
     """Per parameter version of an async run: the trainer's side, and each replica's window as a stacked bar."""
     overlap = report.overlap
     if overlap is None:
@@ -338,16 +352,16 @@ def _overlap(report: RunReport) -> str:
                 bar.append(f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="12" fill="{colour}">'
                            f"<title>{label}: {getattr(r, attr):.1f} ms ({100 * getattr(r, attr) / w:.0f}% of the window)</title></rect>")
                 x += width
-            rows.append(f'<tr class="replica" data-version="{v.step}" data-replica="{r.replica_rank}"><td></td><td>{_e(r.name)}</td>'
+            rows.append(f'<tr class="replica" data-version="{v.step}" data-replica="{r.replica_rank}"><td></td><td>{escaped(r.name)}</td>'
                         f"<td></td><td>generating {r.generating_ms:.1f}, paused {r.paused_ms:.1f}, held {r.held_ms:.1f}, other "
                         f"{r.other_ms:.1f} (between steps {r.between_steps_ms:.1f})</td><td></td>"
                         f"<td>transport {r.transport_ms:.1f}, load {r.load_ms:.1f}, resume {r.resume_ms:.1f}</td><td></td>"
                         f'<td><svg width="200" height="12" xmlns="http://www.w3.org/2000/svg">{"".join(bar)}</svg></td></tr>')
         for f in v.framework_idle:  # the framework's own idle figure beside rlprof's (docs/analysis.md: why they differ)
             ours = "-" if f["rlprof_ratio"] is None else f"{f['rlprof_ratio']:.3f} ({100 * f['difference']:+.1f} points)"
-            rows.append(f'<tr class="framework-idle" data-version="{v.step}"><td></td><td>{_e(f["side"])}</td><td></td>'
-                        f"<td>{_e(f['metric'])} {f['idle_ratio']:.3f}; rlprof's {ours}</td><td></td><td></td><td></td><td></td></tr>")
-    missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {_e(MISSING_NOTE)}</p>'
+            rows.append(f'<tr class="framework-idle" data-version="{v.step}"><td></td><td>{escaped(f["side"])}</td><td></td>'
+                        f"<td>{escaped(f['metric'])} {f['idle_ratio']:.3f}; rlprof's {ours}</td><td></td><td></td><td></td><td></td></tr>")
+    missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {escaped(MISSING_NOTE)}</p>'
                if overlap.missing else "")
     return ("<h3>Async overlap</h3>"
             '<p class="muted">per parameter version: each process\'s regions clipped to the version\'s window (every '
@@ -363,5 +377,5 @@ def step_anchor(run_id: str, step: int) -> str:
     return f"run-{run_id}-step-{step}"
 
 
-def _e(text: object) -> str:
+def escaped(text: object) -> str:
     return html.escape(str(text), quote=True)
