@@ -1,16 +1,31 @@
+"""A run's records as its report takes them: which records are usable (:data:`REQUIRED`, from each record type's
+declaration where it has one), which artifact records are settled, and where each file is now (moved by a finish
+hook, relocated, gathered to the controller, on another node)."""
 
+from __future__ import annotations
+
+import bisect
+import os
+from typing import Any, Sequence
+
+from rlprof.analysis.anatomy import process_order, timing_record
+from rlprof.analysis.cost import is_wait
+from rlprof.analysis.run_report import File
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_RECORD, WRITING, WRITTEN, CaptureRecord,
+                             FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
+                             UnprofiledStepsRecord, required, settled_artifacts)
 
 def locate(records: Sequence[dict[str, Any]]) -> None:
-    """:func:`_locate` for a run's records as :func:`rlprof.manifest.read_records` gives them (``rlprof
+    """:func:`place_files` for a run's records as :func:`rlprof.manifest.read_records` gives them (``rlprof
     timeline`` reads the traces where the report says they are)."""
     by_type: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if r.get("type") in ("artifact", NODE_RECORD, GATHERED_RECORD) and usable(r):
             by_type.setdefault(r["type"], []).append(r)
-    _locate(by_type)
+    place_files(by_type)
 
 
-def _settled(artifacts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def settled(artifacts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The files as they are, and those that never were written.
 
     Records written in the background come in pairs (:func:`rlprof.manifest.settled_artifacts`); a
@@ -34,7 +49,7 @@ def _settled(artifacts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     return records, unwritten
 
 
-def _locate(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def place_files(by_type: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Point each artifact record at where its file is: a manifest the controller gathered from another
     node (headed by a ``node`` record) lists files on that node (``_run_dir`` becomes the node's run
     directory, ``_node`` its id), unless ``gather: traces`` moved the file here (a ``verified``
@@ -70,7 +85,7 @@ def _under(sources: list[str], prefix: str, moves: dict[str, dict[str, Any]]) ->
     return found
 
 
-def _files(artifacts: list[dict[str, Any]], replicas: dict[str, int | None]) -> list[File]:
+def files_of(artifacts: list[dict[str, Any]], replicas: dict[str, int | None]) -> list[File]:
     """Each file once, whatever number of roles or steps its artifact records name. Only its
     existence is checked (one ``lstat``); it is never read. ``replicas``: manifest -> its process's ``replica_rank``."""
     files: dict[str, File] = {}

@@ -1,4 +1,16 @@
+"""What a run's report holds: its processes, its files (each once), what each process captured per step and role,
+and the :class:`RunReport` every view of a run starts from (built by :mod:`rlprof.analysis.runs`)."""
 
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.cost import ProfilingCost
+from rlprof.analysis.overlap import Overlap
+from rlprof.analysis.step_series import StepSeries
+from rlprof.manifest import ProcessRecord
 
 @dataclass(kw_only=True)
 class Process(ProcessRecord):

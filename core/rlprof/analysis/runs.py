@@ -1,7 +1,9 @@
-"""A run as the manifests describe it: its processes, the files its backends wrote (each once), its
+"""A run's report built from its manifests: its processes, the files its backends wrote (each once), its
 step anatomy, and what its plan expected but did not get. :func:`build_reports` reads every record
 once and never opens a trace; ``rlprof report``, ``report --html``, ``compare`` and the verdict all
-start from the :class:`RunReport` it returns.
+start from the :class:`~rlprof.analysis.run_report.RunReport` it returns (its types:
+:mod:`rlprof.analysis.run_report`; which records it takes and where their files are:
+:mod:`rlprof.analysis.run_records`).
 
 Records missing a field the report needs, or holding the wrong type, are left out (:func:`usable`):
 a manifest edited by hand or cut short by a killed process never breaks a report.
@@ -9,24 +11,19 @@ a manifest edited by hand or cut short by a killed process never breaks a report
 
 from __future__ import annotations
 
-import bisect
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, process_order, step_anatomy, timing_record
-from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
-from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
-from rlprof.analysis.step_series import StepSeries, step_series
-from rlprof.roles import ROLES
+from rlprof.analysis.anatomy import STRAGGLER_PCT, process_order, step_anatomy
+from rlprof.analysis.cost import is_wait, profiling_cost
+from rlprof.analysis.overlap import ASYNC_REGIONS, overlap_of
+from rlprof.analysis.run_records import REQUIRED, WHO, files_of, place_files, settled, locate, usable  # noqa: F401  (re-exported)
+from rlprof.analysis.run_report import Cell, File, Process, RunReport  # noqa: F401  (re-exported)
+from rlprof.analysis.step_series import step_series
 from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD,
-                             STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord,
-                             FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
-                             UnprofiledStepsRecord, read_record, read_records, record_fields, required, settled_artifacts)
-
-
-# ----------------------------------------------------------------------------------- building
+                             STALENESS_RECORD, CaptureRecord, read_record, read_records, record_fields)
+from rlprof.roles import ROLES
 
 
 def build_reports(paths: Iterable[str | Path], run: str | None = None, straggler_pct: float = STRAGGLER_PCT) -> list[RunReport]:
@@ -84,7 +81,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         if usable(r):
             by_type.setdefault(r["type"], []).append(r)
             run_dirs.add(r["_run_dir"])
-    heads = _locate(by_type)
+    heads = place_files(by_type)
     processes: dict[str, Process] = {}
     for r in by_type.get("process", []):
         if r["_manifest"] in processes:
@@ -95,7 +92,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
     for r in by_type.get("finalized", []):
         if r["_manifest"] in processes:
             processes[r["_manifest"]].finalized = r.get("reason", "end")
-    artifacts, unwritten = _settled(by_type.get("artifact", []))
+    artifacts, unwritten = settled(by_type.get("artifact", []))
     regions, skips = by_type.get("region", []), by_type.get("skip", [])
     ordered = sorted(processes.values(), key=lambda p: (process_order(p.rank, p.replica_rank), p.host, p.pid))
     replicas = {p.manifest: p.replica_rank for p in ordered}
@@ -116,7 +113,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         overlap=overlap,
         run_dirs=sorted(run_dirs),
         processes=ordered,
-        files=_files(artifacts, replicas),
+        files=files_of(artifacts, replicas),
         cells=sorted(cells.values(), key=_row_order),
         anatomy=anatomy,
         cost=cost,
