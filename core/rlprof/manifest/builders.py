@@ -45,7 +45,7 @@ def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:
 
 
 def region_record(region: Any) -> dict[str, Any]:
-    """The ``region`` record of a closed :class:`rlprof.runtime.capture_machine.OpenRegion`."""
+    """The ``region`` record of a closed :class:`rlprof.runtime.capture_state.OpenRegion`."""
     parent = region.parent
     return {
         "step": region.step, "role": region.role, "region": region.name,

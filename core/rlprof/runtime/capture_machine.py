@@ -31,11 +31,12 @@ The machine is pure: no backends, no files, no clocks. It is driven by the proce
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum, unique
 from typing import Any, Callable
 
 from rlprof.layout import steps_label
+from rlprof.runtime.capture_state import (Action, ActionLog, CaptureStateError, OpenCapture,  # noqa: F401  (re-exported)
+                                          OpenRegion)
 
 # Both enumerations mix in str: a (holder, event) key then hashes at C speed, where Enum's own
 # __hash__ is Python code, and the lookup runs for every region a trainer enters and leaves. For the

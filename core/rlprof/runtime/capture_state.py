@@ -1,4 +1,13 @@
+"""What the capture machine hands out and runs: a region while it is open (:class:`OpenRegion`), the capture open now
+(:class:`OpenCapture`), the hook calls an event becomes (:class:`Action`, logged by :class:`ActionLog`), and the
+error a state the table does not allow raises (:class:`CaptureStateError`). The machine itself is
+:mod:`rlprof.runtime.capture_machine`.
+"""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 class CaptureStateError(RuntimeError):
     """The machine reached a pair of :data:`UNREACHABLE` (a bug in rlprof's core, never a backend's)."""

@@ -30,7 +30,7 @@ A participant is a Profiler seen through :class:`Participant`: its public ``plan
 ``config`` and ``stages``, and the two callbacks it hands over at :func:`join` (its regions go idle;
 a step's captures are written), all held weakly. The session never touches a Profiler's private state.
 
-The session also turns the machine's :class:`~rlprof.runtime.capture_machine.Action` objects into calls of the typed
+The session also turns the machine's :class:`~rlprof.runtime.capture_state.Action` objects into calls of the typed
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
 for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
 the timing records (``step``, ``region``), buffered per step and written at its end.
@@ -53,7 +53,8 @@ from rlprof.layout import capture_directory, process_tag
 from rlprof.manifest import ManifestWriter, error_record, step_record, wait_record
 from rlprof.notices import say_once
 from rlprof.runtime.budget import CaptureBudget, Refusal
-from rlprof.runtime.capture_machine import CaptureMachine, CaptureStateError, OpenRegion
+from rlprof.runtime.capture_machine import CaptureMachine
+from rlprof.runtime.capture_state import CaptureStateError, OpenRegion
 from rlprof.runtime.participants import Disagreement, Membership, Participant
 from rlprof.runtime.session_records import SessionRecords
 

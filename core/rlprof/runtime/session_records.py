@@ -8,7 +8,7 @@ from typing import Any
 
 from rlprof.manifest import (CaptureRecord, artifact_record, cleanup_fields, describe_error, error_record, note_records,
                              plain_steps_record, record_fields, region_record, wait_record)
-from rlprof.runtime.capture_machine import OpenCapture
+from rlprof.runtime.capture_state import OpenCapture
 
 log = logging.getLogger("rlprof")
 
