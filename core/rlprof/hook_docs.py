@@ -1,7 +1,13 @@
+"""docs/writing-a-backend.md's hook sections, generated from the spec's docstrings (:func:`hook_reference`): one source."""
 
+from __future__ import annotations
+
+from typing import Sequence
+
+from rlprof import hookspecs
 
 def hook_reference(hooks: Sequence[str]) -> str:
-    """The sections of docs/writing-a-backend.md for ``hooks``, generated from this module (a test keeps
+    """The sections of docs/writing-a-backend.md for ``hooks``, generated from :mod:`rlprof.hookspecs` (a test keeps
     the page equal to it): per hook its name, the first line of its docstring quoted, its exact
     signature and the rest of the docstring, in Markdown. One source: a hook added here is documented
     by regenerating the page, never by writing it twice."""
@@ -16,7 +22,7 @@ def hook_reference(hooks: Sequence[str]) -> str:
 
     sections = []
     for hook in hooks:
-        spec = globals()[hook]
+        spec = getattr(hookspecs, hook)
         lines = inspect.getdoc(spec).splitlines()
         body: list[str] = []
         code = False

@@ -1,4 +1,11 @@
+"""The values some hooks return: a command a backend adds (:class:`CliCommand`, from ``cli_commands``) and how the
+analysis reads its traces (:class:`TraceReader`, from ``trace_reader``). Backends import them from
+:mod:`rlprof.hookspecs`, beside the hooks that return them."""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 @dataclass(frozen=True)
 class CliCommand:

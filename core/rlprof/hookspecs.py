@@ -90,11 +90,12 @@ role, rank, host and pid. Write only under ``ctx.output_dir()``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pluggy
+
+from rlprof.hook_values import CHROME_VIEWER, CliCommand, TraceReader  # noqa: F401  (what a backend imports from here)
 
 if TYPE_CHECKING:  # the context classes, for readers and type checkers (no import cost at run time)
     from rlprof.context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext

@@ -20,7 +20,8 @@ CORE = Path(__file__).resolve().parents[2] / "core"
 LEAVES = {"rlprof.errors", "rlprof.roles", "rlprof.manifest", "rlprof.hookspecs", "rlprof.context",
           "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins",
           "rlprof.invocation", "rlprof.env_seconds", "rlprof.noise", "rlprof.step_metrics",
-          "rlprof.priority", "rlprof.intervals", "rlprof.row_model", "rlprof.sizes"}
+          "rlprof.priority", "rlprof.intervals", "rlprof.row_model", "rlprof.sizes", "rlprof.hook_values",
+          "rlprof.hook_docs"}
 MAY_IMPORT = {
     "leaf": {"leaf"},
     "config": {"leaf", "config"},
