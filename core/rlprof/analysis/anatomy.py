@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from rlprof.analysis.noise import bar_ms, between_processes, others_medians
+from rlprof.analysis.outside_regions import GAP_FLOOR_MS, Gap, by_phase, gaps_outside, is_phase  # noqa: F401  (GAP_FLOOR_MS re-exported)
 from rlprof.intervals import clip, length, union
 from rlprof.roles import ROLES
 
@@ -60,8 +61,6 @@ STRAGGLER_PCT = 25.0
 GAPS = 3
 """How many of a step's largest gaps outside regions are named."""
 
-GAP_FLOOR_MS = 0.1
-"""Gaps shorter than this are noise between two calls, not named."""
 
 
 def process_name(rank: int, replica_rank: int | None) -> str:
@@ -316,7 +315,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     for r in records:
         kind = r.get("type")
         if kind == "phase":
-            if checked or _phase_record(r):
+            if checked or is_phase(r):
                 phases.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"], r["name"], str(r.get("source") or "")))
             continue
         if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
@@ -383,10 +382,10 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         written = 0.0
         if start is not None and step in writing:
             written = _covered_ns(intervals.get(step, []) + writing[step], start, end) / 1e6 - covered
-        stretches = _gaps(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
+        stretches = gaps_outside(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
         named = [g for g in stretches if g.ms >= GAP_FLOOR_MS]
         gaps = sorted(named, key=lambda g: -g.ms)[:GAPS]
-        outside = _by_phase(phases.get(step, []), stretches, start) if stretches else []
+        outside = by_phase(phases.get(step, []), stretches, start) if stretches else []
         source = phases[step][0][3] if outside else None
         steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps, outside, source))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)

@@ -1,4 +1,13 @@
+"""Where a step's time outside every region went: the gaps no region covers, each with its neighbours, and the
+driver's own phases that hold them (:mod:`rlprof.analysis.anatomy`'s "(outside regions)")."""
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GAP_FLOOR_MS = 0.1
+"""Gaps shorter than this are noise between two calls, not named."""
 
 @dataclass
 class Gap:
@@ -18,10 +27,10 @@ class Gap:
         return f"{self.ms:.1f} ms {', '.join(where)}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ms": _r(self.ms), "offset_ms": _r(self.offset_ms), "after": self.after, "before": self.before}
+        return {"ms": _ms(self.ms), "offset_ms": _ms(self.offset_ms), "after": self.after, "before": self.before}
 
 
-def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:
+def gaps_outside(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:
     """Every stretch of ``[start, end]`` that neither ``regions`` nor ``writing`` cover, in time order,
     each with the region that ended last before it and the one that began first after it (a capture
     written after a region covers time, and leaves that region the neighbour)."""
@@ -38,7 +47,7 @@ def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], s
     return found
 
 
-def _by_phase(phases: list[tuple[int, int, str, str]], gaps: list[Gap], start: int) -> list[tuple[str, float]]:
+def by_phase(phases: list[tuple[int, int, str, str]], gaps: list[Gap], start: int) -> list[tuple[str, float]]:
     """The gaps' time per driver phase: innermost (shortest) phase first, then what is left to the next;
     ``(no phase)`` for what none covers. Empty without phases."""
     if not phases:
@@ -61,8 +70,12 @@ def _by_phase(phases: list[tuple[int, int, str, str]], gaps: list[Gap], start: i
     return sorted(((n, ms) for n, ms in shares.items() if ms >= GAP_FLOOR_MS), key=lambda p: -p[1])
 
 
-def _phase_record(record: dict[str, Any]) -> bool:
+def is_phase(record: dict[str, Any]) -> bool:
     """A ``phase`` record with the fields the anatomy reads, well typed."""
     start, end = record.get("start_ns"), record.get("end_ns")
     return (type(record.get("step")) is int and type(record.get("name")) is str and type(start) is int
             and type(end) is int and end >= start)
+
+
+def _ms(ms: float) -> float:
+    return round(ms, 3)
