@@ -2,7 +2,7 @@
 
 Two kinds, each a function returning a list of problems (empty: the promise is kept):
 
-* :data:`STATIC_CHECKS` look at the backend object: it registers (no misspelled hook such as
+* :data:`STATIC_CHECKS` look at the backend object (:mod:`rlprof.testing.object_checks`, re-exported here): it registers (no misspelled hook such as
   ``start_stepp``), ``check_environment`` returns strings and never raises, ``validate_tool_config``
   returns the config and rejects an unknown key with an :class:`~rlprof.ConfigError` naming its
   path, ``worker_runtime_env`` returns a JSON-serialisable mapping or None, ``cli_commands`` returns
@@ -44,23 +44,18 @@ from __future__ import annotations
 
 import gzip
 import json
-import traceback
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable
 
-from rlprof.context import RuntimeEnvContext
-from rlprof.errors import ConfigError
-from rlprof.plugins import hook_call, implemented_hooks
 from rlprof.layout import CORE_DIRS
-from rlprof.step_metrics import FILE as STEP_METRICS_FILE, PROCESS_DIR as STEP_METRICS_DIR
 from rlprof.manifest import WRITTEN
-from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
+from rlprof.step_metrics import FILE as STEP_METRICS_FILE, PROCESS_DIR as STEP_METRICS_DIR
+from rlprof.testing.object_checks import (KEY_PATH, UNKNOWN_KEY, Subject, _short_traceback,  # noqa: F401  (re-exported)
+                                          commands_are_listable, environment_check_is_quiet, implemented,
+                                          outside_hooks_are_quiet, registers, runtime_env_is_shippable,
+                                          step_metrics_are_taken, tool_config_is_validated, trace_reader_imports)
 from rlprof.testing.scenario import BackendRun
-
-
-# --------------------------------------------------------------------------- checks of the backend object
 
 
 STATIC_CHECKS: dict[str, Callable[[Subject], list[str]]] = {
@@ -308,11 +303,6 @@ def _unreadable(path: Path) -> str | None:
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-def _short_traceback(exc: BaseException, lines: int = 8) -> str:
-    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
-    return "\n".join(text[-lines:])
 
 
 def _logged_traceback(run: BackendRun, hook: str) -> str:

@@ -1,3 +1,19 @@
+"""The backend contract's checks of the backend object, before any run (:data:`rlprof.testing.contract.STATIC_CHECKS`):
+it registers, its environment check and tool_config validation behave, what its outside-a-run hooks return
+is usable. Each returns a list of problems in words (empty: the promise is kept)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from rlprof.context import RuntimeEnvContext
+from rlprof.errors import ConfigError
+from rlprof.plugins import hook_call, implemented_hooks
+from rlprof.runtime.registry import HOOKS, LIFECYCLE, plugin_manager
 
 UNKNOWN_KEY = "rlprof_conformance_unknown_key"
 """The key slipped into tool_config: validate_tool_config must reject it."""
@@ -234,3 +250,8 @@ def step_metrics_are_taken(subject: Subject) -> list[str]:
             problems.append(f"step_metrics raised {type(exc).__name__} for step {step_number}'s metrics: {exc}; the run's "
                             f"driver would skip this backend from then on\n{_short_traceback(exc)}")
     return problems
+
+
+def _short_traceback(exc: BaseException, lines: int = 8) -> str:
+    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    return "\n".join(text[-lines:])
