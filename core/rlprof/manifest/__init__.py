@@ -74,5 +74,4 @@ from rlprof.manifest.records import (FAILURE_RECORD, GATHERED_RECORD, short_node
 from rlprof.manifest.writer import (path_size, ManifestWriter, record_relocation)
 from rlprof.manifest.reading import (WRITING, WRITTEN, settled_artifacts, manifest_files, read_records, artifacts)
 from rlprof.manifest.builders import (describe_error, step_record, phase_record, plain_steps_record, region_record,
-                                      wait_record, error_record, artifact_record, note_records, process_record,
-                                      cleanup_fields)
+                                      wait_record, error_record, artifact_record, note_records, cleanup_fields)

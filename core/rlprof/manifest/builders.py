@@ -1,5 +1,6 @@
 """The records a profiling process writes, built from what the session knows: steps, regions, artifacts, notes,
-errors, waits, the process record, a released backend's cleanup.
+errors, waits, a released backend's cleanup. Each takes plain values (the ``process`` record is a
+:class:`~rlprof.manifest.records.ProcessRecord` its session fills in).
 
 The dict-record builders return a record's fields (``ManifestWriter.write(type, **fields)``); those whose type
 is declared (:mod:`rlprof.manifest.records`) build the declaration and return its fields.
@@ -14,7 +15,7 @@ from typing import Any, Iterable
 from rlprof.context import context_field
 from rlprof.layout import relative
 from rlprof.manifest.reading import WRITING
-from rlprof.manifest.records import PhaseRecord, ProcessRecord, UnprofiledStepsRecord, record_fields
+from rlprof.manifest.records import PhaseRecord, UnprofiledStepsRecord, record_fields
 from rlprof.manifest.writer import path_size
 
 
@@ -44,16 +45,17 @@ def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:
     return record_fields(UnprofiledStepsRecord(steps=list(numbers), start_ns=list(starts), end_ns=list(ends)))
 
 
-def region_record(region: Any) -> dict[str, Any]:
-    """The ``region`` record of a closed :class:`rlprof.runtime.capture_state.OpenRegion`."""
-    parent = region.parent
+def region_record(*, step: int | None, role: str, name: str, parent: str | None, depth: int, capture: str | None,
+                  start_ns: int, end_ns: int, closed_ns: int, sampled: list[int] | None, marked: int,
+                  error: BaseException | None) -> dict[str, Any]:
+    """The ``region`` record of a closed region (:meth:`rlprof.runtime.capture_state.OpenRegion.record` passes
+    its values): ``parent`` the enclosing region's name, ``sampled`` ``[first, last]`` iteration captured."""
     return {
-        "step": region.step, "role": region.role, "region": region.name,
-        "parent": parent.name if parent is not None else None, "depth": region.depth,
-        "capture": region.capture, "start_ns": region.start_ns, "end_ns": region.end_ns, "closed_ns": region.closed_ns,
-        "duration_ms": round((region.end_ns - region.start_ns) / 1e6, 6),
-        "iterations": list(region.sampled) if region.sampled is not None else None,
-        "marked_iterations": region.marked, "error": describe_error(region.error),
+        "step": step, "role": role, "region": name, "parent": parent, "depth": depth,
+        "capture": capture, "start_ns": start_ns, "end_ns": end_ns, "closed_ns": closed_ns,
+        "duration_ms": round((end_ns - start_ns) / 1e6, 6),
+        "iterations": list(sampled) if sampled is not None else None,
+        "marked_iterations": marked, "error": describe_error(error),
     }
 
 
@@ -125,21 +127,6 @@ def _in_run(path: os.PathLike | str, run_dir: Path) -> tuple[str, bool]:
     if text.startswith(root + os.sep):
         return text[len(root) + 1:], True
     return relative(text, run_dir), text == root
-
-
-def process_record(prof: Any, environment: dict[str, list[str]]) -> ProcessRecord:
-    """The ``process`` record of one Profiler (a participant of the process session)."""
-    from dataclasses import asdict
-
-    plan, run = prof.plan, prof.run
-    return ProcessRecord(
-        world_size=run.world_size, roles=list(run.roles), selected_roles=list(plan.selected_roles),
-        steps=list(plan.steps), mode="discrete" if plan.discrete else "e2e", tools=list(plan.tools),
-        save_path=str(run.run_dir.parent), replica_rank=run.replica_rank,
-        expected_captures=plan.expected_captures(prof.stages),
-        schedules={n: asdict(p.schedule) for n, p in plan.roles.items() if p.schedule},
-        environment=environment, global_profiler=prof.config.recorded(),
-    )
 
 
 def cleanup_fields(backend: str, closed: list[str], finalized: bool, problems: list[str]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlprof.manifest import region_record
+
 class CaptureStateError(RuntimeError):
     """The machine reached a pair of :data:`UNREACHABLE` (a bug in rlprof's core, never a backend's)."""
 
@@ -55,6 +57,14 @@ class OpenRegion:
     def last_iteration(self) -> int:
         """The last iteration of the open window: the one in progress, else the last one marked."""
         return self.iteration if self.in_iteration else self.iteration - 1
+
+    def record(self) -> dict[str, Any]:
+        """Its ``region`` record, once closed (:func:`rlprof.manifest.region_record`)."""
+        parent = self.parent
+        return region_record(step=self.step, role=self.role, name=self.name, depth=self.depth,
+                             parent=parent.name if parent is not None else None, capture=self.capture,
+                             start_ns=self.start_ns, end_ns=self.end_ns, closed_ns=self.closed_ns, sampled=self.sampled,
+                             marked=self.marked, error=self.error)
 
 
 @dataclass(slots=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Callable, Mapping
 
 from rlprof.errors import ConfigError
-from rlprof.manifest import process_record
+from rlprof.manifest import ProcessRecord
 from rlprof.notices import say_once
 
 log = logging.getLogger("rlprof")
@@ -80,8 +80,20 @@ class Membership:
             if roles != self.run.roles:
                 self.run = self.backends.run = replace(self.run, roles=roles)
             self._analyse_for(prof, roles)
-            self.manifest.write_record(process_record(prof, self.environment))
+            self.manifest.write_record(self._process_record(prof))
             return tool_configs
+
+    def _process_record(self, prof: Any) -> ProcessRecord:
+        """The ``process`` record of a participant: its plan, its run, what its backends lack here, its recorded keys."""
+        plan, run = prof.plan, prof.run
+        return ProcessRecord(
+            world_size=run.world_size, roles=list(run.roles), selected_roles=list(plan.selected_roles),
+            steps=list(plan.steps), mode="discrete" if plan.discrete else "e2e", tools=list(plan.tools),
+            save_path=str(run.run_dir.parent), replica_rank=run.replica_rank,
+            expected_captures=plan.expected_captures(prof.stages),
+            schedules={n: asdict(p.schedule) for n, p in plan.roles.items() if p.schedule},
+            environment=self.environment, global_profiler=prof.config.recorded(),
+        )
 
     def _analyse_for(self, prof: Any, roles: tuple[str, ...]) -> None:
         """A participant whose roles are timed: this process's traces are analysed for the step metrics, their

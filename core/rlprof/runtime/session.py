@@ -122,7 +122,7 @@ class ProcessSession(Membership, SessionRecords):
     advances, instead of sleeping and bounding real time."""
 
     def __init__(self, first: Any, instances: Mapping[str, Any] | None):
-        from rlprof.runtime.registry import Backends
+        from rlprof.runtime.registry import Backends, SessionCalls
 
         self.key = (first.run.run_id, first.run.rank, os.getpid())
         self.plan = first.plan
@@ -178,13 +178,9 @@ class ProcessSession(Membership, SessionRecords):
         self.budget = CaptureBudget(self.config.global_.capture_budget_mb, self.config.global_.run_budget_gb,
                                     run.run_dir, run.host, exact=self.config.capture_budget_given)
         """Each capture's size, and which captures the budgets leave out (:mod:`rlprof.runtime.budget`)."""
-        self.backends = Backends(self.plan.tools, rank=run.rank, on_error=self._hook_failed, instances=instances)
-        self.backends.run = run
-        self.backends.on_result = self._collect
-        self.backends.on_timeout = self._timed_out
-        self.backends.on_failed = self._release
-        self.backends.contain = True
-        self.backends.start_watchdog()
+        self.backends = Backends(self.plan.tools, rank=run.rank, instances=instances, session=SessionCalls(
+            run=run, on_error=self._hook_failed, on_result=self._collect, on_timeout=self._timed_out,
+            on_failed=self._release))
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
                                       make_capture=self._make_capture, hooks=self.backends)
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from rlprof.manifest import (CaptureRecord, artifact_record, cleanup_fields, describe_error, error_record, note_records,
-                             plain_steps_record, record_fields, region_record, wait_record)
+                             plain_steps_record, record_fields, wait_record)
 from rlprof.runtime.capture_state import OpenCapture
 
 log = logging.getLogger("rlprof")
@@ -112,7 +112,7 @@ class SessionRecords:
         plain, self._plain_steps = self._plain_steps, []
         if plain:
             first = (("unprofiled_steps", plain_steps_record(plain)), *first)
-        self.manifest.write_many([*first, *sized, *(("region", region_record(region)) for region in closed)])
+        self.manifest.write_many([*first, *sized, *(("region", region.record()) for region in closed)])
 
     def _capture_closed(self, opened: OpenCapture) -> None:
         """A capture closed: the bytes its artifacts measured, as a ``capture`` record (step, roles, region,
