@@ -98,7 +98,8 @@ class ProfiledWorker(RunFiles):
 
     def rlprof_finalize(self, reason: str = "end", send_manifest: bool = False) -> Any:
         """Finalize this rank's Profiler; returns its artifact records."""
-        return self._rlprof_reply(self.profiler.finalize(reason), send_manifest)
+        # a Ray actor ends when its owner does: it never waits for its last traces' analysis, which may outlive it
+        return self._rlprof_reply(self.profiler.finalize(reason, wait_for_analysis=False), send_manifest)
 
     def _rlprof_run_dir(self):
         return self.profiler.run.run_dir

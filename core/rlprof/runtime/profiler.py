@@ -35,11 +35,14 @@ from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
 from rlprof.runtime.regions import IdleRegion, Iteration, ProfiledRegion, TimedRegion
-from rlprof.runtime.run_id import in_ray, run_id_for
+from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
 
 log = logging.getLogger("rlprof")
 _NOTHING: frozenset = frozenset()
+FINALIZE_STEPS = ("_stop_listening", "_close_window", "_leave_session", "_go_idle", "_send_last_timings",
+                  "_wait_finish_hook")
+"""What :meth:`Profiler.finalize` does, in order: each a method taking ``(reason, wait_for_analysis)``."""
 
 
 class Profiler:
@@ -390,37 +393,55 @@ class Profiler:
         if self._finish is not None:
             self._finish.start()
 
-    def finalize(self, reason: str = "end") -> list[dict[str, Any]]:
+    def finalize(self, reason: str = "end", *, wait_for_analysis: bool = True) -> list[dict[str, Any]]:
         """End the run for this Profiler: close what is open, let backends write (when it is the last
         Profiler of its process session), finish the manifest. Idempotent; also runs at interpreter
-        exit and on SIGTERM. Returns the artifact records."""
+        exit and on SIGTERM. Returns the artifact records.
+
+        The steps, in order (:data:`FINALIZE_STEPS`): stop listening for unplanned captures, close the window of
+        the step it ends inside, leave the process session (the last one out ends it: backends write, the
+        manifest closes), let its regions go idle, send its last timings (at the run's end, after the last
+        traces' analysis, unless ``wait_for_analysis`` is False: a caller in a process that may be killed
+        while it waits, such as a Ray actor, says so), wait for the finish hook."""
         with self._lock:
             if self._finalized:
                 return self.artifacts
             self._finalized = True
-            from rlprof.runtime import exits
-
-            exits.unregister(self)
-            if self._decider:
-                self._decider.stop()
-            if self._times is not None and self._step is not None:  # the step it ends inside: its window so far
-                self._times.windows.append((self._step, self._began_ns, _now(), bool(self._live)))
-            if self._session is not None:
-                self._session.leave(self, reason)
-            self._step = None
-            self._set_live(_NOTHING)  # finalized: timed regions go idle too, unless a driver's steps go on
-            if self._times is not None:
-                final = not self._times.outlives
-                splits = self._session.splits if self._session is not None else None
-                # the last traces' split goes with the last batch; not in a Ray actor, which ends when its owner
-                # does (verl's rollout replicas when the trainer's task returns): one killed inside this wait
-                # never tells the run it finalized (verl's run end then waits 30 s for it)
-                if final and splits is not None and reason == "end" and not in_ray():
-                    splits.wait()
-                self._times.flush(final=final)
-            if self._finish is not None:
-                self._finish.wait()
+            for step in FINALIZE_STEPS:
+                getattr(self, step)(reason, wait_for_analysis)
             return self.artifacts
+
+    def _stop_listening(self, reason: str, wait: bool) -> None:
+        from rlprof.runtime import exits
+
+        exits.unregister(self)
+        if self._decider:
+            self._decider.stop()
+
+    def _close_window(self, reason: str, wait: bool) -> None:
+        if self._times is not None and self._step is not None:  # the step it ends inside: its window so far
+            self._times.windows.append((self._step, self._began_ns, _now(), bool(self._live)))
+
+    def _leave_session(self, reason: str, wait: bool) -> None:
+        if self._session is not None:
+            self._session.leave(self, reason)
+
+    def _go_idle(self, reason: str, wait: bool) -> None:
+        self._step = None
+        self._set_live(_NOTHING)  # finalized: timed regions go idle too, unless a driver's steps go on
+
+    def _send_last_timings(self, reason: str, wait: bool) -> None:
+        if self._times is None:
+            return
+        final = not self._times.outlives
+        splits = self._session.splits if self._session is not None else None
+        if final and splits is not None and reason == "end" and wait:  # the last traces' split goes with the last batch
+            splits.wait()
+        self._times.flush(final=final)
+
+    def _wait_finish_hook(self, reason: str, wait: bool) -> None:
+        if self._finish is not None:
+            self._finish.wait()
 
     # ------------------------------------------------------------------ what the process session calls back
     #
@@ -440,14 +461,17 @@ class Profiler:
     # ------------------------------------------------------------------ regions
 
     def _set_live(self, roles: frozenset) -> None:
-        """Make every region of ``roles`` live and the others idle; going idle forgets what was open
-        (the session has closed it)."""
+        """Make every region of ``roles`` live and the others timed or idle. A region whose state changes forgets
+        the entries it had open in the old one (a profiled step's: the session has closed them; a timed one's:
+        its time is not the step's that began inside it)."""
         self._live = roles
         for stages in self._regions.values():
             for region in stages.values():
-                region.__class__ = self._region_class(region.role)
-                if not roles:
+                state = self._region_class(region.role)
+                if region.__class__ is not state or not roles:
                     region._open.clear()
+                    region._started.clear()
+                region.__class__ = state
 
     def _region_class(self, role: str) -> type:
         """Live while ``role`` is profiled now; else timed when the plan times it; else idle."""

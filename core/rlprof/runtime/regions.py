@@ -11,6 +11,7 @@ import functools
 from typing import Any, Callable
 
 from rlprof.layout import safe_name
+from rlprof.runtime.capture_state import OpenRegion
 from rlprof.runtime.step_timings import now_ns as _now
 
 class ProfiledRegion:
@@ -19,7 +20,7 @@ class ProfiledRegion:
     :class:`IdleRegion` for the other states; ``live`` (profiled) and ``enters`` (does something on
     entry: profiled or timed) tell them apart."""
 
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module", "_done")
+    __slots__ = ("_prof", "role", "region", "_open", "_started", "_schedule", "_configs", "module", "_done")
     live = True
     enters = True
 
@@ -27,8 +28,12 @@ class ProfiledRegion:
         self._prof = prof
         self.role = role
         self.region = safe_name(f"{role}_{stage}" if stage else role)
-        self._open: list = []
-        """The session's records of this region's entries still open (nested or re-entered: a stack)."""
+        self._open: list[OpenRegion] = []
+        """This region's profiled entries still open, as the session opened them (nested or re-entered: a stack)."""
+        self._started: list[int] = []
+        """The start (``time_ns``) of each of its timed entries still open (:class:`TimedRegion`). The Profiler
+        empties both stacks whenever the region's state changes: an entry opened in one state is not closed in
+        another (the session closed a profiled one already when its step ended)."""
         planned = prof.plan.roles.get(role) if sampled else None
         self._schedule = planned.schedule if planned is not None else None
         self._configs = prof.tool_configs.get(role)
@@ -77,14 +82,12 @@ class TimedRegion(ProfiledRegion):
     live = False
 
     def __enter__(self):
-        self._open.append(_now())
+        self._started.append(_now())
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if self._open:
-            start = self._open.pop()
-            if start.__class__ is int:  # not an OpenRegion left by a profiled step that ended inside it
-                self._done.append((self.role, self.region, start, _now()))
+        if self._started:
+            self._done.append((self.role, self.region, self._started.pop(), _now()))
         return False
 
 
