@@ -48,7 +48,9 @@ FINALIZE_STEPS = ("_stop_listening", "_close_window", "_leave_session", "_go_idl
 class Profiler:
     """The profiler of one process (one rank, the roles it hosts).
 
-    :param config: a YAML path, mapping, OmegaConf ``DictConfig`` or :class:`ProfilerConfig`.
+    :param config: a YAML path, mapping, OmegaConf ``DictConfig`` or :class:`ProfilerConfig`. A loaded
+        :class:`ProfilerConfig` (what an integration read once where the config entered its process) is
+        taken as it is, never read again.
     :param rank: global rank of this process; ``world_size`` the number of ranks.
     :param roles: the roles this process hosts, e.g. ``("actor", "rollout", "ref")``.
     :param stages: optional ``{role: [stage, ...]}`` run every step; lets the plan count capture
