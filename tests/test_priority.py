@@ -34,17 +34,17 @@ def test_a_helper_runs_idle_at_nice_19_in_a_session_and_cpu_group_of_its_own():
 PARENT = """
 import subprocess, sys
 from rlprof.priority import SPAWN
-child = subprocess.Popen([sys.executable, "-c", "from rlprof.priority import lowest; lowest(); import time; time.sleep(120)"],
-                         **SPAWN)
+child = subprocess.Popen([sys.executable, "-c", "from rlprof.priority import lowest; lowest(); print('lowered', flush=True); "
+                          "import time; time.sleep(120)"], stdout=subprocess.PIPE, text=True, **SPAWN)
+assert child.stdout.readline() == "lowered\\n"  # the child has lowered itself (an event, not a guess at how long)
 print(child.pid, flush=True)
-import time; time.sleep(1.0)  # the child has lowered itself
 """
 
 
 def test_a_helper_dies_with_the_process_that_started_it():
     parent = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=60)
     pid = int(parent.stdout.split()[0])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # waits for its death; the bound only ends a failing test
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
         if state == "Z":

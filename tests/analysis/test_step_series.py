@@ -210,6 +210,7 @@ def test_a_long_run_clips_a_capture_s_own_cost_and_lists_the_slowest_in_text(tmp
     assert "the 12 slowest and the captured (--json has every step)" in text
 
 
+@pytest.mark.slow
 def test_a_ray_demo_run_draws_every_step_from_its_driver_s_file(demo_run, tmp_path):
     """``rlprof demo`` (a real Ray cluster; the controller writes the run's file from every worker's timings):
     every step the demo ran is drawn for each role, profiled steps 1 and 2 marked and linked."""

@@ -22,6 +22,23 @@ def config(save_path):
             "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
 
 
+def gone(handle) -> None:
+    """Waits until Ray says the actor on the removed node is dead (the event the rest needs; before, the next
+    step raced the node's end, and a loaded machine lost that race)."""
+    import time
+
+    deadline = time.monotonic() + 120  # the bound only ends a failing test
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.where.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.1)
+    raise AssertionError("the actor on the removed node still answers")
+
+
 def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
     roots = [tmp_path / f"node{i}" for i in range(2)]
     cluster = simulated_cluster(roots)
@@ -40,6 +57,7 @@ def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
         assert controller.step_boundary().ok
 
         cluster.cluster.remove_node(doomed_node)
+        gone(controller.workers[lost_label][1])
         for step in (2, 3):  # training goes on with the workers that are left
             controller.start_step(step)
             ray.get([w.run_step.remote() for w in controller.handles], timeout=60)

@@ -399,7 +399,10 @@ def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_
         await asyncio.sleep(0.01)  # generating
         profiler.stop()
         traces.append(len(listed()))  # stop_profile answers here: nothing written yet
-        await asyncio.sleep(0.5)  # the trainer updates: the replica writes meanwhile
+        for _ in range(12_000):  # the trainer updates: the replica writes meanwhile (waited for, 120 s at most)
+            if listed():
+                break
+            await asyncio.sleep(0.01)
         traces.append(len(listed()))
         profiler.start(profile_step=2)
         profiler.stop()
