@@ -3,6 +3,7 @@ in a CPU group of their own, and die with the process that started them (rlprof.
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ print(child.pid, flush=True)
 """
 
 
+@pytest.mark.timing
 def test_a_helper_dies_with_the_process_that_started_it():
     parent = subprocess.run([sys.executable, "-c", PARENT], capture_output=True, text=True, timeout=60)
     pid = int(parent.stdout.split()[0])

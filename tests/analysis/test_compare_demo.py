@@ -37,6 +37,7 @@ def told_in_text(stdout: str) -> dict[str, str]:
     return cells
 
 
+@pytest.mark.timing
 def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_run):
     """Every line of the text table says what ``--json`` says of its row (the verdict, then its note: the part
     that moved most, from the traces); step 1 is left out as warm-up."""
@@ -54,6 +55,7 @@ def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_
     assert shown["rollout_generate"].startswith("clearly slower"), shown
 
 
+@pytest.mark.timing
 def test_a_rank_slowed_for_real_is_a_straggler_and_a_regression(demo_run):
     a, slow = demo_run("six", *SIX_STEPS), demo_run("six-slow", *SLOW)
     [run] = json.loads(cli("report", slow, "--json").stdout)["runs"]

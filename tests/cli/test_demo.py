@@ -176,6 +176,7 @@ def test_every_collective_has_wait_and_transfer_on_both_ranks_and_the_late_rank_
             assert s["waited_for_rank"] == 1 - s["rank"]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_default_demos_verdict_warns_of_nothing_its_own_noise_explains(default_demo):
     """Issue 40: every profiled step warned "profiling took 38%/49%", 2 ms regions were flagged as stragglers
@@ -209,6 +210,7 @@ def test_the_default_demos_verdict_warns_of_nothing_its_own_noise_explains(defau
             assert mine - other > 1.0, (skew, step)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_rank_slowed_on_purpose_is_named_as_the_cause_and_the_waiting_rank_is_no_straggler(tmp_path):
     """``--slow-rank 0 --slow-ms 40``: rank 0 enters actor_update 40 ms late; rank 1 waits for it in the

@@ -55,6 +55,7 @@ def test_the_staleness_limit():
         StalenessLimit(batch=8, staleness=-1, capacity=8, last_step=4)
 
 
+@pytest.mark.timing
 def test_the_queue_hands_each_rank_its_share_in_order_and_a_sync_ends_a_hold():
     async def scenario():
         queue = SampleQueue(StalenessLimit(batch=4, staleness=0, capacity=4, last_step=2), ranks=2)

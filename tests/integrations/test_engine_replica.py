@@ -390,6 +390,7 @@ class HeldExportEngine(RecordingEngine):
         super().stop_profile()
 
 
+@pytest.mark.timing
 def test_stop_returns_before_the_export_and_the_next_generate_waits_for_it_on_the_record(save_path):
     """The export of step 1 is held until the test releases it, while step 2's generate call has started:
     stop returned with the export still held, the generate call waited, and its ``profiling_wait`` record
@@ -428,6 +429,7 @@ def test_stop_returns_before_the_export_and_the_next_generate_waits_for_it_on_th
     assert not [r for r in recs if r["type"] in ("error", "skip")]
 
 
+@pytest.mark.timing
 def test_an_export_still_running_at_the_end_is_named_unfinished_and_not_listed(save_path):
     import asyncio
 
@@ -449,6 +451,7 @@ def test_an_export_still_running_at_the_end_is_named_unfinished_and_not_listed(s
     assert "unfinished" in skip["reason"]
 
 
+@pytest.mark.timing
 def test_a_sync_replica_answering_before_its_stop_records_the_next_calls_wait(save_path):
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
     engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])

@@ -138,6 +138,7 @@ def test_two_tools_at_once_each_writes_every_step_role_rank(pool, tmp_path, test
         (s, role, r, b) for s in (1, 2) for role in HYBRID for r in (0, 1) for b in ("torch", "recorder")}
 
 
+@pytest.mark.timing
 def test_worker_killed_mid_step_is_reported_and_the_others_complete(pool, tmp_path):
     controller = start(pool, profiler_config(tmp_path), workers=3)
     victim = controller.workers["workers/rank1"][1]
@@ -173,6 +174,7 @@ def test_worker_killed_mid_step_is_reported_and_the_others_complete(pool, tmp_pa
     assert {(c.step, c.rank) for c in report.cells} == {(1, 0), (1, 1), (1, 2), (2, 0), (2, 2)}
 
 
+@pytest.mark.timing
 def test_hung_worker_times_out_without_hanging_the_controller(pool, tmp_path):
     controller = start(pool, profiler_config(tmp_path, steps=[1]), workers=2)
     controller.timeout_s = 2.0

@@ -39,6 +39,7 @@ def gone(handle) -> None:
     raise AssertionError("the actor on the removed node still answers")
 
 
+@pytest.mark.timing
 def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
     roots = [tmp_path / f"node{i}" for i in range(2)]
     cluster = simulated_cluster(roots)

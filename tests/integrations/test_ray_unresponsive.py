@@ -59,6 +59,7 @@ def failure_records(save_path):
     return [r for r in records if r["type"] == "worker_failure"]
 
 
+@pytest.mark.timing
 def test_worker_that_answers_again_rejoins(cluster, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="rlprof")
     controller = start(cluster, config(tmp_path, steps=[1, 2, 3], hang_in=["step_boundary"], ranks=[0],

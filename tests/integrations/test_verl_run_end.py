@@ -205,6 +205,7 @@ print(json.dumps(pids))
 """
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_sigterm_finalizes_an_asyncio_actor_and_a_killed_one_stays_not_finalized(tmp_path):
     # An asyncio actor runs its methods off the main thread, where rlprof cannot install its SIGTERM

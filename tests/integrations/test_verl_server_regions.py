@@ -82,6 +82,7 @@ def regions(tmp_path):
     return steps, [r for r in records if r["type"] == "region"], records
 
 
+@pytest.mark.timing
 def test_an_async_replicas_step_holds_its_generation_and_the_pause_of_the_sync_that_ends_it(tmp_path):
     server = make_server(tmp_path)
     controller = server.profiler_controller
@@ -115,6 +116,7 @@ def test_an_async_replicas_step_holds_its_generation_and_the_pause_of_the_sync_t
     assert [r["step"] for r in records if r["type"] == "artifact" and r.get("state") == "written"] == [2]
 
 
+@pytest.mark.timing
 def test_a_synchronous_replica_keeps_one_step_long_generate_and_closes_at_stop(tmp_path):
     server = make_server(tmp_path)
     controller = server.profiler_controller

@@ -101,6 +101,7 @@ class SteppedTime:
             deliver()
 
 
+@pytest.mark.timing
 def test_the_trainer_waits_for_timings_on_their_way_but_no_longer_than_the_bound(tracked, monkeypatch):
     from rlprof.runtime import step_book
 
@@ -125,6 +126,7 @@ def test_the_trainer_waits_for_timings_on_their_way_but_no_longer_than_the_bound
     assert [line["step"] for line in lines(path)] == [1, 2]
 
 
+@pytest.mark.timing
 def test_the_loggers_bound_is_set_by_the_environment_and_a_bad_value_keeps_the_default(monkeypatch, caplog):
     """``RLPROF_TRACKER_WAIT_S``: the suite's real verl runs wait for every figure (a bound no busy machine
     reaches); a bad value is said once and the default kept, never the trainer's failure."""

@@ -2,6 +2,7 @@
 role's next captures, a node's run over ``run_budget_gb`` stops capturing on every rank of that node, each with
 a ``skip`` record naming the budget and the size measured; training goes on to the end either way."""
 
+import pytest
 from pathlib import Path
 
 import rlprof
@@ -186,6 +187,7 @@ def _budget_with_a_trace_still_being_written(tmp_path, capture_mb, exact=False):
     return budget
 
 
+@pytest.mark.timing
 def test_the_default_budget_never_makes_a_profiled_step_wait_for_a_trace_being_written(tmp_path, monkeypatch):
     """The default capture budget guards a disk; waiting on every back-to-back profiled step for a size it
     will not turn on costs training (seen: the replica waited 0.49 s at step 3 of verl's trainer). The wait's

@@ -152,6 +152,7 @@ def errors(sandbox, kind=None):
 # ---------------------------------------------------------------------- training killed by the profiler
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("mount") is None,
                     reason="a full disk is simulated with a tiny tmpfs in a private mount namespace: needs root and unshare(1)")
 def test_disk_fills_mid_run(sandbox, backends_env, tmp_path):
@@ -243,6 +244,7 @@ def test_over_long_stage_name_keeps_all_22_torch_captures(sandbox):
 # ---------------------------------------------------------------------- training frozen
 
 
+@pytest.mark.timing
 def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, test_backends, monkeypatch, caplog,
                                                                   tmp_path_factory):
     """A hook stuck past ``RLPROF_HOOK_TIMEOUT_S`` is reported while it is still stuck, never before its limit,
@@ -296,6 +298,7 @@ def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, tes
     assert sorted(a["steps"] for a in sandbox.records("artifact")) == [[1], [2], [3]]
 
 
+@pytest.mark.timing
 def test_non_daemon_backend_thread_does_not_block_exit(sandbox, backends_env):
     """The backend's flusher thread stops only in finalize; the script never calls finalize. Python
     joins non-daemon threads before atexit handlers: finalize must run before that join."""
@@ -399,6 +402,7 @@ def test_unusable_save_path_is_a_config_error_before_training(sandbox, case):
 # ---------------------------------------------------------------------- Ray: a hung worker
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, caplog):
     ray = pytest.importorskip("ray")

@@ -112,6 +112,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("ending, reason", [
     ("time.sleep(60)", "signal"),
     ("raise KeyboardInterrupt", "exit"),
@@ -340,6 +341,7 @@ def test_timing_records_cover_steps_and_every_region_with_nesting(test_backends,
         assert step["start_ns"] <= region["start_ns"] <= region["end_ns"] <= step["end_ns"]
 
 
+@pytest.mark.timing
 def test_a_hook_running_past_the_watchdog_limit_is_reported_while_training_waits(test_backends, save_path, monkeypatch):
     """The hook stays stuck until the watchdog's report has been recorded (an event, not a sleep that a busy
     machine might outlast before the watchdog's thread runs)."""

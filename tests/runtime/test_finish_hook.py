@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import rlprof
 from rlprof.manifest import read_records
 
@@ -17,6 +19,7 @@ def profiler(save_path, command):
         "actor_rollout_ref.actor.profiler.all_ranks=true"])
 
 
+@pytest.mark.timing
 def test_backgrounded_finish_hook_does_not_hold_finalize(test_backends, save_path, tmp_path, capfd):
     """The background job waits for a gate the test opens only after ``finalize()`` returned (at most about a
     minute): finalize cannot have waited for it, however busy the machine (before, a 1 s job and a 2 s bound)."""

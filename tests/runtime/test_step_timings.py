@@ -38,6 +38,7 @@ def lines(prof, kind="step"):
     return [r for r in read_step_metrics(path) if r.kind == kind]
 
 
+@pytest.mark.timing
 def test_every_step_profiled_or_not_has_its_regions_figures(test_backends, save_path):
     prof = make(save_path, "global_profiler.steps=[2]")
     train(prof, 4, between=True)
@@ -115,6 +116,7 @@ def test_a_sink_that_raises_costs_its_calls_not_the_training(test_backends, save
     assert [r.step for r in lines(prof)] == [1, 2, 3]
 
 
+@pytest.mark.timing
 def test_timings_leave_the_training_thread_without_waiting_for_the_sink(test_backends, save_path, monkeypatch):
     """A sink that never returns until told does not hold up the training: step 2's regions and boundary
     finish while the flusher is still inside the sink with step 1's batch. Events, not durations: the sink

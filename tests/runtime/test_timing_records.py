@@ -61,6 +61,7 @@ def one_profiled_step(save_path, discrete, slow, work):
     return region, step
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("discrete", [False, True], ids=["e2e", "discrete"])
 def test_opening_and_closing_captures_is_not_counted_as_training_time(tmp_path, discrete, monkeypatch):
     clock = FakeClock()
@@ -75,6 +76,7 @@ def test_opening_and_closing_captures_is_not_counted_as_training_time(tmp_path, 
         assert step["duration_ms"] == WORK_MS, step
 
 
+@pytest.mark.timing
 def test_real_clock_smoke(tmp_path):
     """The same with the real clock, once: the records' times come from it, and lie between the capture's
     slow open and its slow close, as the backend saw them on the same clock (an order of events, so no

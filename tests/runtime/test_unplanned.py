@@ -68,6 +68,7 @@ def test_every_mistake_inside_a_trigger_is_named_at_once(tmp_path):
         assert key in said, said
 
 
+@pytest.mark.timing
 def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captures_and_cooldown():
     decider = Decider(Path("/nonexistent"), Trigger(slow_step=1.5, window=4, max_captures=2, cooldown_steps=3),
                       answers=False)
@@ -84,6 +85,7 @@ def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captu
     assert fired[7] == "triggered: step 6 took 1.9\u00d7 the median (1.05 s) of steps 2\u20135"
 
 
+@pytest.mark.timing
 def test_the_steps_just_after_a_capture_neither_fire_slow_step_nor_count_in_its_median():
     """A capture's trace is written in the background beside the next steps: a demo run whose requested
     capture of step 5 slowed step 7 to 1.6x fired the trigger before the slowdown it was waiting for."""
@@ -94,6 +96,7 @@ def test_the_steps_just_after_a_capture_neither_fire_slow_step_nor_count_in_its_
     assert "of steps 3–8" in grants[9].reason  # 5, 6 and 7 are not in the median's window
 
 
+@pytest.mark.timing
 def test_late_rank_fires_when_a_rank_enters_later_than_the_fraction_of_the_median():
     def figures(step, late_by):
         region = RegionFigures("actor", "actor_update", {0: 1.0, 1: 1.0}, {0: 0.0, 1: late_by}, 1.0, 0, 1.0, 0.0,
@@ -129,6 +132,7 @@ def _until(condition, what: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.timing
 def test_rlprof_capture_makes_every_rank_of_a_plain_run_capture_the_same_step_and_says_why(tmp_path, capsys):
     """Two ranks without a driver, nothing planned: `rlprof capture SAVE_PATH` while they train; rank 0 answers
     (two steps on), rank 1 reads the answer; exactly that step is captured on both, its reason the request.
@@ -171,6 +175,7 @@ def test_on_demand_false_writes_nothing_and_rlprof_capture_finds_no_run(tmp_path
     assert "no running armed run" in capsys.readouterr().err
 
 
+@pytest.mark.timing
 def test_a_slow_step_of_a_one_process_run_captures_the_next_step(tmp_path, monkeypatch):
     """Step 5 takes 12x the others, on the suite's fake clock (tests/fake_clock.py): the Profiler's own step
     times, which the trigger reads, are exact, so no other step can pass 3x on a busy machine."""

@@ -28,6 +28,7 @@ def a_backend_hook_that_hangs(reports):
     reports.arrived.wait(120)  # stuck until the watchdog has reported it (or, if it never does, long past the limit)
 
 
+@pytest.mark.timing
 def test_hook_sleeping_past_limit_is_reported_within_the_limit():
     """The one real-time smoke test: the watchdog's own thread and clock report a hook stuck past its limit,
     while it is still stuck and never before the limit. The hook is stuck until the report arrives, so nothing
