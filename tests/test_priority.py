@@ -54,3 +54,18 @@ def test_a_helper_dies_with_the_process_that_started_it():
         time.sleep(0.1)
     alive = Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] not in ("Z", "X")
     assert not alive, f"the helper {pid} outlived its parent"
+
+
+def test_a_helper_command_is_lowered_before_its_module_is_imported(tmp_path):
+    """``command(module)``: the module (an analysis with heavy imports) first runs already at the lowest priority."""
+    from rlprof.priority import command
+
+    (tmp_path / "probe_module.py").write_text(
+        "import json, os, sys\n"
+        "print(json.dumps({'nice': os.nice(0), 'policy': os.sched_getscheduler(0), 'argv': sys.argv[1:],"
+        " 'main': __name__ == '__main__'}))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command("probe_module", "--roles", "actor"), capture_output=True, text=True, timeout=60,
+                          env=env, **SPAWN)
+    seen = json.loads(done.stdout)
+    assert seen == {"nice": 19, "policy": os.SCHED_IDLE, "argv": ["--roles", "actor"], "main": True}, done.stderr
