@@ -6,4 +6,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 
-pytest_plugins = ["tiers"]
+pytest_plugins = ["tiers", "sharing"]
