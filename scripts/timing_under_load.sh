@@ -18,7 +18,7 @@ logs=$(mktemp -d)
 passed=0
 for i in $(seq "$runs"); do
   began=$(date +%s)
-  if "$python" -m pytest -q -p no:randomly "$@" > "$logs/run$i.log" 2>&1; then
+  if "$python" -m pytest -q -p no:randomly -p no:xdist "$@" > "$logs/run$i.log" 2>&1; then
     passed=$((passed + 1))
     echo "run $i: passed ($(( $(date +%s) - began )) s): $(grep -E '(passed|failed)' "$logs/run$i.log" | tail -1)"
   else
