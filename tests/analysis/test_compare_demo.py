@@ -52,7 +52,7 @@ def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_
     for c in rows:
         said = f"clearly {c['change']}" if c["change"] in ("slower", "faster") else c["change"]
         assert shown[c["region"]] == "; ".join(part for part in (said, c["note"]) if part), (shown, c)
-    assert shown["rollout_generate"].startswith("clearly slower"), shown
+    assert shown["(step)"].startswith("clearly slower"), shown  # rank 1's 300 ms; per rank: the test below
 
 
 @pytest.mark.timing

@@ -22,6 +22,25 @@ def config(save_path):
             "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
 
 
+def written(root, step: int) -> None:
+    """Waits until the traces a node's worker captured in ``step`` are written under their final names (the
+    torch backend writes them off the training thread, after the step's end). A node lost before that loses
+    them, rightly; the CI flake (the lost rank's step 1 missing from the report) was that race, lost on a
+    loaded machine."""
+    import time
+
+    from rlprof.manifest import read_records
+
+    deadline = time.monotonic() + 120  # the bound only ends a failing test
+    while time.monotonic() < deadline:
+        artifacts = [r for r in read_records([root]) if r["type"] == "artifact" and step in (r.get("steps") or [])]
+        if artifacts and all(r.get("state") != "writing" or any(
+                w.get("state") == "written" and w["path"] == r["path"] for w in artifacts) for r in artifacts):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the traces of step {step} under {root} were never written")
+
+
 def gone(handle) -> None:
     """Waits until Ray says the actor on the removed node is dead (the event the rest needs; before, the next
     step raced the node's end, and a loaded machine lost that race)."""
@@ -57,6 +76,7 @@ def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
         ray.get([w.run_step.remote() for w in controller.handles], timeout=60)
         assert controller.step_boundary().ok
 
+        written(roots[1], step=1)  # what the node's rank captured in step 1 is on its disk, whole
         cluster.cluster.remove_node(doomed_node)
         gone(controller.workers[lost_label][1])
         for step in (2, 3):  # training goes on with the workers that are left
