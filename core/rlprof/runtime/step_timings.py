@@ -179,6 +179,8 @@ class Flusher:
                 members = list(self._members)
             for times in members:
                 with times.sending:
+                    if times._closed:  # its final batch went (flush): nothing may follow it
+                        continue
                     try:
                         batch = times.take()
                     except Exception:  # never kill the thread
