@@ -23,19 +23,19 @@ def config(save_path):
 
 
 def written(root, step: int) -> None:
-    """Waits until the traces a node's worker captured in ``step`` are written under their final names (the
-    torch backend writes them off the training thread, after the step's end). A node lost before that loses
-    them, rightly; the CI flake (the lost rank's step 1 missing from the report) was that race, lost on a
-    loaded machine."""
+    """Waits until the traces a node's worker captured in ``step`` are at their final paths on its disk (the
+    torch backend writes them off the training thread after the step's end; the report counts a file listed
+    ``writing`` once it is there). A node lost before that loses them, rightly; the CI flake (the lost rank's
+    step 1 missing from the report) was that race, lost on a loaded machine."""
     import time
+    from pathlib import Path
 
     from rlprof.manifest import read_records
 
     deadline = time.monotonic() + 120  # the bound only ends a failing test
     while time.monotonic() < deadline:
         artifacts = [r for r in read_records([root]) if r["type"] == "artifact" and step in (r.get("steps") or [])]
-        if artifacts and all(r.get("state") != "writing" or any(
-                w.get("state") == "written" and w["path"] == r["path"] for w in artifacts) for r in artifacts):
+        if artifacts and all((Path(r["_run_dir"]) / r["path"]).exists() for r in artifacts):
             return
         time.sleep(0.05)
     raise AssertionError(f"the traces of step {step} under {root} were never written")
