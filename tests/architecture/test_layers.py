@@ -54,8 +54,9 @@ def module_files(root: Path = CORE) -> dict[str, Path]:
     return found
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every rlprof module ``path`` imports, wherever the import statement stands."""
+def imports_of(name: str, path: Path, known: set[str], prefix: str = "rlprof.") -> set[str]:
+    """Every rlprof module ``path`` imports, wherever the import statement stands (``prefix``: the top-level names
+    that count, ``rlprof.``; ``rlprof`` for a plugin's, which counts its own package too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -69,7 +70,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        found.update(t for t in targets if t == "rlprof" or t.startswith("rlprof."))
+        found.update(t for t in targets if t == "rlprof" or t.startswith(prefix))
     found.discard(name)
     return {t if t in known else t.rpartition(".")[0] for t in found}
 
@@ -163,27 +164,8 @@ def plugin_graph(root: Path = PLUGINS) -> dict[str, set[str]]:
                 continue
             name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
             files[name.removesuffix(".__init__")] = path
-    core = set(module_files())
-    graph = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files or f"{base}.{a.name}" in core else base
-                           for a in node.names]
-            else:
-                continue
-            found |= {t for t in targets if t.split(".")[0] == "rlprof" or t.startswith("rlprof_")}
-        found.discard(name)
-        graph[name] = {t if t in files or t in core or t == "rlprof" else t.rpartition(".")[0] for t in found}
-    return graph
+    known = set(files) | set(module_files())
+    return {name: imports_of(name, path, known, prefix="rlprof") for name, path in files.items()}
 
 
 def plugin_violations(graph: dict[str, set[str]]) -> list[str]:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from rlprof.analysis.anatomy import timing_record
 from rlprof.analysis.runs import locate, without_copies
 from rlprof.analysis.timeline import DEFAULT_OUTPUT, build_timeline, write_timeline
+from rlprof.cli import not_found
 from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 from rlprof.manifest import read_records
@@ -48,9 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"rlprof timeline: --steps: got {opts.steps!r}; allowed: comma-separated step numbers or ranges, e.g. 1,3,5-7", file=sys.stderr)
         return EXIT_USAGE
-    absent = [p for p in opts.paths if not Path(p).exists()]
-    if absent:
-        print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
+    if not_found("timeline", opts.paths):
         return EXIT_USAGE
     try:
         output = choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
