@@ -315,7 +315,7 @@ def cli_commands() -> Mapping[str, CliCommand]:
 
     rlprof-nsys adds ``rlprof relocate``, rlprof-npu ``rlprof npu-analyse``::
 
-        from rlprof.hookspecs import CliCommand
+        from rlprof.backend_api import CliCommand
 
         class NsysBackend:
             @rlprof.hookimpl
@@ -354,7 +354,7 @@ def trace_reader() -> TraceReader | None:
 
     rlprof-torch reads Kineto JSON (its own traces, vLLM's and SGLang's)::
 
-        from rlprof.hookspecs import TraceReader
+        from rlprof.backend_api import TraceReader
 
         class TorchBackend:
             @rlprof.hookimpl

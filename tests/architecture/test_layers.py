@@ -7,6 +7,11 @@ would otherwise live — must point at its own layer or one below it:
     leaves  <-  analysis                                <-  top
 
 and the modules must not import one another in a circle.
+
+The plugins under ``plugins/`` (one distribution each) sit outside the layers: a plugin's modules may import
+their own package, and of rlprof only the backend API (``rlprof.backend_api``) and the names DESIGN.md keeps in
+place (``rlprof`` for ``rlprof.hookimpl``, ``rlprof.errors``, ``rlprof.layout``, ``rlprof.testing``); nor may
+they import one another in a circle. Their tests are left out: a test may look inside the core.
 """
 
 from __future__ import annotations
@@ -49,8 +54,9 @@ def module_files(root: Path = CORE) -> dict[str, Path]:
     return found
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every rlprof module ``path`` imports, wherever the import statement stands."""
+def imports_of(name: str, path: Path, known: set[str], prefix: str = "rlprof.") -> set[str]:
+    """Every rlprof module ``path`` imports, wherever the import statement stands (``prefix``: the top-level names
+    that count, ``rlprof.``; ``rlprof`` for a plugin's, which counts its own package too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -64,7 +70,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        found.update(t for t in targets if t == "rlprof" or t.startswith("rlprof."))
+        found.update(t for t in targets if t == "rlprof" or t.startswith(prefix))
     found.discard(name)
     return {t if t in known else t.rpartition(".")[0] for t in found}
 
@@ -139,3 +145,55 @@ def test_user_faces_stay_thin(face):
     tree = ast.parse(path.read_text())
     kinds = {type(node).__name__ for node in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "FunctionDef"}, kinds
+
+
+# ----------------------------------------------------------------------------------- the plugins
+
+PLUGINS = CORE.parent / "plugins"
+PLUGIN_MAY_IMPORT = ("rlprof", "rlprof.backend_api", "rlprof.errors", "rlprof.layout", "rlprof.testing")
+"""What a plugin's module may import of rlprof (and any module under ``rlprof.testing``)."""
+
+
+def plugin_graph(root: Path = PLUGINS) -> dict[str, set[str]]:
+    """Every plugin module (its tests left out) -> the modules it imports, of rlprof and of plugins, wherever the
+    import statement stands; ``from rlprof.layout import open_file`` counts as ``rlprof.layout``."""
+    files = {}
+    for package in sorted(root.glob("*/rlprof_*")):
+        for path in sorted(package.rglob("*.py")):
+            if "tests" in path.relative_to(package).parts:
+                continue
+            name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+            files[name.removesuffix(".__init__")] = path
+    known = set(files) | set(module_files())
+    return {name: imports_of(name, path, known, prefix="rlprof") for name, path in files.items()}
+
+
+def plugin_violations(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{name} imports {target}" for name, targets in sorted(graph.items()) for target in sorted(targets)
+            if target.split(".")[0] == "rlprof" and target not in PLUGIN_MAY_IMPORT
+            and not target.startswith("rlprof.testing.")]
+
+
+def test_plugins_import_only_the_backend_api_and_the_kept_names():
+    graph = plugin_graph()
+    assert {"rlprof_torch.backend", "rlprof_nsys.backend", "rlprof_npu.backend", "rlprof_msprobe.backend"} <= set(graph)
+    assert plugin_violations(graph) == []
+
+
+def test_no_import_circles_in_the_plugins():
+    """rlprof-npu's analyse.py and backend.py imported each other (through ARTIFACT_KIND) until issue 47."""
+    assert circles(plugin_graph()) == []
+
+
+def test_the_plugin_rules_bite(tmp_path):
+    """A copy of the plugins where the torch backend reaches into the analysis, and npu's circle is back."""
+    import shutil
+
+    shutil.copytree(PLUGINS, tmp_path / "plugins", ignore=shutil.ignore_patterns("tests", "*.so", "build", "*.egg-info"))
+    backend = tmp_path / "plugins" / "torch" / "rlprof_torch" / "backend.py"
+    backend.write_text(backend.read_text() + "\n\ndef _late():\n    from rlprof.analysis.breakdown import split\n")
+    capture = tmp_path / "plugins" / "npu" / "rlprof_npu" / "capture.py"
+    capture.write_text(capture.read_text() + "\n\ndef _late():\n    from .backend import NpuBackend\n")
+    graph = plugin_graph(tmp_path / "plugins")
+    assert plugin_violations(graph) == ["rlprof_torch.backend imports rlprof.analysis.breakdown"]
+    assert any("rlprof_npu.capture" in c and "rlprof_npu.backend" in c for c in circles(graph))

@@ -143,6 +143,17 @@ def _run(command: Command, args: list[str]) -> int:
     return int(status or 0)
 
 
+def not_found(command: str, paths: Sequence[str]) -> bool:
+    """Say which of ``paths`` do not exist (``rlprof <command>: not found: ...`` on stderr): a usage error of a
+    command that reads runs (exit 2). True when one is missing."""
+    from pathlib import Path
+
+    absent = [p for p in paths if not Path(p).exists()]
+    if absent:
+        print(f"rlprof {command}: not found: {', '.join(absent)}", file=sys.stderr)
+    return bool(absent)
+
+
 def _load(target: str) -> Callable[[list[str]], int]:
     import importlib
 

@@ -35,7 +35,8 @@ import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+import sys
+from typing import IO, Any, Callable, Iterator
 
 from rlprof.layout import MAX_NUMBER, numbered
 
@@ -119,6 +120,21 @@ def choose(output: str | os.PathLike | None, *, default: str, force: bool = Fals
         if not os.path.lexists(numbered(path, n)):
             return Target(numbered(path, n), named=False, force=False, default=path)
     raise OutputRefused(f"{path} and its numbered names up to .{MAX_NUMBER} all exist; name a file with -o")
+
+
+def write_to(target: Target, command: str, write: Callable[[IO[str]], Any]) -> tuple[int | None, Any]:
+    """``write(handle)`` into ``target`` (:meth:`Target.writing`): ``(None, what it returned)``, or the exit status
+    after saying why on stderr as ``rlprof <command>: ...``: 2 when the name was taken meanwhile, 1 when the file
+    cannot be written."""
+    try:
+        with target.writing() as handle:
+            return None, write(handle)
+    except OutputRefused as refused:  # the name was taken while the content was built
+        print(f"rlprof {command}: {refused}", file=sys.stderr)
+        return 2, None
+    except OSError as exc:
+        print(f"rlprof {command}: cannot write {target.path}: {exc}", file=sys.stderr)
+        return 1, None
 
 
 def _exists(path: Path) -> str:

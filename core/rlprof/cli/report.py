@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT
@@ -21,7 +20,8 @@ from rlprof.analysis.inside import add_inside
 from rlprof.analysis.report import HTML_DEFAULT, render
 from rlprof.analysis.runs import build_reports
 from rlprof.analysis.verdict import report_dict
-from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.cli import not_found
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, write_to
 from rlprof.errors import EXIT_FAILED as EXIT_PROBLEMS, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 
 
@@ -47,9 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OutputRefused as refused:
             print(f"rlprof report: {refused}", file=sys.stderr)
             return EXIT_USAGE
-    absent = [p for p in opts.paths if not Path(p).exists()]
-    if absent:
-        print(f"rlprof report: not found: {', '.join(absent)}", file=sys.stderr)
+    if not_found("report", opts.paths):
         return EXIT_USAGE
     try:
         reports = build_reports(opts.paths, run=opts.run, straggler_pct=opts.straggler_pct)
@@ -66,15 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.html:
         from rlprof.analysis.html import render_page
 
-        try:
-            with target.writing() as handle:
-                handle.write(render_page(reports))
-        except OutputRefused as refused:  # the name was taken while the page was built
-            print(f"rlprof report: {refused}", file=sys.stderr)
-            return EXIT_USAGE
-        except OSError as exc:
-            print(f"rlprof report: cannot write {target.path}: {exc}", file=sys.stderr)
-            return EXIT_PROBLEMS
+        failed, _ = write_to(target, "report", lambda handle: handle.write(render_page(reports)))
+        if failed is not None:
+            return failed
         print(f"rlprof report: wrote {target.said()} ({len(reports)} run{'s' if len(reports) != 1 else ''})", file=sys.stderr)
     if opts.json:
         print(json.dumps({"runs": [report_dict(r) for r in reports]}, indent=1))

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from rlprof.analysis.anatomy import timing_record
 from rlprof.analysis.runs import locate, without_copies
 from rlprof.analysis.timeline import DEFAULT_OUTPUT, build_timeline, write_timeline
-from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.cli import not_found
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, write_to
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 from rlprof.manifest import read_records
 
@@ -48,9 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"rlprof timeline: --steps: got {opts.steps!r}; allowed: comma-separated step numbers or ranges, e.g. 1,3,5-7", file=sys.stderr)
         return EXIT_USAGE
-    absent = [p for p in opts.paths if not Path(p).exists()]
-    if absent:
-        print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
+    if not_found("timeline", opts.paths):
         return EXIT_USAGE
     try:
         output = choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
@@ -84,15 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
     other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
-    try:
-        with output.writing() as handle:
-            count = write_timeline(_chain(first, events), handle, other)
-    except OutputRefused as refused:  # the name was taken while the timeline was built
-        print(f"rlprof timeline: {refused}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"rlprof timeline: cannot write {output.path}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    failed, count = write_to(output, "timeline", lambda handle: write_timeline(_chain(first, events), handle, other))
+    if failed is not None:
+        return failed
     for line in warnings:
         print(f"rlprof timeline: warning: {line}", file=sys.stderr)
     print(f"rlprof timeline: wrote {output.said()} ({count} events, run {run_id}); open it in https://ui.perfetto.dev or chrome://tracing")

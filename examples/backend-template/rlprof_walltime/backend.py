@@ -31,7 +31,7 @@ from typing import Any
 
 import rlprof
 from rlprof.errors import fail
-from rlprof.tool_config import check_keys
+from rlprof.backend_api import check_keys
 
 TRACE_FILE = "walltime.json"
 OPTIONS = ("iterations",)

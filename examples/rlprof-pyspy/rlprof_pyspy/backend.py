@@ -46,7 +46,7 @@ from typing import Any
 
 import rlprof
 from rlprof.errors import fail
-from rlprof.tool_config import check_keys, parse_bool
+from rlprof.backend_api import check_keys, parse_bool
 
 PROFILE_FILE = "profile.speedscope.json"
 LOG_FILE = "py-spy.log"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.hookspecs import CliCommand
+from rlprof.backend_api import CliCommand
 
 from .debugger import PROCESS
 from .dumps import details, dump_files

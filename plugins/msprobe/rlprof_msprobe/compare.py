@@ -149,7 +149,7 @@ def _percent(text: str | None) -> float:
 
 def run_dumps(path: Path | str) -> dict[tuple[int, str, int], Path]:
     """The dumps a run (or every run under a save_path) listed in its manifest: ``(step, region, rank) -> directory``."""
-    from rlprof.manifest import read_records
+    from rlprof.backend_api import read_records
 
     found = {}
     for r in read_records([Path(path)]):

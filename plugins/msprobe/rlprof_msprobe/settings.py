@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlprof.errors import ConfigError, fail
-from rlprof.tool_config import check_keys, parse_bool
+from rlprof.backend_api import check_keys, parse_bool
 
 STAGES = {
     "actor_update": "actor_update",

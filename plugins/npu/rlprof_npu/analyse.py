@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from rlprof.manifest import manifest_files, read_records
+from rlprof.backend_api import manifest_files, read_records
 
-from .backend import ARTIFACT_KIND
+from .capture import ARTIFACT_KIND
 from .torch_npu_import import TorchNpuImport
 
 PARSED_OUTPUT = "ASCEND_PROFILER_OUTPUT"

@@ -18,17 +18,14 @@ import logging
 from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.hookspecs import CliCommand, TraceReader
-from rlprof.notices import mark_said, say_once
+from rlprof.backend_api import CliCommand, mark_said, say_once, TraceReader
 
-from .capture import NpuCapture, range_end, range_start
+from .capture import ARTIFACT_KIND, NpuCapture, range_end, range_start
 from .settings import npu_settings
 from .torch_npu_import import TorchNpuImport
 
 log = logging.getLogger("rlprof.npu")
 
-ARTIFACT_KIND = "ascend_pt"
-"""Manifest ``kind`` of a torch_npu output directory (what ``rlprof npu-analyse`` looks for)."""
 NO_TORCH_NPU_SAID = "npu: torch_npu missing"
 """The :mod:`rlprof.notices` key of the missing-torch_npu warning."""
 NOT_TRACES = ("profiler_info*.json", "profiler_metadata.json", "communication.json", "communication_matrix.json",

@@ -31,6 +31,9 @@ from typing import Any
 
 from .settings import NpuSettings
 
+ARTIFACT_KIND = "ascend_pt"
+"""Manifest ``kind`` of a torch_npu output directory, as a capture lists it (what ``rlprof npu-analyse`` looks for)."""
+
 OUTPUT_GLOB = "*_ascend_pt"
 """What torch_npu names a capture's directory: ``<host>_<pid>_<timestamp>_ascend_pt``."""
 

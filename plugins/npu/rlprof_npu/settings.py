@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlprof.errors import fail
-from rlprof.tool_config import check_keys, parse_bool, parse_contents
+from rlprof.backend_api import check_keys, parse_bool, parse_contents
 
 LEVELS = ("level_none", "level0", "level1", "level2")
 CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")

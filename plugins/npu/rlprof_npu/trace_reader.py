@@ -37,8 +37,8 @@ from typing import Any, Iterator
 
 import ijson
 
-from rlprof.analysis.breakdown import COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives, regions_in_steps
-from rlprof.analysis.streams import BoundedTokens
+from rlprof.backend_api import (BoundedTokens, COMMUNICATION, device_kind, numbered_collectives, Region,
+                                regions_in_steps, TraceEvents)
 from rlprof.layout import process_of
 
 DEVICE_ROW = "Ascend Hardware"

@@ -34,8 +34,7 @@ import os
 from typing import Any, Mapping
 
 from rlprof import hookimpl
-from rlprof.hookspecs import CliCommand, TraceReader
-from rlprof.notices import say_once
+from rlprof.backend_api import CliCommand, say_once, TraceReader
 
 from . import launch, options, relocation
 from .ranges import NVTX_CAPTURE, STEP_COLOR, RangeStack, role_color

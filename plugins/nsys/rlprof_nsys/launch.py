@@ -143,7 +143,7 @@ def controller_nsight_options(config: Any = None, overrides: Iterable[str] = ())
     ``config`` is anything :func:`rlprof.load_config` reads (YAML path, dict, DictConfig); ``overrides``
     dotted ``key=value`` strings. The loaded section holds no core keys (``discrete``, ``_target_``...):
     :func:`rlprof.load_config` removes them from every tool section."""
-    from rlprof.config import load_config
+    from rlprof.backend_api import load_config
 
     loaded = load_config(config, overrides)
     return validate(loaded.global_.global_tool_config.get("nsys") or {}, "global_profiler.global_tool_config.nsys")[CONTROLLER]

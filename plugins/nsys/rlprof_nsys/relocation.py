@@ -138,7 +138,7 @@ def relocate_pending(paths: Path | str | Iterable[Path | str], *, settle_seconds
     save paths) that is now complete on this host; record each move in the manifest that listed it.
     Returns one :class:`Outcome` per pending record."""
     from rlprof.layout import hostname
-    from rlprof.manifest import read_records, record_relocation
+    from rlprof.backend_api import read_records, record_relocation
 
     host = host or hostname()
     roots = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)

@@ -36,8 +36,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Iterator
 
-from rlprof.analysis.breakdown import (COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives,
-                                       regions_in_steps)
+from rlprof.backend_api import COMMUNICATION, Region, TraceEvents, device_kind, numbered_collectives, regions_in_steps
 from rlprof.layout import CACHE_ENV, ensure_dir, process_of, rows_path
 
 from .nvtx_summary import export_sqlite

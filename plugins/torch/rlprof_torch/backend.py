@@ -10,7 +10,7 @@ never opens one inside another; this module only follows ``ctx.opens_capture``/`
   shows ``actor_update``, ``ref_compute_log_prob``... as ``user_annotation`` events (the core sends
   ``stop_role`` last-in-first-out, so the open ranges are a plain stack);
 * a hook with ``closes_capture`` stops the session (what must happen on the training thread), then
-  hands it to the process's :class:`~rlprof.runtime.trace_writer.TraceWriter`, which exports its plain JSON
+  hands it to the process's :class:`~rlprof.runtime.TraceWriter`, which exports its plain JSON
   and compresses it into ``rank<R>.pt.trace.json.gz`` (in ``ctx.output_dir()``) in the background.
   The stop, the export and the freeing of torch's result run without the GIL where
   :mod:`~rlprof_torch.nogil` can (the record says ``stop_path: "nogil"``); elsewhere through torch's own
@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import logging
 
-from rlprof import hookimpl, notices
+from rlprof import hookimpl
 from rlprof.errors import ConfigError
-from rlprof.hookspecs import TraceReader
+from rlprof.backend_api import Export, TraceReader, TraceWriter, mark_said, process_writer
 from rlprof.layout import ScratchDir, reserve
-from rlprof.runtime import trace_writer
 
 from . import nogil, options, writer
 from .session import TraceSession
@@ -69,7 +68,7 @@ class TorchBackend:
         self._arguments: dict[tuple[str, ...], dict] = {}
         """``contents`` -> profiler arguments, worked out at a capture's first opening (whether CUDA is
         there does not change while the process runs)."""
-        self._writer: trace_writer.TraceWriter | None = None
+        self._writer: TraceWriter | None = None
         """The process's background writer, from this backend's first export on."""
 
     # ------------------------------------------------------------------ hooks
@@ -190,12 +189,12 @@ class TorchBackend:
         belongs = dict(step=capture.steps[0], steps=list(capture.steps), capture=capture.capture_id,
                        region=getattr(ctx, "region", None)) if capture is not None else {}
         if self._writer is None:
-            self._writer = trace_writer.process_writer()
-        self._writer.submit(trace_writer.Export(self._scratch, session.plain_name, target, belongs, owner=self,
+            self._writer = process_writer()
+        self._writer.submit(Export(self._scratch, session.plain_name, target, belongs, owner=self,
                                           dump=session.export))
         # its size is known once written (the budget waits for it)
         ctx.add_artifact(target.path, "file", state="writing", stop_path=session.stop_path)
-        if session.stop_path == nogil.TORCH and notices.mark_said(FALLBACK_SAID):
+        if session.stop_path == nogil.TORCH and mark_said(FALLBACK_SAID):
             ctx.warn(f"captures end with the GIL held (torch's own stop, export and free; every other thread of the "
                      f"process waits meanwhile): {nogil.unavailable() or 'torch did not route its stop'}")
 

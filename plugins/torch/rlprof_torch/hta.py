@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from rlprof.manifest import artifacts
+from rlprof.backend_api import artifacts
 
 
 def gather_traces(run_dir: os.PathLike | str, capture: str, dest: os.PathLike | str | None = None, *, backend: str = "torch") -> Path:

@@ -31,9 +31,8 @@ from typing import Any, Iterator
 
 import ijson
 
-from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, Region, TraceEvents, device_kind, is_host_collective,
-                                       numbered_collectives, regions_in_steps)
-from rlprof.analysis.streams import BoundedTokens
+from rlprof.backend_api import (BoundedTokens, COMMUNICATION, COMPUTE, device_kind, is_host_collective,
+                                numbered_collectives, Region, regions_in_steps, TraceEvents)
 
 DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
 """Device event categories -> whether the event is a copy (memory) rather than a kernel."""

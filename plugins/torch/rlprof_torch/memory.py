@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rlprof import hookimpl
 from rlprof.layout import write_reserved
-from rlprof.notices import mark_said, say_once
+from rlprof.backend_api import mark_said, say_once
 
 from . import memory_options
 from .memory_options import DEFAULTS, validate  # noqa: F401  (validate: the section's checks, re-exported)

@@ -33,8 +33,7 @@ import logging
 from typing import Any, Mapping
 
 from rlprof.errors import ConfigError, fail
-from rlprof.notices import say_once
-from rlprof.tool_config import check_keys
+from rlprof.backend_api import check_keys, say_once
 
 log = logging.getLogger("rlprof.torch_memory")
 

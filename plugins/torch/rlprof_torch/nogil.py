@@ -37,7 +37,7 @@ import os
 import threading
 from typing import Any
 
-from rlprof.notices import say_once
+from rlprof.backend_api import say_once
 
 log = logging.getLogger("rlprof.torch")
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from rlprof.notices import say_once
-from rlprof.tool_config import check_keys, parse_contents
+from rlprof.backend_api import check_keys, parse_contents, say_once
 
 log = logging.getLogger("rlprof.torch")
 

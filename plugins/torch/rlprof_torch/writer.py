@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlprof.env_seconds import seconds_from_env
+from rlprof.backend_api import seconds_from_env
 
 WAIT_ENV = "RLPROF_TORCH_WRITE_TIMEOUT_S"
 DEFAULT_WAIT_S = 300.0
