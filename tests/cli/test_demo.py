@@ -216,16 +216,20 @@ def test_the_default_demos_verdict_warns_of_nothing_its_own_noise_explains(defau
 @pytest.mark.timing
 @pytest.mark.slow
 def test_a_rank_slowed_on_purpose_is_named_as_the_cause_and_the_waiting_rank_is_no_straggler(tmp_path):
-    """``--slow-rank 0 --slow-ms 40``: rank 0 enters actor_update 40 ms late; rank 1 waits for it in the
-    all-reduce. The report says so for every profiled step, and does not flag rank 1 as a straggler there."""
+    """``--slow-rank 0 --slow-ms 400``: rank 0 enters actor_update 400 ms late; rank 1 waits for it in the
+    all-reduce. The report says so for every profiled step, and does not flag rank 1 as a straggler there.
+
+    The planted delay is far above the noise this test tolerates: a busy 2-core machine measured 70.0 ms for a
+    planted 40 (CI, 2026-11-28), so the measured lateness is only bounded below, at 3/4 of the planted delay."""
     heavy("an rlprof demo")
     pytest.importorskip("ray")
     save = tmp_path / "slow"
     proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--steps", "1,2", "--slow-rank", "0",
-                           "--slow-ms", "40", "--save-path", str(save)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                           "--slow-ms", "400", "--save-path", str(save)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert re.search(r"step 1 actor_update: rank 1 waited [\d.]+ ms in all_reduce for rank 0, late by (3\d|4\d)\.\d ms "
-                     r"entering actor_update", proc.stdout), proc.stdout
+    late = re.search(r"step 1 actor_update: rank 1 waited [\d.]+ ms in all_reduce for rank 0, late by ([\d.]+) ms "
+                     r"entering actor_update", proc.stdout)
+    assert late and float(late.group(1)) >= 300, proc.stdout
     run = inside_of(save)
     waits = {(w["step"], w["waiter"], w["late"]) for w in run["inside"]["waits"] if w["region"] == "actor_update"}
     assert waits == {(1, "rank 1", "rank 0"), (2, "rank 1", "rank 0")}
