@@ -5,6 +5,7 @@ line and an empty answer, never an exception."""
 from __future__ import annotations
 
 import logging
+import threading
 
 from rlprof.runtime.split_analyser import SplitAnalyser
 from rlprof.runtime.step_timings import RegionTimes
@@ -53,3 +54,31 @@ def test_answers_go_to_a_profiler_still_sending(tmp_path):
     first.flush(final=True)  # its last batch went
     analyser.offer(tmp_path / "a", {"step": 2, "steps": [2], "state": "failed"})
     assert first.splits == [] and second.splits == [(2, None), (2, {})]
+
+
+def test_a_file_the_processs_writer_places_is_answered_once_placed_and_once_only(tmp_path, caplog):
+    """A trace handed to the process's writer is analysed when the writer has placed it: its owner lists it
+    ``written`` only at its next hook call, which a run's last capture gets at finalize (issue 46). Its later
+    ``written`` listing queues nothing more."""
+    from rlprof.layout import reserve
+    from rlprof.runtime.trace_writer import Export, Folder, process_writer
+
+    times = RegionTimes("run", "rank0", 0, Kept())
+    analyser = SplitAnalyser(("actor",))
+    analyser.add(times)
+    (tmp_path / "plain.json").write_text("not a trace")
+    target = reserve(tmp_path / "rank0.pt.trace.json.gz", tmp_path)
+    release, owner = threading.Event(), object()
+    export = Export(Folder(tmp_path), "plain.json", target, {"step": 4}, owner=owner, dump=lambda _: release.wait(60))
+    writer = process_writer()
+    writer.submit(export)
+    with caplog.at_level(logging.INFO, logger="rlprof"):
+        analyser.offer(target.path, {"step": 4, "steps": [4], "state": "writing"})
+        assert times.splits == [(4, None)] and not analyser.wait(0)  # waits for the writer, not for a listing
+        release.set()
+        assert analyser.wait(60)
+        assert times.splits == [(4, None), (4, {})]  # not a trace: an empty answer and one log line
+        assert writer.finished(owner) == [export]
+        analyser.offer(target.path, {"step": 4, "steps": [4], "state": "written"})  # the owner's next hook call
+        assert analyser.wait(0) and times.splits == [(4, None), (4, {})]
+    assert len([r for r in caplog.records if "is left out of the step metrics" in r.getMessage()]) == 1

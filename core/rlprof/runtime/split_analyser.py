@@ -13,7 +13,12 @@ joins it):
   from a backend that reads its own traces (it implements ``trace_reader``: a memory snapshot's, a debugger's
   dump's or a test backend's files cost no child and no warning), :meth:`SplitAnalyser.offer` **announces** it: one ``(step, None)`` per step it holds, appended to the
   timings (a list append on the training thread, nothing else), so the driver knows to wait for its figures;
-* once the file is complete (``written``, or listed without a state) it is queued; one daemon thread runs
+* once the file is complete it is queued: when the process's trace writer places it
+  (:func:`rlprof.runtime.trace_writer.pending_export`: the torch backend's traces, a replica's engine traces),
+  or when it is listed ``written`` or without a state (a file no writer of this process writes). Not the
+  ``written`` listing alone: its owner makes that at its next hook call, which the run's last capture (one
+  asked with ``rlprof capture``, a trigger's) gets only at finalize, so its split came after the step's was
+  written, without it (issue 46: verl's requested discrete capture lacked ``actor_update``). One daemon thread runs
   ``python -m rlprof.cli.step_split FILE`` (:mod:`rlprof.cli.step_split`, the figures of
   :mod:`rlprof.analysis.step_split`) for each, one at a
   time, at the lowest priority (:mod:`rlprof.priority`: a session of its own, nice 19 and ``SCHED_IDLE``), bounded by :data:`ANALYSIS_TIMEOUT_S`;
@@ -40,6 +45,7 @@ from typing import Any
 
 from rlprof.priority import SPAWN
 from rlprof.priority import command as lowered
+from rlprof.runtime.trace_writer import pending_export
 
 log = logging.getLogger("rlprof")
 
@@ -64,12 +70,14 @@ class SplitAnalyser:
         self._targets: list[Any] = []
         """The :class:`~rlprof.runtime.step_timings.RegionTimes` the announcements and answers go to: the first
         still open (colocated Profilers share the process's key, so any of them will do)."""
-        self._queue: "queue.Queue[tuple[str, tuple[int, ...]]]" = queue.Queue()
+        self._queue: "queue.Queue[tuple[str, tuple[int, ...], Any]]" = queue.Queue()
         self._busy = 0
         """Files queued or being analysed (under the lock)."""
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._announced: set[str] = set()
+        self._queued: set[str] = set()
+        """Files queued for analysis (once each: when placed, or when listed complete, whichever comes first)."""
         self.seconds: list[float] = []
         """Wall seconds each analysis took (the child's start included), for benchmarks and tests."""
 
@@ -89,12 +97,16 @@ class SplitAnalyser:
         if key not in self._announced:
             self._announced.add(key)
             self._send([(step, None) for step in steps])
+        if key in self._queued:  # already queued: its answer goes once
+            return
+        placed = pending_export(path) if state == "writing" else None
         if state == "failed":
             self._send([(step, {}) for step in steps])
-        elif state in ANALYSED_STATES:
+        elif state in ANALYSED_STATES or placed is not None:
+            self._queued.add(key)
             with self._lock:
                 self._busy += 1
-            self._queue.put((key, steps))
+            self._queue.put((key, steps, placed))
             self._start()
 
     def wait(self, wait_s: float = FINAL_WAIT_S) -> bool:
@@ -120,15 +132,27 @@ class SplitAnalyser:
 
     def _run(self) -> None:
         while True:
-            path, steps = self._queue.get()
+            path, steps, placed = self._queue.get()
             try:
-                self._send(self._answer(path, steps))
+                self._send(self._answer(path, steps) if self._written(path, placed) else [(step, {}) for step in steps])
             except Exception as exc:  # never kill the thread
                 log.warning("rlprof: the split of %s is left out of the step metrics (%s: %s)", path, type(exc).__name__, exc)
             finally:
                 with self._lock:
                     self._busy -= 1
                     self._lock.notify_all()
+
+    @staticmethod
+    def _written(path: str, placed: Any) -> bool:
+        """The file is in place: the writer's export of it finished without an error (at most
+        :data:`ANALYSIS_TIMEOUT_S` waited), or it was listed complete (``placed`` None)."""
+        if placed is None:
+            return True
+        if not placed.done.wait(ANALYSIS_TIMEOUT_S):
+            log.warning("rlprof: the split of %s is left out of the step metrics: not written within %.0f s", path,
+                        ANALYSIS_TIMEOUT_S)
+            return False
+        return placed.error is None
 
     def _answer(self, path: str, steps: tuple[int, ...]) -> list[tuple[int, dict]]:
         """``(step, figures)`` for every step of the file (empty figures for a step it holds none of)."""

@@ -237,6 +237,13 @@ class TraceWriter:
                 self._finished.extend(kept)
         return done
 
+    def export_for(self, path: Any) -> Export | None:
+        """The export handed over for the final name ``path`` and not collected by its owner yet, finished or not
+        (None: none): what :mod:`rlprof.runtime.split_analyser` waits on, since an owner collects its finished
+        exports only at its next hook call, which a run's last capture never gets before finalize."""
+        with self._lock:
+            return next((e for e in self._pending if str(e.final) == str(path)), None)
+
     def wait(self, owner: object, timeout_s: float) -> list[Export]:
         """Wait up to ``timeout_s`` for ``owner``'s exports; the ones still unfinished (left running)."""
         with self._lock:
@@ -271,6 +278,12 @@ def process_writer() -> TraceWriter:
         if _writer is None:
             _writer = TraceWriter()
         return _writer
+
+
+def pending_export(path: Any) -> Export | None:
+    """:meth:`TraceWriter.export_for` of this process's writer (None when it has none: nothing was handed over)."""
+    writer = _writer
+    return writer.export_for(path) if writer is not None else None
 
 
 def _forget_in_child() -> None:
