@@ -98,3 +98,36 @@ def test_the_hints_pasted_twice_run_both_times_and_replace_nothing(tmp_path, mon
     assert all((tmp_path / name).read_bytes() == data for name, data in first.items())  # the first ones, untouched
     assert "wrote timeline.1.json (timeline.json exists and is kept" in said[2]
     assert "wrote report.1.html (report.html exists and is kept" in said[3]
+
+
+def test_rlprof_captures_then_line_starts_rlprof_as_the_user_did(bin_dir, tmp_path, monkeypatch, capsys):
+    """``rlprof capture``'s answer ends "then: <rlprof> report RUN"; started as ``venv/bin/rlprof`` in the README's
+    shell (no venv on PATH), a bare ``rlprof`` there is "command not found"."""
+    import threading
+
+    from rlprof.cli.capture import main as capture_main
+    from rlprof.runtime.unplanned import Decider
+
+    run_dir = tmp_path / "save" / "run1"
+    decider = Decider(run_dir)  # the running job's driver: answers a request at its next step start
+    done = threading.Event()
+
+    def driver() -> None:
+        step = 0
+        while not decider.grants and not done.wait(0.01):
+            step += 1
+            decider.decide(step)
+
+    job = threading.Thread(target=driver)
+    job.start()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", ["venv/bin/rlprof", "capture", str(run_dir)])
+    try:
+        assert capture_main([str(run_dir)]) == 0
+    finally:
+        done.set()
+        job.join()
+    then = capsys.readouterr().out.split("then: ")[1].strip()
+    assert then == f"venv/bin/rlprof report {run_dir}"
+    assert subprocess.run(then, shell=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}).returncode == 0  # the stand-in

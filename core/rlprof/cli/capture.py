@@ -14,10 +14,12 @@ the driver answers it at its next step start); 2 no armed running run there.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from rlprof.invocation import rlprof_command
 from rlprof.runtime.capture_requests import answer, listening, request, running_run
 
 
@@ -52,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
     steps = got["steps"]
     shown = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     print(f"run {run_dir.name} will capture {shown} on every selected process (request {request_id}, asked at step "
-          f"{got.get('asked_at_step')}); then: rlprof report {run_dir}")
+          f"{got.get('asked_at_step')}); then: {rlprof_command()} report {shlex.quote(str(run_dir))}")
     return EXIT_OK
