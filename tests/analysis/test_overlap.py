@@ -229,6 +229,8 @@ def test_the_report_shows_the_table_in_text_json_and_html():
     [row] = [line for line in text.splitlines() if line.strip().startswith("2 ") and "mean 0.75" in line]
     assert "12.0 (12%)" in row and "58.0 (97%)" in row  # waited; generated while updating
     assert "versions 1,3 are not shown" in text
+    # the note says what is true: every region is timed every step (the README), its start and end kept on profiled ones
+    assert "until rlprof times every step" not in text and "every version's regions are timed" in text
     facts = json.loads(json.dumps(report_dict(report)))
     [version] = facts["overlap"]["versions"]
     assert version["trainer"]["wait_ms"] == 12 and version["replicas"][1]["transport_ms"] == 5

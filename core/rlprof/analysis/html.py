@@ -474,8 +474,9 @@ def _overlap(report: RunReport) -> str:
             ours = "-" if f["rlprof_ratio"] is None else f"{f['rlprof_ratio']:.3f} ({100 * f['difference']:+.1f} points)"
             rows.append(f'<tr class="framework-idle" data-version="{v.step}"><td></td><td>{_e(f["side"])}</td><td></td>'
                         f"<td>{_e(f['metric'])} {f['idle_ratio']:.3f}; rlprof's {ours}</td><td></td><td></td><td></td><td></td></tr>")
-    missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {_e(MISSING_NOTE)}</p>'
-               if overlap.missing else "")
+    many = len(overlap.missing) != 1
+    missing = (f'<p class="muted">version{"s" if many else ""} {",".join(map(str, overlap.missing))} {"are" if many else "is"} '
+               f'not shown: {_e(MISSING_NOTE)}</p>' if overlap.missing else "")
     return ("<h3>Async overlap</h3>"
             '<p class="muted">per parameter version: each process\'s regions clipped to the version\'s window (every '
             "process's step, first start to last end), unions not sums; generated while updating: the trainer's update "

@@ -33,8 +33,9 @@ Definitions (docs/analysis.md, "Async overlap", has a worked example):
 * **Staleness**: the driver's ``staleness`` record of the version (versions behind the trainer's
   weights of the samples it trained on: min, mean, max).
 
-Until every step's regions are recorded, only profiled versions have region records: the others are
-listed as missing (``missing``), with the reason (:data:`MISSING_NOTE`).
+Every version's regions are timed, but the manifest keeps a region's start and end (its ``region`` record)
+on profiled versions only; the other versions' regions reach the step metrics as totals, which cannot be
+clipped to a window: those versions are listed as missing (``missing``), with the reason (:data:`MISSING_NOTE`).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ REPLICA_REGIONS = (GENERATE, PAUSE, LOAD, RESUME, HELD)
 """A replica's (and the generation driver's ``rollout_held``) regions of an async step."""
 ASYNC_REGIONS = frozenset((WAIT, SEND, PAUSE, HELD))
 """Regions only an async run records: a run with any of them gets the overlap table."""
-MISSING_NOTE = ("regions are recorded on profiled versions only (until rlprof times every step's regions); "
-                "the staleness of every version is recorded")
+MISSING_NOTE = ("every version's regions are timed, but their starts and ends, which this table needs, are kept on "
+                "profiled versions only (the others' are totals, in step_metrics.jsonl); every version's staleness is recorded")
 
 
 @dataclass

@@ -130,7 +130,8 @@ def overlap_lines(overlap: Overlap | None) -> list[str]:
                      'docs/analysis.md, "Async overlap", says why they differ):')
         lines += _table(rows, indent="  ")
     if overlap.missing:
-        lines.append(f"  versions {_list(overlap.missing)} are not shown: {MISSING_NOTE}")
+        many = len(overlap.missing) != 1
+        lines.append(f"  version{'s' if many else ''} {_list(overlap.missing)} {'are' if many else 'is'} not shown: {MISSING_NOTE}")
     return lines
 
 
@@ -175,35 +176,43 @@ def _cost_lines(report: RunReport) -> list[str]:
 
 
 def _size_lines(report: RunReport) -> list[str]:
-    """Bytes per capture, per role and per rank (``capture`` records, as each capture closed), and what
-    a budget skipped: where the disk went, and what ``capture_budget_mb``/``run_budget_gb`` left out."""
+    """Bytes per capture, per role and per process (``capture`` records, as each capture closed), and what
+    a budget skipped: where the disk went, and what ``capture_budget_mb``/``run_budget_gb`` left out. A process
+    is named as everywhere in the report (``rank 0``, ``replica 0``)."""
     if not report.captures and not report.budget_skipped:
         return []
+    names = {(p.host, p.pid): p.name for p in report.processes}
+
+    def name(record: dict) -> str:
+        return names.get((record.get("host"), record.get("pid")), f"rank {record['rank']}")
+
     lines = ["", "bytes written:"]
     by_role: dict[str, int] = {}
-    by_rank: dict[int, int] = {}
+    by_process: dict[str, int] = {}
     for c in report.captures:
         roles = c.get("roles") or []
-        if len(roles) == 1:  # a discrete capture: one role's bytes
+        if len(roles) == 1:  # a capture of one role: that role's bytes
             by_role[roles[0]] = by_role.get(roles[0], 0) + c["bytes"]
-        by_rank[c["rank"]] = by_rank.get(c["rank"], 0) + c["bytes"]
+        by_process[name(c)] = by_process.get(name(c), 0) + c["bytes"]
     for c in report.captures[:FILES_SHOWN]:
-        lines.append(f"  rank {c['rank']} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
+        lines.append(f"  {name(c)} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
     if len(report.captures) > FILES_SHOWN:
         lines.append(f"  ... and {len(report.captures) - FILES_SHOWN} more captures (--json lists all)")
     if report.captures:
-        shared = any(len(c.get("roles") or []) > 1 for c in report.captures)
+        shared = sum(1 for c in report.captures if len(c.get("roles") or []) > 1)
         if by_role:
             lines.append("  per role: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_role.items(), key=lambda i: role_index(i[0])))
-                         + (" (discrete captures; end-to-end ones hold several roles)" if shared else ""))
+                         + (f" (captures of one role; the {shared} holding several roles are not split by role)" if shared else ""))
         else:
             lines.append("  per role: each capture holds every role of its process (end-to-end); discrete mode gives bytes per role")
-        lines.append("  per rank: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_rank.items())))
+        order = {p.name: i for i, p in enumerate(report.processes)}
+        lines.append("  per process: " + ", ".join(f"{who} {size_text(n)}" for who, n in
+                                                   sorted(by_process.items(), key=lambda i: (order.get(i[0], len(order)), i[0]))))
     skipped: dict[tuple, list[int]] = {}
     for s in report.budget_skipped:
-        skipped.setdefault((s["rank"], tuple(s.get("roles") or ()), s["reason"]), []).extend(s.get("steps") or ())
-    for (rank, roles, reason), steps in skipped.items():
-        lines.append(f"  budget skipped: rank {rank} step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} "
+        skipped.setdefault((name(s), tuple(s.get("roles") or ()), s["reason"]), []).extend(s.get("steps") or ())
+    for (who, roles, reason), steps in skipped.items():
+        lines.append(f"  budget skipped: {who} step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} "
                      f"({', '.join(roles)}): {reason}")
     return lines
 

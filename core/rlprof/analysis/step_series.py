@@ -230,6 +230,6 @@ def series_lines(series: StepSeries) -> list[str]:
         cells = [cell.rjust(w) for cell, w in zip(row[:-1], widths)]
         lines.append(("  " + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
     if series.approximate:
-        lines.append(f"  steps {', '.join(map(str, series.approximate))}: role times are the largest region's (the step's raw "
+        lines.append(f"  step{'s' if len(series.approximate) != 1 else ''} {', '.join(map(str, series.approximate))}: role times are the largest region's (the step's raw "
                      "timings were left out)")
     return lines

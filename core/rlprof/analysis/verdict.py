@@ -56,10 +56,11 @@ def verdict_lines(report: RunReport) -> list[str]:
             steps = sorted({s for f in files for s in f.steps})
             ranks = sorted({f.rank for f in files if f.replica_rank is None})
             replicas = sorted({f.replica_rank for f in files if f.replica_rank is not None})
-            on = " and ".join(([f"ranks {_list(ranks)}"] if ranks else []) + ([f"replicas {_list(replicas)}"] if replicas else []))
+            on = " and ".join(([f"rank{'s' if len(ranks) != 1 else ''} {_list(ranks)}"] if ranks else [])
+                              + ([f"replica{'s' if len(replicas) != 1 else ''} {_list(replicas)}"] if replicas else []))
             gone = sum(1 for f in files if not f.exists)
             lines.append(f"captured: {backend} wrote {len(files)} file{'s' if len(files) != 1 else ''} "
-                         f"({size_text(sum(f.size for f in files))}) for steps {_list(steps) or '(not tied to a step)'} "
+                         f"({size_text(sum(f.size for f in files))}) for {_steps(steps) or 'no step (not tied to one)'} "
                          f"on {on}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
@@ -161,7 +162,8 @@ def problem_lines(report: RunReport) -> list[str]:
     for (name, host, pid, backend), entry in grouped.items():  # report.missing lists processes in order
         steps = ",".join(str(s) for s in sorted(entry["steps"]))
         roles = ",".join(sorted(entry["roles"], key=role_index))
-        lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")
+        lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for step{'s' if len(entry['steps']) != 1 else ''} "
+                     f"{steps} x role{'s' if len(entry['roles']) != 1 else ''} {roles}")
     for s in report.short_captures:
         lines.append(f"missing: {s['name']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
                      f"of {s['expected']} expected captures")
@@ -180,6 +182,12 @@ def problem_lines(report: RunReport) -> list[str]:
         step = f" at step {f['step']}" if f.get("step") is not None else ""
         lines.append(f"worker failure: {f['worker']} (rank {f['worker_rank']}) {f['kind']} in {f['call']}{step}: {f['error']}")
     return lines
+
+
+def _steps(values) -> str:
+    """``step 7``, ``steps 1-3,5``; empty for none."""
+    values = sorted(values)
+    return f"step{'s' if len(values) != 1 else ''} {_list(values)}" if values else ""
 
 
 def _list(values) -> str:

@@ -1,4 +1,4 @@
-"""``rlprof capture RUN [--steps N]``: ask a running job to capture its next N steps (issue 42).
+"""``rlprof capture RUN [--steps N]``: ask a running job to capture its next N steps.
 
 ``RUN`` is a run directory, or a ``save_path`` whose newest running run is meant. The request is a file in
 the run's ``requests/`` directory on the driver's node (the Ray controller's, verl's trainer's, a plain
@@ -24,7 +24,7 @@ from rlprof.runtime.capture_requests import answer, listening, request, running_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof capture", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="rlprof capture", description="Ask a running job (an armed run) to capture its next N steps; prints which steps it will capture.")
     parser.add_argument("run", metavar="RUN", help="a run directory, or a save_path (its newest running run)")
     parser.add_argument("--steps", type=int, default=1, metavar="N", help="how many steps to capture (default 1)")
     parser.add_argument("--wait", type=float, default=300.0, metavar="S",

@@ -1,4 +1,4 @@
-"""``global_profiler.trigger``: capture a step nobody planned when the run looks wrong (issue 42).
+"""``global_profiler.trigger``: capture a step nobody planned when the run looks wrong.
 
 A trigger watches every step of an armed run (:func:`rlprof.runtime.plan.armed`) at its driver and, when it
 fires, has the next step captured on every selected process (:class:`rlprof.runtime.unplanned.Decider`):

@@ -139,12 +139,12 @@ def run(opts: argparse.Namespace) -> int:
     if opts.async_:
         print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor each) training while "
               f"{replicas} rollout replica{'s' if replicas != 1 else ''} generate, {train_steps} versions, staleness "
-              f"{opts.staleness}; profiling versions {','.join(map(str, steps)) or 'none'} with "
+              f"{opts.staleness}; profiling version{'s' if len(steps) != 1 else ''} {','.join(map(str, steps)) or 'none'} with "
               f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     else:
         hosted = f"actor+ref each, rollout in {replicas} vLLM replicas" if replicas else "actor+rollout+ref each"
         print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
-              f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
+              f"{train_steps} GRPO steps; profiling step{'s' if len(steps) != 1 else ''} {','.join(map(str, steps)) or 'none'} with "
               f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     if not on:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")

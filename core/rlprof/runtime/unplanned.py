@@ -1,4 +1,4 @@
-"""The one place that decides an unplanned capture: ``rlprof capture`` requests and triggers (issue 42).
+"""The one place that decides an unplanned capture: ``rlprof capture`` requests and triggers.
 
 A run is armed when a tool is set and a role is enabled, whatever ``global_profiler.steps`` says
 (:func:`rlprof.runtime.plan.armed`). Its driver owns one :class:`Decider` and asks it at each step start:
