@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import Collective, Row, TraceEvents, apportion_waits, rows_version, split
+from rlprof.analysis.breakdown import Collective, TraceEvents, apportion_waits, split
+from rlprof.row_model import Row, rows_version
 from rlprof import plugins
 from rlprof.hookspecs import TraceReader
 from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
@@ -54,7 +55,7 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
 
 CACHE_SUFFIX = ROWS_SUFFIX
 CACHE_VERSION = rows_version()
-"""The rows' columns and definitions (:func:`rlprof.analysis.breakdown.rows_version`); rows made by another
+"""The rows' columns and definitions (:func:`rlprof.row_model.rows_version`); rows made by another
 version are made again: a column added to the row model, or a definition changed, invalidates old caches by itself."""
 WORKERS = 2
 
@@ -88,18 +89,33 @@ def claim(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str | None, s
     compete the same way, so ``profiler_info_0.json`` is torch_npu's metadata, not a Kineto trace."""
     if OWN_MARK in path.name:
         return None, "rlprof's own file (an older rlprof kept its caches beside the traces; safe to delete)"
-    best: tuple[int, int, str | None, str] | None = None
+    best = _best(path, answers)
+    if best is None:
+        return None, NO_READER
+    _, claims, target, backend, pattern = best
+    if claims:
+        return target, ""
+    return None, f"{backend} writes it beside its traces ({pattern}): not a trace"
+
+
+def claimant(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str, str] | None:
+    """``(backend, pattern)`` of the reader that claims ``path`` (:func:`claim`'s rule), or None."""
+    best = _best(path, answers) if OWN_MARK not in path.name else None
+    return (best[3], best[4]) if best is not None and best[1] else None
+
+
+def _best(path: Path, answers: Mapping[str, TraceReader]) -> tuple[int, int, str, str, str] | None:
+    """The pattern that decides ``path``: ``(literal characters, 1 a claim / 0 not a trace, target, backend,
+    pattern)``, the most literal first; None when no pattern matches."""
+    best = None
     for backend, reader in answers.items():
         for pattern in reader.patterns:
             if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 1, reader.target, ""))
+                best = max(best or (-1, 0, "", "", ""), (_literal(pattern), 1, reader.target, backend, pattern))
         for pattern in reader.not_traces:
             if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 0, None,
-                                                       f"{backend} writes it beside its traces ({pattern}): not a trace"))
-    if best is None:
-        return None, NO_READER
-    return best[2], best[3]
+                best = max(best or (-1, 0, "", "", ""), (_literal(pattern), 0, "", backend, pattern))
+    return best
 
 
 def _literal(pattern: str) -> int:

@@ -33,11 +33,12 @@ from rlprof.analysis.inside import inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.step_series import series_lines
-from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
-from rlprof.analysis.traces import is_chrome_trace
+from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index
+from rlprof.analysis.traces import TraceFiles
 from rlprof.analysis.verdict import Verdict, problem_lines, verdict, verdict_lines
 from rlprof.invocation import rlprof_command
 from rlprof.manifest import short_node
+from rlprof.sizes import size_text
 
 __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "problem_lines", "render",
            "role_index", "size_text", "verdict", "verdict_lines"]
@@ -75,7 +76,8 @@ def render(report: RunReport) -> str:
         rlprof = rlprof_command()  # as this user started it, so the lines run when pasted
         lines.append("")
         # No -o: each command names its file itself and never replaces one (timeline.1.json when pasted again).
-        if any(is_chrome_trace(Path(f.path)) for f in report.files):  # only what the selected backends wrote
+        traces = TraceFiles(f.backend for f in report.files)
+        if any(traces.is_chrome(f.backend, Path(f.path)) for f in report.files):  # only what the selected backends wrote
             lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT}: every rank on one timeline, ui.perfetto.dev)")
         else:
             lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT}: every rank's regions on one timeline, ui.perfetto.dev)")

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from rlprof.step_metrics import PEAK, add_region_figures
+from rlprof.step_metrics import FIGURE_COLUMNS, PEAK, add_region_figures
 
-PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
-         "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
-"""A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums (the parts a driver divides by
-``window_ms``: :data:`rlprof.step_metrics.SPLIT_PARTS`)."""
+TIMES = tuple(name for name in FIGURE_COLUMNS if name != PEAK)
+"""The figures that are times (the window's parts and the window), each read from its
+:class:`~rlprof.row_model.Row` column (:data:`rlprof.step_metrics.FIGURE_COLUMNS`)."""
 
 
 class NotATrace(ValueError):
@@ -54,8 +53,8 @@ def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int]
         step = row.step if row.step is not None else default
         if role is None or step is None:
             continue
-        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {PEAK: None})
-        add_region_figures(figures, {**{name: float(getattr(row, column) or 0.0) for name, column in PARTS.items()},
+        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(TIMES, 0.0) | {PEAK: None})
+        add_region_figures(figures, {**{name: float(getattr(row, FIGURE_COLUMNS[name]) or 0.0) for name in TIMES},
                                      PEAK: getattr(row, PEAK, None)})  # a row of a reader without memory
     return out
 

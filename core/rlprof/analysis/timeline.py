@@ -16,8 +16,8 @@ From the manifests alone it writes a Chrome trace-event JSON file with
   window, a slice per weight sync end to end, a marker where each version begins, and an arrow from the
   trainer's ``actor_weight_send`` to each replica's ``rollout_weight_load`` of the version.
 
-``--with-traces`` also merges the events of the Chrome traces the backends wrote (rlprof-torch's
-``*.pt.trace.json.gz``) for the steps asked, each under its rank's process on tracks named
+``--with-traces`` also merges the events of the Chrome traces the backends wrote (the files each backend's
+own reader claims as Chrome traces: rlprof-torch's ``*.pt.trace.json.gz``, a plugin's own kind) for the steps asked, each under its rank's process on tracks named
 ``torch · <thread>``, placed on the manifest's clock (:mod:`rlprof.analysis.traces` explains the alignment).
 Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
 
@@ -36,7 +36,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
 from rlprof.analysis.overlap import LOAD, SEND, VersionOverlap, overlap_of
 from rlprof.analysis.runs import role_index
-from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
+from rlprof.analysis.traces import TraceFiles, clock_offset_ns, load_trace
 
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
@@ -199,12 +199,16 @@ def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[d
             per_capture = anchors.setdefault((_key(r), r.get("capture")), {})
             per_capture[r["region"]] = min(per_capture.get(r["region"], r["start_ns"]), r["start_ns"])
     seen: set[str] = set()
-    for file_index, a in enumerate(r for r in records if r.get("type") == "artifact"):
+    artifacts = [r for r in records if r.get("type") == "artifact"]
+    files = TraceFiles(str(a.get("backend")) for a in artifacts)
+    for line in files.problems:
+        warn(line)
+    for file_index, a in enumerate(artifacts):
         proc = processes.get(_key(a))
         steps = set(a.get("steps") or [])
         if proc is None or (wanted is not None and not steps & wanted):
             continue
-        for path in chrome_traces(Path(a["_run_dir"]) / a["path"]):
+        for path in files.chrome_traces(str(a.get("backend")), Path(a["_run_dir"]) / a["path"]):
             if str(path) in seen:
                 continue
             seen.add(str(path))

@@ -13,8 +13,9 @@ import json
 import sys
 from typing import Sequence
 
-from rlprof.analysis.breakdown import BREAKDOWN, LABELS, TRACE_REGION, Row, cell, row_fields
-from rlprof.analysis.breakdown import columns as breakdown_columns
+from rlprof.analysis.breakdown import TRACE_REGION, row_fields
+from rlprof.row_model import BREAKDOWN, LABELS, Row, cell
+from rlprof.row_model import columns as breakdown_columns
 from rlprof.analysis.breakdown_files import NO_READER, WORKERS, breakdown, collect, readers, readers_line
 from rlprof.cli.breakdown_cluster import ClusterUnreachable, on_cluster
 from rlprof.errors import EXIT_FAILED, EXIT_OK
@@ -29,7 +30,7 @@ def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
 
 
 def _table(rows: list[Row]) -> str:
-    """The text table: the columns :class:`~rlprof.analysis.breakdown.Row` lists for ``rlprof breakdown``."""
+    """The text table: the columns :class:`~rlprof.row_model.Row` lists for ``rlprof breakdown``."""
     columns = breakdown_columns(BREAKDOWN)
     heads = [LABELS[c] for c in columns]
     widths = [max(12, len(h) + 2) for h in heads]

@@ -13,7 +13,8 @@ import os
 import socket
 from typing import Sequence
 
-from rlprof.analysis.breakdown import Row, apportion_waits
+from rlprof.analysis.breakdown import apportion_waits
+from rlprof.row_model import Row
 from rlprof.analysis.breakdown_files import read_here
 
 

@@ -28,15 +28,13 @@ from rlprof.roles import nest_profiler
 from rlprof.runtime.plan import armed
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
-VIEWERS = (
-    ("traces (.pt.trace.json.gz):", (".trace.json.gz", ".trace.json", "trace_view.json"),
-     "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+OTHER_VIEWERS = (
     ("py-spy profiles (.speedscope.json):", (".speedscope.json",), "https://www.speedscope.app"),
     ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
-    ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
 )
-"""(label, file name endings, viewer) for the hint after the report: only what the selected backends
-actually wrote is hinted (a pyspy-only run gets no torch hint)."""
+"""(label, file name endings, viewer) for the hint after the report, of what the demo's backends write that no
+reader reads (a trace is hinted where its backend's own reader says: :class:`rlprof.analysis.traces.TraceFiles`).
+Only what the selected backends actually wrote is hinted (a pyspy-only run gets no torch hint)."""
 PERTURBABLE = ("embed", "rnn", "head")
 """The layers of the demo's policy (:class:`rlprof.demo.grpo.TinyPolicy`) ``--perturb`` can change."""
 ASYNC_ROLES = ("actor", "rollout")
@@ -204,10 +202,19 @@ def _print_outcome(run) -> bool:
 
 
 def _print_viewers(run) -> None:
-    """Where to open what the run wrote (the report above lists the files themselves)."""
+    """Where to open what the run wrote (the report above lists the files themselves): each trace where its
+    backend's reader says (``traces (<its pattern>): open in <viewer>``), then the other files."""
+    from rlprof.analysis.traces import TraceFiles
+
+    files = TraceFiles(str(a.get("backend")) for a in run.artifacts)
+    hints: dict[str, None] = {}
+    for a in run.artifacts:
+        found = files.claimed(str(a.get("backend")), Path(a["path"]))
+        if found is not None and found[0].opened_in:
+            hints[f"traces ({found[1]}): open in {found[0].opened_in}"] = None
     names = {Path(a["path"]).name for a in run.artifacts}
-    hints = [f"{label} open in {viewer}" for label, suffixes, viewer in VIEWERS
-             if any(name.endswith(suffixes) for name in names)]
+    hints.update(dict.fromkeys(f"{label} open in {viewer}" for label, suffixes, viewer in OTHER_VIEWERS
+                               if any(name.endswith(suffixes) for name in names)))
     if hints:
         print()
         print("\n".join(hints))
