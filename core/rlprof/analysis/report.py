@@ -44,7 +44,7 @@ __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports
            "role_index", "size_text", "verdict", "verdict_lines"]
 
 HTML_DEFAULT = "report.html"
-"""Where ``--html`` writes without ``-o`` (in the working directory; ``report.1.html``... when taken)."""
+"""Where ``--html`` writes without ``-o`` (in the run's directory; ``report.1.html``... when taken)."""
 FILES_SHOWN = 24
 """The text report lists this many files, then counts the rest (``--json`` lists all)."""
 
@@ -78,10 +78,10 @@ def render(report: RunReport) -> str:
         # No -o: each command names its file itself and never replaces one (timeline.1.json when pasted again).
         traces = TraceFiles(f.backend for f in report.files)
         if any(traces.is_chrome(f.backend, Path(f.path)) for f in report.files):  # only what the selected backends wrote
-            lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT}: every rank on one timeline, ui.perfetto.dev)")
+            lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT} in the run's directory: every rank on one timeline, ui.perfetto.dev)")
         else:
-            lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT}: every rank's regions on one timeline, ui.perfetto.dev)")
-        lines.append(f"      {rlprof} report {run} --html   (writes {HTML_DEFAULT}: plots of the step anatomy, a rank x region heat map)")
+            lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT} in the run's directory: every rank's regions on one timeline, ui.perfetto.dev)")
+        lines.append(f"      {rlprof} report {run} --html   (writes {HTML_DEFAULT} in the run's directory: plots of the step anatomy, a rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]
