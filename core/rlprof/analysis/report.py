@@ -116,8 +116,9 @@ def overlap_lines(overlap: Overlap | None) -> list[str]:
                          _part(r.other_ms, w), f"{r.between_steps_ms:.1f}", f"{r.transport_ms:.1f}", f"{r.load_ms:.1f}",
                          f"{r.resume_ms:.1f}", ""))
     if len(rows) > 1:
-        lines.append("  each replica (ms, % of the window; other: the window outside generating, paused and held, of which "
-                     "between steps: its capture closing and the next opening; transport: its pause outside load and resume):")
+        lines.append("  each replica (ms, % of the window; generating, paused, held and other add up to it, each instant counted in "
+                     "the first that covers it; other: the rest, of which between steps: its capture closing and the next "
+                     "opening; transport: its pause outside load and resume):")
         lines += _table(rows, indent="  ")
     rows = [("version", "side", "framework's figure", "its window", "rlprof's", "difference", "")]
     for v in overlap.versions:
