@@ -39,6 +39,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
 * ``phase``    — a phase of the training driver's own step, as the driver times it: the fields of :class:`PhaseRecord`.
 * ``staleness`` — how far behind the trainer's weights the samples of an asynchronous run's step were:
   the fields of :class:`StalenessRecord`.
+* ``armed``    — an armed run's driver said at its end what its captures nobody planned came to: the fields
+  of :class:`ArmedRecord`.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
@@ -504,6 +506,30 @@ class FrameworkIdleRecord:
 
 
 FRAMEWORK_IDLE_RECORD = FrameworkIdleRecord.TYPE
+
+
+@dataclass(kw_only=True)
+class ArmedRecord:
+    """The ``armed`` record: what an armed run's captures nobody planned came to, written once by the decider of
+    its driver as the run ends (:meth:`rlprof.runtime.unplanned.Decider.stop`, ``manifest/armed-<host>-<pid>.jsonl``,
+    ``rank`` None), whatever it captured. The report names the run's tools and mode with it where no process
+    profiled, and says why nothing was captured."""
+
+    TYPE: ClassVar[str] = "armed"
+    tools: list[str]
+    mode: str = "?"
+    """``e2e`` or ``discrete``: the mode its captures would have (``?``: not known to the driver)."""
+    trigger: dict[str, Any] | None = None
+    """``global_profiler.trigger`` as read, or None."""
+    steps: int = 0
+    """The steps the driver saw start."""
+    captured: list[dict[str, Any]] = field(default_factory=list)
+    """The steps captured unplanned, by why: ``steps`` and ``reason`` (``requested: <id>``, ``triggered: <sentence>``)."""
+    outcome: str
+    """One sentence: the steps captured and why, or why none was."""
+
+
+ARMED_RECORD = ArmedRecord.TYPE
 
 
 @dataclass(kw_only=True)

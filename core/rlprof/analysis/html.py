@@ -83,8 +83,8 @@ def render_page(reports: Sequence[RunReport]) -> str:
 
 def _run_section(report: RunReport) -> str:
     status = '<span class="badge ok">ok</span>' if report.ok else '<span class="badge failed">FAILED</span>'
-    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
-    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    modes = ", ".join(report.modes) or "?"
+    tools = ", ".join(report.tools) or "?"
     hosts = sorted({p.host for p in report.processes})
     parts = [f'<section class="run" id="run-{_e(report.run_id)}">',
              f"<h2>run {_e(report.run_id)} {status}</h2>",

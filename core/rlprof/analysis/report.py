@@ -54,8 +54,8 @@ FILES_SHOWN = 24
 
 def render(report: RunReport) -> str:
     """The report as text: header, step anatomy, stragglers, files, verdict."""
-    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
-    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    modes = ", ".join(report.modes) or "?"
+    tools = ", ".join(report.tools) or "?"
     hosts = sorted({p.host for p in report.processes})
     nodes = {p.node for p in report.processes if p.node}
     status = "ok" if report.ok else "FAILED"

@@ -20,8 +20,8 @@ from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.analysis.step_series import StepSeries, step_series
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD,
-                             STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord,
+from rlprof.manifest import (ARMED_RECORD, FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD,
+                             STALENESS_RECORD, WRITING, WRITTEN, ArmedRecord, CaptureRecord,
                              FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
                              UnprofiledStepsRecord, read_record, read_records, record_fields, required, settled_artifacts)
 
@@ -149,6 +149,20 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    armed: list[dict[str, Any]] = field(default_factory=list)
+    """What the driver of an armed run said its captures nobody planned came to (``armed`` records: ``tools``,
+    ``mode``, ``trigger``, ``steps``, ``captured``, ``outcome``): the run's tools and mode where no process
+    profiled, and why nothing was captured."""
+
+    @property
+    def modes(self) -> list[str]:
+        """The capture modes of the run's profiling processes, else what its armed driver said."""
+        return sorted({p.mode for p in self.processes} or {m for a in self.armed for m in a["mode"].split(", ") if m != "?"})
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools of the run's profiling processes, else those its armed driver named."""
+        return sorted({t for p in self.processes for t in p.tools} or {t for a in self.armed for t in a["tools"]})
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -192,8 +206,8 @@ class RunReport:
             "run": self.run_id,
             "ok": self.ok,
             "run_dirs": self.run_dirs,
-            "modes": sorted({p.mode for p in self.processes}),
-            "tools": sorted({t for p in self.processes for t in p.tools}),
+            "modes": self.modes,
+            "tools": self.tools,
             "processes": [{**asdict(p), "name": p.name} for p in self.processes],
             **self.anatomy.as_dict(),
             "files": [asdict(f) for f in self.files],
@@ -216,6 +230,7 @@ class RunReport:
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
+            "armed": self.armed,
         }
 
 
@@ -265,7 +280,7 @@ REQUIRED = {
     FAILURE_RECORD: {},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
     **{cls.TYPE: required(cls) for cls in (UnprofiledStepsRecord, NodeRecord, NodeLostRecord, PhaseRecord, StalenessRecord,
-                                           FrameworkIdleRecord)},  # rank None: a driver's or the controller's
+                                           FrameworkIdleRecord, ArmedRecord)},  # rank None: a driver's or the controller's
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`). A typed record's
 are its declaration's (:func:`rlprof.manifest.required`); the records a backend's call fills (``artifact``,
@@ -353,6 +368,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
                         "limit_bytes", "measured_bytes") for r in skips],
         captures=_capture_sizes(by_type.get("capture", []), artifacts),
         series=step_series(run_dirs, by_type.get("capture", []), [s.step for s in anatomy.steps], role_index),
+        armed=[_plain(r, "host", "pid", *record_fields(read_record(ArmedRecord, r))) for r in by_type.get(ARMED_RECORD, [])],
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],

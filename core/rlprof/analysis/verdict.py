@@ -49,6 +49,8 @@ def verdict_lines(report: RunReport) -> list[str]:
     lines = []
     if report.captured_nothing:
         lines.append("nothing captured: " + _nothing_because(report))
+    elif not report.processes and report.armed:  # armed, and no process profiled: what its driver said of it
+        lines += list(dict.fromkeys(a['outcome'] for a in report.armed))
     else:
         by_backend: dict[str, list[File]] = {}
         for f in report.files:
@@ -79,6 +81,8 @@ def verdict_lines(report: RunReport) -> list[str]:
     lines += problem_lines(report)
     ok_line = "ok: every profiled step x role x rank produced output" + (
         " or said why not (skipped)" if report.skipped else "")
+    if not report.processes and report.armed:
+        ok_line = "ok: nothing was planned, and nothing failed"
     lines.append(ok_line if report.ok else
                  f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
     return lines

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.schema import load_config
+from rlprof.config.trigger import too_short
 from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
 from rlprof.errors import ConfigError
 from rlprof.roles import nest_profiler
@@ -131,7 +132,8 @@ def run(opts: argparse.Namespace) -> int:
     except preflight.Refusal as refusal:
         print(f"rlprof demo: {refusal}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    for warning in found.warnings:
+    short = too_short(g.trigger, train_steps) if armed(config) else None  # before the run, not after it
+    for warning in [*found.warnings, *([short] if short else [])]:
         print(f"rlprof demo: warning: {warning}", file=sys.stderr, flush=True)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
     if opts.async_:
