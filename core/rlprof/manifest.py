@@ -12,7 +12,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   a file the process never finished (killed, or still writing when finalize stopped waiting).
 * ``capture``  — one per capture as it closes: the fields of :class:`CaptureRecord`.
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
-  (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
+  (``time.time_ns()``, the host's shared wall clock), ``duration_ms``; ``opened_ns`` (before ``start_ns``: when
+  the step began, before its captures opened) and ``closed_ns`` (after ``end_ns``: when they were written).
 * ``unprofiled_steps`` — steps a profiling process ran without profiling them: the fields of :class:`UnprofiledStepsRecord`.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
@@ -203,12 +204,17 @@ def describe_error(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = None) -> dict[str, Any]:
+def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = None,
+                opened_ns: int | None = None) -> dict[str, Any]:
     """``closed_ns``: when the captures the step closed were written (after ``end_ns``): the time
-    profiling itself took at the step's end, which the report shows apart from the step's own work."""
+    profiling itself took at the step's end, which the report shows apart from the step's own work.
+    ``opened_ns``: when the step began, before its captures opened (before ``start_ns``): profiling's own time
+    at the step's start (a first torch.profiler start takes a second on a CPU)."""
     record = {"step": step, "start_ns": start_ns, "end_ns": end_ns, "duration_ms": round((end_ns - start_ns) / 1e6, 6)}
     if closed_ns is not None:
         record["closed_ns"] = closed_ns
+    if opened_ns is not None and 0 < opened_ns < start_ns:
+        record["opened_ns"] = opened_ns
     return record
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.inside import SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport
@@ -49,6 +50,8 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
            "#86bcb6", "#d37295", "#a0cbe8")
 UNTRACKED = "#d9d9d9"
 WRITING = "#8c959f"
+EDGES = "#57606a"
+"""A step's bar beyond its processes' window: its captures opening and closing, the driver's own calls."""
 """Profiling's own time in a step: captures being written (``writing_ms``)."""
 MARKER = b'<meta name="generator" content="rlprof report">'
 """In the head of every page: the program that wrote it."""
@@ -97,12 +100,15 @@ def _run_section(report: RunReport) -> str:
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
-        parts.append('<p class="muted">each bar is the step\'s window, first start to last end over the ranks (the ms on its right); '
+        parts.append('<p class="muted">each bar is the step: its processes\' window, first start to last end over the ranks, then, '
+                     "darkest, the rest of the step as its driver timed it (the chart above), outside its processes' own steps: "
+                     "their captures opening and closing, the driver's own calls; the ms on its right: the step as its driver "
+                     "timed it, the same figure as the chart's (its processes' window in brackets where they differ); "
                      "coloured: each top-level region's median time across the processes that ran it; dark grey: profiling's own "
                      "time writing captures; light grey: the rest of the window (time no process's region covers, and where the "
                      "processes' regions did not line up); the whisker spans the fastest to the slowest rank's own step time, "
                      "inside the window; a red outline: a region with a straggler in that step (listed below)</p>")
-        parts.append(_step_bars(anatomy))
+        parts.append(_step_bars(anatomy, report.series.driver_ms(), report.cost))
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")
@@ -259,12 +265,15 @@ def _colours(anatomy: Anatomy) -> dict[str, str]:
     return {r.region: PALETTE[i % len(PALETTE)] for i, r in enumerate(anatomy.regions)}
 
 
-def _step_bars(anatomy: Anatomy) -> str:
+def _step_bars(anatomy: Anatomy, driver: dict[int, float] | None = None, cost: ProfilingCost | None = None) -> str:
     colours = _colours(anatomy)
     steps = anatomy.steps
+    driver = driver or {}
+    after = {c.step: max(0.0, c.writing_ms) for c in cost.steps} if cost is not None else {}
+    edges = {s.step: _edges_ms(s, driver.get(s.step), after.get(s.step, 0.0) - s.writing_ms) for s in steps}
     label_w, width, bar_h, gap = 90, 760, 22, 10
     longest = max([s.spread.max_ms for s in steps if s.spread] + [s.span_ms or 0.0 for s in steps]
-                  + [s.tracked_ms + s.writing_ms + _rest_ms(s) for s in steps] + [1e-9])
+                  + [s.tracked_ms + s.writing_ms + _rest_ms(s) + edges[s.step] for s in steps] + [1e-9])
     scale = width / longest
     top_regions = [r for r in anatomy.regions if r.depth == 0]
     writing = any(s.writing_ms for s in steps)
@@ -299,6 +308,13 @@ def _step_bars(anatomy: Anatomy) -> str:
                 if unaligned >= 0.005 else "")
             out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{rest * scale:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
                        f"<title>{_e(tip)}</title></rect>")
+            x += rest * scale
+        if edges[step.step]:  # the driver's step beyond its processes' window: profiling at the step's edges
+            beyond = edges[step.step]
+            tip = (f"step {step.step}: {beyond:.2f} ms of the step as its driver timed it outside its processes' own steps: "
+                   f"opening its captures ({step.opening_ms:.2f} ms before), closing them, the driver's own calls")
+            out.append(f'<rect class="segment edges" x="{x:.2f}" y="{y}" width="{beyond * scale:.2f}" height="{bar_h}" '
+                       f'fill="{EDGES}"><title>{_e(tip)}</title></rect>')
         if step.spread:
             x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
             out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
@@ -306,10 +322,14 @@ def _step_bars(anatomy: Anatomy) -> str:
                        f"(slowest: {step.spread.slowest.name})</title></line>")
             for xe in (x0, x1):
                 out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
-        out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
+        whole = driver.get(step.step)
+        label = f"{total:.1f} ms" if whole is None or abs(whole - total) < 0.05 else f"{whole:.1f} ms ({total:.1f})"
+        out.append(f'<text class="step-ms" data-step="{step.step}" x="{label_w + longest * scale + 8:.1f}" '
+                   f'y="{y + bar_h * 0.7:.1f}">{label}</text>')
     y = len(steps) * (bar_h + gap) + 12
     items = [(r.region, f'fill="{colours[r.region]}"') for r in top_regions] + [("writing captures", f'fill="{WRITING}"')] * writing + [
-        ("rest of the window", f'fill="{UNTRACKED}"')] + [("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
+        ("rest of the window", f'fill="{UNTRACKED}"')] + [("beyond its processes' steps", f'fill="{EDGES}"')] * any(edges.values()) + [
+        ("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
     for k, (name, paint) in enumerate(items):
         lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
         out.append(f'<rect class="legend" x="{lx}" y="{ly}" width="12" height="12" {paint}/><text x="{lx + 16}" y="{ly + 11}">{_e(name)}</text>')
@@ -319,6 +339,15 @@ def _step_bars(anatomy: Anatomy) -> str:
                f'<text x="{lx + 16}" y="{ly + 5}">ranks\' step times, fastest to slowest</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _edges_ms(step, driver_ms: float | None, written_after_ms: float) -> float:
+    """The part of a step's bar beyond its processes' window (see :func:`_step_bars`): the step as its driver timed it
+    less that window; without the driver's figure, what rlprof saw at the edges (captures opening before the window,
+    written after it); 0 below 0.05 ms."""
+    drawn = step.tracked_ms + step.writing_ms + _rest_ms(step)  # the window, as the bar draws it
+    beyond = driver_ms - drawn if driver_ms is not None else step.opening_ms + max(0.0, written_after_ms)
+    return beyond if beyond >= 0.05 else 0.0
 
 
 def _rest_ms(step) -> float:

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.analysis.cost import ProfilingCost
+from rlprof.analysis.cost import RLPROF_TIMING, ProfilingCost
 from rlprof.analysis.anatomy import Anatomy, RankTime, process_name
 from rlprof.analysis.details import add_details
 from rlprof.analysis.inside import inside_lines
@@ -63,7 +63,7 @@ def render(report: RunReport) -> str:
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += series_lines(report.series)
-    lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures))
+    lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures), report.series.driver_ms())
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)
     lines += _file_lines(report.files)
@@ -156,12 +156,16 @@ def _cost_lines(report: RunReport) -> list[str]:
         return []
     lines = ["", "profiling cost (what each profiled step took beyond the median unprofiled step):"]
     for s in cost.steps:
-        seen = f"writing {s.writing_ms:.1f} ms" + (f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
+        seen = (f"opening {s.opening_ms:.1f} ms + " if s.opening_ms >= 0.05 else "") + f"writing {s.writing_ms:.1f} ms" + (
+            f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
+        # what the figure measures, said with it: the step's time differs by what each place counts
+        measure = (f"from opening its captures to the last one written, {s.timed_by}" if s.timed_by == RLPROF_TIMING
+                   else f"the trainer's own step, {s.timed_by}")
         if s.unprofiled_ms is None:
-            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling at least {s.profiling_ms:.1f} ms "
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}), of which profiling at least {s.profiling_ms:.1f} ms "
                          f"({_pct(s.share)}: {seen}; no unprofiled step to compare with)")
         else:
-            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms against {s.unprofiled_ms:.1f} ms unprofiled ({s.timed_by}): "
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}) against {s.unprofiled_ms:.1f} ms unprofiled: "
                          f"profiling cost {s.profiling_ms:.1f} ms ({_pct(s.share)}); rlprof's records saw {seen}")
         grown = [p for p in s.phases if p.extra_ms >= PHASE_GROWN_MS][:PHASES_SHOWN]
         if grown:
@@ -264,21 +268,36 @@ def because(reason: str) -> str:
     return f"captured: {reason}"
 
 
-def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons: dict[int, str] | None = None) -> list[str]:
-    reasons = reasons or {}
+def step_heading(step, driver_ms: float | None, after_ms: float = 0.0) -> str:
+    """What a profiled step took, each figure named by what it measures: the driver's step (where known), its
+    processes' own steps (the anatomy's window), and profiling's own time at its edges (opening its captures
+    before, writing them after)."""
+    s = step.spread
+    own = (f"its processes' own steps {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} (each: "
+           f"median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+    edges = [f"opening its captures {step.opening_ms:.1f} ms before"] if step.opening_ms >= 0.05 else []
+    edges += [f"writing them {after_ms:.1f} ms after"] if after_ms >= 0.05 else []
+    edge = f"; profiling at its edges: {', '.join(edges)}" if edges else ""
+    if driver_ms is None:
+        return f"step {step.step}: {own}{edge}"
+    return f"step {step.step}: {driver_ms:.1f} ms, the driver's step (step_ms above); {own}{edge}"
+
+
+def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons: dict[int, str] | None = None,
+                   driver: dict[int, float] | None = None) -> list[str]:
+    reasons, driver = reasons or {}, driver or {}
+    paid = {s.step: s for s in cost.steps} if cost is not None else {}
     if len(anatomy.steps) > STEP_TABLES:
-        return _summary_lines(anatomy) + [f"step {step}: {because(reason)}" for step, reason in sorted(reasons.items())] \
+        return _summary_lines(anatomy, driver) + [f"step {step}: {because(reason)}" for step, reason in sorted(reasons.items())] \
             + _straggler_lines(anatomy)
     lines: list[str] = []
-    paid = {s.step: s for s in cost.steps} if cost is not None else {}
     for step in anatomy.steps:
         lines.append("")
+        after = paid[step.step].writing_ms - step.writing_ms if step.step in paid else 0.0
         if step.spread is None:
             lines.append(f"step {step.step}: no step record (a process stopped inside it)")
         else:
-            s = step.spread
-            lines.append(f"step {step.step}: {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} "
-                         f"(each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+            lines.append(step_heading(step, driver.get(step.step), after))
         if step.step in reasons:
             lines.append(f"  {because(reasons[step.step])}")
         rows = [("region", "procs", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
@@ -297,7 +316,6 @@ def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons:
                 flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
             rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
                          f"{r.spread.max_ms:.1f}", r.spread.slowest.name, _pct(r.share_of_step), "; ".join(flags)))
-        after = paid[step.step].writing_ms - step.writing_ms if step.step in paid else 0.0
         if (step.writing_ms >= 0.05 or after >= 0.05) and step.span_ms:  # profiling's own time: captures written inside the step
             # the rest was written after the step's window: the same writing, so the two figures never seem to disagree
             note = f"+ {after:.1f} ms after the step's end (profiling cost, below)" if after >= 0.05 else ""
@@ -314,12 +332,11 @@ def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons:
     return lines + _straggler_lines(anatomy)
 
 
-def _summary_lines(anatomy: Anatomy) -> list[str]:
+def _summary_lines(anatomy: Anatomy, driver: dict[int, float] | None = None) -> list[str]:
     lines = ["", f"{len(anatomy.steps)} profiled steps:"]
     for step in anatomy.steps:
-        s = step.spread
-        lines.append(f"  step {step.step}: " + ("no step record" if s is None else
-                     f"{step.span_ms:.1f} ms (each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})"))
+        lines.append("  " + (f"step {step.step}: no step record" if step.spread is None else
+                             step_heading(step, (driver or {}).get(step.step))))
     lines.append("")
     lines.append("regions (per process the median over steps, then across processes):")
     rows = [("region", "steps", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]

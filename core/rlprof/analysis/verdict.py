@@ -109,8 +109,11 @@ def cost_lines(cost: ProfilingCost | None) -> list[str]:
     others = "".join(f"; step {s.step}: {s.share:.0%}" for s in costly if s is not worst)
     line = (f"warning: profiling took {worst.share:.0%} of profiled step {worst.step} "
             f"({worst.profiling_ms:.1f} of {worst.total_ms:.1f} ms{others})")
-    if worst.waits_ms > worst.writing_ms:
+    if worst.waits_ms > max(worst.writing_ms, worst.opening_ms):
         return [line + ", waiting for a rollout replica still writing its capture (docs/analysis.md, \"The verdict\")"]
+    if worst.opening_ms > worst.writing_ms:
+        return [line + f", opening its captures before the step ({worst.opening_ms:.1f} ms; the first torch.profiler start "
+                "of a process is the slowest) (docs/analysis.md, \"The verdict\")"]
     short = cost.unprofiled_ms is not None and worst.profiling_ms > cost.unprofiled_ms
     return [line + ", closing its captures after the step: that time follows how many events a capture holds, not how "
             "long the step ran" + (f", and is more than a whole unprofiled step ({cost.unprofiled_ms:.1f} ms) here" if short else "")

@@ -79,10 +79,12 @@ class Decider:
         another wrote (the other ranks of a plain run).
     :param tools: the run's ``global_profiler.tool``, and ``mode`` (``e2e``, ``discrete``) its captures would have:
         what the ``armed`` record names where no process profiled.
+    :param planned: the run has planned steps (``global_profiler.steps``): its end speaks of unplanned captures
+        only when a trigger was set or something unplanned was asked for.
     """
 
     def __init__(self, run_dir: Path, trigger: Trigger | None = None, *, ahead: int = 0, refuse: str | None = None,
-                 answers: bool = True, tools: Sequence[str] = (), mode: str = "?"):
+                 answers: bool = True, tools: Sequence[str] = (), mode: str = "?", planned: bool = False):
         self.root = Path(run_dir)
         """The run directory: what rlprof writes here never follows a link planted at or under it."""
         self.requests = self.root / REQUESTS
@@ -110,7 +112,7 @@ class Decider:
         self._version = 0
         self._fed = 0
         self.stopped = False
-        self.tools, self.mode = list(tools), mode
+        self.tools, self.mode, self.planned = list(tools), mode, planned
         self.seen = 0
         """Steps started (asked of :meth:`decide`)."""
         self.captured: list[tuple[int, str]] = []
@@ -254,8 +256,8 @@ class Decider:
                                            for reason, steps in self._captured_by_reason().items())
         if self.grants:
             g = self.grants[-1]
-            return (f"nothing captured: step{'s' if len(g.steps) != 1 else ''} {', '.join(map(str, g.steps))} "
-                    f"({g.reason}) came after the run's last step ({self._last})")
+            return (f"nothing captured{' beyond the planned steps' if self.planned else ''}: step{'s' if len(g.steps) != 1 else ''} "
+                    f"{', '.join(map(str, g.steps))} ({g.reason}) came after the run's last step ({self._last})")
         why = ["no rlprof capture request came"]
         trigger = self.trigger
         if trigger is None:
@@ -274,7 +276,7 @@ class Decider:
                 else:
                     why.append(f"no rank entered a region later than {trigger.late_rank:.0%} of its median time "
                                f"(the most: {self._latest[0]:.0%}, step {self._latest[1]})")
-        return "nothing captured: " + "; ".join(why)
+        return ("nothing captured beyond the planned steps: " if self.planned else "nothing captured: ") + "; ".join(why)
 
     def _captured_by_reason(self) -> dict[str, list[int]]:
         by_reason: dict[str, list[int]] = {}
@@ -291,7 +293,8 @@ class Decider:
         if not self.answers:
             return
         try:
-            self._record()
+            if not self.planned or self.trigger is not None or self.grants:  # a planned run says nothing of what nobody asked
+                self._record()
         except Exception as exc:  # never into training
             log.warning("rlprof: could not record what this armed run captured (%s: %s)", type(exc).__name__, exc)
         try:
@@ -394,7 +397,8 @@ def refusal(config: Any, *, launched: bool, backends: Any = None) -> str | None:
 _DECIDERS: dict[tuple[str, int, int], Decider] = {}
 
 
-def process_decider(run: Any, trigger: Trigger | None, *, tools: Sequence[str] = (), mode: str = "?") -> Decider:
+def process_decider(run: Any, trigger: Trigger | None, *, tools: Sequence[str] = (), mode: str = "?",
+                    planned: bool = False) -> Decider:
     """The decider of a plain Profiler's process (its colocated Profilers share it): rank 0 answers requests
     and fires triggers, :data:`AHEAD` steps on when there are other ranks; the other ranks follow its answers."""
     key = (str(run.run_dir), run.rank, os.getpid())
@@ -402,5 +406,5 @@ def process_decider(run: Any, trigger: Trigger | None, *, tools: Sequence[str] =
     if decider is None or decider.stopped:
         lead = run.rank == 0
         decider = _DECIDERS[key] = Decider(run.run_dir, trigger if lead else None, ahead=AHEAD if run.world_size > 1 else 0,
-                                           answers=lead, tools=tools, mode=mode)
+                                           answers=lead, tools=tools, mode=mode, planned=planned)
     return decider
