@@ -90,11 +90,12 @@ role, rank, host and pid. Write only under ``ctx.output_dir()``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pluggy
+
+from rlprof.hook_values import CHROME_VIEWER, CliCommand, TraceReader  # noqa: F401  (what a backend imports from here)
 
 if TYPE_CHECKING:  # the context classes, for readers and type checkers (no import cost at run time)
     from rlprof.context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
@@ -298,19 +299,6 @@ def after_exit(run_dirs: Sequence[Path]) -> int:
     """
 
 
-@dataclass(frozen=True)
-class CliCommand:
-    """One command a backend adds to ``rlprof`` (the values :func:`cli_commands` returns)."""
-
-    summary: str
-    """One line shown by ``rlprof --help`` next to the command's name."""
-    run: Callable[[list[str]], int]
-    """Runs the command with the arguments after its name; returns the exit status (0 ok, 1 failed,
-    2 invalid usage). It parses its own arguments (and its own ``--help``)."""
-    usage: str = "[...]"
-    """The synopsis after ``rlprof <name>`` in ``rlprof --help``."""
-
-
 @_hookspec
 def cli_commands() -> Mapping[str, CliCommand]:
     """Commands this backend adds to the ``rlprof`` command line.
@@ -335,43 +323,6 @@ def cli_commands() -> Mapping[str, CliCommand]:
                 return {"relocate": CliCommand("move pending nsys reports into the run layout", _relocate,
                                                "PATH... [--wait S]")}
     """
-
-
-@dataclass(frozen=True)
-class TraceReader:
-    """How the analysis reads the trace files of one backend (the value :func:`trace_reader` returns)."""
-
-    patterns: tuple[str, ...]
-    """File name patterns (``fnmatch``, on the name only) of the files it reads, e.g. ``("*.json", "*.json.gz")``.
-    When two backends' patterns match one file, the pattern with more literal characters wins
-    (``trace_view.json`` over ``*.json``)."""
-    target: str
-    """``"module:function"``: the function takes a file's path (``str``) and returns its
-    :class:`rlprof.analysis.breakdown.TraceEvents`, raising on a file it cannot read (the message is the
-    one line the user sees). Named, not passed, so it is picklable: it runs in the worker processes of a
-    pool, and is imported only when a file of its format is read."""
-    format: str = ""
-    """The format in a few words (``Kineto JSON``), for messages."""
-    not_traces: tuple[str, ...] = ()
-    """File name patterns of what this backend writes beside its traces that is not a trace (metadata,
-    summaries: torch_npu's ``profiler_info_*.json``). A folder walk names such a file as skipped, saying
-    whose it is, rather than handing it to another reader whose broader pattern matches (``*.json``);
-    the same rule of the more literal pattern decides between a claim and this."""
-    chrome: bool = False
-    """Its files are Chrome trace-event JSON (a ``traceEvents`` list, as Kineto writes): ``rlprof timeline
-    --with-traces`` merges their events into the run's timeline, and a person opens them in Perfetto."""
-    viewer: str = ""
-    """Where a person opens these files (a program or a URL), for hints such as the demo's; a Chrome trace's
-    is :data:`CHROME_VIEWER` unless given."""
-
-    @property
-    def opened_in(self) -> str:
-        """:attr:`viewer`, or for a Chrome trace :data:`CHROME_VIEWER`; "" when nobody said."""
-        return self.viewer or (CHROME_VIEWER if self.chrome else "")
-
-
-CHROME_VIEWER = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
-"""Where a Chrome trace opens (:attr:`TraceReader.chrome`)."""
 
 
 @_hookspec
@@ -462,53 +413,3 @@ OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands"
 HOOKS: tuple[str, ...] = tuple(name for name, spec in list(globals().items()) if hasattr(spec, f"{PROJECT}_spec"))
 """Every hook of this spec, in the order written above (the lifecycle's order): the one list the
 registry, the testing kit and the docs test read."""
-
-
-def hook_reference(hooks: Sequence[str]) -> str:
-    """The sections of docs/writing-a-backend.md for ``hooks``, generated from this module (a test keeps
-    the page equal to it): per hook its name, the first line of its docstring quoted, its exact
-    signature and the rest of the docstring, in Markdown. One source: a hook added here is documented
-    by regenerating the page, never by writing it twice."""
-    import inspect
-    import re
-
-    def markdown(text: str) -> str:
-        text = re.sub(r":\w+:`~rlprof\.context\.(\w+)`", lambda m: f"[`{m.group(1)}`](#{m.group(1).lower()})", text)
-        text = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"`\1`", text)  # :func:`~rlprof.Profiler` -> `Profiler`
-        text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
-        return text.replace("``", "`")
-
-    sections = []
-    for hook in hooks:
-        spec = globals()[hook]
-        lines = inspect.getdoc(spec).splitlines()
-        body: list[str] = []
-        code = False
-        for line in lines[1:]:
-            field = re.match(r":(param (\w+)|returns|raises ([\w.]+)):\s*(.*)", line)
-            if code and (line.startswith("    ") or not line.strip()):
-                body.append(line[4:])  # the example, as written
-                continue
-            if code:
-                body[-1:] = ["```", ""] if not body[-1] else [*body[-1:], "```"]
-                code = False
-            if field:
-                name = field.group(2) and f"`{field.group(2)}`" or field.group(3) and f"raises `{field.group(3)}`" or "returns"
-                body.append(f"* {name}: {markdown(field.group(4))}")
-            elif line.startswith("    ") and body and body[-1].startswith("* "):
-                body[-1] += " " + markdown(line.strip())  # a field's continuation
-            elif line.rstrip().endswith("::"):  # an example follows, indented
-                body += [markdown(line.rstrip()[:-3] if line.rstrip().endswith(" ::") else line.rstrip()[:-1]), "", "```python"]
-                code = True
-            else:
-                body.append(markdown(line))
-        while body and not body[-1].strip():
-            body.pop()
-        while body and not body[0].strip():
-            body.pop(0)
-        if code:
-            body.append("```")
-        text = "\n".join(line for i, line in enumerate(body) if not (line == "" and i > 0 and body[i - 1] == "```python"))
-        signature = str(inspect.signature(spec)).replace("'", "")
-        sections.append(f"### {hook}\n\n> {markdown(lines[0])}\n\n```python\ndef {hook}{signature}\n```\n\n{text}\n")
-    return "\n".join(sections)

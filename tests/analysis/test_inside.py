@@ -13,7 +13,7 @@ import pytest
 
 from rlprof.analysis.breakdown import TraceEvents
 from rlprof.row_model import Row
-from rlprof.analysis.breakdown_files import CACHE_VERSION, FileRows, rows_document
+from rlprof.analysis.rows_cache import CACHE_VERSION, FileRows, rows_document
 from rlprof.analysis.inside import add_inside
 from rlprof.layout import shipped_rows_path
 from rlprof.analysis.html import render_page

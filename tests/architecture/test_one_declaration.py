@@ -55,7 +55,7 @@ def second_part_lists(root: Path = ROOT) -> list[str]:
 
 
 def reader_patterns() -> set[str]:
-    from rlprof.analysis.breakdown_files import readers
+    from rlprof.analysis.trace_readers import readers
 
     answers, _ = readers()
     return {p for reader in answers.values() for p in (*reader.patterns, *reader.not_traces)}
@@ -94,7 +94,7 @@ def test_the_split_s_parts_are_listed_once():
 
 def test_trace_file_patterns_are_listed_once():
     assert reader_patterns() >= {"*.json.gz", "*.nsys-rep", "trace_view.json"}  # the installed readers answer
-    assert second_pattern_lists() == [], "ask the installed readers (rlprof.analysis.traces.TraceFiles, breakdown_files.claim)"
+    assert second_pattern_lists() == [], "ask the installed readers (rlprof.analysis.traces.TraceFiles, trace_readers.claim)"
 
 
 def _copy(tmp_path: Path) -> Path:

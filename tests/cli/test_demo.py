@@ -409,7 +409,7 @@ def test_each_profiled_steps_split_reaches_the_runs_step_metrics(default_demo):
     """Issue 42: each worker analyses its own traces as they are written and sends the split over Ray with its
     timings; the controller writes one ``split`` line per profiled step, each region's fractions those of the
     worker whose window was longest (the breakdown's rows, left in the run's breakdown/ cache)."""
-    from rlprof.analysis.breakdown_files import _cached
+    from rlprof.analysis.rows_cache import _cached
     from rlprof.step_metrics import read_step_metrics
 
     proc, save = default_demo

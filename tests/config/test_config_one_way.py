@@ -72,3 +72,28 @@ def test_only_the_legacy_module_names_legacy_keys():
                    or s.endswith("." + word)}
         assert not spelled, f"{path.name} spells legacy keys {sorted(spelled)}: ask rlprof.config.legacy"
     assert set(legacy.LEGACY_SELECTIONS) >= {"trainer.profile_steps", "npu_profile", "actor_rollout_ref.critic"}
+
+
+def test_a_ray_worker_reads_its_config_once(monkeypatch, tmp_path):
+    """Issue 47: the config is read once per process, where it enters (``ProfiledWorker.rlprof_setup``), into a
+    value everything after takes as read (the Profiler, its plan, its session); before, a worker on a node with
+    its own save path read it twice."""
+    from rlprof.integrations import ray_worker
+
+    reads = []
+    real = schema.read_config
+
+    def counting(source, overrides, errors):
+        if not isinstance(source, schema.ProfilerConfig) or overrides:
+            reads.append(source)
+        return real(source, overrides, errors)
+
+    monkeypatch.setattr(schema, "read_config", counting)
+    monkeypatch.setattr(ray_worker, "node_save_path", lambda: str(tmp_path / "node"))
+    worker = ray_worker.ProfiledWorker()
+    worker.rlprof_setup(ON, run_id="once", overrides=[f"global_profiler.save_path={tmp_path}"], rank=0, world_size=1,
+                        roles=["actor"])
+    try:
+        assert len(reads) == 1 and worker.profiler.config.global_.save_path == str(tmp_path / "node")
+    finally:
+        worker.profiler.finalize()

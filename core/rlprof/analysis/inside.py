@@ -32,7 +32,9 @@ from typing import Any, Callable, Sequence
 
 from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
 from rlprof.row_model import LABELS, WINDOW_PARTS, REPORT, Row, columns, known, shown
-from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
+from rlprof.analysis.rows_cache import FileRows, shipped
+from rlprof.analysis.breakdown_files import breakdown
+from rlprof.analysis.trace_readers import reader_for, readers
 from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path

@@ -65,7 +65,8 @@ def analyse(path: str, roles: Sequence[str], steps: Sequence[int] = ()) -> dict[
     :raises NotATrace: no installed reader reads it (the reason)."""
     from pathlib import Path
 
-    from rlprof.analysis.breakdown_files import claim, file_rows, readers
+    from rlprof.analysis.trace_readers import claim, readers
+    from rlprof.analysis.breakdown_files import file_rows
 
     answers, _ = readers()
     target, why = claim(Path(path), answers)

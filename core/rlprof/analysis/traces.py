@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from rlprof.analysis.breakdown_files import claimant, readers
+from rlprof.analysis.trace_readers import claimant, readers
 from rlprof.hookspecs import TraceReader
 
 EPOCH_US = 1e14
@@ -31,7 +31,7 @@ EPOCH_US = 1e14
 
 class TraceFiles:
     """What the backends of a run say of the files they wrote: which are traces their own reader claims (by
-    the patterns of their ``trace_reader`` hook, :func:`rlprof.analysis.breakdown_files.claim`'s rule), which
+    the patterns of their ``trace_reader`` hook, :func:`rlprof.analysis.trace_readers.claim`'s rule), which
     of those are Chrome traces, and where a person opens them. Only each file's own backend is asked: a
     profile another tool wrote (py-spy's ``*.speedscope.json``) is nobody's trace."""
 

@@ -16,7 +16,9 @@ from typing import Sequence
 from rlprof.analysis.breakdown import TRACE_REGION, row_fields
 from rlprof.row_model import BREAKDOWN, LABELS, Row, cell
 from rlprof.row_model import columns as breakdown_columns
-from rlprof.analysis.breakdown_files import NO_READER, WORKERS, breakdown, collect, readers, readers_line
+from rlprof.analysis.trace_readers import NO_READER, readers, readers_line
+from rlprof.analysis.breakdown_files import WORKERS, breakdown
+from rlprof.analysis.trace_walk import collect
 from rlprof.cli.breakdown_cluster import ClusterUnreachable, on_cluster
 from rlprof.errors import EXIT_FAILED, EXIT_OK
 

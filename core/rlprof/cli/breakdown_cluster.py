@@ -29,7 +29,7 @@ def on_cluster(address: str, paths: Sequence[str],
     rows come back; waits are then matched across every node's files here. Which node holds a path is
     asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
     a manifest once said. A path no node holds costs one line. Returns the rows, ``(path, reason)`` of
-    each file that could not be read, and of each file or folder a node's walk passed over (:func:`rlprof.analysis.breakdown_files.collect`).
+    each file that could not be read, and of each file or folder a node's walk passed over (:func:`rlprof.analysis.trace_walk.collect`).
 
     :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
     """

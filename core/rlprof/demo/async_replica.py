@@ -112,7 +112,7 @@ class RolloutReplica:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if not self.profiler.finalized and not self._thread.is_alive():
-            self.profiler.finalize()  # the thread never started
+            self.profiler.finalize(wait_for_analysis=False)  # the thread never started (a Ray actor: see ray_worker)
         self._check()
         return list(self.profiler.artifacts)
 
@@ -154,7 +154,7 @@ class RolloutReplica:
             self._failed = exc
         finally:
             prof.step_boundary()
-            prof.finalize()
+            prof.finalize(wait_for_analysis=False)  # a Ray actor: its last traces' analysis may outlive it
 
     def _next_request(self):
         try:

@@ -59,12 +59,12 @@ class ProfiledWorker(RunFiles):
         args = ProfilerArgs(**place)
         if self._rlprof_profiler is not None:
             self._rlprof_profiler.finalize(reason="replaced")
+        loaded = load_config(config, overrides)  # the one reading of the config in this process; all else reads this
         here = node_save_path()
         if here is not None:  # this node writes under its own root (rlprof.integrations.nodes)
-            config, overrides = load_config(config, overrides).with_overrides(save_path=here), ()
+            loaded = loaded.with_overrides(save_path=here)
         instances = None if backends is None else {n: b() if isinstance(b, type) else b for n, b in backends.items()}
-        self._rlprof_profiler = Profiler(config, **args.profiler_kwargs(), run_id=run_id, overrides=overrides,
-                                         backends=instances)
+        self._rlprof_profiler = Profiler(loaded, **args.profiler_kwargs(), run_id=run_id, backends=instances)
         from rlprof.integrations.step_mailbox import send_to_driver
 
         send_to_driver(self._rlprof_profiler)  # its timings of every step: to the controller's step metrics
@@ -98,7 +98,8 @@ class ProfiledWorker(RunFiles):
 
     def rlprof_finalize(self, reason: str = "end", send_manifest: bool = False) -> Any:
         """Finalize this rank's Profiler; returns its artifact records."""
-        return self._rlprof_reply(self.profiler.finalize(reason), send_manifest)
+        # a Ray actor ends when its owner does: it never waits for its last traces' analysis, which may outlive it
+        return self._rlprof_reply(self.profiler.finalize(reason, wait_for_analysis=False), send_manifest)
 
     def _rlprof_run_dir(self):
         return self.profiler.run.run_dir

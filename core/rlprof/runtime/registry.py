@@ -113,6 +113,26 @@ def _watchdog(report: Callable[[str, str, int, float, str], None]) -> Any:
     return HookWatchdog(limit, report) if limit is not None else None
 
 
+@dataclass(frozen=True)
+class SessionCalls:
+    """What a process session gives the backends' calls it makes: the run every context carries, and where each
+    outcome goes. :class:`Backends` built with one contains a failing backend (released, not raised), watches
+    every call and reports to these; built without one (``rlprof check``, a driver's ``step_metrics``, a worker's
+    ``worker_runtime_env``), it calls unwatched and a failure raises, or is logged where the caller catches it."""
+
+    run: Any
+    """The :class:`~rlprof.context.RunInfo` every context carries (the session sets a new one when a participant
+    joins with more roles: :attr:`Backends.run`)."""
+    on_error: Callable[[str, str, BaseException, str], None]
+    """``(backend, hook, exception, kind)``: a contained failure, for the manifest."""
+    on_result: Callable[[str, str, Any, Any], None]
+    """``(backend, hook, ctx, result)`` for a call that returned something or added artifacts."""
+    on_timeout: Callable[[str, str, int, float, str], None]
+    """``(backend, hook, rank, elapsed_s, stack)``: the watchdog's report of a call still running."""
+    on_failed: Callable[[str], None]
+    """Called with a backend's name right after its first failure (the session releases it then)."""
+
+
 class Backends:
     """The selected backends of one process session: a typed facade over pluggy with one method per
     hook the capture state machine calls (tox's plugin manager style), and :meth:`call` for every
@@ -135,27 +155,26 @@ class Backends:
     ``RLPROF_TRACE_HOOKS=1`` prints every call to stderr.
     """
 
-    def __init__(self, names: Iterable[str], *, rank: int = 0, on_error: Callable[..., None] | None = None,
-                 instances: Mapping[str, Any] | None = None):
+    def __init__(self, names: Iterable[str], *, rank: int = 0, instances: Mapping[str, Any] | None = None,
+                 session: SessionCalls | None = None):
         self.rank = rank
         self.names = tuple(names)
         self.strict = os.environ.get("RLPROF_STRICT", "") not in ("", "0")
         self.trace = os.environ.get("RLPROF_TRACE_HOOKS", "") not in ("", "0")
         self.failed: dict[str, str] = {}
         """Backend -> the hook it first raised in; skipped for new work from then on."""
-        self.contain = False
-        """A ``validate_tool_config`` that crashes releases its backend instead of raising (set by the process
-        session: a profiling run goes on with the other backends; ``rlprof check`` leaves it off and reports it)."""
-        self.on_failed: Callable[[str], None] | None = None
-        """Called with a backend's name right after its first failure (the session releases it then)."""
+        self.contain = session is not None
+        """A ``validate_tool_config`` that crashes releases its backend instead of raising (a process session's
+        calls: a profiling run goes on with the other backends; ``rlprof check`` calls without one and reports it)."""
+        self.on_failed = session.on_failed if session is not None else None
         self.primary: Mapping[str, Mapping[str, Any]] = _EMPTY
-        """Tool configs for step-level calls (the first selected role's; set by the session)."""
-        self.run: Any = None
-        """The :class:`~rlprof.context.RunInfo` every context carries (set by the session)."""
-        self._on_error = on_error
-        self.on_result: Callable[[str, str, Any, Any], None] | None = None
-        """``(backend, hook, ctx, result)`` for a call that returned something or added artifacts."""
-        self.on_timeout: Callable[[str, str, int, float, str], None] | None = None
+        """Tool configs for step-level calls (the first selected role's; set by the session when its first
+        participant joins)."""
+        self.run: Any = session.run if session is not None else None
+        """The :class:`~rlprof.context.RunInfo` every context carries (:attr:`SessionCalls.run`)."""
+        self._on_error = session.on_error if session is not None else None
+        self.on_result = session.on_result if session is not None else None
+        self.on_timeout = session.on_timeout if session is not None else None
         self.pm = plugin_manager()
         eps = discover() if instances is None else {}
         self.plugins: dict[str, Any] = {}
@@ -186,8 +205,10 @@ class Backends:
         self.groups = StepGroups()
         """Which closes end a group of captures (``ctx.ends_group``): the core's step grouping."""
         self.watchdog: Any = None
-        """The hook watchdog once :meth:`start_watchdog` ran (the process session starts it; one-off
-        users such as ``rlprof check`` call hooks unwatched)."""
+        """The hook watchdog: a process session's calls are watched from the start; one-off users such as
+        ``rlprof check`` call hooks unwatched."""
+        if session is not None:
+            self.start_watchdog()
 
     def start_watchdog(self) -> None:
         """Watch every later hook call (``RLPROF_HOOK_TIMEOUT_S``); :meth:`close` stops it."""

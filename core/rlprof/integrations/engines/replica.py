@@ -55,6 +55,7 @@ from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, E
 from rlprof.integrations.engines.files import move_into, remove_empty, unwritable
 from rlprof.integrations.engines.plain_traces import PlainTraces
 from rlprof.integrations.engines.stand_in import EngineStandIn, Inert, engine_backends
+from rlprof.runtime.run_id import in_ray
 from rlprof.integrations.loops import FINALIZE_WAIT_S, wait_on_its_loop
 
 log = logging.getLogger("rlprof")
@@ -419,7 +420,7 @@ class EngineReplica:
             if self.profiler.current_step is not None:
                 self.end()
         finally:
-            self.profiler.finalize(reason)
+            self.profiler.finalize(reason, wait_for_analysis=not in_ray())  # a replica's actor may end before the analysis
             if self._directory is not None:
                 remove_empty(self._directory)
 

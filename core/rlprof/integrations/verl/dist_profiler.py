@@ -33,6 +33,7 @@ from rlprof.integrations.verl import global_keys, run_signals
 from rlprof.integrations.verl.models import worker_module
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
 from rlprof.notices import say_once
+from rlprof.runtime.run_id import in_ray
 
 log = logging.getLogger("rlprof")
 
@@ -284,9 +285,12 @@ class DistProfiler:
         return False
 
     def finalize(self) -> list[dict[str, Any]]:
-        """End this process's run (also happens at exit): backends write, the manifest closes."""
+        """End this process's run (also happens at exit): backends write, the manifest closes. A verl process in a
+        Ray actor does not wait for its last traces' analysis: the actor ends when its owner does (verl's rollout
+        replicas when the trainer's task returns), and one killed inside that wait never tells the run it
+        finalized (the run's end then waits 30 s for it)."""
         try:
-            return self._prof.finalize()
+            return self._prof.finalize(wait_for_analysis=not in_ray())
         finally:
             self._sync_live()
 
