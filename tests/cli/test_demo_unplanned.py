@@ -96,5 +96,5 @@ def test_the_end_of_the_armed_run_says_what_it_captured_and_why(armed_demo):
     [armed] = armed_demo["run"]["armed"]
     assert sorted(s for c in armed["captured"] for s in c["steps"]) == sorted(_captured(armed_demo["run"]))
     assert armed["outcome"].startswith("captured ") and armed["steps"] == TRAIN_STEPS
-    assert f"rlprof: this armed run {armed['outcome']}" in armed_demo["output"]
+    assert f"rlprof: the armed run ended: {armed['outcome']}" in armed_demo["output"]
     assert (armed["tools"], armed["mode"]) == (["torch"], "e2e")

@@ -43,7 +43,7 @@ def test_a_run_too_short_for_slow_steps_window_says_so_and_the_report_names_tool
     run_dir = tmp_path / "save" / "20261128-101710-cbeac1"
     drive(run_dir, Trigger(slow_step=1.5), DEMO_STEPS)
     why = "nothing captured: no rlprof capture request came; slow_step needs 20 steps of history; this run had 14"
-    assert f"rlprof: this armed run {why}" in caplog.text  # the run's end says it, in the driver's log
+    assert f"rlprof: the armed run ended: {why}" in caplog.text  # the run's end says it, in the driver's log
     [record] = armed_records(run_dir)
     assert record["outcome"] == why and record["steps"] == 14 and record["captured"] == []
     [report] = build_reports([tmp_path / "save"])

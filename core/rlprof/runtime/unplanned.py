@@ -313,7 +313,7 @@ class Decider:
         from rlprof.manifest import ArmedRecord, ManifestWriter
 
         said = self.outcome()
-        log.warning("rlprof: this armed run %s", said)
+        log.warning("rlprof: the armed run ended: %s", said)
         record = ArmedRecord(tools=self.tools, mode=self.mode, trigger=asdict(self.trigger) if self.trigger else None,
                              steps=self.seen, captured=[{"steps": steps, "reason": reason}
                                                         for reason, steps in self._captured_by_reason().items()],
