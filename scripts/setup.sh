@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything rlprof needs in ./.venv: the core, the four backend plugins (editable, so their
-# entry points are real), torch 2.13 (CPU), ray, pytest and Hypothesis, and verl 0.9.1 (its worker
+# entry points are real), torch 2.13 (CPU), ray, pytest (with pytest-xdist) and Hypothesis, and verl 0.9.1 (its worker
 # classes, for the drop-in's tests), and vLLM's CPU build (scripts/install-vllm.sh: the rollout-engine tests
 # and `rlprof demo --rollout vllm`; about 2.2 GB more).
 #
@@ -25,8 +25,8 @@ steps_begin
 step "pip" "" -- pip install --upgrade pip
 # torch first, pinned: a bare "torch" requirement would pull the newest CUDA build (several GB).
 step "torch 2.13.0 (CPU)" "" -- pip install "torch==2.13.0"
-step "ray, pytest, hypothesis, py-spy" "" -- \
-  pip install "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "hypothesis>=6" "py-spy>=0.3"   # py-spy: the rlprof-pyspy example backend's tool
+step "ray, pytest, pytest-xdist, hypothesis, py-spy" "" -- \
+  pip install "ray>=2.9" "omegaconf>=2.3" "pluggy>=1.3" "PyYAML>=6" "pytest>=7" "pytest-xdist>=3.8" "hypothesis>=6" "py-spy>=0.3"   # py-spy: the rlprof-pyspy example backend's tool; pytest-xdist: the suite's two workers (tests/sharing.py)
 # rlprof-torch builds its optional C++ extension rlprof_torch._nogil here (captures end without the GIL;
 # docs/torch-nogil.md): its sources are inputs, so a change to them builds it again.
 step "rlprof and its plugins (editable)" "pyproject.toml plugins/torch/pyproject.toml plugins/torch/setup.py plugins/torch/rlprof_torch/_nogil.cpp plugins/nsys/pyproject.toml plugins/npu/pyproject.toml" -- \

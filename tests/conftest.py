@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from installing import discoverable, private_site  # tests/installing.py
+from tiers import heavy  # tests/tiers.py
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIST = ROOT / "tests" / "fixtures" / "rlprof-test-backends"
@@ -82,3 +83,51 @@ def rlprof_cli(capsys):
         return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
     return run
+
+
+ARMED_SLOW_FROM = 9
+"""The armed demo's rank 1 is late from this step on."""
+ARMED_TRAIN_STEPS = 11
+
+
+@pytest.fixture(scope="session")
+def armed_demo(tmp_path_factory):
+    """One armed ``rlprof demo`` (issue 42) for every test of unplanned captures (tests/cli/test_demo_unplanned.py,
+    tests/analysis/test_step_series.py): nothing planned, ``rlprof capture`` asked once step 3 has started, rank 1
+    late by 1500 ms from step 9 and ``trigger.slow_step=5`` (window 5). The slowdown is planted far above any noise:
+    a late step takes 10-40x the others' median, which a busy machine does not reach by itself (before: 300 ms
+    against a factor of 1.5, which a loaded step could pass). Returns its output, what ``rlprof capture`` said,
+    ``rlprof report --json``'s run and the run directory."""
+    heavy("an rlprof demo")
+    pytest.importorskip("ray")
+    import json
+    import subprocess
+    import sys
+    import time
+
+    save = tmp_path_factory.mktemp("armed") / "save"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--train-steps", str(ARMED_TRAIN_STEPS),
+         "--slow-rank", "1", "--slow-ms", "1500", "--slow-from-step", str(ARMED_SLOW_FROM), "--save-path", str(save),
+         "global_profiler.steps=null", "global_profiler.trigger.slow_step=5", "global_profiler.trigger.window=5"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=save.parent)
+    lines, asked = [], None
+    deadline = time.monotonic() + 600
+    for line in demo.stdout:
+        lines.append(line)
+        if asked is None and line.startswith("step 3 "):  # step 3 has started: ask for a capture
+            asked = subprocess.run([sys.executable, "-m", "rlprof.cli", "capture", str(save), "--wait", "300"],
+                                   capture_output=True, text=True, timeout=400)
+        if time.monotonic() > deadline:
+            demo.kill()
+            break
+    demo.wait(timeout=120)
+    output = "".join(lines)
+    assert demo.returncode == 0, output[-4000:]
+    assert asked is not None and asked.returncode == 0, (asked.stdout + asked.stderr) if asked else output[-3000:]
+    [run_dir] = [d for d in save.iterdir() if d.is_dir()]
+    report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(run_dir), "--json"],
+                            capture_output=True, text=True, timeout=300)
+    [run] = json.loads(report.stdout)["runs"]
+    return {"output": output, "asked": asked.stdout, "run": run, "run_dir": run_dir, "slow_from": ARMED_SLOW_FROM,
+            "train_steps": ARMED_TRAIN_STEPS}

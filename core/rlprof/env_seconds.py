@@ -1,9 +1,10 @@
 """Seconds read from an environment variable: the one parser of the time limits rlprof takes from the environment.
 
-Three limits are set that way (``RLPROF_HOOK_TIMEOUT_S``, the hook watchdog's; ``RLPROF_FINISH_HOOK_TIMEOUT``,
+Four limits are set that way (``RLPROF_HOOK_TIMEOUT_S``, the hook watchdog's; ``RLPROF_FINISH_HOOK_TIMEOUT``,
 how long ``finalize`` waits for the finish hook; ``RLPROF_TORCH_WRITE_TIMEOUT_S``, how long the torch backend's
-``finalize`` waits for traces still being written). Each owner keeps what its value means (its default, what
-``0`` does); reading the text is here, so all three read alike: unset or blank is the default, anything but a
+``finalize`` waits for traces still being written; ``RLPROF_TRACKER_WAIT_S``, how long verl's logger waits for a
+step's timings). Each owner keeps what its value means (its default, what ``0`` does); reading the text is here,
+so all read alike: unset or blank is the default, anything but a
 finite number (at least ``minimum`` where one is given) is refused with the one message every config error
 has, naming the variable, the value and what is allowed (:func:`rlprof.errors.fail`). Where a refusal must
 not raise (``finalize`` runs at exit), :func:`seconds_or_default` says it once and uses the default.

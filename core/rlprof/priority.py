@@ -20,10 +20,20 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 SPAWN = {"start_new_session": True}
 """``subprocess`` arguments for a helper process: a session (and so a CPU group) of its own."""
 NICE = 19
+
+
+def command(module: str, *args: str) -> list[str]:
+    """The command line of a helper running ``python -m module args``, lowered (:func:`lowest`) before it imports
+    anything of its work: only the interpreter's own start (tens of ms) runs at the caller's priority, not the
+    analysis' imports (torch's reader, ijson: a tenth of a second and more)."""
+    launch = (f"from rlprof.priority import lowest; lowest(); import runpy; "
+              f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", launch, *args]
 
 
 def lowest() -> None:

@@ -10,6 +10,7 @@ from typing import Callable
 import pytest
 
 from demo_runs import cli  # tests/analysis/demo_runs.py
+from tiers import heavy  # tests/tiers.py
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +22,7 @@ def demo_run(tmp_path_factory) -> Callable[..., Path]:
 
     def run(name: str, *flags: str) -> Path:
         if name not in runs:
+            heavy("an rlprof demo")
             pytest.importorskip("ray")
             pytest.importorskip("rlprof_torch")
             base = tmp_path_factory.mktemp(f"demo-{name}")

@@ -1,13 +1,15 @@
-"""``rlprof compare`` and the straggler flags on real runs (issues 34 and 40): two runs of
-``rlprof demo --steps 1,2,3,4,5,6``, the same code one after the other (step 1 left out as warm-up: 5
-compared steps x 2 ranks = 10 samples a side), and a third whose rank 1 spends 30 ms more in
-``rollout_generate`` on purpose (``--slow-rank 1 --slow-in rollout_generate``: a sleep inside the region,
-about 10x its usual 2-4 ms), all made once per session (conftest.py's ``demo_run``).
+"""``rlprof compare`` and the straggler flags on real runs (issues 34 and 40): ``rlprof demo --steps
+1,2,3,4,5,6`` (step 1 left out as warm-up: 5 compared steps x 2 ranks = 10 samples a side), and a second
+whose rank 1 spends 300 ms more in ``rollout_generate`` on purpose (``--slow-rank 1 --slow-in rollout_generate
+--slow-ms 300``: a sleep inside the region, about 100x its usual 2-4 ms), both made once per session
+(conftest.py's ``demo_run``).
 
-On the shared 2-core VM other jobs' load changes between runs, and it is real to the samples: two
-runs of the same demo differed by up to 3.5x in a region's median. Before issue 40, 7 of 15 such pairs
-had a row the Mann-Whitney test alone called clearly slower or faster; with the runs' own step-to-step
-ranges as the noise, none of their 150 rows (tests/analysis/test_noise.py holds one such pair's numbers)."""
+The slowdown is planted far above any noise a busy machine adds (it was 30 ms, 10x the region: a CI run under
+load flagged the slowed rank in 1 of 6 steps). That two runs of the same code differ by no row is the noise
+rule's claim on recorded timings of such a pair, which a test can hold whatever the machine's load:
+tests/analysis/test_noise.py::test_two_runs_of_the_same_demo_on_a_busy_machine_differ_by_no_row (two real runs
+one after the other differ as the machine's load changes between them; before issue 46 a second demo run
+checked it here, and its format checks moved onto the pair below)."""
 
 import json
 import re
@@ -18,7 +20,7 @@ from demo_runs import SIX_STEPS, cli  # tests/analysis/demo_runs.py
 
 pytestmark = pytest.mark.slow
 
-SLOW = (*SIX_STEPS, "--slow-rank", "1", "--slow-in", "rollout_generate")
+SLOW = (*SIX_STEPS, "--slow-rank", "1", "--slow-in", "rollout_generate", "--slow-ms", "300")
 
 
 def told_in_text(stdout: str) -> dict[str, str]:
@@ -35,21 +37,25 @@ def told_in_text(stdout: str) -> dict[str, str]:
     return cells
 
 
-def test_two_identical_demo_runs_differ_by_no_row_in_text_or_json(demo_run):
-    a, b = demo_run("six", *SIX_STEPS), demo_run("six-again", *SIX_STEPS)
-    text = cli("compare", a, b, "--fail-above", "10")
-    data = cli("compare", a, b, "--fail-above", "10", "--json")
-    assert text.returncode == data.returncode == 0, text.stdout + text.stderr
+@pytest.mark.timing
+def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_run):
+    """Every line of the text table says what ``--json`` says of its row (the verdict, then its note: the part
+    that moved most, from the traces); step 1 is left out as warm-up."""
+    a, slow = demo_run("six", *SIX_STEPS), demo_run("six-slow", *SLOW)
+    text = cli("compare", a, slow, "--fail-above", "10")
+    data = cli("compare", a, slow, "--fail-above", "10", "--json")
+    assert text.returncode == data.returncode == 1, text.stdout + text.stderr  # the planted regression
     assert "step 1 left out as warm-up, 5 compared" in text.stdout
     rows = json.loads(data.stdout)["changes"]
-    assert {c["change"] for c in rows} == {"inside the noise"}, rows
     shown = told_in_text(text.stdout)
     assert set(shown) == {c["region"] for c in rows}
-    for c in rows:  # every line says what --json says, then its note (the part that moved most, from the traces)
-        assert shown[c["region"]] == "; ".join(part for part in ("inside the noise", c["note"]) if part), (shown, c)
-    assert not [cell for cell in shown.values() if "clearly" in cell]
+    for c in rows:
+        said = f"clearly {c['change']}" if c["change"] in ("slower", "faster") else c["change"]
+        assert shown[c["region"]] == "; ".join(part for part in (said, c["note"]) if part), (shown, c)
+    assert shown["(step)"].startswith("clearly slower"), shown  # rank 1's 300 ms; per rank: the test below
 
 
+@pytest.mark.timing
 def test_a_rank_slowed_for_real_is_a_straggler_and_a_regression(demo_run):
     a, slow = demo_run("six", *SIX_STEPS), demo_run("six-slow", *SLOW)
     [run] = json.loads(cli("report", slow, "--json").stdout)["runs"]

@@ -85,6 +85,7 @@ def test_a_2ms_region_a_millisecond_apart_on_two_ranks_is_no_straggler(tmp_path)
     assert "straggler" not in render(report).replace("0 straggler flags", "")
 
 
+@pytest.mark.timing
 def test_a_rank_really_twice_as_slow_in_a_region_is_a_straggler(tmp_path):
     """Rank 1 takes twice as long in actor_update (25 ms more in each step) as in the demo's noise: flagged in both steps."""
     times = {key: dict(regions) for key, regions in DEMO.items()}
@@ -218,6 +219,7 @@ LOADED = demo_times("""
 LOADED_STEPS = {1: 85.0, 2: 79.3, 3: 101.9, 4: 153.8, 5: 138.2, 6: 155.8}
 
 
+@pytest.mark.timing
 def test_two_runs_of_the_same_demo_on_a_busy_machine_differ_by_no_row(tmp_path):
     """The second run met more load: actor_update's median 23 ms, then 80 ms, its own steps ranging
     27-99 ms as the load grew. The Mann-Whitney test alone called the step, actor_update and

@@ -227,6 +227,7 @@ def test_a_long_run_clips_a_capture_s_own_cost_and_lists_the_slowest_in_text(tmp
     assert "the 12 slowest and the captured (--json has every step)" in text
 
 
+@pytest.mark.slow
 def test_a_ray_demo_run_draws_every_step_from_its_driver_s_file(demo_run, tmp_path):
     """``rlprof demo`` (a real Ray cluster; the controller writes the run's file from every worker's timings):
     every step the demo ran is drawn for each role, profiled steps 1 and 2 marked and linked."""
@@ -244,40 +245,25 @@ def test_a_ray_demo_run_draws_every_step_from_its_driver_s_file(demo_run, tmp_pa
     assert all(f'id="{anchor}"' in text for _, _, anchor in marks)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
-def test_a_real_request_and_trigger_are_marked_by_kind_and_linked(tmp_path):
-    """The marks from real unplanned captures (issue 42's ``rlprof capture`` and ``trigger.slow_step``, branch
-    ``unplanned``; skipped where they are not installed): ``rlprof demo`` with nothing planned, rank 1 late by
-    300 ms from step 9, a capture asked once step 3 began; the page marks the requested and the triggered step
-    and nothing else, each linking to its breakdown."""
-    pytest.importorskip("ray")
-    pytest.importorskip("rlprof.runtime.unplanned")
-    import subprocess
-    import sys
-
-    save = tmp_path / "save"
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--train-steps", "11", "--slow-rank", "1",
-         "--slow-ms", "300", "--slow-from-step", "9", "--save-path", str(save), "global_profiler.steps=null",
-         "global_profiler.trigger.slow_step=1.5", "global_profiler.trigger.window=5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
-    asked = None
-    for line in demo.stdout:
-        if asked is None and line.startswith("step 3 "):
-            asked = subprocess.run([sys.executable, "-m", "rlprof.cli", "capture", str(save), "--wait", "120"],
-                                   capture_output=True, text=True, timeout=180)
-    assert demo.wait(timeout=400) == 0 and asked is not None and asked.returncode == 0
-    [run] = [d for d in save.iterdir() if d.is_dir()]
+def test_a_real_request_and_trigger_are_marked_by_kind_and_linked(armed_demo, tmp_path):
+    """The marks from real unplanned captures (issue 42's ``rlprof capture`` and ``trigger.slow_step``): the
+    session's armed ``rlprof demo`` (tests/conftest.py: nothing planned, rank 1 late from step 9, a capture asked
+    once step 3 began); the page marks the requested and the triggered step and nothing else, each linking to
+    its breakdown."""
+    run, asked = armed_demo["run_dir"], armed_demo["asked"]
     out = tmp_path / "armed.html"
     assert main([str(run), "--html", "-o", str(out), "--no-traces"]) == 0
     text = out.read_text(encoding="utf-8")
     svg = _chart(text)
+    every_step = list(range(1, armed_demo["train_steps"] + 1))
     for line in ("step", "actor"):
-        assert [int(s) for s in re.findall(rf'<circle class="point" data-role="{line}" data-step="(\d+)"', svg)] == list(range(1, 12))
+        assert [int(s) for s in re.findall(rf'<circle class="point" data-role="{line}" data-step="(\d+)"', svg)] == every_step
     marks = re.findall(r'<a class="mark" data-kind="(\w+)" data-step="(\d+)" href="#([^"]+)"', svg)
     assert sorted(k for k, _, _ in marks) == ["requested", "triggered"]
     assert all(f'id="{anchor}"' in text for _, _, anchor in marks)
-    requested = re.search(r"request (r[\w-]+)", asked.stdout)[1]
+    requested = re.search(r"request (r[\w-]+)", asked)[1]
     assert f"captured: requested: {requested}</title>" in svg
     [(triggered, _)] = [(int(s), a) for k, s, a in marks if k == "triggered"]
-    assert triggered > 9 and f"<title>step {triggered} captured: triggered: step " in svg
+    assert triggered > armed_demo["slow_from"] and f"<title>step {triggered} captured: triggered: step " in svg

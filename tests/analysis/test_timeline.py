@@ -133,6 +133,7 @@ def test_clock_alignment_rules():
     assert clock_offset_ns(trace, {"other": 1}) is None
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_with_traces_merges_a_real_torch_trace_on_the_manifests_clock(tmp_path):
     torch = pytest.importorskip("torch")

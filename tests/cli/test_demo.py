@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiers import heavy  # tests/tiers.py
 
 from rlprof.config import load_config
 from rlprof.cli.demo import parser
@@ -110,6 +111,7 @@ def test_grpo_pieces():
 @pytest.fixture(scope="module")
 def default_demo(tmp_path_factory):
     """One default ``rlprof demo`` (2 workers, steps 1,2) in a fresh interpreter: (process, save path)."""
+    heavy("an rlprof demo")
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
     cwd = tmp_path_factory.mktemp("demo")
@@ -177,6 +179,7 @@ def test_every_collective_has_wait_and_transfer_on_both_ranks_and_the_late_rank_
             assert s["waited_for_rank"] == 1 - s["rank"]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_default_demos_verdict_warns_of_nothing_its_own_noise_explains(default_demo):
     """Issue 40: every profiled step warned "profiling took 38%/49%", 2 ms regions were flagged as stragglers
@@ -210,10 +213,12 @@ def test_the_default_demos_verdict_warns_of_nothing_its_own_noise_explains(defau
             assert mine - other > 1.0, (skew, step)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_rank_slowed_on_purpose_is_named_as_the_cause_and_the_waiting_rank_is_no_straggler(tmp_path):
     """``--slow-rank 0 --slow-ms 40``: rank 0 enters actor_update 40 ms late; rank 1 waits for it in the
     all-reduce. The report says so for every profiled step, and does not flag rank 1 as a straggler there."""
+    heavy("an rlprof demo")
     pytest.importorskip("ray")
     save = tmp_path / "slow"
     proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--steps", "1,2", "--slow-rank", "0",
@@ -252,6 +257,7 @@ def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
 @pytest.mark.slow
 def test_ctrl_c_finalizes_and_prints_the_partial_report(tmp_path):
     """SIGINT to the whole foreground process group, as a terminal's Ctrl-C sends it."""
+    heavy("an rlprof demo")
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
     save = tmp_path / "demo"
@@ -328,6 +334,7 @@ def test_precision_debugger_flags_name_the_demos_msprobe_config_unless_the_user_
 
 
 def precision_demo(save, *extra):
+    heavy("an rlprof demo")
     return subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--tool", "precision_debugger", "--workers", "2",
                            "--steps", "1,2", "--save-path", str(save), *extra],
                           capture_output=True, text=True, timeout=400, cwd=save.parent)

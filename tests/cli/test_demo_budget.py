@@ -7,10 +7,12 @@ import subprocess
 import sys
 
 import pytest
+from tiers import heavy  # tests/tiers.py
 
 
 @pytest.mark.slow
 def test_demo_with_a_capture_budget_below_one_capture(tmp_path):
+    heavy('an rlprof demo')
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
     save = tmp_path / "demo"

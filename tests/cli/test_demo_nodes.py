@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from tiers import heavy  # tests/tiers.py
 
 
 def rlprof(*argv, cwd=None, timeout=300):
@@ -25,6 +26,7 @@ def test_more_nodes_than_workers_is_refused_before_ray_starts(tmp_path):
 
 @pytest.mark.slow
 def test_demo_on_three_nodes_reports_every_rank_and_where_each_file_lives(tmp_path):
+    heavy('an rlprof demo')
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
     save = tmp_path / "demo"
@@ -87,6 +89,7 @@ def test_demo_on_three_nodes_each_node_keeps_its_own_run_budget(tmp_path):
     capture: every rank captures its first step, then capturing stops on every rank, training goes on to the
     end, and each node's count is its own. Under one count for the whole run, a node whose ranks wrote one
     capture could not say it had measured less than the run's total."""
+    heavy('an rlprof demo')
     pytest.importorskip("ray")
     pytest.importorskip("rlprof_torch")
     save = tmp_path / "demo"

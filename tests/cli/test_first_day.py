@@ -2,7 +2,9 @@
 sentence, fast, before Ray starts, with exit status 2 and no traceback; settings the machine cannot
 honour are said in ``rlprof check``.
 
-Each case runs the real command line in a fresh interpreter (as a user types it)."""
+Each case runs the real command line in a fresh interpreter (as a user types it). "Fast" is checked without a
+clock: the refusal comes before Ray is even imported (what makes a start slow: Ray's import and start take
+longer than the 15 s the issue allowed a refusal), so no busy machine can fail it (before: a 15 s bound)."""
 
 from __future__ import annotations
 
@@ -10,31 +12,32 @@ import importlib.util
 import re
 import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-REFUSAL_S = 15.0
-"""The longest a refusal may take (the issue's acceptance: under 15 s; Ray alone takes longer to start)."""
-
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
 
 
-def rlprof(*args: str, cwd, env_code: str = "") -> tuple[subprocess.CompletedProcess, float]:
-    """``rlprof ARGS`` in a fresh interpreter; ``env_code`` runs first (e.g. hiding a package)."""
-    code = f"{env_code}\nimport sys\nfrom rlprof.cli import main\nsys.exit(main({list(args)!r}))"
-    began = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd)
-    return proc, time.perf_counter() - began
+def rlprof(*args: str, cwd, env_code: str = "") -> tuple[subprocess.CompletedProcess, bool]:
+    """``rlprof ARGS`` in a fresh interpreter; ``env_code`` runs first (e.g. hiding a package). Returns the
+    process and whether it had imported Ray by its exit (written by an exit handler to a file of its own)."""
+    said = Path(tempfile.mkdtemp(dir=cwd)) / "imported"
+    code = (f"{env_code}\nimport atexit, sys\n"
+            f"atexit.register(lambda: open({str(said)!r}, 'w').write(str('ray' in sys.modules)))\n"
+            f"from rlprof.cli import main\nsys.exit(main({list(args)!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return proc, said.read_text() == "True"
 
 
-def assert_refused(proc, seconds: float, *phrases: str) -> None:
+def assert_refused(proc, imported_ray: bool, *phrases: str) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     assert "Traceback" not in out, out
-    assert seconds < REFUSAL_S, f"refusal took {seconds:.1f} s"
+    assert not imported_ray, "refused only after importing Ray"
     assert "ray started" not in proc.stdout  # refused before Ray
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     # one plain message: one line, or a heading and one "- " line per mistake (a flag written into several roles)
@@ -68,23 +71,23 @@ def test_impossible_runs_are_refused_before_ray_starts(tmp_path, args, phrases):
 def test_a_save_path_that_cannot_be_used_is_refused(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    proc, seconds = rlprof("demo", "--save-path", str(blocker / "profile"), cwd=tmp_path)
-    assert_refused(proc, seconds, "--save-path", "cannot be used", "not a directory")
+    proc, imported = rlprof("demo", "--save-path", str(blocker / "profile"), cwd=tmp_path)
+    assert_refused(proc, imported, "--save-path", "cannot be used", "not a directory")
     assert blocker.read_text() == "not a directory"
 
 
 @no_cuda
 def test_torch_memory_on_a_machine_without_cuda_says_why_nothing_would_be_captured(tmp_path):
-    proc, seconds = rlprof("demo", "--tool", "torch_memory", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
-    assert_refused(proc, seconds, "nothing would be captured on this machine because torch_memory cannot capture here",
+    proc, imported = rlprof("demo", "--tool", "torch_memory", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
+    assert_refused(proc, imported, "nothing would be captured on this machine because torch_memory cannot capture here",
                    "no CUDA device")
     assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None, reason="torch_npu is installed here")
 def test_npu_without_torch_npu_says_why_nothing_would_be_captured(tmp_path):
-    proc, seconds = rlprof("demo", "--tool", "npu", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
-    assert_refused(proc, seconds, "nothing would be captured on this machine because npu cannot capture here",
+    proc, imported = rlprof("demo", "--tool", "npu", "--save-path", str(tmp_path / "p"), cwd=tmp_path)
+    assert_refused(proc, imported, "nothing would be captured on this machine because npu cannot capture here",
                    "torch_npu cannot be imported")
 
 
@@ -93,8 +96,8 @@ def test_nsys_without_nsys_on_path_is_refused_instead_of_timing_out(tmp_path):
     # without the nsys CLI nothing can be captured, and the demo says so before starting Ray
     pytest.importorskip("rlprof_nsys")
     hide_nsys = "import os, sys\nos.environ['PATH'] = os.path.dirname(sys.executable)"
-    proc, seconds = rlprof("demo", "--tool", "nsys", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=hide_nsys)
-    assert_refused(proc, seconds, "nothing would be captured on this machine because nsys cannot capture here",
+    proc, imported = rlprof("demo", "--tool", "nsys", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=hide_nsys)
+    assert_refused(proc, imported, "nothing would be captured on this machine because nsys cannot capture here",
                    "nsys (Nsight Systems CLI) is not on PATH")
 
 
@@ -111,8 +114,8 @@ sys.meta_path.insert(0, HideRay())
 
 
 def test_without_ray_the_demo_names_the_package_to_install(tmp_path):
-    proc, seconds = rlprof("demo", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=HIDE_RAY)
-    assert_refused(proc, seconds, "the demo needs ray, which is not installed", "pip install")
+    proc, imported = rlprof("demo", "--save-path", str(tmp_path / "p"), cwd=tmp_path, env_code=HIDE_RAY)
+    assert_refused(proc, imported, "the demo needs ray, which is not installed", "pip install")
 
 
 @no_cuda

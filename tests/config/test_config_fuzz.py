@@ -36,6 +36,7 @@ def scratch(tmp_path_factory):
         os.environ["HOME"] = home
 
 
+@pytest.mark.timing
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
                                  HealthCheck.filter_too_much])

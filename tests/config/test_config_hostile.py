@@ -175,6 +175,7 @@ def test_a_self_containing_dict_is_too_deep_not_a_recursion_error():
     assert "nested more than 64 levels deep" in error_of(cyclic)
 
 
+@pytest.mark.timing
 def test_alias_bomb_passed_as_a_dict_is_refused_before_expansion():
     """What yaml.safe_load makes of a billion-laughs document: shared lists, 10**9 leaves once copied."""
     bomb = ["lol"] * 10

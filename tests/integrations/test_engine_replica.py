@@ -377,29 +377,49 @@ class SlowExportEngine(RecordingEngine):
         super().stop_profile()
 
 
+class HeldExportEngine(RecordingEngine):
+    """An async engine whose ``stop_profile`` writes its trace only once the test releases it."""
+
+    released: "asyncio.Event"
+
+    async def start_profile(self, *args, **kwargs):
+        super().start_profile(*args, **kwargs)
+
+    async def stop_profile(self):
+        await self.released.wait()
+        super().stop_profile()
+
+
+@pytest.mark.timing
 def test_stop_returns_before_the_export_and_the_next_generate_waits_for_it_on_the_record(save_path):
+    """The export of step 1 is held until the test releases it, while step 2's generate call has started:
+    stop returned with the export still held, the generate call waited, and its ``profiling_wait`` record
+    spans the release. An order of events (before: a 0.5 s export against bounds of 0.25 s and 200-1000 ms)."""
     import asyncio
 
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
-    engine = SlowExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
-    stops = []
+    engine = HeldExportEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])
+    released_ns = []
 
     async def loop():
-        for step in (1, 2):
-            await replica.start_async(engine, step)
-            began = time.perf_counter()
-            await replica.stop_async(engine)
-            stops.append(time.perf_counter() - began)
-            if step == 1:
-                assert not list(engine.directory.glob("step1_*"))  # still exporting: the trainer did not wait
-                await asyncio.sleep(0.1)  # the trainer's update, shorter than the export
+        engine.released = asyncio.Event()
+        await replica.start_async(engine, 1)
+        await replica.stop_async(engine)  # returns with the export held: the trainer does not wait
+        assert not list(engine.directory.glob("step1_*"))
+        generate = asyncio.get_running_loop().create_task(replica.start_async(engine, 2))
+        for _ in range(20):
+            await asyncio.sleep(0.01)  # the generate call gets every chance to run; it must wait for the export
+        assert not generate.done(), "step 2's generate call did not wait for step 1's export"
+        released_ns.append(time.time_ns())
+        engine.released.set()
+        await generate
+        await replica.stop_async(engine)
         await replica.finalize_async()
 
     asyncio.run(loop())
-    assert max(stops) < 0.25, stops
     run, recs = records(save_path)
     [wait] = [r for r in recs if r["type"] == "profiling_wait" and r["step"] is not None]
-    assert wait["step"] == 2 and wait["replica_rank"] == 0 and 200 < wait["ms"] < 1000, wait
+    assert wait["step"] == 2 and wait["replica_rank"] == 0 and wait["start_ns"] <= released_ns[0] <= wait["end_ns"], wait
     assert "next generate call" in wait["reason"]
     traces = [r for r in recs if r["type"] == "artifact" and r["path"].endswith(".pt.trace.json.gz")]
     assert sorted(r["step"] for r in traces) == [1, 2]
@@ -409,6 +429,7 @@ def test_stop_returns_before_the_export_and_the_next_generate_waits_for_it_on_th
     assert not [r for r in recs if r["type"] in ("error", "skip")]
 
 
+@pytest.mark.timing
 def test_an_export_still_running_at_the_end_is_named_unfinished_and_not_listed(save_path):
     import asyncio
 
@@ -430,6 +451,7 @@ def test_an_export_still_running_at_the_end_is_named_unfinished_and_not_listed(s
     assert "unfinished" in skip["reason"]
 
 
+@pytest.mark.timing
 def test_a_sync_replica_answering_before_its_stop_records_the_next_calls_wait(save_path):
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1)
     engine = RecordingEngine(replica.settings.engine_kwargs["profiler_config"]["torch_profiler_dir"])

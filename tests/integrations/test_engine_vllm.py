@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.manifest import settled_artifacts
+from tiers import heavy  # tests/tiers.py
 
 pytest.importorskip("vllm")
 pytest.importorskip("ray")
@@ -37,6 +38,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vllm_demo(tmp_path_factory, cache):
     """``rlprof demo --rollout vllm --replicas 2 --steps 1,2``, replica 1 only, tokens [2, 6): (process, run dir, records)."""
+    heavy('an rlprof demo with vLLM engines')
     cwd = tmp_path_factory.mktemp("vllm-demo")
     save = cwd / "demo"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
@@ -143,6 +145,7 @@ def tiny_model(cache):
     ("dies", "stop_profile", ["EngineDeadError"] * 3),
 ])
 def test_a_failing_engine_is_an_error_record_and_the_loop_finishes(tiny_model, tmp_path, mode, call, outcome):
+    heavy('a vLLM engine')
     save = tmp_path / "save"
     proc = subprocess.run([sys.executable, str(HERE / "vllm_engine_faults.py"), mode, str(tiny_model), str(save)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -162,6 +165,7 @@ def test_a_failing_engine_is_an_error_record_and_the_loop_finishes(tiny_model, t
 
 @pytest.mark.slow
 def test_an_async_engine_is_captured_through_the_awaited_calls(tiny_model, tmp_path):
+    heavy('a vLLM engine')
     proc = subprocess.run([sys.executable, str(HERE / "vllm_async_replica.py"), str(tiny_model), str(tmp_path / "save")],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

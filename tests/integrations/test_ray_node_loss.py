@@ -23,6 +23,43 @@ def config(save_path):
             "actor_rollout_ref": {"actor": {"profiler": {"enable": True, "all_ranks": True}}}}
 
 
+def written(root, step: int) -> None:
+    """Waits until the traces a node's worker captured in ``step`` are at their final paths on its disk (the
+    torch backend writes them off the training thread after the step's end; the report counts a file listed
+    ``writing`` once it is there). A node lost before that loses them, rightly; the CI flake (the lost rank's
+    step 1 missing from the report) was that race, lost on a loaded machine."""
+    import time
+    from pathlib import Path
+
+    from rlprof.manifest import read_records
+
+    deadline = time.monotonic() + 120  # the bound only ends a failing test
+    while time.monotonic() < deadline:
+        artifacts = [r for r in read_records([root]) if r["type"] == "artifact" and step in (r.get("steps") or [])]
+        if artifacts and all((Path(r["_run_dir"]) / r["path"]).exists() for r in artifacts):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the traces of step {step} under {root} were never written")
+
+
+def gone(handle) -> None:
+    """Waits until Ray says the actor on the removed node is dead (the event the rest needs; before, the next
+    step raced the node's end, and a loaded machine lost that race)."""
+    import time
+
+    deadline = time.monotonic() + 120  # the bound only ends a failing test
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.where.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.1)
+    raise AssertionError("the actor on the removed node still answers")
+
+
+@pytest.mark.timing
 def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
     roots = [tmp_path / f"node{i}" for i in range(2)]
     cluster = simulated_cluster(roots)
@@ -40,7 +77,9 @@ def test_a_lost_node_keeps_its_records_up_to_its_last_step(tmp_path, capsys):
         ray.get([w.run_step.remote() for w in controller.handles], timeout=60)
         assert controller.step_boundary().ok
 
+        written(roots[1], step=1)  # what the node's rank captured in step 1 is on its disk, whole
         cluster.cluster.remove_node(doomed_node)
+        gone(controller.workers[lost_label][1])
         for step in (2, 3):  # training goes on with the workers that are left
             controller.start_step(step)
             ray.get([w.run_step.remote() for w in controller.handles], timeout=60)

@@ -35,6 +35,7 @@ def two_nodes(tmp_path_factory, test_backends_site):
     cluster.shutdown()
 
 
+@pytest.mark.timing
 def test_every_workers_timings_reach_the_controller_over_ray_and_name_a_late_rank(two_nodes, tmp_path, monkeypatch,
                                                                                   test_backends):
     cluster, roots = two_nodes
@@ -53,7 +54,7 @@ def test_every_workers_timings_reach_the_controller_over_ray_and_name_a_late_ran
     steps = range(1, 11)
     for step in steps:
         controller.start_step(step)
-        ray.get([h.run_step.remote(delay_s=0.25 if rank == 1 and step >= 7 else 0.0)  # rank 1 late from step 7
+        ray.get([h.run_step.remote(delay_s=1.0 if rank == 1 and step >= 7 else 0.0)  # rank 1 late from step 7
                  for rank, h in enumerate(controller.handles)], timeout=60)
         controller.step_boundary()
     assert controller.finalize().ok
@@ -69,10 +70,14 @@ def test_every_workers_timings_reach_the_controller_over_ray_and_name_a_late_ran
         assert sorted(record.timings["actor/actor_update"]["rank"]) == [0, 1]  # both nodes' ranks, every step
         assert sorted(record.timings["ref/ref_compute_log_prob"]["rank"]) == [0, 1]  # timed on every rank, not only ranks: [0]
         assert record.metrics["rlprof/actor/update/slowest_s"] >= 0.01
+    # rank 1 enters actor update 1 s late from step 7 on: far above what a busy machine adds to two ranks'
+    # entries (it was 250 ms). That no rank is named late while the ranks only differ by the machine's noise
+    # depends on that noise: tests/leaves/test_step_metrics.py checks it on recorded-shape timings
+    # (test_a_rank_late_by_no_more_than_the_ranks_differ_anyway_is_not_named,
+    # test_with_two_ranks_a_rank_late_from_some_step_on_is_named_at_the_first_such_step)
     late = {r.step: r.metrics["rlprof/actor/update/late_rank"] for r in lines}
-    assert all(late[s] == -1 for s in range(1, 7)), late
-    assert late[7] == 1, late  # rank 1 enters actor update 250 ms late from step 7 on
-    assert lines[6].metrics["rlprof/actor/update/late_by_s"] >= 0.2
+    assert late[7] == 1, late
+    assert lines[6].metrics["rlprof/actor/update/late_by_s"] >= 0.9
     assert controller.step_metrics.latest.step == 10  # what a trigger reads
     calls = [json.loads(line) for line in sink.read_text().splitlines()]
     assert [c["step"] for c in calls] == list(steps)

@@ -42,7 +42,10 @@ def test_rlprof_capture_on_a_running_verl_trainer_captures_one_step_everywhere(t
                "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.rollout.profiler.all_ranks=true",
                "trainer.logger=[console,file]"]
         logged = tmp_path / "verl_file_logger.jsonl"
-        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logged)}  # verl's file logger writes there
+        # verl's file logger writes there; it waits for every worker's timings of a step (RLPROF_TRACKER_WAIT_S, a
+        # product setting added for this, issue 46: with the default 1 s bound a loaded CI machine logged a step
+        # without them)
+        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(logged), "RLPROF_TRACKER_WAIT_S": "600"}
         trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=workdir,
                                    env=env)
         lines, asked, asked_after = [], None, None
@@ -87,10 +90,8 @@ def test_rlprof_capture_on_a_running_verl_trainer_captures_one_step_everywhere(t
                    if line["step"] >= 1}  # step 0: validation, before training
         assert sorted(by_step) == list(range(1, 9)), sorted(by_step)
         for number, data in by_step.items():
-            # the logger line holds what had arrived within its wait (step_metrics.TRACKER_WAIT_S) (a worker's update may come later:
-            # step_metrics.jsonl has it complete); the actor's regions and the rollout are there every step
-            actor = [k for k in data if k.startswith("rlprof/actor/") and k.endswith("/slowest_s") and data[k] > 0]
-            assert actor, (number, sorted(k for k in data if "rlprof" in k))
+            # the logger line holds every region of the step (the logger waited for them): the actor's and the rollout's
+            assert data.get("rlprof/actor/update/slowest_s", 0) > 0, (number, sorted(k for k in data if "rlprof" in k))
             assert data.get("rlprof/rollout/generate/slowest_s", 0) > 0, (number, sorted(k for k in data if "rlprof" in k))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

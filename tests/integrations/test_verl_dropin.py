@@ -384,6 +384,7 @@ def test_verl_plugin_entry_point_swaps_only_when_switched_on(tmp_path):
 # ------------------------------------------------------------------------ a replica's export off the trainer's path
 
 
+@pytest.mark.timing
 def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_next_start_waits_on_the_record(tmp_path):
     import asyncio
 
@@ -399,7 +400,10 @@ def test_a_replica_server_answers_stop_profile_before_writing_its_trace_and_the_
         await asyncio.sleep(0.01)  # generating
         profiler.stop()
         traces.append(len(listed()))  # stop_profile answers here: nothing written yet
-        await asyncio.sleep(0.5)  # the trainer updates: the replica writes meanwhile
+        for _ in range(12_000):  # the trainer updates: the replica writes meanwhile (waited for, 120 s at most)
+            if listed():
+                break
+            await asyncio.sleep(0.01)
         traces.append(len(listed()))
         profiler.start(profile_step=2)
         profiler.stop()
@@ -457,6 +461,7 @@ def generate_ops(count: int) -> None:
         x = x + 1
 
 
+@pytest.mark.timing
 def test_a_replica_that_generates_on_its_own_thread_answers_calls_while_its_capture_ends(tmp_path):
     """Issue 41: a server that generates on a thread of its own (examples/verl-cpu's ``hf`` server) starts the
     profiler there and hands it the close (``stop(executor=...)``): ``stop_profile`` answers at once, and a call
@@ -494,6 +499,7 @@ def test_a_replica_that_generates_on_its_own_thread_answers_calls_while_its_capt
     assert not [r for r in records if r["type"] in ("error", "skip")]
 
 
+@pytest.mark.timing
 def test_the_end_of_the_run_waits_for_a_close_handed_to_the_generating_thread(tmp_path):
     """The run ends (verl's watcher thread finalizes the replica) while the close handed to the server's
     thread has not run yet: the end waits for it, so the capture is stopped on its own thread and written,
@@ -529,6 +535,7 @@ def test_the_end_of_the_run_waits_for_a_close_handed_to_the_generating_thread(tm
     assert "the end of the run" in wait["reason"]
 
 
+@pytest.mark.timing
 def test_a_start_that_runs_the_pending_close_itself_keeps_its_own_step_open(tmp_path):
     """The next start_profile came while the last close waited out its grace: it runs that close first and
     opens its step; the close it cancelled must not close again (it would end the new step's capture)."""
@@ -559,6 +566,7 @@ def test_a_start_that_runs_the_pending_close_itself_keeps_its_own_step_open(tmp_
 # ------------------------------------------------------------------------ the trainer's unprofiled steps
 
 
+@pytest.mark.timing
 def test_the_trainers_unprofiled_steps_are_timed_in_the_driver_and_reported_beside_the_profiled_ones(tmp_path):
     # verl's workers hear of profiled steps only; the driver's trainer calls _start_profiling/_stop_profiling
     # every step. Before, a drop-in run's report said "unprofiled steps: none recorded" (seen).

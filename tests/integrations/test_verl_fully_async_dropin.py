@@ -70,6 +70,7 @@ def test_verls_idle_figures_are_filed_under_the_version_they_describe(trainer, t
     assert found == [(2, "trainer", 0.25, 0.8), (3, "rollouter", 0.0, 1.5)]
 
 
+@pytest.mark.timing
 def test_the_rollouter_held_at_the_limit_is_rollout_held_on_its_profiled_step(tmp_path, monkeypatch):
     """Its ``_resume_event`` waited on while clear is the hold (until ``reset_staleness`` sets it); a wait on
     the event set costs no region; the generation driver's tools capture nothing and say why."""

@@ -195,11 +195,17 @@ ray.get([terminated.start_profile.remote(profile_step=1), killed.start_profile.r
 ray.get(terminated.stop_profile.remote(run_command=False))
 os.kill(pids[0], signal.SIGTERM)           # what Ray, Slurm and Kubernetes send first, between two steps
 os.kill(pids[1], signal.SIGKILL)           # a worker that really died mid-step
-time.sleep(3)
+for _ in range(1200):                      # the terminated one finalizes in its exit handler, then is gone
+    try:                                   # (waited for: 120 s at most; before, a 3 s sleep)
+        os.kill(pids[0], 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.1)
 print(json.dumps(pids))
 """
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_sigterm_finalizes_an_asyncio_actor_and_a_killed_one_stays_not_finalized(tmp_path):
     # An asyncio actor runs its methods off the main thread, where rlprof cannot install its SIGTERM

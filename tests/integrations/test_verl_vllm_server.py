@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.manifest import read_records
+from tiers import heavy  # tests/tiers.py
 
 pytestmark = [
     pytest.mark.slow,
@@ -148,6 +149,7 @@ if __name__ == "__main__":
 
 def run_scenario(root, name, script, steps):
     """Run ``script`` in its own interpreter on the tiny model; returns (save_path, summary, manifest records)."""
+    heavy('a vLLM engine')
     from rlprof.demo.tiny_model import build_tiny_model
 
     model = build_tiny_model(root.parent / "model")

@@ -152,6 +152,7 @@ def errors(sandbox, kind=None):
 # ---------------------------------------------------------------------- training killed by the profiler
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("mount") is None,
                     reason="a full disk is simulated with a tiny tmpfs in a private mount namespace: needs root and unshare(1)")
 def test_disk_fills_mid_run(sandbox, backends_env, tmp_path):
@@ -243,12 +244,20 @@ def test_over_long_stage_name_keeps_all_22_torch_captures(sandbox):
 # ---------------------------------------------------------------------- training frozen
 
 
-def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, test_backends, monkeypatch, caplog):
+@pytest.mark.timing
+def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, test_backends, monkeypatch, caplog,
+                                                                  tmp_path_factory):
+    """A hook stuck past ``RLPROF_HOOK_TIMEOUT_S`` is reported while it is still stuck, never before its limit,
+    and training waits for it. The hook stays stuck until the test has seen the report (``until``), so no
+    figure here depends on how quickly a busy machine schedules the watchdog's thread (how late it may be,
+    two ticks, is tests/runtime/test_watchdog.py's, on a fake clock)."""
     limit = 0.5
+    release = tmp_path_factory.mktemp("hook") / "release-the-hook"  # outside the sandbox, which must stay untouched
     monkeypatch.setenv("RLPROF_HOOK_TIMEOUT_S", str(limit))
     caplog.set_level(logging.WARNING, logger="rlprof")
     prof = rlprof.Profiler(config(sandbox, "hanging", steps=(1, 2, 3),
-                                  tool_config={"hanging": {"hang_in": ["step_boundary"], "seconds": 2.0, "times": 1}}),
+                                  tool_config={"hanging": {"hang_in": ["step_boundary"], "seconds": 300.0, "times": 1,
+                                                           "until": str(release)}}),
                            run_id=RUN_ID)
     seen: dict[str, float] = {}
     stop = threading.Event()
@@ -257,6 +266,7 @@ def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, tes
         while not stop.is_set() and "report" not in seen:
             if errors(sandbox, "timeout"):
                 seen["report"] = time.monotonic()
+                release.touch()  # the hook may return now
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch_manifest, daemon=True)
@@ -265,9 +275,10 @@ def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, tes
         pass
     watcher.start()
     entered = time.monotonic()
-    prof.step_boundary()  # the hook sleeps 2 s; training waits, the watchdog speaks after 0.5 s
+    prof.step_boundary()  # the hook hangs until the watcher has seen the watchdog's record
     returned = time.monotonic()
     stop.set()
+    release.touch()
     watcher.join()
     for step in (2, 3):
         prof.start_step(step)
@@ -275,19 +286,19 @@ def test_blocking_hook_is_reported_by_the_watchdog_within_its_limit(sandbox, tes
             pass
         prof.step_boundary()
     prof.finalize()
-    assert returned - entered >= 2.0
     assert "report" in seen, "no timeout record while the hook was stuck"
-    assert limit <= seen["report"] - entered <= limit + 0.5  # within its limit (plus the watchdog's tick)
+    assert entered + limit <= seen["report"] <= returned  # after its limit, while the hook was stuck, training waiting
     [record] = errors(sandbox, "timeout")
     assert (record["backend"], record["hook"], record["rank"]) == ("hanging", "step_boundary", 0)
     logged = [r.getMessage() for r in caplog.records if "hanging" in r.getMessage() and "step_boundary" in r.getMessage()]
     assert logged
-    assert "time.sleep" in json.dumps(record) + "\n".join(logged)  # the stack of the stuck hook
+    assert "_hang" in json.dumps(record) + "\n".join(logged)  # the stack of the stuck hook
     assert "hanging" in sandbox.report()
     # the backend was only slow: the run's three captures are there
     assert sorted(a["steps"] for a in sandbox.records("artifact")) == [[1], [2], [3]]
 
 
+@pytest.mark.timing
 def test_non_daemon_backend_thread_does_not_block_exit(sandbox, backends_env):
     """The backend's flusher thread stops only in finalize; the script never calls finalize. Python
     joins non-daemon threads before atexit handlers: finalize must run before that join."""
@@ -391,6 +402,7 @@ def test_unusable_save_path_is_a_config_error_before_training(sandbox, case):
 # ---------------------------------------------------------------------- Ray: a hung worker
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, caplog):
     ray = pytest.importorskip("ray")
@@ -425,8 +437,10 @@ def test_hung_ray_worker_costs_the_timeout_once(sandbox, test_backends_site, cap
         assert final.ok and final.skipped == ["workers/rank1"]
         print(f"\nfan-out seconds per step (start_step + step_boundary), timeout {timeout_s} s: "
               + ", ".join(f"step {s}: {v:.3f}" for s, v in seconds.items()) + f"; finalize {final.seconds:.3f}")
-        assert timeout_s <= seconds[1] < timeout_s + 5
-        assert max(seconds[2], seconds[3], seconds[4], final.seconds) < timeout_s / 2  # not waited for again
+        # the timeout once, not the hook's 60 s; then never again (a wait for rank 1 would cost the timeout):
+        # bounds the rule sets, not a guess at how quickly a busy machine answers
+        assert timeout_s <= seconds[1] < 60
+        assert max(seconds[2], seconds[3], seconds[4], final.seconds) < timeout_s  # not waited for again
         assert sorted(final.results) == ["workers/rank0", "workers/rank2"]
     finally:
         ray.shutdown()

@@ -112,6 +112,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("ending, reason", [
     ("time.sleep(60)", "signal"),
     ("raise KeyboardInterrupt", "exit"),
@@ -340,25 +341,39 @@ def test_timing_records_cover_steps_and_every_region_with_nesting(test_backends,
         assert step["start_ns"] <= region["start_ns"] <= region["end_ns"] <= step["end_ns"]
 
 
+@pytest.mark.timing
 def test_a_hook_running_past_the_watchdog_limit_is_reported_while_training_waits(test_backends, save_path, monkeypatch):
-    pytest.importorskip("rlprof.runtime.watchdog", reason="the hook watchdog (rlprof.runtime.watchdog, issue 13) is not in this tree yet")
-    import time
+    """The hook stays stuck until the watchdog's report has been recorded (an event, not a sleep that a busy
+    machine might outlast before the watchdog's thread runs)."""
+    import threading
+
+    from rlprof.runtime.session import ProcessSession
 
     monkeypatch.setenv("RLPROF_HOOK_TIMEOUT_S", "0.2")
+    reported = threading.Event()
+    timed_out = ProcessSession._timed_out
+
+    def and_tell(self, *args):
+        timed_out(self, *args)
+        reported.set()
+
+    monkeypatch.setattr(ProcessSession, "_timed_out", and_tell)
 
     class Slow:
         @rlprof.hookimpl
         def start_step(self, ctx):
-            time.sleep(1.0)
+            reported.wait(120)
 
     prof = rlprof.Profiler(None, roles=("actor",), backends={"slow": Slow()}, overrides=[
         "global_profiler.tool=slow", f"global_profiler.save_path={save_path}", "global_profiler.steps=[1]",
         "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true"])
     prof.start_step(1)
+    assert reported.is_set()  # the hook returned because it had been reported, not after 120 s
     prof.step_boundary()
     prof.finalize()
     [timeout] = [r for r in read_records([save_path]) if r["type"] == "error" and r["kind"] == "timeout"]
-    assert (timeout["backend"], timeout["hook"]) == ("slow", "start_step") and "time.sleep" in timeout["stack"]
+    assert (timeout["backend"], timeout["hook"]) == ("slow", "start_step") and "reported.wait" in timeout["stack"]
+    assert timeout["elapsed_s"] >= 0.2
 
 
 def test_a_backend_raising_between_sampled_iterations_is_released_and_the_others_go_on(test_backends, save_path):

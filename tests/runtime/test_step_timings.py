@@ -38,6 +38,7 @@ def lines(prof, kind="step"):
     return [r for r in read_step_metrics(path) if r.kind == kind]
 
 
+@pytest.mark.timing
 def test_every_step_profiled_or_not_has_its_regions_figures(test_backends, save_path):
     prof = make(save_path, "global_profiler.steps=[2]")
     train(prof, 4, between=True)
@@ -119,33 +120,46 @@ def test_a_sink_that_raises_costs_its_calls_not_the_training(test_backends, save
     assert [r.step for r in lines(prof)] == [1, 2, 3]
 
 
+@pytest.mark.timing
 def test_timings_leave_the_training_thread_without_waiting_for_the_sink(test_backends, save_path, monkeypatch):
-    """A sink that takes a second per batch does not make a region take longer."""
+    """A sink that never returns until told does not hold up the training: step 2's regions and boundary
+    finish while the flusher is still inside the sink with step 1's batch. Events, not durations: the sink
+    says when it is entered and waits for the test's release (before, the test timed 200 regions beside a
+    1 s sink and needed the machine to keep up)."""
+    import threading
+
     from rlprof.runtime import step_book
 
-    slow = step_book.ProcessSink.send
+    entered, release = threading.Event(), threading.Event()
+    send = step_book.ProcessSink.send
 
-    def send(self, batch):
-        time.sleep(1.0)
-        slow(self, batch)
+    def blocked(self, batch):
+        entered.set()
+        release.wait(120)
+        send(self, batch)
 
-    monkeypatch.setattr(step_book.ProcessSink, "send", send)
+    monkeypatch.setattr(step_book.ProcessSink, "send", blocked)
     prof = make(save_path)
-    prof.start_step(1)
-    began = time.perf_counter()
-    for _ in range(200):
+    try:
+        prof.start_step(1)
         with prof.role("actor", "update"):
             pass
-    spent = time.perf_counter() - began
-    prof.step_boundary()
-    time.sleep(0.2)  # the flusher is now inside the slow sink
-    began = time.perf_counter()
-    prof.start_step(2)
-    for _ in range(200):
-        with prof.role("actor", "update"):
-            pass
-    prof.step_boundary()
-    assert time.perf_counter() - began < 0.5 + spent
+        prof.step_boundary()
+        assert entered.wait(60), "the flusher never took step 1's batch to the sink"
+
+        def step_two():
+            prof.start_step(2)
+            for _ in range(200):
+                with prof.role("actor", "update"):
+                    pass
+            prof.step_boundary()
+
+        training = threading.Thread(target=step_two)
+        training.start()
+        training.join(60)  # only a training thread stuck behind the sink runs into this bound
+        assert not training.is_alive() and not release.is_set(), "step 2 waited for the sink"
+    finally:
+        release.set()
     prof.finalize()
     assert [r.step for r in lines(prof)] == [1, 2]
 

@@ -68,6 +68,7 @@ def test_every_mistake_inside_a_trigger_is_named_at_once(tmp_path):
         assert key in said, said
 
 
+@pytest.mark.timing
 def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captures_and_cooldown():
     decider = Decider(Path("/nonexistent"), Trigger(slow_step=1.5, window=4, max_captures=2, cooldown_steps=3),
                       answers=False)
@@ -84,6 +85,7 @@ def test_slow_step_fires_on_a_step_past_the_factor_and_says_why_within_max_captu
     assert fired[7] == "triggered: step 6 took 1.9\u00d7 the median (1.05 s) of steps 2\u20135"
 
 
+@pytest.mark.timing
 def test_the_steps_just_after_a_capture_neither_fire_slow_step_nor_count_in_its_median():
     """A capture's trace is written in the background beside the next steps: a demo run whose requested
     capture of step 5 slowed step 7 to 1.6x fired the trigger before the slowdown it was waiting for."""
@@ -94,6 +96,7 @@ def test_the_steps_just_after_a_capture_neither_fire_slow_step_nor_count_in_its_
     assert "of steps 3–8" in grants[9].reason  # 5, 6 and 7 are not in the median's window
 
 
+@pytest.mark.timing
 def test_late_rank_fires_when_a_rank_enters_later_than_the_fraction_of_the_median():
     def figures(step, late_by):
         region = RegionFigures("actor", "actor_update", {0: 1.0, 1: 1.0}, {0: 0.0, 1: late_by}, 1.0, 0, 1.0, 0.0,
@@ -106,8 +109,12 @@ def test_late_rank_fires_when_a_rank_enters_later_than_the_fraction_of_the_media
     assert grant.steps == (5,) and grant.reason.startswith("triggered: rank 1 entered actor_update of step 4 0.5 s")
 
 
-def _train(prof: rlprof.Profiler, steps: int, seconds: float, started: dict | None = None) -> None:
+def _train(prof: rlprof.Profiler, steps: int, seconds: float, started: dict | None = None,
+           stop: threading.Event | None = None) -> None:
+    """``steps`` steps of ``seconds`` each, or, with ``stop``, steps until it is set (``steps`` at most)."""
     for step in range(1, steps + 1):
+        if stop is not None and stop.is_set():
+            break
         if started is not None:
             started[prof.run.rank] = step
         prof.start_step(step)
@@ -117,27 +124,42 @@ def _train(prof: rlprof.Profiler, steps: int, seconds: float, started: dict | No
     prof.finalize()
 
 
+def _until(condition, what: str) -> None:
+    """Waits for ``condition()`` (the bound, 120 s, only ends a test that is failing anyway)."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.timing
 def test_rlprof_capture_makes_every_rank_of_a_plain_run_capture_the_same_step_and_says_why(tmp_path, capsys):
     """Two ranks without a driver, nothing planned: `rlprof capture SAVE_PATH` while they train; rank 0 answers
-    (two steps on), rank 1 reads the answer; exactly that step is captured on both, its reason the request."""
+    (two steps on), rank 1 reads the answer; exactly that step is captured on both, its reason the request.
+    The ranks train until both are past the granted step (before: 30 steps, which a busy machine could end
+    before the request was read)."""
     recorders = [RecordingBackend(), RecordingBackend()]
     profs = [rlprof.Profiler(_config(tmp_path), rank=r, world_size=2, run_id="asked", backends={"rec": recorders[r]})
              for r in range(2)]
     assert not any(p.active for p in profs) and all(p.plan.armed == ("actor",) for p in profs)
     started: dict[int, int] = {}
-    threads = [threading.Thread(target=_train, args=(p, 30, 0.05, started)) for p in profs]
+    stop = threading.Event()
+    threads = [threading.Thread(target=_train, args=(p, 100_000, 0.01, started, stop)) for p in profs]
     for t in threads:
         t.start()
-    while started.get(0, 0) < 3:
-        time.sleep(0.01)
-    status = capture_main([str(tmp_path)])
-    for t in threads:
-        t.join()
-    out = capsys.readouterr().out
-    assert status == 0, out
-    [answer] = (tmp_path / "asked" / REQUESTS).glob("r*.answer.json")
-    granted = json.loads(answer.read_text())
-    [step] = granted["steps"]
+    try:
+        _until(lambda: started.get(0, 0) >= 3, "rank 0's step 3")
+        status = capture_main([str(tmp_path)])
+        out = capsys.readouterr().out
+        assert status == 0, out
+        [answer] = (tmp_path / "asked" / REQUESTS).glob("r*.answer.json")
+        granted = json.loads(answer.read_text())
+        [step] = granted["steps"]
+        _until(lambda: min(started.get(0, 0), started.get(1, 0)) > step + 1, f"both ranks past step {step}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
     assert f"will capture step {step} on every selected process (request {granted['id']}" in out
     captures = _captures(tmp_path / "asked")
     assert sorted((c["rank"], c["step"]) for c in captures) == [(0, step), (1, step)]
@@ -153,18 +175,28 @@ def test_on_demand_false_writes_nothing_and_rlprof_capture_finds_no_run(tmp_path
     assert "no running armed run" in capsys.readouterr().err
 
 
-def test_a_slow_step_of_a_one_process_run_captures_the_next_step(tmp_path):
+@pytest.mark.timing
+def test_a_slow_step_of_a_one_process_run_captures_the_next_step(tmp_path, monkeypatch):
+    """Step 5 takes 12x the others, on the suite's fake clock (tests/fake_clock.py): the Profiler's own step
+    times, which the trigger reads, are exact, so no other step can pass 3x on a busy machine."""
+    from fake_clock import FakeClock  # tests/fake_clock.py
+    from rlprof.runtime import profiler as profiler_module
+    from rlprof.runtime.session import ProcessSession
+
+    clock = FakeClock()
+    monkeypatch.setattr(profiler_module, "_now", clock)
+    monkeypatch.setattr(ProcessSession, "clock_ns", clock)
     recorder = RecordingBackend()
     prof = rlprof.Profiler(_config(tmp_path, trigger={"slow_step": 3, "window": 3}), run_id="slow",
                            backends={"rec": recorder})
     for step in range(1, 9):
         prof.start_step(step)
         with prof.role("actor", "update"):
-            time.sleep(0.6 if step == 5 else 0.05)
+            clock.advance_ms(600 if step == 5 else 50)
         prof.step_boundary()
     prof.finalize()
     [capture] = _captures(tmp_path / "slow")
-    assert capture["step"] == 6 and capture["reason"].startswith("triggered: step 5 took ")
+    assert capture["step"] == 6 and capture["reason"] == "triggered: step 5 took 12.0\u00d7 the median (0.05 s) of steps 2\u20134"
 
 
 def test_rlprof_check_says_when_a_run_is_armed_explains_the_trigger_and_refuses_bad_values(capsys):

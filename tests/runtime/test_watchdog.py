@@ -24,30 +24,31 @@ class Reports:
         self.arrived.set()
 
 
-def a_backend_hook_that_hangs(seconds):
-    time.sleep(seconds)
+def a_backend_hook_that_hangs(reports):
+    reports.arrived.wait(120)  # stuck until the watchdog has reported it (or, if it never does, long past the limit)
 
 
+@pytest.mark.timing
 def test_hook_sleeping_past_limit_is_reported_within_the_limit():
-    """The one real-time smoke test: the watchdog's own thread and clock report a hook that sleeps."""
+    """The one real-time smoke test: the watchdog's own thread and clock report a hook stuck past its limit,
+    while it is still stuck and never before the limit. The hook is stuck until the report arrives, so nothing
+    here depends on how soon a busy machine runs the watchdog's thread (how late it may be, two ticks, is
+    tested below on a fake clock)."""
     reports = Reports()
     watchdog = HookWatchdog(0.5, reports)
     try:
         start = time.monotonic()
         with watchdog.watch("slowpoke", "stop_role", 3):
-            a_backend_hook_that_hangs(1.2)
+            a_backend_hook_that_hangs(reports)
         finished = time.monotonic()
     finally:
         watchdog.close()
-    assert len(reports.items) == 1  # once per call, although it stayed past the limit for long
+    assert len(reports.items) == 1  # once per call
     backend, hook, rank, elapsed, stack = reports.items[0]
     assert (backend, hook, rank) == ("slowpoke", "stop_role", 3)
-    # two ticks (0.1 s each) at most after the limit; the rest is slack for a busy host
-    assert 0.5 <= elapsed < 1.0
-    assert 0.5 <= reports.times[0] - start < 1.0  # reported while the hook was still stuck...
-    assert reports.times[0] < finished  # ...not after it returned
-    assert finished - start >= 1.2  # and training waited for the hook
-    assert "a_backend_hook_that_hangs" in stack and "time.sleep(seconds)" in stack
+    assert elapsed >= 0.5 and reports.times[0] - start >= 0.5  # never before the limit
+    assert reports.times[0] <= finished  # reported while the hook was still stuck, the caller waiting
+    assert "a_backend_hook_that_hangs" in stack and "reports.arrived.wait(120)" in stack
     assert "test_hook_sleeping_past_limit_is_reported_within_the_limit" in stack
     assert stack.index("test_hook_sleeping") < stack.index("a_backend_hook_that_hangs")  # most recent last
 

@@ -25,6 +25,7 @@ import pytest
 
 from rlprof.manifest import artifacts
 from rlprof.testing.downloads import cache_dir
+from tiers import heavy  # tests/tiers.py
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +72,7 @@ def pip(python: str | Path, *args: str) -> None:
 @pytest.fixture(scope="module")
 def template_venv(tmp_path_factory, heavy_site) -> Path:
     """A plain venv with rlprof and rlprof-walltime pip-installed from copies of this checkout."""
+    heavy('a virtualenv')
     base = tmp_path_factory.mktemp("template")
     core = base / "src" / "rlprof"
     core.mkdir(parents=True)

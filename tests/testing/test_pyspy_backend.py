@@ -16,6 +16,7 @@ import pytest
 
 from rlprof.analysis.report import build_reports, verdict
 from rlprof.testing.conformance import SCENARIOS, Conformance, check_backend
+from tiers import heavy  # tests/tiers.py
 
 REGION_S = 0.3
 """Long enough for py-spy to attach and take samples in every region."""
@@ -94,6 +95,7 @@ def test_without_py_spy_every_capture_is_skipped_with_the_reason_and_nothing_is_
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["e2e", "discrete"])
 def test_rlprof_demo_on_ray_with_pyspy_ends_with_verdict_ok_and_pyspy_hints(pyspy_backend, tmp_path, mode):
+    heavy('an rlprof demo')
     pytest.importorskip("ray")
     save = tmp_path / "demo"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pyspy_backend), os.environ.get("PYTHONPATH", "")])}

@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +37,10 @@ from rlprof.integrations.nodes import ManifestBatch, pinned
 from rlprof.layout import new_file, rows_path, shipped_rows_path
 from rlprof.manifest import WRITTEN, short_node
 from rlprof.priority import SPAWN
+from rlprof.priority import command as lowered
 
 log = logging.getLogger("rlprof")
 
-_LOW_BREAKDOWN = "import sys; from rlprof.priority import lowest; lowest(); from rlprof.cli import main; sys.exit(main(sys.argv[1:]))"
-"""The child lowers itself to the lowest priority (:mod:`rlprof.priority`; ``preexec_fn`` is unsafe in a
-process with threads, as a Ray worker is)."""
 CHILD_LIMIT_S = 600.0
 """The longest one node's ``rlprof breakdown`` runs (it is off the training's path; ``finalize`` waits
 for it only the controller's ``timeout_s``)."""
@@ -52,7 +49,7 @@ for it only the controller's ``timeout_s``)."""
 def analyse_here(paths: list[str], timeout_s: float) -> dict[str, bytes | str]:
     """On the node that holds ``paths`` (a Ray task): ``rlprof breakdown`` over them in a child process,
     at most ``timeout_s``; for each path the bytes of its rows file, or the reason it has none (one line)."""
-    command = [sys.executable, "-c", _LOW_BREAKDOWN, "breakdown", "--json", "--workers", "1", *paths]
+    command = lowered("rlprof.cli", "breakdown", "--json", "--workers", "1", *paths)  # rlprof.priority
     try:
         proc = subprocess.run(command, capture_output=True, timeout=timeout_s, **SPAWN)
     except subprocess.TimeoutExpired:

@@ -34,12 +34,12 @@ import logging
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
 
 from rlprof.priority import SPAWN
+from rlprof.priority import command as lowered
 
 log = logging.getLogger("rlprof")
 
@@ -146,7 +146,7 @@ class SplitAnalyser:
 def analyse(path: str, roles: tuple[str, ...], steps: tuple[int, ...] = ()) -> dict[int, dict[tuple[str, str], dict]]:
     """Step -> (role, region) -> figures of the trace at ``path``, from :data:`MODULE` in a child process;
     empty when it is no trace or failed (said in one log line)."""
-    command = [sys.executable, "-m", MODULE, path, "--roles", ",".join(roles), "--steps", ",".join(map(str, steps))]
+    command = lowered(MODULE, path, "--roles", ",".join(roles), "--steps", ",".join(map(str, steps)))
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=ANALYSIS_TIMEOUT_S,
                               stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **SPAWN)

@@ -12,7 +12,9 @@ process's own :class:`~rlprof.runtime.step_book.StepBook` (figures, the file, th
 (:mod:`rlprof.integrations.step_mailbox`) the run's mailbox actor, which the driver reads. Taking is
 ``len`` then ``del lst[:n]``, both atomic under the interpreter lock, so the training thread never takes
 a lock and an append that races the flusher stays for the next batch. A sink that raises loses that
-batch (logged once), never the training. ``Profiler.finalize`` sends what is left, marked ``final``.
+batch (logged once), never the training. ``Profiler.finalize`` sends what is left, marked ``final``, after
+any batch the flusher is still sending (at most :data:`FINAL_WAIT_S`): the final batch is the last one a
+sink gets (a final batch that overtook the flusher's wrote step 2's line before step 1's).
 
 The times are ``time.time_ns()``: the wall clock every process of a host shares (across hosts, as well as
 NTP keeps them), since a driver that never told a worker its step gives the worker's regions to steps by
@@ -37,6 +39,9 @@ within this (plus the transport) after it closed, well before verl's trainer log
 HEARTBEAT_S = 0.5
 """A process that timed nothing new still sends an empty batch this often, so its driver knows it has
 passed the steps that ended meanwhile (a rank with no region in a step is not waited for forever)."""
+FINAL_WAIT_S = 5.0
+"""How long ``finalize``'s last batch waits for one the flusher is still sending (a sink that hangs costs
+the end of training this, never more)."""
 
 
 @dataclass
@@ -74,7 +79,7 @@ class RegionTimes:
     thread only, taken by the flusher only (see the module doc)."""
 
     __slots__ = ("done", "windows", "splits", "run_id", "process", "rank", "sink", "outlives", "_last_sent", "_closed",
-                 "__weakref__")
+                 "sending", "__weakref__")
 
     def __init__(self, run_id: str, process: str, rank: int, sink: Sink):
         self.done: list[tuple[str, str, int, int]] = []
@@ -91,6 +96,8 @@ class RegionTimes:
         then sends what is left without ``final``, and its regions stay timed."""
         self._last_sent = 0.0
         self._closed = False
+        self.sending = threading.Lock()
+        """Held while a batch is taken and sent (the flusher's thread or ``flush``): batches reach the sink in order."""
 
     def take(self, final: bool = False, now: Callable[[], float] = time.monotonic) -> Batch | None:
         """What was timed since the last call, as a batch; None when nothing was and no heartbeat is due."""
@@ -120,9 +127,14 @@ class RegionTimes:
         if final:
             self._closed = True
             FLUSHER.forget(self)
-        batch = self.take(final=final)
-        if batch is not None:
-            _send(self, batch)
+        held = self.sending.acquire(timeout=FINAL_WAIT_S)  # after a batch the flusher is still sending
+        try:
+            batch = self.take(final=final)
+            if batch is not None:
+                _send(self, batch)
+        finally:
+            if held:
+                self.sending.release()
 
 
 def _send(times: RegionTimes, batch: Batch) -> None:
@@ -166,12 +178,15 @@ class Flusher:
             with self._lock:
                 members = list(self._members)
             for times in members:
-                try:
-                    batch = times.take()
-                except Exception:  # never kill the thread
-                    continue
-                if batch is not None:
-                    _send(times, batch)
+                with times.sending:
+                    if times._closed:  # its final batch went (flush): nothing may follow it
+                        continue
+                    try:
+                        batch = times.take()
+                    except Exception:  # never kill the thread
+                        continue
+                    if batch is not None:
+                        _send(times, batch)
 
 
 FLUSHER = Flusher()

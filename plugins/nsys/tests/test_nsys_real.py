@@ -27,6 +27,7 @@ from rlprof.manifest import read_records
 from rlprof_nsys.launch import command_options, worker_nsight_options
 from rlprof_nsys.nvtx_summary import nvtx_ranges
 from rlprof_nsys.options import validate
+from tiers import heavy  # tests/tiers.py
 
 NSYS = shutil.which("nsys")
 pytestmark = pytest.mark.skipif(NSYS is None, reason="nsys (Nsight Systems CLI) is not on PATH: run scripts/install-nsys.sh as root")
@@ -187,7 +188,9 @@ def reports_by_process(run_dir: Path, records: list[dict]) -> dict[int, list[dic
     return by_rank
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_on_the_selected_rank(tmp_path):
+    heavy('an rlprof demo')
     run_dir, records, output = run_demo(tmp_path, "--ranks", "1", "--steps", "1,2")
     by_rank = reports_by_process(run_dir, records)
     assert set(by_rank) == {1}  # rank 0 is not selected: it runs without nsys
@@ -202,7 +205,9 @@ def test_demo_end_to_end_on_the_selected_rank(tmp_path):
     assert report.stdout.count("NVTX rlprof:actor_update") == 2
 
 
+@pytest.mark.slow
 def test_demo_discrete_one_report_per_role_region(tmp_path):
+    heavy('an rlprof demo')
     run_dir, records, _ = run_demo(tmp_path, "--discrete", "--steps", "2", "--train-steps", "2")
     by_rank = reports_by_process(run_dir, records)
     expected = {r["rank"]: r["expected_captures"] for r in records if r.get("type") == "process"}
@@ -223,6 +228,7 @@ def test_demo_on_two_simulated_nodes_every_report_reaches_the_controllers_layout
     # nsight folder of that node. The demo ends its workers, the controller's after-exit step relocates
     # the reports on each node, and gather: traces streams them to the controller's save path: no
     # `rlprof relocate`, no copying by hand
+    heavy('an rlprof demo')
     save = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "rlprof.cli", "demo", "--tool", "nsys", "--workers", "2", "--nodes", "2",
                            "--save-path", str(save), "global_profiler.gather=traces", "global_profiler.gather_delete_local=true",

@@ -80,6 +80,7 @@ def test_the_step_does_not_wait_for_compression(make_config, held_writer):
     assert record["state"] == "written" and record["size"] == final.stat().st_size > 0
 
 
+@pytest.mark.timing
 def test_finalize_waits_up_to_its_limit_and_says_what_it_left_unfinished(make_config, held_writer, monkeypatch):
     release, _ = held_writer
     monkeypatch.setenv(writer.WAIT_ENV, "0.2")
@@ -164,6 +165,7 @@ KILLED_MID_EXPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timing
 def test_a_process_killed_mid_export_leaves_no_broken_trace_and_the_report_names_the_cut(make_config, tmp_path, capsys):
     ready = tmp_path / "ready"
     child = subprocess.Popen([sys.executable, "-c", KILLED_MID_EXPORT, json.dumps(make_config(steps=(1,))), str(ready)],

@@ -76,6 +76,7 @@ class Ticker:
         self._thread.join()
 
 
+@pytest.mark.timing
 def test_other_threads_run_while_a_capture_stops_saves_and_frees(fast_path, tmp_path):
     """The GIL is given up for the stop, the save and the free: with thread switches on demand only (a
     switch interval of 100 s), a thread that sleeps 1 ms at a time wakes up during each of them. With the

@@ -54,7 +54,10 @@ TRACKER_WAIT_S = 1.0
 Where the machine keeps up the wait is what the last batch takes to come (4-45 ms a step in verl's CPU run);
 the bound matters only for a worker that falls behind (a loaded 2-core CI machine once delivered a step's
 ``actor_update`` after a 0.2 s bound, so the logger's line lacked it): 1 s of the trainer's time at most, on
-such a step only."""
+such a step only. ``RLPROF_TRACKER_WAIT_S`` sets another bound (:func:`tracker_wait_s`)."""
+TRACKER_WAIT_ENV = "RLPROF_TRACKER_WAIT_S"
+"""The environment variable that sets the logger's wait: a run that must log every figure of every step (the
+suite's real verl runs set it far above any wait, so a line lacks nothing however loaded the machine is)."""
 FINISH_WAIT_S = 30.0
 """The longest the end of ``fit`` waits for the last steps' timings and the last profiled steps' splits (each
 worker analyses its traces once written: seconds for a large trace) before writing them; it ends as soon as
@@ -67,6 +70,14 @@ ROLE_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_
 
 ACTIVE: "TrainerMetrics | None" = None
 """This process's trainer's step metrics while its ``fit`` runs (what a trigger reads), else None."""
+
+
+def tracker_wait_s() -> float:
+    """The bound on the logger's wait: ``RLPROF_TRACKER_WAIT_S``, else :data:`TRACKER_WAIT_S` (a bad value is
+    said once and the default used: the trainer's logging never fails because of rlprof)."""
+    from rlprof.env_seconds import seconds_or_default
+
+    return seconds_or_default(TRACKER_WAIT_ENV, TRACKER_WAIT_S, "a number of seconds >= 0", minimum=0.0)
 
 
 def timed(config: Any) -> bool:
@@ -94,6 +105,7 @@ class TrainerMetrics:
         self.collector = collector
         self.waited_s: list[float] = []
         """How long each ``Tracking.log`` waited for the step's timings (the last 1000)."""
+        self.wait_s = tracker_wait_s()
 
     @classmethod
     def open(cls, config: Any, run_dir: Path, run_id: str) -> "TrainerMetrics | None":
@@ -117,7 +129,7 @@ class TrainerMetrics:
         """``data`` with the ``rlprof/`` figures of ``step`` added (a new dict; ``data`` when there are none)."""
         try:
             began = time.monotonic()
-            extra = self.book.for_tracker(int(step), wait_s=TRACKER_WAIT_S)
+            extra = self.book.for_tracker(int(step), wait_s=self.wait_s)
             self.waited_s = [*self.waited_s[-999:], time.monotonic() - began]
         except Exception as exc:  # the trainer's own logging must never fail because of rlprof
             log.debug("rlprof: no step metrics for step %s: %s: %s", step, type(exc).__name__, exc)
