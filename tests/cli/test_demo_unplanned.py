@@ -61,6 +61,6 @@ def test_the_end_of_the_armed_run_says_what_it_captured_and_why(armed_demo):
     run that captured nothing ended "ok; mode ?; tools ?"), in the demo's output and the run's ``armed`` record."""
     [armed] = armed_demo["run"]["armed"]
     assert sorted(s for c in armed["captured"] for s in c["steps"]) == sorted(_captured(armed_demo["run"]))
-    assert armed["outcome"].startswith("captured ") and armed["steps"] == TRAIN_STEPS
+    assert armed["outcome"].startswith("captured ") and armed["steps"] == armed_demo["train_steps"]
     assert f"rlprof: the armed run ended: {armed['outcome']}" in armed_demo["output"]
     assert (armed["tools"], armed["mode"]) == (["torch"], "e2e")
