@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"^python -m pip install (-r examples/verl-cpu/requirements\.txt[^\n]*)$", re.M)
+LINE = re.compile(r"^\.venv/bin/python -m pip install (-r examples/verl-cpu/requirements\.txt[^\n]*)$", re.M)
 DOCS = ("examples/verl-cpu/README.md", "docs/verl.md")
 
 

@@ -6,8 +6,12 @@ The README starts rlprof as ``.venv/bin/rlprof``; a hint that says bare ``rlprof
 - started as a path (``.venv/bin/rlprof``, ``/opt/x/bin/rlprof``): that path as typed, or bare ``rlprof``
   when ``rlprof`` on PATH is that same file;
 - started with ``python -m rlprof`` (or ``-m rlprof.cli``): the same interpreter and module;
-- anything else (rlprof's functions called from a test or a notebook): bare ``rlprof`` when it is on PATH,
-  else ``<this python> -m rlprof``.
+- anything else (rlprof's functions called from a test or a notebook, ``python -m rlprof.verl``): bare
+  ``rlprof`` when it is on PATH, else ``<this python> -m rlprof``.
+
+A launcher that starts rlprof with another PATH than its user's shell (``examples/verl-cpu/run.py`` puts its
+interpreter's directory first, for Ray's nsight plugin) would make the last rule answer for a PATH the user
+does not have: it sets :data:`COMMAND_VARIABLE` to the command as the user's shell runs it, which wins.
 """
 
 from __future__ import annotations
@@ -19,10 +23,16 @@ import sys
 from pathlib import Path
 
 NAME = "rlprof"
+COMMAND_VARIABLE = "RLPROF_COMMAND"
+"""Set by a launcher that changed PATH for its children: how its user's shell starts rlprof (shell words)."""
 
 
 def rlprof_command(argv0: str | None = None) -> str:
-    """The shell words that start rlprof the way this process was started (``sys.argv[0]`` unless given)."""
+    """The shell words that start rlprof the way this process was started (``sys.argv[0]`` unless given), or
+    what the launcher that started it said (:data:`COMMAND_VARIABLE`)."""
+    said = os.environ.get(COMMAND_VARIABLE, "").strip()
+    if said:
+        return said
     typed = sys.argv[0] if argv0 is None else argv0
     path = Path(typed)
     if path.name == "__main__.py" and path.parent.name == NAME:  # python -m rlprof

@@ -167,9 +167,13 @@ def syncs(events: list[dict]) -> list[dict]:
     return out
 
 
-def summary(out: str) -> list[str]:
-    """What ``run.py --async`` prints after the run (from OUT/verl.log and OUT/hf_server_events.jsonl)."""
+def summary(out: str, rc: int = 0) -> list[str]:
+    """What ``run.py --async`` prints after the run (from OUT/verl.log and OUT/hf_server_events.jsonl); ``rc``:
+    verl's exit status (a run that failed is said to have, not blamed on the replica)."""
     events = server_events(os.path.join(out, EVENTS_FILE))
+    if not events and rc != 0:
+        return [f"[verl-cpu] overlap: none: verl exited with status {rc} before the replica generated "
+                f"(verl's output: {os.path.join(out, LOG_FILE)})"]
     if not events:
         return ["[verl-cpu] overlap: the replica recorded nothing"]
     with open(os.path.join(out, LOG_FILE)) as f:
@@ -203,6 +207,6 @@ def run(cmd: list[str], env: dict, out: str) -> int:
             sys.stdout.write(line)
             keep.write(line)
         rc = proc.wait()
-    for line in summary(out):
+    for line in summary(out, rc):
         print(line, flush=True)
     return rc

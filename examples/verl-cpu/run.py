@@ -13,7 +13,12 @@ GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop r
              resources, weights through the gloo checkpoint engine, --steps parameter versions
 --nsys       with --rlprof: Nsight Systems on this CPU, workers under ``nsys profile`` with rlprof's NVTX
              capture windows (see ``nsys_overrides``; add ``global_profiler.steps`` and the capture-range-end)
-Extra arguments are hydra overrides appended last (they win). The exit status is verl's.
+Extra arguments are hydra overrides appended last (they win). The exit status is verl's; 2 when the run
+cannot start here (an interpreter without verl's packages, a RAY_TMPDIR too long for Ray's sockets).
+
+Ray's temp dir is DIR/ray, unless Ray's sockets under it would pass the 107-byte limit of a Unix socket
+path (a DIR longer than about 35 characters): then it is a short directory under /tmp, and DIR/ray a link
+to it (see :func:`ray_temp_dir`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,16 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NEEDED = ("verl", "tokenizers", "ray", "torch", "transfer_queue")
+"""What the trainer imports that a bare system python lacks: checked before anything is built."""
+SOCKET_PATH_LIMIT = 107
+"""The longest Unix socket path Ray accepts on Linux (108 bytes with the closing NUL)."""
+LONGEST_RAY_SOCKET = os.path.join("ray", "session_2026-01-01_00-00-00_000000_4194304", "sockets", "plasma_store.99")
+"""The longest socket path Ray makes under its temp dir: ``ray/session_<date>_<pid>/sockets/plasma_store[.N]``."""
 
 
 def overrides(assets: dict, out: str, steps: int, critic: bool) -> list[str]:
@@ -139,8 +151,65 @@ def nsys_overrides() -> list[str]:
     return ov
 
 
+def missing_packages() -> list[str]:
+    """The modules of :data:`NEEDED` this interpreter cannot import (found without importing them)."""
+    import importlib.util
+
+    return [name for name in NEEDED if importlib.util.find_spec(name) is None]
+
+
+def fits_ray_sockets(temp_dir: str) -> bool:
+    """Whether Ray's sockets under ``temp_dir`` (``RAY_TMPDIR``) stay within :data:`SOCKET_PATH_LIMIT`."""
+    return len(os.path.join(temp_dir, LONGEST_RAY_SOCKET).encode()) <= SOCKET_PATH_LIMIT
+
+
+class CannotStart(Exception):
+    """The run cannot start as asked; the message says why and what to do (exit status 2)."""
+
+
+def ray_temp_dir(out: str, env: dict) -> str:
+    """Ray's temp dir for this run: ``RAY_TMPDIR`` when the caller set one (refused when too long for Ray's
+    sockets), else ``OUT/ray``, else (OUT too long) a new short directory under /tmp with ``OUT/ray`` a link
+    to it, so Ray's files are still found under OUT."""
+    given = env.get("RAY_TMPDIR")
+    if given:
+        if not fits_ray_sockets(given):
+            raise CannotStart(f"RAY_TMPDIR={given} is too long: Ray's sockets under it "
+                              f"({os.path.join(given, LONGEST_RAY_SOCKET)}) would pass the {SOCKET_PATH_LIMIT}-byte limit of a "
+                              f"Unix socket path; set a shorter RAY_TMPDIR, or unset it")
+        return given
+    inside = os.path.join(out, "ray")
+    if fits_ray_sockets(inside):
+        return inside
+    base = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+    if not fits_ray_sockets(os.path.join(base, "ray-xxxxxxxx")):
+        raise CannotStart(f"neither {inside} nor a directory under {base} is short enough for Ray's sockets "
+                          f"({SOCKET_PATH_LIMIT}-byte limit of a Unix socket path); set RAY_TMPDIR to a short directory")
+    short = tempfile.mkdtemp(prefix="ray-", dir=base)
+    if os.path.islink(inside):
+        os.unlink(inside)  # the link an earlier run left (its directory may be gone)
+    if not os.path.lexists(inside):
+        os.symlink(short, inside)
+    print(f"[verl-cpu] Ray's temp dir: {short} ({inside} would put Ray's sockets past the {SOCKET_PATH_LIMIT}-byte limit "
+          f"of a Unix socket path; {inside} links to it)", flush=True)
+    return short
+
+
+def rlprof_command() -> str | None:
+    """How this user's shell starts rlprof, worked out here, before :func:`environment` changes PATH for the
+    trainer (so the run's closing ``read it: ...`` line runs when pasted); None without rlprof."""
+    try:
+        from rlprof.invocation import rlprof_command as command
+    except ImportError:
+        return None
+    return command(sys.argv[0])
+
+
 def environment(out: str) -> dict:
     env = dict(os.environ)
+    command = rlprof_command()
+    if command:
+        env.setdefault("RLPROF_COMMAND", command)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(
         VERL_USE_EXTERNAL_MODULES="verl_cpu_bridge",
@@ -154,7 +223,7 @@ def environment(out: str) -> dict:
         # Ray's nsight plugin starts a worker as `nsys profile ... python ...`: this interpreter's python
         PATH=os.pathsep.join(p for p in (os.path.dirname(sys.executable), env.get("PATH", "")) if p),
     )
-    env.setdefault("RAY_TMPDIR", os.path.join(out, "ray"))
+    env["RAY_TMPDIR"] = ray_temp_dir(out, env)
     return env
 
 
@@ -169,9 +238,20 @@ def main(argv=None) -> int:
     p.add_argument("--async", dest="fully_async", action="store_true",
                    help="verl's fully async trainer (fully_async.py); --steps counts parameter versions")
     a, extra = p.parse_known_args(argv)
+    missing = missing_packages()
+    if missing:
+        print(f"[verl-cpu] this interpreter ({sys.executable}) cannot import {', '.join(missing)}: run the example with "
+              f"the venv's python that scripts/setup.sh set up, e.g. .venv/bin/python examples/verl-cpu/run.py ...",
+              file=sys.stderr)
+        return 2
 
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
+    try:
+        env = environment(out)
+    except CannotStart as why:
+        print(f"[verl-cpu] {why}", file=sys.stderr)
+        return 2
     assets_dir = os.path.join(out, "assets")
     info_path = os.path.join(assets_dir, "assets.json")
     if a.rebuild or not os.path.exists(info_path):
@@ -190,7 +270,6 @@ def main(argv=None) -> int:
         module, ov = fully_async.MODULE, fully_async.overrides(ov, a.steps)
     cmd = [sys.executable, "-m"] + (["rlprof.verl", module] if a.rlprof else [module])
     cmd += ov + (nsys_overrides() if a.nsys else []) + list(extra)
-    env = environment(out)
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     print("+ " + shlex.join(cmd), flush=True)
     t0 = time.monotonic()

@@ -92,11 +92,11 @@ def test_html_replaces_a_page_only_with_force(page, tmp_path, capsys):
 
 
 def test_html_without_an_output_file_names_one_beside_the_others(tmp_path, capsys, monkeypatch):
-    generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,))
+    run_dir = generate_run(tmp_path / "save", run_id=RUN, ranks=1, steps=(1,))
     monkeypatch.chdir(tmp_path)
     assert main(["save", "--html"]) == 0 and main(["save", "--html"]) == 0
-    assert "wrote report.1.html (report.html exists and is kept" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["report.1.html", "report.html"]
+    assert f"wrote {run_dir}/report.1.html ({run_dir}/report.html exists and is kept" in capsys.readouterr().err
+    assert sorted(p.name for p in run_dir.glob("*.html")) == ["report.1.html", "report.html"]
     with pytest.raises(SystemExit) as exc:
         main(["save", "-o", "x.html"])
     assert exc.value.code == 2 and "add --html" in capsys.readouterr().err

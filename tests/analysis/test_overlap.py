@@ -87,13 +87,32 @@ def test_versions_without_regions_are_named_with_the_reason():
 
 def test_held_by_the_generation_driver_holds_every_replica():
     """A ``rollout_held`` of a process that is neither a trainer rank nor a replica (verl's rollouter)
-    counts in each replica's held time, united with its own."""
+    counts in each replica's held time, united with its own, where the replica is not generating."""
     records = example_records() + [process(0, 30, ["rollout"]), timing("region", 0, 30, 2, 50, 65, HELD)]
     [v] = overlap_of(records).versions
     r0, r1 = v.replicas
-    assert r0.held_ms == 32 and r1.held_ms == 27  # each its own held united with the driver's 50-65
-    assert (r0.other_ms, r1.other_ms) == (10, 8)  # the driver's hold fell where they generated or held anyway
+    assert r0.held_ms == 22 and r1.held_ms == 12  # the driver's 50-65 fell where they generated (35-60, 45-85)
+    assert (r0.other_ms, r1.other_ms) == (10, 8)  # ... or held anyway
     assert sorted(v.trainer.ranks) == [0, 1]  # the driver is no trainer rank
+
+
+def test_a_replicas_row_adds_up_to_its_window_when_the_rollouter_holds_it_while_it_generates():
+    """verl's fully async run showed a replica's row as 45% + 3% + 78% + 22% = 148%: the rollouter held the replica
+    while the replica still generated the requests it had, and each figure was a union of its own. Each instant now
+    counts once, in the first of generating, paused, held; other is the rest."""
+    records = example_records() + [process(0, 30, ["rollout"]), timing("region", 0, 30, 2, 10, 90, HELD)]
+    [v] = overlap_of(records).versions
+    for r in v.replicas:
+        assert r.generating_ms + r.paused_ms + r.held_ms + r.other_ms == v.window_ms
+    r0 = v.replicas[0]  # generates 0-30, 35-60; the rollouter holds 10-90; its own hold 60-82; pauses 82-95
+    assert (r0.generating_ms, r0.paused_ms, r0.held_ms, r0.other_ms) == (55, 13, 27, 5)
+    assert (r0.transport_ms, r0.load_ms, r0.resume_ms) == (4, 4, 5)  # the weight sync split is its whole pause's
+    from rlprof.analysis.report import render
+
+    text = render(build_report("r", records))
+    [row] = [line.split() for line in text.splitlines() if line.split()[:2] == ["2", "0"]]
+    shares = [float(cell.strip("(%)")) for cell in row if cell.startswith("(") and cell.endswith("%)")]
+    assert shares == [55, 13, 27, 5] and sum(shares) == 100
 
 
 def test_a_trainer_rank_timed_in_two_processes_is_one_rank():
@@ -200,8 +219,12 @@ def test_every_figure_is_a_clipped_union_counted_independently(run):
     for side, (key, p) in zip(v.replicas, sorted(replicas.items(), key=lambda i: i[0][2])):
         assert side.replica_rank == key[2]
         assert side.generating_ms == covered(p[GENERATE], window)
-        assert side.paused_ms == covered(p[PAUSE], window)
-        assert side.held_ms == covered(p[HELD], window)
+        # each instant once, in the first of generating, paused, held that covers it
+        assert side.paused_ms == sum(1 for t_ in range(*window) if any(a <= t_ < b for a, b in p[PAUSE])
+                                     and not any(a <= t_ < b for a, b in p[GENERATE]))
+        assert side.held_ms == sum(1 for t_ in range(*window) if any(a <= t_ < b for a, b in p[HELD])
+                                   and not any(a <= t_ < b for a, b in p[GENERATE] + p[PAUSE]))
+        assert side.generating_ms + side.paused_ms + side.held_ms + side.other_ms == window[1] - window[0]
         assert side.load_ms == covered(p[LOAD], window) and side.resume_ms == covered(p[RESUME], window)
         assert side.other_ms == (window[1] - window[0]) - covered(p[GENERATE] + p[PAUSE] + p[HELD], window)
         assert side.transport_ms == sum(1 for t_ in range(*window) if any(a <= t_ < b for a, b in p[PAUSE])
@@ -229,6 +252,8 @@ def test_the_report_shows_the_table_in_text_json_and_html():
     [row] = [line for line in text.splitlines() if line.strip().startswith("2 ") and "mean 0.75" in line]
     assert "12.0 (12%)" in row and "58.0 (97%)" in row  # waited; generated while updating
     assert "versions 1,3 are not shown" in text
+    # the note says what is true: every region is timed every step (the README), its start and end kept on profiled ones
+    assert "until rlprof times every step" not in text and "every version's regions are timed" in text
     facts = json.loads(json.dumps(report_dict(report)))
     [version] = facts["overlap"]["versions"]
     assert version["trainer"]["wait_ms"] == 12 and version["replicas"][1]["transport_ms"] == 5

@@ -179,7 +179,7 @@ def test_missing_step_role_and_unfinalized_process_are_flagged(tmp_path, capsys)
     assert [p.rank for p in report.unfinalized] == [1]
     assert main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "missing: rank 1 (node0 pid 1001): torch wrote nothing for steps 2 x roles actor,rollout,ref" in out
+    assert "missing: rank 1 (node0 pid 1001): torch wrote nothing for step 2 x roles actor,rollout,ref" in out
     assert "not finalized: rank 1 (node0 pid 1001)" in out
     assert "FAILED" in out.splitlines()[0]
     step2 = {s.step: s for s in report.anatomy.steps}[2]
@@ -342,3 +342,29 @@ def test_backend_warnings_and_colocated_warnings_are_shown_and_fail_nothing(tmp_
     assert "warning: rank 0: colocated: colocated Profilers disagree on the tools" in out
     [run] = run_json(capsys, tmp_path)[1]["runs"]
     assert [w["kind"] for w in run["warnings"]] == ["backend", "colocated"]
+
+
+def test_the_reports_words_name_each_process_and_step_as_everywhere_else(tmp_path):
+    """An end-to-end run with a rollout replica, one step captured: the bytes section named the replica's capture
+    ``rank 0 capture ... (rollout)`` where the files section says ``replica 0``, said "discrete captures" of an
+    end-to-end run, and the verdict said "for steps 7"."""
+    run_dir = generate_run(tmp_path, run_id=RUN, ranks=1, steps=(7,), replicas=1, mode="e2e")
+    for manifest in (run_dir / "manifest").glob("*.jsonl"):
+        head = json.loads(manifest.read_text().splitlines()[0])
+        replica = head["pid"] == 2000  # generate_run's replica 0
+        record = {"type": "capture", "run": RUN, "rank": head["rank"], "host": head["host"], "pid": head["pid"],
+                  "capture": "step7.rollout_generate" if replica else "step7", "step": 7, "steps": [7],
+                  "roles": ["rollout"] if replica else ["actor", "ref"], "region": "rollout_generate" if replica else None,
+                  "bytes": 2048 if replica else 4096, "reason": "planned"}
+        with manifest.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+    [report] = build_reports([tmp_path])
+    assert {p.mode for p in report.processes if p.replica_rank is None} == {"e2e"}
+    text = render(report)
+    sizes = text[text.index("bytes written:"):].split("\n\n")[0]
+    assert "  replica 0 capture step7.rollout_generate (rollout): " in sizes
+    assert "  rank 0 capture step7 (actor, ref): " in sizes
+    assert "per process: rank 0 " in sizes and ", replica 0 " in sizes
+    assert "discrete captures" not in text
+    assert " for step 7 on rank 0 and replica 0" in text
+    assert "for steps 7" not in text and "ranks 0 " not in text

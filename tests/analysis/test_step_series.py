@@ -123,6 +123,23 @@ def test_text_and_json_carry_the_same_series(run_dir, capsys):
     assert rows[7].endswith(f"  {CAPTURED[7]}") and re.fullmatch(r" +6( +[\d.]+){3}", rows[6])  # not captured: no mark
 
 
+def test_a_captured_step_is_told_by_one_figure_and_every_other_says_what_it_measures(run_dir, page, capsys):
+    """First day: a captured step showed as 177.9, 86.0 and 128.7 ms in one report, and the HTML chart's spike sat
+    beside an anatomy bar labelled 86.0. The step is told by its driver's figure (the every-step table, the chart,
+    the anatomy's heading and bar label); the anatomy's window and the cost say what they measure beside it."""
+    driver = {r.step: 1e3 * r.metrics["rlprof/step/time_s"] for r in read_step_metrics(run_dir / FILE) if r.kind == "step"}
+    text = page.read_text(encoding="utf-8")
+    chart = {int(step): float(ms) for step, ms in re.findall(r"<title>step (\d+) the whole step: ([\d.]+) ms</title>", text)}
+    bars = {int(step): float(ms) for step, ms in re.findall(r'<text class="step-ms" data-step="(\d+)"[^>]*>([\d.]+) ms', text)}
+    assert sorted(bars) == sorted(CAPTURED) and all(bars[step] == chart[step] for step in bars)  # bar and spike agree
+    assert main([str(run_dir), "--no-traces"]) == 0
+    report = capsys.readouterr().out
+    for step in CAPTURED:
+        assert f"step {step}: {driver[step]:.1f} ms, the driver's step (step_ms above); its processes' own steps " in report
+        assert re.search(rf"  step {step}: [\d.]+ ms \(from opening its captures to the last one written, rlprof step "
+                         rf"records\) against", report)
+
+
 def test_a_run_without_a_metrics_file_says_so_in_one_line(run_dir, tmp_path, capsys):
     old = tmp_path / run_dir.name
     shutil.copytree(run_dir, old)

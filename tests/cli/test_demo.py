@@ -141,7 +141,7 @@ def test_demo_run_reports_every_profiled_step_role_rank(default_demo):
 
 
 DEMO_LINES = [re.compile(p) for p in (
-    r"rlprof demo: \d+ workers? \(actor\+rollout\+ref each\), \d+ GRPO steps; profiling steps [\d,]+ with [\w,]+ "
+    r"rlprof demo: \d+ workers? \(actor\+rollout\+ref each\), \d+ GRPO steps; profiling steps? [\d,]+ with [\w,]+ "
     r"\((end-to-end|discrete)\) into .+",
     r"ray started in [\d.]+ s",
     r"\d+ workers ready in [\d.]+ s",

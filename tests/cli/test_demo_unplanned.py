@@ -53,3 +53,14 @@ def test_slow_step_captures_a_step_after_the_slowdown_naming_the_late_rank_and_s
     assert f"captured because step {first - 1} took " in armed_demo["output"]
     assert re.search(rf"step {first} actor_update: rank 0 waited [\d.]+ ms in all_reduce for rank 1, late by",
                      armed_demo["output"]), armed_demo["output"][-4000:]
+
+
+@pytest.mark.slow
+def test_the_end_of_the_armed_run_says_what_it_captured_and_why(armed_demo):
+    """The controller's decider says at the run's end what the run captured unplanned (issue 46's first day: an armed
+    run that captured nothing ended "ok; mode ?; tools ?"), in the demo's output and the run's ``armed`` record."""
+    [armed] = armed_demo["run"]["armed"]
+    assert sorted(s for c in armed["captured"] for s in c["steps"]) == sorted(_captured(armed_demo["run"]))
+    assert armed["outcome"].startswith("captured ") and armed["steps"] == armed_demo["train_steps"]
+    assert f"rlprof: the armed run ended: {armed['outcome']}" in armed_demo["output"]
+    assert (armed["tools"], armed["mode"]) == (["torch"], "e2e")

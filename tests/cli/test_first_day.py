@@ -9,6 +9,7 @@ longer than the 15 s the issue allowed a refusal), so no busy machine can fail i
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import tempfile
@@ -174,3 +175,30 @@ def test_verl_torch_keys_rlprof_ignores_are_said_when_set(tmp_path):
     assert len(said) == 2 and all("profiler.schedule" in line for line in said), proc.stderr
     quiet, _ = rlprof("check", *base, "actor_rollout_ref.actor.profiler.tool_config.torch.step_start=-1", cwd=tmp_path)
     assert "is ignored" not in quiet.stderr  # verl's default means "not set"
+
+
+ISSUE_CITATION = re.compile(r"\b[Ii]ssues? #?\d")
+"""How the project's own tracker was cited in text a user reads ("(issue 42)"): meaningless to a user."""
+
+
+def test_no_command_help_cites_the_projects_issues(capsys):
+    from rlprof.cli import BUILTIN, main
+
+    for args in (["--help"], *([c.name, "--help"] for c in BUILTIN)):
+        try:
+            main(args)
+        except SystemExit:  # argparse's --help
+            pass
+        said = capsys.readouterr()
+        assert not ISSUE_CITATION.search(said.out + said.err), f"rlprof {' '.join(args)}: {said.out}"
+
+
+def test_no_user_document_cites_the_projects_issues():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    documents = [root / "README.md", *(root / "docs").glob("*.md"), *root.glob("examples/*/README.md"),
+                 *root.glob("plugins/*/README.md")]
+    cited = [f"{d.relative_to(root)}:{n}: {line.strip()}" for d in documents
+             for n, line in enumerate(d.read_text(encoding="utf-8").splitlines(), 1) if ISSUE_CITATION.search(line)]
+    assert not cited, "\n".join(cited)

@@ -78,9 +78,11 @@ def test_python_m_rlprof_runs_rlprof():
 
 
 def test_the_hints_pasted_twice_run_both_times_and_replace_nothing(tmp_path, monkeypatch, capsys):
-    """A new user pastes each "next:" line, then pastes it again (issue 40): both runs succeed, the second
-    writes beside the first (``timeline.1.json``, ``report.1.html``) and says so; the first files are kept."""
-    generate_run(tmp_path / "save", ranks=2, steps=(1, 2), trace_bytes=64)
+    """A new user pastes each "next:" line, then pastes it again: both runs succeed, each writes into the run's
+    directory (not where the user stands), the second beside the first (``timeline.1.json``, ``report.1.html``),
+    and says so with the full path; the first files are kept."""
+    run_dir = generate_run(tmp_path / "save", ranks=2, steps=(1, 2), trace_bytes=64)
+    before = set(run_dir.iterdir())
     monkeypatch.chdir(tmp_path)
     assert main(["report", "save"]) == 0
     hints = [line.split("   (")[0] for line in next_lines(capsys)]
@@ -91,10 +93,44 @@ def test_the_hints_pasted_twice_run_both_times_and_replace_nothing(tmp_path, mon
             proc = subprocess.run(hint, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=120)
             assert proc.returncode == 0, proc.stderr
             said.append(proc.stdout + proc.stderr)
-        first = first or {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        first = first or {p.name: p.read_bytes() for p in set(run_dir.iterdir()) - before if p.is_file()}
     assert sorted(first) == ["report.html", "timeline.json"]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+    assert sorted(p.name for p in set(run_dir.iterdir()) - before if p.is_file()) == [
         "report.1.html", "report.html", "timeline.1.json", "timeline.json"]
-    assert all((tmp_path / name).read_bytes() == data for name, data in first.items())  # the first ones, untouched
-    assert "wrote timeline.1.json (timeline.json exists and is kept" in said[2]
-    assert "wrote report.1.html (report.html exists and is kept" in said[3]
+    assert all((run_dir / name).read_bytes() == data for name, data in first.items())  # the first ones, untouched
+    assert not [p for p in tmp_path.iterdir() if p.is_file()]  # nothing where the user stands
+    assert f"wrote {run_dir}/timeline.1.json ({run_dir}/timeline.json exists and is kept" in said[2]
+    assert f"wrote {run_dir}/report.1.html ({run_dir}/report.html exists and is kept" in said[3]
+
+
+def test_rlprof_captures_then_line_starts_rlprof_as_the_user_did(bin_dir, tmp_path, monkeypatch, capsys):
+    """``rlprof capture``'s answer ends "then: <rlprof> report RUN"; started as ``venv/bin/rlprof`` in the README's
+    shell (no venv on PATH), a bare ``rlprof`` there is "command not found"."""
+    import threading
+
+    from rlprof.cli.capture import main as capture_main
+    from rlprof.runtime.unplanned import Decider
+
+    run_dir = tmp_path / "save" / "run1"
+    decider = Decider(run_dir)  # the running job's driver: answers a request at its next step start
+    done = threading.Event()
+
+    def driver() -> None:
+        step = 0
+        while not decider.grants and not done.wait(0.01):
+            step += 1
+            decider.decide(step)
+
+    job = threading.Thread(target=driver)
+    job.start()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", ["venv/bin/rlprof", "capture", str(run_dir)])
+    try:
+        assert capture_main([str(run_dir)]) == 0
+    finally:
+        done.set()
+        job.join()
+    then = capsys.readouterr().out.split("then: ")[1].strip()
+    assert then == f"venv/bin/rlprof report {run_dir}"
+    assert subprocess.run(then, shell=True, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}).returncode == 0  # the stand-in

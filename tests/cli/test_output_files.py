@@ -51,17 +51,30 @@ def test_an_existing_file_named_with_o_is_refused_unless_forced(name, run, tmp_p
 
 
 @pytest.mark.parametrize("name", WRITERS)
-def test_without_o_the_command_names_its_file_and_never_replaces_one(name, run, tmp_path, monkeypatch, rlprof_cli):
+def test_without_o_the_command_writes_into_the_run_says_where_and_never_replaces_one(name, run, tmp_path, monkeypatch,
+                                                                                     rlprof_cli):
+    """The README's flow stands in the repository: a page or timeline written there, its path not said, was found
+    nowhere near its run. Without -o the file goes into the run's directory, and the full path is printed."""
     args, default = command(name, run)
-    monkeypatch.chdir(tmp_path)
+    where = tmp_path / "elsewhere"  # where the user stands
+    where.mkdir()
+    monkeypatch.chdir(where)
     first = rlprof_cli(*args)
-    assert first.returncode == 0 and f"wrote {default}" in first.stdout + first.stderr
-    content = Path(default).read_bytes()
+    assert first.returncode == 0 and f"wrote {run / default}" in first.stdout + first.stderr
+    assert list(where.iterdir()) == []  # nothing where the user stands
+    content = (run / default).read_bytes()
     second = rlprof_cli(*args)
     numbered = Path(default).stem + ".1" + Path(default).suffix
     assert second.returncode == 0
-    assert f"wrote {numbered} ({default} exists and is kept" in second.stdout + second.stderr
-    assert Path(default).read_bytes() == content and Path(numbered).stat().st_size > 0
+    assert f"wrote {run / numbered} ({run / default} exists and is kept" in second.stdout + second.stderr
+    assert (run / default).read_bytes() == content and (run / numbered).stat().st_size > 0
+    # a save path holding several runs: their common directory, the save path
+    other = generate_run(run.parent, run_id="20261122-060000-b2c3d4", ranks=1, steps=(1,))
+    args, _ = command(name, run.parent)
+    if name == "timeline":  # draws one run (the newest): into that run's directory
+        assert f"wrote {other / default}" in rlprof_cli(*args).stdout
+    else:
+        assert f"wrote {run.parent / default}" in rlprof_cli(*args).stderr
 
 
 def test_every_command_that_takes_an_output_file_follows_the_rule(rlprof_cli):

@@ -159,7 +159,7 @@ def test_the_report_shows_bytes_and_what_the_budget_skipped_as_explained(save_pa
     text = render(report)
     assert report.ok, text  # skipped by the budget: explained, neither missing nor short
     assert "rank 0 capture step1 (actor): 2.0 MiB" in text
-    assert "per role: actor 2.0 MiB" in text and "per rank: 0 2.0 MiB" in text
+    assert "per role: actor 2.0 MiB" in text and "per process: rank 0 2.0 MiB" in text
     assert "budget skipped: rank 0 steps 2, 3 (actor): over global_profiler.capture_budget_mb" in text
     assert "skipped: rank 0: writes steps 2,3 (actor): over global_profiler.capture_budget_mb" in text
     assert [s["steps"] for s in report.as_dict()["budget_skipped"]] == [[2], [3]]

@@ -60,12 +60,16 @@ def test_every_step_profiled_or_not_has_its_regions_figures(test_backends, save_
 
 
 def test_a_step_without_a_capture_anywhere_is_timed_too(test_backends, save_path):
-    """steps: null, a tool set, a role enabled: nothing is captured (no manifest), every step is timed."""
+    """steps: null, a tool set, a role enabled: nothing is captured, every step is timed; the manifest holds only the
+    armed run's word on why nothing was (its ``armed`` record)."""
+    import json
+
     prof = make(save_path)
     assert not prof.active
     train(prof, 3)
     assert [r.step for r in lines(prof)] == [1, 2, 3]
-    assert not (prof.run.run_dir / "manifest").exists()
+    records = [json.loads(line) for f in (prof.run.run_dir / "manifest").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert [r["type"] for r in records] == ["armed"] and records[0]["outcome"].startswith("nothing captured: ")
 
 
 def test_step_metrics_off_times_nothing(test_backends, save_path):

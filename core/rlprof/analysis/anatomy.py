@@ -177,6 +177,8 @@ class StepTime:
     """``(phase, ms)``: the outside time per driver phase (largest first); empty without ``phase`` records."""
     phase_source: str | None = None
     """Who timed the phases (``verl timing_s``)."""
+    opening_ms: float = 0.0
+    """Profiling's own time before the window: its captures opening (from the step records' ``opened_ns``)."""
 
     @property
     def span_ms(self) -> float | None:
@@ -200,6 +202,7 @@ class StepTime:
         span, untracked = self.span_ms, self.untracked_ms
         return {"step": self.step, "span_ms": None if span is None else _r(span), **spread,
                 "untracked_ms": None if untracked is None else _r(untracked), "writing_ms": _r(self.writing_ms),
+                "opening_ms": _r(self.opening_ms),
                 "outside": [g.as_dict() for g in self.gaps],
                 "outside_phases": [{"name": name, "ms": _r(ms), "source": self.phase_source} for name, ms in self.phases],
                 "regions": [r.as_dict() for r in self.regions]}
@@ -303,6 +306,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     region_times: dict[tuple[int, str], dict[tuple, RankTime]] = {}
     intervals: dict[int, list[tuple[int, int]]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
+    opening: dict[int, list[tuple[int, int]]] = {}
     labels: dict[int, list[tuple[int, int, str]]] = {}
     """step -> (start, end, "<process> <region>") of every top-level region: the gaps' neighbours"""
     """step -> when captures were being written (``end_ns`` to ``closed_ns`` of step and region records)"""
@@ -324,6 +328,9 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         closed = r.get("closed_ns")
         if closed and closed > r["end_ns"]:
             writing.setdefault(step, []).append((r["end_ns"], closed))
+        opened = r.get("opened_ns")
+        if kind == "step" and type(opened) is int and opened < r["start_ns"]:
+            opening.setdefault(step, []).append((opened, r["start_ns"]))
         replica = replica_of(r, replicas) if replicas or "replica_rank" in r else None
         who = rank if replica is None else REPLICAS_AFTER + replica  # process_order, inlined: once per record
         if kind == "step":
@@ -387,7 +394,10 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         gaps = sorted(named, key=lambda g: -g.ms)[:GAPS]
         outside = by_phase(phases.get(step, []), stretches, start) if stretches else []
         source = phases[step][0][3] if outside else None
-        steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps, outside, source))
+        before = 0.0  # profiling's own time before the window: its captures opening
+        if start is not None and step in opening:
+            before = length(clip(union(opening[step]), min(a for a, _ in opening[step]), start)) / 1e6
+        steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps, outside, source, before))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
 
 

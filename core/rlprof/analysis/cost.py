@@ -11,6 +11,8 @@ trainer's phases in this step beside their unprofiled medians, :class:`PhaseCost
 
 What rlprof saw of it, shown beside the figure:
 
+* **opening**: its captures opening, before the step's own start: the union of ``opened_ns`` to ``start_ns``
+  of its ``step`` records;
 * **writing**: the captures it closed being written: the union, over every process, of ``end_ns`` to
   ``closed_ns`` of its ``step`` and ``region`` records (a trace exported at a discrete region's end, and
   at the step's end, after the step's own window, which the anatomy's ``(writing captures)`` row leaves
@@ -23,8 +25,9 @@ What rlprof saw of it, shown beside the figure:
 A run without unprofiled steps has no median to compare with: then the figure is what rlprof saw
 (writing + waits), a lower bound, and :attr:`StepCost.unprofiled_ms` is None.
 
-A profiled step's whole time runs from its first start to the last moment any process was done with it
-(its ``closed_ns`` when captures were written after its end), and covers the trainer's own timing of the
+A profiled step's whole time runs from its first start (its ``opened_ns``, before its captures opened) to the
+last moment any process was done with it (its ``closed_ns`` when captures were written after its end), and
+covers the trainer's own timing of the
 step where the run recorded it. A rollout replica's export is not writing: the replica writes while the
 actor updates, and the trainer pays only what it waits for it. Unprofiled steps (``unprofiled_steps``
 records, written by profiling processes and a Ray controller for the steps they did not profile; and the
@@ -80,11 +83,14 @@ class StepCost:
     timed_by: str = RLPROF_TIMING
     """Whose timing the step and the median are: the trainer's own (a phase record's source, e.g. ``verl
     timing_s``) or rlprof's step records (:data:`RLPROF_TIMING`)."""
+    opening_ms: float = 0.0
+    """Its captures opening, before the step's own start (the step records' ``opened_ns``; a first torch.profiler
+    start takes a second on a CPU)."""
 
     @property
     def seen_ms(self) -> float:
-        """What rlprof's records name profiling's: captures being written and waits on them."""
-        return self.writing_ms + self.waits_ms
+        """What rlprof's records name profiling's: captures opening and being written, and waits on them."""
+        return self.opening_ms + self.writing_ms + self.waits_ms
 
     @property
     def beyond_ms(self) -> float | None:
@@ -153,6 +159,7 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
     """
     window: dict[int, list[int]] = {}
     writing: dict[int, list[tuple[int, int]]] = {}
+    opening: dict[int, list[tuple[int, int]]] = {}
     waits: dict[int, float] = {}
     """Per step, waits known only by their length (``duration_ms``), then the union of the timed ones."""
     waited: dict[int, list[tuple[int, int]]] = {}
@@ -175,7 +182,11 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
         if kind in ("step", "region") and (r.get("closed_ns") or 0) > r["end_ns"]:
             writing.setdefault(r["step"], []).append((r["end_ns"], r["closed_ns"]))
         if kind == "step":
-            spans(r["step"], r["start_ns"], max(r["end_ns"], r.get("closed_ns") or 0))
+            opened = r.get("opened_ns")
+            opened = opened if type(opened) is int and opened < r["start_ns"] else r["start_ns"]
+            if opened < r["start_ns"]:
+                opening.setdefault(r["step"], []).append((opened, r["start_ns"]))
+            spans(r["step"], opened, max(r["end_ns"], r.get("closed_ns") or 0))
         elif kind == "unprofiled_steps":
             for step, start, end in zip(r["steps"], r["start_ns"], r["end_ns"]):
                 if isinstance(start, int) and isinstance(end, int):
@@ -210,7 +221,8 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
         if step in trainer_step and STEP_PHASE in usual:  # the trainer timed this step and unprofiled ones: its measure
             total, median, timed_by = round(phases[step][STEP_PHASE], 3), round(usual[STEP_PHASE], 3), trainer_source
         steps.append(StepCost(step, total, round(length(union(writing.get(step, ()))) / 1e6, 3),
-                              round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual), median, timed_by))
+                              round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual), median, timed_by,
+                              round(length(union(opening.get(step, ()))) / 1e6, 3)))
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
     trainer_plain = [named[STEP_PHASE] for step, named in sorted(phases.items())
                      if step not in window and STEP_PHASE in named]

@@ -72,8 +72,8 @@ def render_page(reports: Sequence[RunReport]) -> str:
 
 def _run_section(report: RunReport) -> str:
     status = '<span class="badge ok">ok</span>' if report.ok else '<span class="badge failed">FAILED</span>'
-    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
-    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    modes = ", ".join(report.modes) or "?"
+    tools = ", ".join(report.tools) or "?"
     hosts = sorted({p.host for p in report.processes})
     parts = [f'<section class="run" id="run-{escaped(report.run_id)}">',
              f"<h2>run {escaped(report.run_id)} {status}</h2>",
@@ -86,12 +86,15 @@ def _run_section(report: RunReport) -> str:
     anatomy = report.anatomy
     if anatomy.has_timings:
         parts.append("<h3>Step anatomy</h3>")
-        parts.append('<p class="muted">each bar is the step\'s window, first start to last end over the ranks (the ms on its right); '
+        parts.append('<p class="muted">each bar is the step: its processes\' window, first start to last end over the ranks, then, '
+                     "darkest, the rest of the step as its driver timed it (the chart above), outside its processes' own steps: "
+                     "their captures opening and closing, the driver's own calls; the ms on its right: the step as its driver "
+                     "timed it, the same figure as the chart's (its processes' window in brackets where they differ); "
                      "coloured: each top-level region's median time across the processes that ran it; dark grey: profiling's own "
                      "time writing captures; light grey: the rest of the window (time no process's region covers, and where the "
                      "processes' regions did not line up); the whisker spans the fastest to the slowest rank's own step time, "
                      "inside the window; a red outline: a region with a straggler in that step (listed below)</p>")
-        parts.append(step_bars(anatomy))
+        parts.append(step_bars(anatomy, report.series.driver_ms(), report.cost))
         parts.append("<h3>Process &times; region</h3>")
         parts.append('<p class="muted">each trainer rank\'s and rollout replica\'s time (median over steps); colour: distance '
                      "from the region's median across processes (blue faster, red slower); outlined &#9650;: a straggler in some step</p>")

@@ -7,6 +7,7 @@ import html
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy
+from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.inside import SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport
@@ -17,6 +18,8 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
            "#86bcb6", "#d37295", "#a0cbe8")
 UNTRACKED = "#d9d9d9"
 WRITING = "#8c959f"
+EDGES = "#57606a"
+"""A step's bar beyond its processes' window: its captures opening and closing, the driver's own calls."""
 """Profiling's own time in a step: captures being written (``writing_ms``)."""
 HEAT_ROWS = 256
 """The heat map draws at most this many processes (the slowest first beyond that)."""
@@ -148,12 +151,17 @@ def _colours(anatomy: Anatomy) -> dict[str, str]:
     return {r.region: PALETTE[i % len(PALETTE)] for i, r in enumerate(anatomy.regions)}
 
 
-def step_bars(anatomy: Anatomy) -> str:
+def step_bars(anatomy: Anatomy, driver: dict[int, float] | None = None, cost: ProfilingCost | None = None) -> str:
+    """A bar per profiled step: its processes' window (regions, writing, the rest), then, darkest, the rest of the step
+    as its driver timed it (``driver``: step -> ms, the chart's figure), labelled with the chart's figure."""
     colours = _colours(anatomy)
     steps = anatomy.steps
+    driver = driver or {}
+    after = {c.step: max(0.0, c.writing_ms) for c in cost.steps} if cost is not None else {}
+    edges = {s.step: _edges_ms(s, driver.get(s.step), after.get(s.step, 0.0) - s.writing_ms) for s in steps}
     label_w, width, bar_h, gap = 90, 760, 22, 10
     longest = max([s.spread.max_ms for s in steps if s.spread] + [s.span_ms or 0.0 for s in steps]
-                  + [s.tracked_ms + s.writing_ms + _rest_ms(s) for s in steps] + [1e-9])
+                  + [s.tracked_ms + s.writing_ms + _rest_ms(s) + edges[s.step] for s in steps] + [1e-9])
     scale = width / longest
     top_regions = [r for r in anatomy.regions if r.depth == 0]
     writing = any(s.writing_ms for s in steps)
@@ -188,6 +196,13 @@ def step_bars(anatomy: Anatomy) -> str:
                 if unaligned >= 0.005 else "")
             out.append(f'<rect class="segment untracked" x="{x:.2f}" y="{y}" width="{rest * scale:.2f}" height="{bar_h}" fill="{UNTRACKED}">'
                        f"<title>{escaped(tip)}</title></rect>")
+            x += rest * scale
+        if edges[step.step]:  # the driver's step beyond its processes' window: profiling at the step's edges
+            beyond = edges[step.step]
+            tip = (f"step {step.step}: {beyond:.2f} ms of the step as its driver timed it outside its processes' own steps: "
+                   f"opening its captures ({step.opening_ms:.2f} ms before), closing them, the driver's own calls")
+            out.append(f'<rect class="segment edges" x="{x:.2f}" y="{y}" width="{beyond * scale:.2f}" height="{bar_h}" '
+                       f'fill="{EDGES}"><title>{escaped(tip)}</title></rect>')
         if step.spread:
             x0, x1, mid = label_w + step.spread.min_ms * scale, label_w + step.spread.max_ms * scale, y + bar_h / 2
             out.append(f'<line class="whisker" x1="{x0:.2f}" x2="{x1:.2f}" y1="{mid}" y2="{mid}" stroke="#1f2328" stroke-width="1.5">'
@@ -195,10 +210,14 @@ def step_bars(anatomy: Anatomy) -> str:
                        f"(slowest: {step.spread.slowest.name})</title></line>")
             for xe in (x0, x1):
                 out.append(f'<line x1="{xe:.2f}" x2="{xe:.2f}" y1="{y + 4}" y2="{y + bar_h - 4}" stroke="#1f2328" stroke-width="1.5"/>')
-        out.append(f'<text x="{label_w + longest * scale + 8:.1f}" y="{y + bar_h * 0.7:.1f}">{total:.1f} ms</text>')
+        whole = driver.get(step.step)
+        label = f"{total:.1f} ms" if whole is None or abs(whole - total) < 0.05 else f"{whole:.1f} ms ({total:.1f})"
+        out.append(f'<text class="step-ms" data-step="{step.step}" x="{label_w + longest * scale + 8:.1f}" '
+                   f'y="{y + bar_h * 0.7:.1f}">{label}</text>')
     y = len(steps) * (bar_h + gap) + 12
     items = [(r.region, f'fill="{colours[r.region]}"') for r in top_regions] + [("writing captures", f'fill="{WRITING}"')] * writing + [
-        ("rest of the window", f'fill="{UNTRACKED}"')] + [("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
+        ("rest of the window", f'fill="{UNTRACKED}"')] + [("beyond its processes' steps", f'fill="{EDGES}"')] * any(edges.values()) + [
+        ("straggler in the step", f'fill="#ffffff" {STRAGGLER_OUTLINE}')] * straggling
     for k, (name, paint) in enumerate(items):
         lx, ly = label_w + (k % 4) * 200, y + (k // 4) * 22
         out.append(f'<rect class="legend" x="{lx}" y="{ly}" width="12" height="12" {paint}/><text x="{lx + 16}" y="{ly + 11}">{escaped(name)}</text>')
@@ -208,6 +227,15 @@ def step_bars(anatomy: Anatomy) -> str:
                f'<text x="{lx + 16}" y="{ly + 5}">ranks\' step times, fastest to slowest</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _edges_ms(step, driver_ms: float | None, written_after_ms: float) -> float:
+    """The part of a step's bar beyond its processes' window (see :func:`step_bars`): the step as its driver timed it
+    less that window; without the driver's figure, what rlprof saw at the edges (captures opening before the window,
+    written after it); 0 below 0.05 ms."""
+    drawn = step.tracked_ms + step.writing_ms + _rest_ms(step)  # the window, as the bar draws it
+    beyond = driver_ms - drawn if driver_ms is not None else step.opening_ms + max(0.0, written_after_ms)
+    return beyond if beyond >= 0.05 else 0.0
 
 
 def _rest_ms(step) -> float:
@@ -361,8 +389,9 @@ def overlap_chart(report: RunReport) -> str:
             ours = "-" if f["rlprof_ratio"] is None else f"{f['rlprof_ratio']:.3f} ({100 * f['difference']:+.1f} points)"
             rows.append(f'<tr class="framework-idle" data-version="{v.step}"><td></td><td>{escaped(f["side"])}</td><td></td>'
                         f"<td>{escaped(f['metric'])} {f['idle_ratio']:.3f}; rlprof's {ours}</td><td></td><td></td><td></td><td></td></tr>")
-    missing = (f'<p class="muted">versions {",".join(map(str, overlap.missing))} are not shown: {escaped(MISSING_NOTE)}</p>'
-               if overlap.missing else "")
+    many = len(overlap.missing) != 1
+    missing = (f'<p class="muted">version{"s" if many else ""} {",".join(map(str, overlap.missing))} {"are" if many else "is"} '
+               f'not shown: {escaped(MISSING_NOTE)}</p>' if overlap.missing else "")
     return ("<h3>Async overlap</h3>"
             '<p class="muted">per parameter version: each process\'s regions clipped to the version\'s window (every '
             "process's step, first start to last end), unions not sums; generated while updating: the trainer's update "

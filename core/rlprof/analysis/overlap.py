@@ -18,7 +18,9 @@ Definitions (docs/analysis.md, "Async overlap", has a worked example):
   ranks; ``generating`` (``rollout_generate``), ``paused`` (``rollout_weight_pause``, abort to resume),
   ``held`` (``rollout_held``) for a replica, and ``other``: the window less the union of those three. A
   ``rollout_held`` recorded by a process that is neither a trainer rank nor a replica (the generation
-  driver, verl's rollouter) holds every replica: it counts in each replica's ``held``.
+  driver, verl's rollouter) holds every replica: it counts in each replica's ``held``. A replica's four
+  add up to the window: each instant counts once, in the first of generating, paused, held that covers it
+  (the rollouter may hold a replica that still finishes the requests it has: that time is generating).
 * The **weight sync split**, per replica: ``load`` (``rollout_weight_load``), ``resume``
   (``rollout_resume``) and ``transport``, derived: the part of its pause covered by neither (the weights
   on their way to it); on the trainer's side ``send`` (gathering and sending) and, derived,
@@ -33,8 +35,9 @@ Definitions (docs/analysis.md, "Async overlap", has a worked example):
 * **Staleness**: the driver's ``staleness`` record of the version (versions behind the trainer's
   weights of the samples it trained on: min, mean, max).
 
-Until every step's regions are recorded, only profiled versions have region records: the others are
-listed as missing (``missing``), with the reason (:data:`MISSING_NOTE`).
+Every version's regions are timed, but the manifest keeps a region's start and end (its ``region`` record)
+on profiled versions only; the other versions' regions reach the step metrics as totals, which cannot be
+clipped to a window: those versions are listed as missing (``missing``), with the reason (:data:`MISSING_NOTE`).
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ REPLICA_REGIONS = (GENERATE, PAUSE, LOAD, RESUME, HELD)
 """A replica's (and the generation driver's ``rollout_held``) regions of an async step."""
 ASYNC_REGIONS = frozenset((WAIT, SEND, PAUSE, HELD))
 """Regions only an async run records: a run with any of them gets the overlap table."""
-MISSING_NOTE = ("regions are recorded on profiled versions only (until rlprof times every step's regions); "
-                "the staleness of every version is recorded")
+MISSING_NOTE = ("every version's regions are timed, but their starts and ends, which this table needs, are kept on "
+                "profiled versions only (the others' are totals, in step_metrics.jsonl); every version's staleness is recorded")
 
 
 @dataclass
@@ -68,9 +71,12 @@ class ReplicaVersion:
     replica_rank: int
     generating_ms: float
     paused_ms: float
+    """Its weight-sync pause while not generating."""
     held_ms: float
+    """Held by the staleness limit (its own ``rollout_held`` and the generation driver's) while neither generating
+    nor paused."""
     other_ms: float
-    """The window less the union of generating, paused and held."""
+    """The window less generating, paused and held: the four add up to the window."""
     between_steps_ms: float
     """The part of the window outside the replica's own steps (its ``step`` records): rlprof's work at its
     step boundary, a capture stopping and the next one starting. Part of ``other_ms``."""
@@ -233,16 +239,19 @@ def _version(step: int, window: list[int], by_process: dict[tuple, dict[str, lis
     sides: list[ReplicaVersion] = []
     for key in sorted((k for k in by_process if k in replicas), key=lambda k: (replicas[k], k)):
         per = by_process[key]
-        generating, paused = part(per.get(GENERATE, ())), part(per.get(PAUSE, ()))
-        held = union(part(per.get(HELD, ())) + drivers_held)
+        generating, pause = part(per.get(GENERATE, ())), part(per.get(PAUSE, ()))
+        # each instant of the window counted once, in the first of generating, paused, held that covers it, so
+        # that the row adds up to the window with other (the rollouter holds while a replica still generates)
+        paused = difference(pause, generating)
+        held = difference(union(part(per.get(HELD, ())) + drivers_held), union(generating + pause))
         load, resume = part(per.get(LOAD, ())), part(per.get(RESUME, ()))
-        busy = union(generating + paused + held)
+        busy = union(generating + pause + held)
         generated += generating
         sides.append(ReplicaVersion(
             replica_rank=replicas[key], generating_ms=_ms(length(generating)), paused_ms=_ms(length(paused)),
             held_ms=_ms(length(held)), other_ms=_ms((end - start) - length(busy)),
             between_steps_ms=_ms((end - start) - length(part(steps.get(key, ())))) if key in steps else 0.0,
-            transport_ms=_ms(length(difference(paused, union(load + resume)))), load_ms=_ms(length(load)),
+            transport_ms=_ms(length(difference(pause, union(load + resume)))), load_ms=_ms(length(load)),
             resume_ms=_ms(length(resume))))
     trainer = None
     if ranks:

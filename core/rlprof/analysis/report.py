@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.analysis.cost import ProfilingCost
+from rlprof.analysis.cost import RLPROF_TIMING, ProfilingCost
 from rlprof.analysis.anatomy import Anatomy, RankTime, process_name
 from rlprof.analysis.details import add_details
 from rlprof.analysis.inside import inside_lines
@@ -44,7 +44,7 @@ __all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports
            "role_index", "size_text", "verdict", "verdict_lines"]
 
 HTML_DEFAULT = "report.html"
-"""Where ``--html`` writes without ``-o`` (in the working directory; ``report.1.html``... when taken)."""
+"""Where ``--html`` writes without ``-o`` (in the run's directory; ``report.1.html``... when taken)."""
 FILES_SHOWN = 24
 """The text report lists this many files, then counts the rest (``--json`` lists all)."""
 
@@ -54,8 +54,8 @@ FILES_SHOWN = 24
 
 def render(report: RunReport) -> str:
     """The report as text: header, step anatomy, stragglers, files, verdict."""
-    modes = ", ".join(sorted({p.mode for p in report.processes})) or "?"
-    tools = ", ".join(sorted({t for p in report.processes for t in p.tools})) or "?"
+    modes = ", ".join(report.modes) or "?"
+    tools = ", ".join(report.tools) or "?"
     hosts = sorted({p.host for p in report.processes})
     nodes = {p.node for p in report.processes if p.node}
     status = "ok" if report.ok else "FAILED"
@@ -63,7 +63,7 @@ def render(report: RunReport) -> str:
              f"{len(hosts)} host{'s' if len(hosts) != 1 else ''}" + (f", {len(nodes)} Ray node{'s' if len(nodes) != 1 else ''}" if nodes else "")]
     lines += [f"  {d}" for d in report.run_dirs]
     lines += series_lines(report.series)
-    lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures))
+    lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures), report.series.driver_ms())
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)
     lines += _file_lines(report.files)
@@ -78,10 +78,10 @@ def render(report: RunReport) -> str:
         # No -o: each command names its file itself and never replaces one (timeline.1.json when pasted again).
         traces = TraceFiles(f.backend for f in report.files)
         if any(traces.is_chrome(f.backend, Path(f.path)) for f in report.files):  # only what the selected backends wrote
-            lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT}: every rank on one timeline, ui.perfetto.dev)")
+            lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT} in the run's directory: every rank on one timeline, ui.perfetto.dev)")
         else:
-            lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT}: every rank's regions on one timeline, ui.perfetto.dev)")
-        lines.append(f"      {rlprof} report {run} --html   (writes {HTML_DEFAULT}: plots of the step anatomy, a rank x region heat map)")
+            lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT} in the run's directory: every rank's regions on one timeline, ui.perfetto.dev)")
+        lines.append(f"      {rlprof} report {run} --html   (writes {HTML_DEFAULT} in the run's directory: plots of the step anatomy, a rank x region heat map)")
     lines.append("")
     lines.append("verdict:")
     lines += [f"  {line}" for line in verdict_lines(report)]
@@ -116,8 +116,9 @@ def overlap_lines(overlap: Overlap | None) -> list[str]:
                          _part(r.other_ms, w), f"{r.between_steps_ms:.1f}", f"{r.transport_ms:.1f}", f"{r.load_ms:.1f}",
                          f"{r.resume_ms:.1f}", ""))
     if len(rows) > 1:
-        lines.append("  each replica (ms, % of the window; other: the window outside generating, paused and held, of which "
-                     "between steps: its capture closing and the next opening; transport: its pause outside load and resume):")
+        lines.append("  each replica (ms, % of the window; generating, paused, held and other add up to it, each instant counted in "
+                     "the first that covers it; other: the rest, of which between steps: its capture closing and the next "
+                     "opening; transport: its pause outside load and resume):")
         lines += _table(rows, indent="  ")
     rows = [("version", "side", "framework's figure", "its window", "rlprof's", "difference", "")]
     for v in overlap.versions:
@@ -132,7 +133,8 @@ def overlap_lines(overlap: Overlap | None) -> list[str]:
                      'docs/analysis.md, "Async overlap", says why they differ):')
         lines += _table(rows, indent="  ")
     if overlap.missing:
-        lines.append(f"  versions {_list(overlap.missing)} are not shown: {MISSING_NOTE}")
+        many = len(overlap.missing) != 1
+        lines.append(f"  version{'s' if many else ''} {_list(overlap.missing)} {'are' if many else 'is'} not shown: {MISSING_NOTE}")
     return lines
 
 
@@ -154,12 +156,16 @@ def _cost_lines(report: RunReport) -> list[str]:
         return []
     lines = ["", "profiling cost (what each profiled step took beyond the median unprofiled step):"]
     for s in cost.steps:
-        seen = f"writing {s.writing_ms:.1f} ms" + (f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
+        seen = (f"opening {s.opening_ms:.1f} ms + " if s.opening_ms >= 0.05 else "") + f"writing {s.writing_ms:.1f} ms" + (
+            f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
+        # what the figure measures, said with it: the step's time differs by what each place counts
+        measure = (f"from opening its captures to the last one written, {s.timed_by}" if s.timed_by == RLPROF_TIMING
+                   else f"the trainer's own step, {s.timed_by}")
         if s.unprofiled_ms is None:
-            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling at least {s.profiling_ms:.1f} ms "
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}), of which profiling at least {s.profiling_ms:.1f} ms "
                          f"({_pct(s.share)}: {seen}; no unprofiled step to compare with)")
         else:
-            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms against {s.unprofiled_ms:.1f} ms unprofiled ({s.timed_by}): "
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}) against {s.unprofiled_ms:.1f} ms unprofiled: "
                          f"profiling cost {s.profiling_ms:.1f} ms ({_pct(s.share)}); rlprof's records saw {seen}")
         grown = [p for p in s.phases if p.extra_ms >= PHASE_GROWN_MS][:PHASES_SHOWN]
         if grown:
@@ -177,35 +183,43 @@ def _cost_lines(report: RunReport) -> list[str]:
 
 
 def _size_lines(report: RunReport) -> list[str]:
-    """Bytes per capture, per role and per rank (``capture`` records, as each capture closed), and what
-    a budget skipped: where the disk went, and what ``capture_budget_mb``/``run_budget_gb`` left out."""
+    """Bytes per capture, per role and per process (``capture`` records, as each capture closed), and what
+    a budget skipped: where the disk went, and what ``capture_budget_mb``/``run_budget_gb`` left out. A process
+    is named as everywhere in the report (``rank 0``, ``replica 0``)."""
     if not report.captures and not report.budget_skipped:
         return []
+    names = {(p.host, p.pid): p.name for p in report.processes}
+
+    def name(record: dict) -> str:
+        return names.get((record.get("host"), record.get("pid")), f"rank {record['rank']}")
+
     lines = ["", "bytes written:"]
     by_role: dict[str, int] = {}
-    by_rank: dict[int, int] = {}
+    by_process: dict[str, int] = {}
     for c in report.captures:
         roles = c.get("roles") or []
-        if len(roles) == 1:  # a discrete capture: one role's bytes
+        if len(roles) == 1:  # a capture of one role: that role's bytes
             by_role[roles[0]] = by_role.get(roles[0], 0) + c["bytes"]
-        by_rank[c["rank"]] = by_rank.get(c["rank"], 0) + c["bytes"]
+        by_process[name(c)] = by_process.get(name(c), 0) + c["bytes"]
     for c in report.captures[:FILES_SHOWN]:
-        lines.append(f"  rank {c['rank']} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
+        lines.append(f"  {name(c)} capture {c['capture']} ({', '.join(c.get('roles') or [])}): {size_text(c['bytes'])}")
     if len(report.captures) > FILES_SHOWN:
         lines.append(f"  ... and {len(report.captures) - FILES_SHOWN} more captures (--json lists all)")
     if report.captures:
-        shared = any(len(c.get("roles") or []) > 1 for c in report.captures)
+        shared = sum(1 for c in report.captures if len(c.get("roles") or []) > 1)
         if by_role:
             lines.append("  per role: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_role.items(), key=lambda i: role_index(i[0])))
-                         + (" (discrete captures; end-to-end ones hold several roles)" if shared else ""))
+                         + (f" (captures of one role; the {shared} holding several roles are not split by role)" if shared else ""))
         else:
             lines.append("  per role: each capture holds every role of its process (end-to-end); discrete mode gives bytes per role")
-        lines.append("  per rank: " + ", ".join(f"{r} {size_text(n)}" for r, n in sorted(by_rank.items())))
+        order = {p.name: i for i, p in enumerate(report.processes)}
+        lines.append("  per process: " + ", ".join(f"{who} {size_text(n)}" for who, n in
+                                                   sorted(by_process.items(), key=lambda i: (order.get(i[0], len(order)), i[0]))))
     skipped: dict[tuple, list[int]] = {}
     for s in report.budget_skipped:
-        skipped.setdefault((s["rank"], tuple(s.get("roles") or ()), s["reason"]), []).extend(s.get("steps") or ())
-    for (rank, roles, reason), steps in skipped.items():
-        lines.append(f"  budget skipped: rank {rank} step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} "
+        skipped.setdefault((name(s), tuple(s.get("roles") or ()), s["reason"]), []).extend(s.get("steps") or ())
+    for (who, roles, reason), steps in skipped.items():
+        lines.append(f"  budget skipped: {who} step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} "
                      f"({', '.join(roles)}): {reason}")
     return lines
 
@@ -254,21 +268,36 @@ def because(reason: str) -> str:
     return f"captured: {reason}"
 
 
-def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons: dict[int, str] | None = None) -> list[str]:
-    reasons = reasons or {}
+def step_heading(step, driver_ms: float | None, after_ms: float = 0.0) -> str:
+    """What a profiled step took, each figure named by what it measures: the driver's step (where known), its
+    processes' own steps (the anatomy's window), and profiling's own time at its edges (opening its captures
+    before, writing them after)."""
+    s = step.spread
+    own = (f"its processes' own steps {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} (each: "
+           f"median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+    edges = [f"opening its captures {step.opening_ms:.1f} ms before"] if step.opening_ms >= 0.05 else []
+    edges += [f"writing them {after_ms:.1f} ms after"] if after_ms >= 0.05 else []
+    edge = f"; profiling at its edges: {', '.join(edges)}" if edges else ""
+    if driver_ms is None:
+        return f"step {step.step}: {own}{edge}"
+    return f"step {step.step}: {driver_ms:.1f} ms, the driver's step (step_ms above); {own}{edge}"
+
+
+def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons: dict[int, str] | None = None,
+                   driver: dict[int, float] | None = None) -> list[str]:
+    reasons, driver = reasons or {}, driver or {}
+    paid = {s.step: s for s in cost.steps} if cost is not None else {}
     if len(anatomy.steps) > STEP_TABLES:
-        return _summary_lines(anatomy) + [f"step {step}: {because(reason)}" for step, reason in sorted(reasons.items())] \
+        return _summary_lines(anatomy, driver) + [f"step {step}: {because(reason)}" for step, reason in sorted(reasons.items())] \
             + _straggler_lines(anatomy)
     lines: list[str] = []
-    paid = {s.step: s for s in cost.steps} if cost is not None else {}
     for step in anatomy.steps:
         lines.append("")
+        after = paid[step.step].writing_ms - step.writing_ms if step.step in paid else 0.0
         if step.spread is None:
             lines.append(f"step {step.step}: no step record (a process stopped inside it)")
         else:
-            s = step.spread
-            lines.append(f"step {step.step}: {step.span_ms:.1f} ms, first start to last end over {_count(s.per_rank)} "
-                         f"(each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})")
+            lines.append(step_heading(step, driver.get(step.step), after))
         if step.step in reasons:
             lines.append(f"  {because(reasons[step.step])}")
         rows = [("region", "procs", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]
@@ -287,7 +316,6 @@ def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons:
                 flags.append("sampled it " + ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans))
             rows.append((name, str(len(r.spread.per_rank)), f"{r.spread.min_ms:.1f}", f"{r.spread.median_ms:.1f}",
                          f"{r.spread.max_ms:.1f}", r.spread.slowest.name, _pct(r.share_of_step), "; ".join(flags)))
-        after = paid[step.step].writing_ms - step.writing_ms if step.step in paid else 0.0
         if (step.writing_ms >= 0.05 or after >= 0.05) and step.span_ms:  # profiling's own time: captures written inside the step
             # the rest was written after the step's window: the same writing, so the two figures never seem to disagree
             note = f"+ {after:.1f} ms after the step's end (profiling cost, below)" if after >= 0.05 else ""
@@ -304,12 +332,11 @@ def _anatomy_lines(anatomy: Anatomy, cost: ProfilingCost | None = None, reasons:
     return lines + _straggler_lines(anatomy)
 
 
-def _summary_lines(anatomy: Anatomy) -> list[str]:
+def _summary_lines(anatomy: Anatomy, driver: dict[int, float] | None = None) -> list[str]:
     lines = ["", f"{len(anatomy.steps)} profiled steps:"]
     for step in anatomy.steps:
-        s = step.spread
-        lines.append(f"  step {step.step}: " + ("no step record" if s is None else
-                     f"{step.span_ms:.1f} ms (each: median {s.median_ms:.1f}, min {s.min_ms:.1f}, max {s.max_ms:.1f} on {s.slowest.name})"))
+        lines.append("  " + (f"step {step.step}: no step record" if step.spread is None else
+                             step_heading(step, (driver or {}).get(step.step))))
     lines.append("")
     lines.append("regions (per process the median over steps, then across processes):")
     rows = [("region", "steps", "min_ms", "median_ms", "max_ms", "slowest", "share", "")]

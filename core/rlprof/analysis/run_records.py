@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from rlprof.analysis.anatomy import process_order, timing_record
 from rlprof.analysis.cost import is_wait
 from rlprof.analysis.run_report import File
-from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_RECORD, WRITING, WRITTEN, CaptureRecord,
+from rlprof.manifest import (FAILURE_RECORD, GATHERED_RECORD, NODE_RECORD, WRITING, WRITTEN, ArmedRecord, CaptureRecord,
                              FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
                              UnprofiledStepsRecord, required, settled_artifacts)
 
@@ -119,7 +119,7 @@ REQUIRED = {
     FAILURE_RECORD: {},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
     **{cls.TYPE: required(cls) for cls in (UnprofiledStepsRecord, NodeRecord, NodeLostRecord, PhaseRecord, StalenessRecord,
-                                           FrameworkIdleRecord)},  # rank None: a driver's or the controller's
+                                           FrameworkIdleRecord, ArmedRecord)},  # rank None: a driver's or the controller's
 }
 """The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`). A typed record's
 are its declaration's (:func:`rlprof.manifest.required`); the records a backend's call fills (``artifact``,

@@ -135,6 +135,20 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    armed: list[dict[str, Any]] = field(default_factory=list)
+    """What the driver of an armed run said its captures nobody planned came to (``armed`` records: ``tools``,
+    ``mode``, ``trigger``, ``steps``, ``captured``, ``outcome``): the run's tools and mode where no process
+    profiled, and why nothing was captured."""
+
+    @property
+    def modes(self) -> list[str]:
+        """The capture modes of the run's profiling processes, else what its armed driver said."""
+        return sorted({p.mode for p in self.processes} or {m for a in self.armed for m in a["mode"].split(", ") if m != "?"})
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools of the run's profiling processes, else those its armed driver named."""
+        return sorted({t for p in self.processes for t in p.tools} or {t for a in self.armed for t in a["tools"]})
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -178,8 +192,8 @@ class RunReport:
             "run": self.run_id,
             "ok": self.ok,
             "run_dirs": self.run_dirs,
-            "modes": sorted({p.mode for p in self.processes}),
-            "tools": sorted({t for p in self.processes for t in p.tools}),
+            "modes": self.modes,
+            "tools": self.tools,
             "processes": [{**asdict(p), "name": p.name} for p in self.processes],
             **self.anatomy.as_dict(),
             "files": [asdict(f) for f in self.files],
@@ -202,4 +216,5 @@ class RunReport:
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
+            "armed": self.armed,
         }

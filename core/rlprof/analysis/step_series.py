@@ -78,6 +78,11 @@ class StepSeries:
     """Steps whose role times are the largest region's ``slowest_s`` (their raw timings were left out)."""
     marks: tuple[Mark, ...] = ()
 
+    def driver_ms(self) -> dict[int, float]:
+        """Step -> its time as its driver timed it, ms (``step_ms``, the tracker's ``rlprof/step/time_s``, the chart's
+        line): the figure the report tells each step by where the run has it, beside what else it measures."""
+        return {step: 1e3 * s for step, s in zip(self.steps, self.step_s) if s is not None}
+
     @property
     def note(self) -> str | None:
         """The one line said instead of the series, or None when there is one."""
@@ -221,6 +226,6 @@ def series_lines(series: StepSeries) -> list[str]:
         cells = [cell.rjust(w) for cell, w in zip(row[:-1], widths)]
         lines.append(("  " + "  ".join(cells) + ("  " + row[-1] if row[-1] else "")).rstrip())
     if series.approximate:
-        lines.append(f"  steps {', '.join(map(str, series.approximate))}: role times are the largest region's (the step's raw "
+        lines.append(f"  step{'s' if len(series.approximate) != 1 else ''} {', '.join(map(str, series.approximate))}: role times are the largest region's (the step's raw "
                      "timings were left out)")
     return lines

@@ -1,4 +1,4 @@
-"""One trace's split per step and role region, for the step metrics while the run goes on (issue 42).
+"""One trace's split per step and role region, for the step metrics while the run goes on.
 
 The program ``python -m rlprof.cli.step_split TRACE --roles actor,ref --steps 2`` prints it. Why a program:
 a profiled step's split (compute, exposed communication, exposed memory, idle, and the peak memory allocated

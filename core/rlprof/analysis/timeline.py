@@ -275,7 +275,7 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
 
 
 DEFAULT_OUTPUT = "timeline.json"
-"""Where the timeline goes without ``-o`` (in the working directory; ``timeline.1.json``... when taken)."""
+"""Where the timeline goes without ``-o`` (in the run's directory; ``timeline.1.json``... when taken)."""
 
 
 def write_timeline(events: Iterable[dict[str, Any]], handle: IO[str], other: dict[str, Any]) -> int:

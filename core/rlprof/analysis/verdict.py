@@ -49,6 +49,8 @@ def verdict_lines(report: RunReport) -> list[str]:
     lines = []
     if report.captured_nothing:
         lines.append("nothing captured: " + _nothing_because(report))
+    elif not report.processes and report.armed:  # armed, and no process profiled: what its driver said of it
+        lines += list(dict.fromkeys(a['outcome'] for a in report.armed))
     else:
         by_backend: dict[str, list[File]] = {}
         for f in report.files:
@@ -57,10 +59,11 @@ def verdict_lines(report: RunReport) -> list[str]:
             steps = sorted({s for f in files for s in f.steps})
             ranks = sorted({f.rank for f in files if f.replica_rank is None})
             replicas = sorted({f.replica_rank for f in files if f.replica_rank is not None})
-            on = " and ".join(([f"ranks {_list(ranks)}"] if ranks else []) + ([f"replicas {_list(replicas)}"] if replicas else []))
+            on = " and ".join(([f"rank{'s' if len(ranks) != 1 else ''} {_list(ranks)}"] if ranks else [])
+                              + ([f"replica{'s' if len(replicas) != 1 else ''} {_list(replicas)}"] if replicas else []))
             gone = sum(1 for f in files if not f.exists)
             lines.append(f"captured: {backend} wrote {len(files)} file{'s' if len(files) != 1 else ''} "
-                         f"({size_text(sum(f.size for f in files))}) for steps {_list(steps) or '(not tied to a step)'} "
+                         f"({size_text(sum(f.size for f in files))}) for {_steps(steps) or 'no step (not tied to one)'} "
                          f"on {on}" + (f"; {gone} of them no longer on disk" if gone else ""))
         for u in report.unavailable:
             lines.append(f"not captured on {u['name']} ({u['host']}): {u['backend']}: {'; '.join(u['problems'])}")
@@ -78,6 +81,8 @@ def verdict_lines(report: RunReport) -> list[str]:
     lines += problem_lines(report)
     ok_line = "ok: every profiled step x role x rank produced output" + (
         " or said why not (skipped)" if report.skipped else "")
+    if not report.processes and report.armed:
+        ok_line = "ok: nothing was planned, and nothing failed"
     lines.append(ok_line if report.ok else
                  f"FAILED: {report.problem_count} problem{'s' if report.problem_count != 1 else ''}")
     return lines
@@ -104,8 +109,11 @@ def cost_lines(cost: ProfilingCost | None) -> list[str]:
     others = "".join(f"; step {s.step}: {s.share:.0%}" for s in costly if s is not worst)
     line = (f"warning: profiling took {worst.share:.0%} of profiled step {worst.step} "
             f"({worst.profiling_ms:.1f} of {worst.total_ms:.1f} ms{others})")
-    if worst.waits_ms > worst.writing_ms:
+    if worst.waits_ms > max(worst.writing_ms, worst.opening_ms):
         return [line + ", waiting for a rollout replica still writing its capture (docs/analysis.md, \"The verdict\")"]
+    if worst.opening_ms > worst.writing_ms:
+        return [line + f", opening its captures before the step ({worst.opening_ms:.1f} ms; the first torch.profiler start "
+                "of a process is the slowest) (docs/analysis.md, \"The verdict\")"]
     short = cost.unprofiled_ms is not None and worst.profiling_ms > cost.unprofiled_ms
     return [line + ", closing its captures after the step: that time follows how many events a capture holds, not how "
             "long the step ran" + (f", and is more than a whole unprofiled step ({cost.unprofiled_ms:.1f} ms) here" if short else "")
@@ -162,7 +170,8 @@ def problem_lines(report: RunReport) -> list[str]:
     for (name, host, pid, backend), entry in grouped.items():  # report.missing lists processes in order
         steps = ",".join(str(s) for s in sorted(entry["steps"]))
         roles = ",".join(sorted(entry["roles"], key=role_index))
-        lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for steps {steps} x roles {roles}")
+        lines.append(f"missing: {name} ({host} pid {pid}): {backend} wrote nothing for step{'s' if len(entry['steps']) != 1 else ''} "
+                     f"{steps} x role{'s' if len(entry['roles']) != 1 else ''} {roles}")
     for s in report.short_captures:
         lines.append(f"missing: {s['name']} ({s['host']} pid {s['pid']}): {s['backend']} wrote {s['captures']} "
                      f"of {s['expected']} expected captures")
@@ -181,6 +190,12 @@ def problem_lines(report: RunReport) -> list[str]:
         step = f" at step {f['step']}" if f.get("step") is not None else ""
         lines.append(f"worker failure: {f['worker']} (rank {f['worker_rank']}) {f['kind']} in {f['call']}{step}: {f['error']}")
     return lines
+
+
+def _steps(values) -> str:
+    """``step 7``, ``steps 1-3,5``; empty for none."""
+    values = sorted(values)
+    return f"step{'s' if len(values) != 1 else ''} {_list(values)}" if values else ""
 
 
 def _list(values) -> str:

@@ -1,4 +1,4 @@
-"""``rlprof capture RUN [--steps N]``: ask a running job to capture its next N steps (issue 42).
+"""``rlprof capture RUN [--steps N]``: ask a running job to capture its next N steps.
 
 ``RUN`` is a run directory, or a ``save_path`` whose newest running run is meant. The request is a file in
 the run's ``requests/`` directory on the driver's node (the Ray controller's, verl's trainer's, a plain
@@ -14,15 +14,17 @@ the driver answers it at its next step start); 2 no armed running run there.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
+from rlprof.invocation import rlprof_command
 from rlprof.runtime.capture_requests import answer, listening, request, running_run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof capture", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="rlprof capture", description="Ask a running job (an armed run) to capture its next N steps; prints which steps it will capture.")
     parser.add_argument("run", metavar="RUN", help="a run directory, or a save_path (its newest running run)")
     parser.add_argument("--steps", type=int, default=1, metavar="N", help="how many steps to capture (default 1)")
     parser.add_argument("--wait", type=float, default=300.0, metavar="S",
@@ -52,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
     steps = got["steps"]
     shown = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
     print(f"run {run_dir.name} will capture {shown} on every selected process (request {request_id}, asked at step "
-          f"{got.get('asked_at_step')}); then: rlprof report {run_dir}")
+          f"{got.get('asked_at_step')}); then: {rlprof_command()} report {shlex.quote(str(run_dir))}")
     return EXIT_OK

@@ -54,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
                         help="rollout replicas in agent-loop mode (default: the world size over the GPUs of a "
                              "replica, actor_rollout_ref.rollout's tp*dp*pp, when the config gives them; else the "
                              "world size)")
+    parser.add_argument("--train-steps", type=_positive, default=None, metavar="N",
+                        help="how many steps the run will train (verl: trainer.total_training_steps): warns when a "
+                             "trigger cannot fire in so few (slow_step needs its window of history)")
     parser.add_argument("--migrate", action="store_true", help="print the configuration in today's keys (legacy keys migrated)")
     parser.add_argument("--json", action="store_true",
                         help="print the plan as JSON (ranks as [first, last] ranges); an invalid configuration as "
@@ -79,6 +82,8 @@ def main(args: list[str]) -> int:
     try:
         result, errors = examine_config(files[0] if files else None, overrides, world_size=opts.world_size, roles=roles,
                                         replicas=opts.replicas, validate_backends=not opts.migrate)
+        if result is not None:
+            result.train_steps = opts.train_steps
         errors.raise_if_any()
     except ConfigError as exc:
         mistakes = exc.errors if isinstance(exc, ConfigErrors) else [exc]

@@ -4,10 +4,12 @@ plugin's command): it never replaces a file the user did not name as replaceable
 * ``-o FILE`` naming a file that does not exist: it is written.
 * ``-o FILE`` naming one that exists: nothing is written and the command exits 2, naming the path and how to
   say yes (``--force``) or choose another name. ``--force`` replaces it (never a directory).
-* no ``-o``: the command names the file itself (``report.html``, ``timeline.json`` in the working directory)
-  and, when that name is taken, writes the first free numbered name beside it (``timeline.1.json``,
-  :func:`rlprof.layout.numbered`) and says so. So a "next:" command pasted twice writes two files and
-  replaces neither.
+* no ``-o``: the command names the file itself (``report.html``, ``timeline.json``) in the directory of the
+  run it read (:func:`run_home`), not wherever the user stands, and, when that name is taken, writes the first
+  free numbered name beside it (``timeline.1.json``, :func:`rlprof.layout.numbered`) and says so. So a "next:"
+  command pasted twice writes two files and replaces neither.
+
+Every command says where it wrote, as a full path (:meth:`Target.said`).
 
 Whatever the case, the content goes to a temporary file beside the target and appears under its name only
 whole, at the end: by a hard link, which fails if the name was taken meanwhile (never a rename over it),
@@ -17,7 +19,7 @@ Use::
 
     add_arguments(parser, default="timeline.json", what="the trace")      # -o FILE, --force
     try:
-        target = choose(opts.output, default="timeline.json", force=opts.force)
+        target = choose(opts.output, default=run_home(run_dirs) / "timeline.json", force=opts.force)
     except OutputRefused as refused:
         print(f"rlprof timeline: {refused}", file=sys.stderr); return EXIT_INVALID
     ...
@@ -36,7 +38,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 import sys
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, Sequence
 
 from rlprof.layout import MAX_NUMBER, numbered
 
@@ -50,7 +52,7 @@ class OutputRefused(Exception):
 
 def add_arguments(parser: argparse.ArgumentParser, *, default: str, what: str, required: bool = False) -> None:
     """``-o/--output FILE`` and ``--force``, with help saying the rule."""
-    where = "" if required else f" (default: {default} in the working directory, or {numbered(default, 1)}, ... when taken)"
+    where = "" if required else f" (default: {default} in the run's directory, or {numbered(default, 1)}, ... when taken)"
     parser.add_argument("-o", "--output", default=None, required=required, metavar="FILE",
                         help=f"{what}{where}; an existing FILE is never replaced unless {FORCE} is given")
     parser.add_argument(FORCE, action="store_true", help="replace the file named with -o if it exists")
@@ -68,10 +70,11 @@ class Target:
         """The command's own name, when ``path`` is a numbered one chosen because it was taken."""
 
     def said(self) -> str:
-        """``report.1.html (report.html exists and is kept)``: where it went, and why there."""
+        """``/runs/r1/report.1.html (/runs/r1/report.html exists and is kept)``: where it went, as a full path,
+        and why there."""
         if self.default is not None and self.path != self.default:
-            return f"{self.path} ({self.default} exists and is kept; -o FILE names another)"
-        return str(self.path)
+            return f"{os.path.abspath(self.path)} ({os.path.abspath(self.default)} exists and is kept; -o FILE names another)"
+        return os.path.abspath(self.path)
 
     @contextmanager
     def writing(self) -> Iterator[IO[str]]:
@@ -133,8 +136,22 @@ def write_to(target: Target, command: str, write: Callable[[IO[str]], Any]) -> t
         print(f"rlprof {command}: {refused}", file=sys.stderr)
         return 2, None
     except OSError as exc:
-        print(f"rlprof {command}: cannot write {target.path}: {exc}", file=sys.stderr)
+        print(f"rlprof {command}: cannot write {target.path}: {exc.strerror or exc}; name another file with -o",
+              file=sys.stderr)
         return 1, None
+
+
+def run_home(run_dirs: Sequence[str | os.PathLike]) -> Path:
+    """Where a command's own file goes (no ``-o``): the run directory it read (the first of one run's directories
+    on several nodes' disks); for several runs, their common directory (a ``save_path`` holding them), else the
+    newest's. The working directory only when the command read no run directory."""
+    dirs = sorted({os.path.abspath(d) for d in run_dirs}, key=lambda d: (os.path.basename(d), d))
+    if not dirs:
+        return Path(".")
+    if len({os.path.basename(d) for d in dirs}) == 1:  # one run (a run directory is named for its id)
+        return Path(dirs[0])
+    common = os.path.commonpath(dirs)
+    return Path(common if common != os.path.dirname(common) else max(dirs, key=os.path.basename))
 
 
 def _exists(path: Path) -> str:

@@ -21,7 +21,7 @@ from rlprof.analysis.report import HTML_DEFAULT, render
 from rlprof.analysis.runs import build_reports
 from rlprof.analysis.verdict import report_dict
 from rlprof.cli import not_found
-from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, write_to
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, run_home, write_to
 from rlprof.errors import EXIT_FAILED as EXIT_PROBLEMS, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 
 
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
     parser.add_argument("--run", default=None, help="only the run with this id (or unique prefix); default: every run found, newest first")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page (to -o FILE, else report.html)")
+    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page (to -o FILE, else report.html in the run's directory)")
     add_output_arguments(parser, default=HTML_DEFAULT, what="where --html writes")
     parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
                         help=f"flag a rank more than this many percent over the other ranks' median in a region, beyond the "
@@ -41,9 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if opts.output is not None and not opts.html:
         parser.error("-o FILE is where --html writes: add --html")
-    if opts.html:
+    if opts.html and opts.output is not None:  # a file named that cannot be written: said before reading anything
         try:
-            target = choose_output(opts.output, default=HTML_DEFAULT, force=opts.force)
+            choose_output(opts.output, default=HTML_DEFAULT, force=opts.force)
         except OutputRefused as refused:
             print(f"rlprof report: {refused}", file=sys.stderr)
             return EXIT_USAGE
@@ -64,6 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.html:
         from rlprof.analysis.html import render_page
 
+        try:
+            # no -o: beside the runs it shows (their directory), never wherever the user stands
+            target = choose_output(opts.output, default=run_home([d for r in reports for d in r.run_dirs]) / HTML_DEFAULT,
+                                   force=opts.force)
+        except OutputRefused as refused:
+            print(f"rlprof report: {refused}", file=sys.stderr)
+            return EXIT_USAGE
         failed, _ = write_to(target, "report", lambda handle: handle.write(render_page(reports)))
         if failed is not None:
             return failed

@@ -17,7 +17,7 @@ from rlprof.analysis.anatomy import timing_record
 from rlprof.analysis.runs import locate, without_copies
 from rlprof.analysis.timeline import DEFAULT_OUTPUT, build_timeline, write_timeline
 from rlprof.cli import not_found
-from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, write_to
+from rlprof.cli.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output, run_home, write_to
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID as EXIT_USAGE, EXIT_OK
 from rlprof.manifest import read_records
 
@@ -50,11 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if not_found("timeline", opts.paths):
         return EXIT_USAGE
-    try:
-        output = choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
-    except OutputRefused as refused:
-        print(f"rlprof timeline: {refused}", file=sys.stderr)
-        return EXIT_USAGE
+    if opts.output is not None:  # a file named that cannot be written: said before reading anything
+        try:
+            choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
+        except OutputRefused as refused:
+            print(f"rlprof timeline: {refused}", file=sys.stderr)
+            return EXIT_USAGE
     by_run: dict[str, list[dict[str, Any]]] = {}
     for record in without_copies(read_records(opts.paths)):
         by_run.setdefault(str(record.get("run")), []).append(record)
@@ -72,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(by_run) > 1:
             print(f"rlprof timeline: {len(by_run)} runs found; drawing the newest, {run_id} (--run ID for another)", file=sys.stderr)
     records = by_run[run_id]
+    try:  # no -o: in the run's directory, never wherever the user stands
+        output = choose_output(opts.output, default=run_home({r["_run_dir"] for r in records}) / DEFAULT_OUTPUT,
+                               force=opts.force)
+    except OutputRefused as refused:
+        print(f"rlprof timeline: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     locate(records)  # traces on other nodes, or gathered to the controller
     warnings: list[str] = []
     try:

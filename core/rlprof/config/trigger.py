@@ -1,4 +1,4 @@
-"""``global_profiler.trigger``: capture a step nobody planned when the run looks wrong (issue 42).
+"""``global_profiler.trigger``: capture a step nobody planned when the run looks wrong.
 
 A trigger watches every step of an armed run (:func:`rlprof.runtime.plan.armed`) at its driver and, when it
 fires, has the next step captured on every selected process (:class:`rlprof.runtime.unplanned.Decider`):
@@ -68,6 +68,18 @@ def parse_trigger(raw: Any, key: str) -> Trigger | None:
     mistakes.raise_if_any()
     trigger = Trigger(**values)
     return trigger if trigger.enabled else None
+
+
+def too_short(trigger: Trigger | None, steps: int) -> str | None:
+    """Why ``slow_step`` can capture nothing in a run of ``steps`` steps, or None: it judges a step against the
+    median of the ``window`` steps before it, so the first step it can judge is ``window + 1``, and it captures
+    the step after. What ``rlprof check`` (given the run's length) and ``rlprof demo`` warn of, before the run."""
+    if trigger is None or trigger.slow_step is None or steps >= trigger.window + 2:
+        return None
+    fix = f"set global_profiler.trigger.window={steps - 2} or lower, or " if steps - 2 >= 3 else ""
+    return (f"global_profiler.trigger.slow_step needs {trigger.window} steps of history (window) before it judges a step, "
+            f"and captures the step after it; this run has {steps}, so slow_step captures nothing "
+            f"({fix}run at least {trigger.window + 2} steps)")
 
 
 def _read(name: str, value: Any, key: str) -> Any:

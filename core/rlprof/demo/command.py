@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.schema import load_config
+from rlprof.config.trigger import too_short
 from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
 from rlprof.errors import ConfigError
 from rlprof.roles import nest_profiler
@@ -131,18 +132,19 @@ def run(opts: argparse.Namespace) -> int:
     except preflight.Refusal as refusal:
         print(f"rlprof demo: {refusal}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    for warning in found.warnings:
+    short = too_short(g.trigger, train_steps) if armed(config) else None  # before the run, not after it
+    for warning in [*found.warnings, *([short] if short else [])]:
         print(f"rlprof demo: warning: {warning}", file=sys.stderr, flush=True)
     mode = "discrete" if any(r.discrete and r.enable for r in config.roles.values()) else "end-to-end"
     if opts.async_:
         print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} (actor each) training while "
               f"{replicas} rollout replica{'s' if replicas != 1 else ''} generate, {train_steps} versions, staleness "
-              f"{opts.staleness}; profiling versions {','.join(map(str, steps)) or 'none'} with "
+              f"{opts.staleness}; profiling version{'s' if len(steps) != 1 else ''} {','.join(map(str, steps)) or 'none'} with "
               f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     else:
         hosted = f"actor+ref each, rollout in {replicas} vLLM replicas" if replicas else "actor+rollout+ref each"
         print(f"rlprof demo: {opts.workers} worker{'s' if opts.workers != 1 else ''} ({hosted}), "
-              f"{train_steps} GRPO steps; profiling steps {','.join(map(str, steps)) or 'none'} with "
+              f"{train_steps} GRPO steps; profiling step{'s' if len(steps) != 1 else ''} {','.join(map(str, steps)) or 'none'} with "
               f"{','.join(g.tools) or 'no tool'} ({mode}) into {g.save_path}", flush=True)
     if not on:
         print("rlprof demo: profiling is off in this configuration (no tool, no steps or no enabled role)")

@@ -230,10 +230,13 @@ class ProfilingController:
             self.step_metrics.expect(sum(1 for _, worker in self._workers
                                          if any(getattr(roles.get(r), "enable", False) for r in worker.spec.roles)))
         if self.decider is None and self._on and armed(self.config):
+            from rlprof.runtime.plan import armed_mode
             from rlprof.runtime.unplanned import Decider, refusal
 
             self.decider = Decider(self.run_dir, self.config.global_.trigger,
-                                   refuse=refusal(self.config, launched=bool(self._profiled_steps)))
+                                   refuse=refusal(self.config, launched=bool(self._profiled_steps)),
+                                   tools=self.config.global_.tools, mode=armed_mode(self.config),
+                                   planned=bool(self.config.global_.steps))
             self.decider.book = self.step_metrics  # the late_rank trigger reads each step's figures
         return result
 

@@ -12,7 +12,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   a file the process never finished (killed, or still writing when finalize stopped waiting).
 * ``capture``  — one per capture as it closes: the fields of :class:`CaptureRecord`.
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
-  (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
+  (``time.time_ns()``, the host's shared wall clock), ``duration_ms``; ``opened_ns`` (before ``start_ns``: when
+  the step began, before its captures opened) and ``closed_ns`` (after ``end_ns``: when they were written).
 * ``unprofiled_steps`` — steps a profiling process ran without profiling them: the fields of :class:`UnprofiledStepsRecord`.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
@@ -39,6 +40,8 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
 * ``phase``    — a phase of the training driver's own step, as the driver times it: the fields of :class:`PhaseRecord`.
 * ``staleness`` — how far behind the trainer's weights the samples of an asynchronous run's step were:
   the fields of :class:`StalenessRecord`.
+* ``armed``    — an armed run's driver said at its end what its captures nobody planned came to: the fields
+  of :class:`ArmedRecord`.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
@@ -70,7 +73,8 @@ from __future__ import annotations
 from rlprof.manifest.records import (FAILURE_RECORD, GATHERED_RECORD, short_node, ProcessRecord, CaptureRecord,
                                      StalenessRecord, STALENESS_RECORD, FrameworkIdleRecord, FRAMEWORK_IDLE_RECORD,
                                      PhaseRecord, PHASE_RECORD, UnprofiledStepsRecord, NodeRecord, NODE_RECORD,
-                                     NodeLostRecord, NODE_LOST_RECORD, record_fields, read_record, required)
+                                     NodeLostRecord, NODE_LOST_RECORD, ArmedRecord, ARMED_RECORD, record_fields, read_record,
+                                     required)
 from rlprof.manifest.writer import (path_size, ManifestWriter, record_relocation)
 from rlprof.manifest.reading import (WRITING, WRITTEN, settled_artifacts, manifest_files, read_records, artifacts)
 from rlprof.manifest.builders import (describe_error, step_record, phase_record, plain_steps_record, region_record,

@@ -24,12 +24,17 @@ def describe_error(exc: BaseException | None) -> str | None:
     return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
-def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = None) -> dict[str, Any]:
+def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = None,
+                opened_ns: int | None = None) -> dict[str, Any]:
     """``closed_ns``: when the captures the step closed were written (after ``end_ns``): the time
-    profiling itself took at the step's end, which the report shows apart from the step's own work."""
+    profiling itself took at the step's end, which the report shows apart from the step's own work.
+    ``opened_ns``: when the step began, before its captures opened (before ``start_ns``): profiling's own time
+    at the step's start (a first torch.profiler start takes a second on a CPU)."""
     record = {"step": step, "start_ns": start_ns, "end_ns": end_ns, "duration_ms": round((end_ns - start_ns) / 1e6, 6)}
     if closed_ns is not None:
         record["closed_ns"] = closed_ns
+    if opened_ns is not None and 0 < opened_ns < start_ns:
+        record["opened_ns"] = opened_ns
     return record
 
 

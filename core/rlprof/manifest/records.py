@@ -133,6 +133,30 @@ FRAMEWORK_IDLE_RECORD = FrameworkIdleRecord.TYPE
 
 
 @dataclass(kw_only=True)
+class ArmedRecord:
+    """The ``armed`` record: what an armed run's captures nobody planned came to, written once by the decider of
+    its driver as the run ends (:meth:`rlprof.runtime.unplanned.Decider.stop`, ``manifest/armed-<host>-<pid>.jsonl``,
+    ``rank`` None) where nothing was planned, a trigger was set or something unplanned was asked for. The report
+    names the run's tools and mode with it where no process profiled, and says why nothing was captured."""
+
+    TYPE: ClassVar[str] = "armed"
+    tools: list[str]
+    mode: str = "?"
+    """``e2e`` or ``discrete``: the mode its captures would have (``?``: not known to the driver)."""
+    trigger: dict[str, Any] | None = None
+    """``global_profiler.trigger`` as read, or None."""
+    steps: int = 0
+    """The steps the driver saw start."""
+    captured: list[dict[str, Any]] = field(default_factory=list)
+    """The steps captured unplanned, by why: ``steps`` and ``reason`` (``requested: <id>``, ``triggered: <sentence>``)."""
+    outcome: str
+    """One sentence: the steps captured and why, or why none was."""
+
+
+ARMED_RECORD = ArmedRecord.TYPE
+
+
+@dataclass(kw_only=True)
 class PhaseRecord:
     """The ``phase`` record: a phase of the training driver's own step, as the driver times it (verl's trainer:
     its ``timing_s/*``, ``gen``, ``reward``, ``adv``, ``update_actor``...). Written by the driver

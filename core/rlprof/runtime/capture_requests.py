@@ -1,4 +1,4 @@
-"""A capture asked of a running job (``rlprof capture``, issue 42): the files a request travels in, and the asking side.
+"""A capture asked of a running job (``rlprof capture``): the files a request travels in, and the asking side.
 
 The asker leaves ``<run>/requests/<id>.json``; the run's driver (:class:`rlprof.runtime.unplanned.Decider`)
 reads it at its next step start and writes ``<id>.answer.json``. A driver listening for requests says so

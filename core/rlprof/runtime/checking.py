@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from rlprof.config.schema import ROLES, ProfilerConfig, read_config
 from rlprof.config.sections import replica_not_captured
+from rlprof.config.trigger import too_short
 from rlprof.errors import ConfigError, ConfigErrors, ErrorList
 from rlprof.runtime.plan import ProcessPlan, armed, resolve_plan
 
@@ -94,6 +95,9 @@ class CheckResult:
     unselected: list[str] = field(default_factory=list)
     """Mistakes in the tool sections of installed backends that are not selected, worded as warnings
     (:func:`check_unselected_sections`): ignored by this run, errors once the tool is selected."""
+    train_steps: int | None = None
+    """How many steps the run will train (``rlprof check --train-steps``), when given: a trigger that cannot fire
+    in so few is warned of (:func:`~rlprof.config.trigger.too_short`)."""
 
     @property
     def plans(self) -> list[ProcessPlan]:
@@ -106,6 +110,9 @@ class CheckResult:
         for backend, problems in self.environment.items():
             out.extend(f"backend {backend!r}: {p}" for p in problems)
         out.extend(self.unselected)
+        short = too_short(self.config.global_.trigger, self.train_steps) if self.train_steps and armed(self.config) else None
+        if short:
+            out.append(short)
         return list(dict.fromkeys(out))
 
     def selection(self) -> dict[str, dict[str, Any]]:
@@ -228,7 +235,8 @@ class CheckResult:
             return lines
         if trigger.slow_step is not None:
             lines.append(f"trigger slow_step: a step longer than {trigger.slow_step:g}x the median of the last "
-                         f"{trigger.window} steps (window) has the next step captured")
+                         f"{trigger.window} steps (window) has the next step captured (so the first step it can judge is "
+                         f"step {trigger.window + 1}: a run of fewer than {trigger.window + 2} steps captures nothing by it)")
         if trigger.late_rank is not None:
             lines.append(f"trigger late_rank: a rank entering a region later than the others by more than "
                          f"{trigger.late_rank:.0%} of the region's median time has the next step captured (where step "

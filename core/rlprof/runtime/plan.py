@@ -308,6 +308,13 @@ def armed(config: ProfilerConfig) -> bool:
     return bool(g.tools and g.on_demand and any(r.enable for r in config.roles.values()))
 
 
+def armed_mode(config: ProfilerConfig) -> str:
+    """The mode an armed run's captures take, from its enabled roles: ``e2e``, ``discrete``, or both (``discrete,
+    e2e``: roles in different processes may differ). What the driver's ``armed`` record says."""
+    modes = {"discrete" if r.discrete else "e2e" for r in config.roles.values() if r.enable}
+    return ", ".join(sorted(modes)) or "?"
+
+
 def primary_role(plan: ProcessPlan) -> str | None:
     """The role whose tool_config an end-to-end capture uses: the first selected, canonical order."""
     selected = plan.selected_roles

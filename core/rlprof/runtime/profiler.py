@@ -362,14 +362,15 @@ class Profiler:
         """Ask this process's decider whether ``step`` is captured unplanned (a plain Profiler of an armed run)."""
         decider = self._decider
         if decider is None:
-            from rlprof.runtime.plan import armed
+            from rlprof.runtime.plan import armed, armed_mode
 
             if self.driven or not armed(self.config):
                 self._decider = False
                 return
             from rlprof.runtime.unplanned import process_decider
 
-            decider = self._decider = process_decider(self.run, self.config.global_.trigger)
+            decider = self._decider = process_decider(self.run, self.config.global_.trigger, tools=self.plan.tools,
+                                                      mode=armed_mode(self.config), planned=bool(self.config.global_.steps))
         reason = decider.decide(step)
         if reason is not None:
             self.capture((step,), reason)

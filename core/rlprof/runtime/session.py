@@ -147,6 +147,7 @@ class ProcessSession(Membership, SessionRecords):
         self._primary: Mapping[str, Mapping[str, Any]] = {}
         """Tool configs of step-level calls: the first participant's first selected role's."""
         self._step_start_ns = 0
+        self._step_opened_ns = 0
         self._closed: list[OpenRegion] = []
         self._plain: tuple[int, int] | None = None
         """The unprofiled step in progress and when it began (two clock reads per unprofiled step)."""
@@ -202,10 +203,12 @@ class ProcessSession(Membership, SessionRecords):
                 live = self._within_budget(step, live)
             profiled = bool(live)
             if not self.in_step:
+                opened_ns = self.clock_ns()  # before the capture opens: [opened_ns, start_ns] is profiling's own time
                 self._guarded(self.machine.start_step, step, profiled)
                 self._plain = None if profiled else (step, self.clock_ns())
                 if profiled:
                     self._step_start_ns = self.clock_ns()  # after the capture opened: opening is not the step's time
+                    self._step_opened_ns = opened_ns
             if profiled:
                 self.in_step.add(prof)
             return live
@@ -281,7 +284,7 @@ class ProcessSession(Membership, SessionRecords):
             return
         closed_ns = self.clock_ns()  # the step's captures are written: [end_ns, closed_ns] is profiling's own time
         self.profiled_steps.append(step)
-        self._flush_regions(*held, ("step", step_record(step, self._step_start_ns, end_ns, closed_ns)))
+        self._flush_regions(*held, ("step", step_record(step, self._step_start_ns, end_ns, closed_ns, self._step_opened_ns)))
         for participant in list(self._members.values()):
             participant.step_written(step)  # after the backends wrote the step's captures
 

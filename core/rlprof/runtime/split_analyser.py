@@ -1,6 +1,6 @@
 """A profiled step's traces analysed while the run goes on, off the training thread and out of its process.
 
-Why: issue 42's step metrics give a profiled step's split (compute, exposed communication, exposed memory,
+Why: the step metrics give a profiled step's split (compute, exposed communication, exposed memory,
 idle; the peak memory allocated) to the user's tracker during the run, not only in ``rlprof report`` after
 it. The process that wrote a trace has it on its disk, so it analyses it, and the figures travel with its
 step timings (:class:`~rlprof.runtime.step_timings.Batch` ``splits``) to the same place: its own

@@ -29,7 +29,7 @@ timed past the step's end, allowing :data:`SKEW_S` for clocks; a process silent 
 waited for; after :data:`WAIT_S` the step is written with what came), in step order:
 
 * :attr:`latest` and :meth:`recent`: what a driver's triggers read (the ``slow_step`` and ``late_rank``
-  triggers of issue 42: a step's time against the median of the last ``window`` steps, a rank's entry into a
+  triggers: a step's time against the median of the last ``window`` steps, a rank's entry into a
   region against the others'); :attr:`version` counts the steps completed, so a reader knows what is new;
 * one ``step`` line in the step metrics file (:class:`~rlprof.step_metrics.StepMetricsRecord`) and one
   ``step_metrics`` hook call (the selected backends that implement it: a Prometheus exporter, a wandb run;

@@ -1,4 +1,4 @@
-"""The one place that decides an unplanned capture: ``rlprof capture`` requests and triggers (issue 42).
+"""The one place that decides an unplanned capture: ``rlprof capture`` requests and triggers.
 
 A run is armed when a tool is set and a role is enabled, whatever ``global_profiler.steps`` says
 (:func:`rlprof.runtime.plan.armed`). Its driver owns one :class:`Decider` and asks it at each step start:
@@ -23,6 +23,9 @@ What it reads:
 
 Every grant carries the capture's reason (``requested: <id>``, ``triggered: <sentence>``), which the
 capture's manifest record keeps (:class:`rlprof.manifest.CaptureRecord` ``reason``) and the report shows.
+As the run ends (:meth:`Decider.stop`) the deciding driver says what its unplanned captures came to, or why
+there were none ("slow_step needs 20 steps of history; this run had 14"): in its log and in an ``armed``
+record (:class:`rlprof.manifest.ArmedRecord`) that the report reads.
 Never raises into training: a request it cannot read is passed over (and logged once).
 """
 
@@ -36,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rlprof.config.trigger import Trigger
 from rlprof.layout import ensure_dir
@@ -74,10 +77,14 @@ class Decider:
         or None; every request is answered with it.
     :param answers: this decider grants requests (rank 0, the controller); False: it follows the answers
         another wrote (the other ranks of a plain run).
+    :param tools: the run's ``global_profiler.tool``, and ``mode`` (``e2e``, ``discrete``) its captures would have:
+        what the ``armed`` record names where no process profiled.
+    :param planned: the run has planned steps (``global_profiler.steps``): its end speaks of unplanned captures
+        only when a trigger was set or something unplanned was asked for.
     """
 
     def __init__(self, run_dir: Path, trigger: Trigger | None = None, *, ahead: int = 0, refuse: str | None = None,
-                 answers: bool = True):
+                 answers: bool = True, tools: Sequence[str] = (), mode: str = "?", planned: bool = False):
         self.root = Path(run_dir)
         """The run directory: what rlprof writes here never follows a link planted at or under it."""
         self.requests = self.root / REQUESTS
@@ -105,6 +112,17 @@ class Decider:
         self._version = 0
         self._fed = 0
         self.stopped = False
+        self.tools, self.mode, self.planned = list(tools), mode, planned
+        self.seen = 0
+        """Steps started (asked of :meth:`decide`)."""
+        self.captured: list[tuple[int, str]] = []
+        """The steps started with a grant, and why: what this run captured unplanned.""" 
+        self._judged = 0
+        """Steps ``slow_step`` judged (with a full window of history before them)."""
+        self._slowest: tuple[float, int] | None = None
+        """The largest factor over its window's median a judged step took, and that step."""
+        self._latest: tuple[float, int] | None = None
+        """The largest lateness (a share of the region's median) a step's figures showed, and that step."""
         if answers:
             self._listen()
 
@@ -117,6 +135,7 @@ class Decider:
             return self._decided[1]
         if self.book is not None:
             self._read_book()
+        self.seen += 1
         self._last = step
         try:
             self._poll(step)
@@ -124,6 +143,8 @@ class Decider:
             log.warning("rlprof: reading capture requests in %s failed (%s: %s); training goes on",
                         self.requests, type(exc).__name__, exc)
         reason = self.granted.pop(step, None)
+        if reason is not None:
+            self.captured.append((step, reason))
         for stale in [s for s in self.granted if s < step]:  # granted, but the driver skipped them
             del self.granted[stale]
         self._decided = (step, reason)
@@ -156,6 +177,9 @@ class Decider:
         if trigger.slow_step is None or len(history) < trigger.window:
             return None
         median = statistics.median(s for _, s in history)
+        self._judged += 1
+        if median > 0 and (self._slowest is None or seconds / median > self._slowest[0]):
+            self._slowest = (seconds / median, step)
         if median <= 0 or seconds <= trigger.slow_step * median:
             return None
         sentence = (f"step {step} took {seconds / median:.1f}\u00d7 the median ({median:.3g} s) of steps "
@@ -168,6 +192,9 @@ class Decider:
         trigger = self.trigger
         if trigger is None or trigger.late_rank is None:
             return None
+        for (role, region), f in sorted(figures.regions.items()):
+            if f.late_rank >= 0 and f.median_s > 0 and (self._latest is None or f.late_by_s / f.median_s > self._latest[0]):
+                self._latest = (f.late_by_s / f.median_s, figures.step)
         for (role, region), f in sorted(figures.regions.items()):
             if f.late_rank >= 0 and f.median_s > 0 and f.late_by_s > trigger.late_rank * f.median_s:
                 sentence = (f"rank {f.late_rank} entered {region} of step {figures.step} {f.late_by_s:.3g} s after the "
@@ -220,13 +247,56 @@ class Decider:
             log.warning("rlprof: cannot listen for capture requests in %s (%s); rlprof capture will not reach this run",
                         self.requests, exc)
 
+    def outcome(self) -> str:
+        """What this driver's unplanned captures came to, in one sentence: the steps captured and why, or why
+        none was (no request came and no trigger is set; ``slow_step`` never had its window of history; no step
+        or rank went past its trigger, and the most one did; a step granted after the run's last)."""
+        if self.captured:
+            return "captured " + "; ".join(f"step{'s' if len(steps) != 1 else ''} {', '.join(map(str, steps))} ({reason})"
+                                           for reason, steps in self._captured_by_reason().items())
+        if self.grants:
+            g = self.grants[-1]
+            return (f"nothing captured{' beyond the planned steps' if self.planned else ''}: step{'s' if len(g.steps) != 1 else ''} "
+                    f"{', '.join(map(str, g.steps))} ({g.reason}) came after the run's last step ({self._last})")
+        why = ["no rlprof capture request came"]
+        trigger = self.trigger
+        if trigger is None:
+            why.append("no trigger is set (global_profiler.trigger)")
+        else:
+            if trigger.slow_step is not None:
+                if not self._judged:
+                    why.append(f"slow_step needs {trigger.window} steps of history; this run had {self.seen}")
+                else:
+                    most = f" (the most: {self._slowest[0]:.2f}x, step {self._slowest[1]})" if self._slowest else ""
+                    why.append(f"no step took more than {trigger.slow_step:g}x the median of the {trigger.window} "
+                               f"before it{most}")
+            if trigger.late_rank is not None:
+                if self._latest is None:
+                    why.append("late_rank saw no step's figures (step metrics did not reach the driver)")
+                else:
+                    why.append(f"no rank entered a region later than {trigger.late_rank:.0%} of its median time "
+                               f"(the most: {self._latest[0]:.0%}, step {self._latest[1]})")
+        return ("nothing captured beyond the planned steps: " if self.planned else "nothing captured: ") + "; ".join(why)
+
+    def _captured_by_reason(self) -> dict[str, list[int]]:
+        by_reason: dict[str, list[int]] = {}
+        for step, reason in self.captured:
+            by_reason.setdefault(reason, []).append(step)
+        return by_reason
+
     def stop(self) -> None:
-        """The run ended: say so to ``rlprof capture`` (``driver.json`` gains ``ended``)."""
+        """The run ended: say so to ``rlprof capture`` (``driver.json`` gains ``ended``), and say what this run's
+        unplanned captures came to (:meth:`outcome`): logged, and written as the run's ``armed`` record."""
         if self.stopped:
             return
         self.stopped = True
         if not self.answers:
             return
+        try:
+            if not self.planned or self.trigger is not None or self.grants:  # a planned run says nothing of what nobody asked
+                self._record()
+        except Exception as exc:  # never into training
+            log.warning("rlprof: could not record what this armed run captured (%s: %s)", type(exc).__name__, exc)
         try:
             path = self.requests / LISTENING
             info = json.loads(path.read_text(encoding="utf-8"))
@@ -234,6 +304,27 @@ class Decider:
             write_json(path, info, self.root)
         except (OSError, ValueError):
             pass
+
+    def _record(self) -> None:
+        """The ``armed`` record of this run, in a manifest of its own (``manifest/armed-<host>-<pid>.jsonl``)."""
+        from dataclasses import asdict
+
+        from rlprof.layout import hostname
+        from rlprof.manifest import ArmedRecord, ManifestWriter
+
+        said = self.outcome()
+        log.warning("rlprof: the armed run ended: %s", said)
+        record = ArmedRecord(tools=self.tools, mode=self.mode, trigger=asdict(self.trigger) if self.trigger else None,
+                             steps=self.seen, captured=[{"steps": steps, "reason": reason}
+                                                        for reason, steps in self._captured_by_reason().items()],
+                             outcome=said)
+        host, pid = hostname(), os.getpid()
+        writer = ManifestWriter(self.root / "manifest" / f"armed-{host}-{pid}.jsonl",
+                                {"run": self.root.name, "rank": None, "host": host, "pid": pid}, root=self.root)
+        try:
+            writer.write_record(record)
+        finally:
+            writer.close()
 
     def _poll(self, step: int) -> None:
         try:
@@ -306,7 +397,8 @@ def refusal(config: Any, *, launched: bool, backends: Any = None) -> str | None:
 _DECIDERS: dict[tuple[str, int, int], Decider] = {}
 
 
-def process_decider(run: Any, trigger: Trigger | None) -> Decider:
+def process_decider(run: Any, trigger: Trigger | None, *, tools: Sequence[str] = (), mode: str = "?",
+                    planned: bool = False) -> Decider:
     """The decider of a plain Profiler's process (its colocated Profilers share it): rank 0 answers requests
     and fires triggers, :data:`AHEAD` steps on when there are other ranks; the other ranks follow its answers."""
     key = (str(run.run_dir), run.rank, os.getpid())
@@ -314,5 +406,5 @@ def process_decider(run: Any, trigger: Trigger | None) -> Decider:
     if decider is None or decider.stopped:
         lead = run.rank == 0
         decider = _DECIDERS[key] = Decider(run.run_dir, trigger if lead else None, ahead=AHEAD if run.world_size > 1 else 0,
-                                           answers=lead)
+                                           answers=lead, tools=tools, mode=mode, planned=planned)
     return decider

@@ -119,9 +119,11 @@ def _decider(config: Any, save_path: Any, shared: str | None, metrics: Any) -> A
         loaded = load_config(config)
         if not armed(loaded):
             return None
+        from rlprof.runtime.plan import armed_mode
         from rlprof.runtime.unplanned import Decider
 
-        decider = Decider(Path(save_path or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared), loaded.global_.trigger)
+        decider = Decider(Path(save_path or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared), loaded.global_.trigger,
+                          tools=loaded.global_.tools, mode=armed_mode(loaded), planned=bool(loaded.global_.steps))
         decider.book = metrics.book if metrics is not None else None
         return decider
     except Exception as exc:  # never the run's failure: it goes on without unplanned captures
@@ -138,6 +140,8 @@ def fit_ended(trainer: Any) -> None:
     timer = getattr(trainer, "__dict__", {}).get("_rlprof_steps")
     if timer is None or not timer.run_id:
         return
+    if timer.decider is not None:  # an armed run: what its unplanned captures came to, or why none
+        timer.decider.stop()
     from rlprof.integrations.verl import run_signals
 
     run_signals.publish_done(timer.run_id, run_signals.LAST)
