@@ -117,7 +117,7 @@ def test_a_sink_that_raises_costs_its_calls_not_the_training(test_backends, save
 
 def test_timings_leave_the_training_thread_without_waiting_for_the_sink(test_backends, save_path, monkeypatch):
     """A sink that takes a second per batch does not make a region take longer."""
-    from rlprof.runtime import step_book
+    from rlprof.runtime import process_book as step_book
 
     slow = step_book.ProcessSink.send
 
