@@ -83,6 +83,9 @@ class RequestRecord:
     """In an agent loop: the time its tool calls took, as the framework measured it."""
     reward_s: float | None = None
     """In an agent loop: the time its reward took."""
+    generate_s: float | None = None
+    """In an agent loop: the time its sample's generate calls took as the framework measured them, from the caller
+    (routing, the call, the server's queue; verl's ``AgentLoopMetrics.generate_sequences``, every turn together)."""
 
     @property
     def start_ns(self) -> int | None:
@@ -93,6 +96,26 @@ class RequestRecord:
     def end_ns(self) -> int | None:
         """When it ended: its last token."""
         return self.last_token_ns
+
+
+def joined(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """``records`` with those of one request (one ``id``) as one: a source that knows part of a request (a
+    framework's per-sample metrics, ``replica`` -1: it does not know the replica) fills what its replica's record
+    left None. The replica's record is kept first (a record with a replica before one without), in order."""
+    if len(records) < 2:
+        return list(records)
+    out: list[RequestRecord] = []
+    by_id: dict[str, RequestRecord] = {}
+    for record in sorted(records, key=lambda r: r.replica < 0):
+        kept = by_id.get(record.id)
+        if kept is None:
+            by_id[record.id] = record
+            out.append(record)
+            continue
+        for name in FIELDS:
+            if getattr(kept, name) is None:
+                setattr(kept, name, getattr(record, name))
+    return out
 
 
 FIELDS = tuple(f.name for f in fields(RequestRecord))

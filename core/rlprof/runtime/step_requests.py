@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rlprof.request_figures import RequestFigures, request_figures
-from rlprof.request_records import FILE, PROCESS_DIR, RecordFile
+from rlprof.request_records import FILE, PROCESS_DIR, RecordFile, joined
 from rlprof.step_metrics import FILE as METRICS_FILE
 
 
@@ -82,13 +82,14 @@ class StepRequests:
             self._written_end_ns = max(self._written_end_ns, end_ns)
 
     def figures(self, step: int, records: list[Any]) -> RequestFigures | None:
-        return request_figures(step, records) if records else None
+        return request_figures(step, joined(records)) if records else None
 
     def keep(self, step: int, origin_ns: int, records: list[Any]) -> RequestFigures | None:
         """``step`` is written: its records appended to the run's file (the book's pump thread, never the training's),
         its figures returned (None: it has no records)."""
         if self.path is None or not records:
             return self.figures(step, records)
+        records = joined(records)  # a request's parts from several sources (an engine's, a framework's) as one
         if self.file is None:
             self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
         self.file.write(step, origin_ns, records)
