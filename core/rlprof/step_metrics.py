@@ -319,6 +319,9 @@ class StepMetricsRecord:
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a
     process was in the region; ``{"left_out": n}`` for a step of more than 4096 timings."""
+    request_records: int = 0
+    """How many of the step's rollout request records (``rlprof/requests/count``) the run's records file holds of it
+    (:mod:`rlprof.request_records`; fewer: the budget left them out)."""
 
 
 def metrics_files(run_dir: Path) -> list[Path]:

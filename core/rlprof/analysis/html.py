@@ -18,6 +18,8 @@ Per run, newest first:
 * **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
   region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
   the process waited for in a collective;
+* **rollout requests** (:mod:`rlprof.analysis.rollout_requests_html`): each step's tail share, and each replica's
+  running requests over the drawn steps with its tail marked;
 * **async overlap** (a run where rollout and training overlap, :mod:`rlprof.analysis.overlap`): per
   parameter version the trainer's wait, update and send, and each replica's window as a bar (generating,
   paused for the weight sync, held by the staleness limit, other), the weight sync split and staleness;
@@ -38,6 +40,7 @@ from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.breakdown import known, shown
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
+from rlprof.analysis.rollout_requests_html import requests_section
 from rlprof.analysis.runs import RunReport, size_text
 from rlprof.analysis.step_series import KINDS, StepSeries
 from rlprof.analysis.verdict import verdict_lines
@@ -109,6 +112,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
         parts.append(_overlap(report))
+        parts.append(requests_section(report))
         parts.append(_step_tables(anatomy, report.run_id))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")

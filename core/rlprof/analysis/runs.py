@@ -19,6 +19,7 @@ from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, proces
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.analysis.step_series import StepSeries, step_series
+from rlprof.analysis.rollout_requests import RunRequests, run_requests
 from rlprof.roles import ROLES
 from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
                              PHASE_RECORD, STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord, FrameworkIdleRecord,
@@ -149,6 +150,8 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    requests: RunRequests | None = None
+    """The rollout's requests, every step (:mod:`rlprof.analysis.rollout_requests`); None: no step recorded any."""
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -216,6 +219,7 @@ class RunReport:
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
+            "requests": self.requests.as_dict() if self.requests is not None else None,
         }
 
 
@@ -355,6 +359,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
                         "limit_bytes", "measured_bytes") for r in skips],
         captures=_capture_sizes(by_type.get("capture", []), artifacts),
         series=step_series(run_dirs, by_type.get("capture", []), [s.step for s in anatomy.steps], role_index),
+        requests=run_requests(run_dirs),
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],

@@ -260,12 +260,12 @@ class StepBook:
                 self.requests_kept.written(step, end_ns)
                 completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
         for step, start_ns, end_ns, profiled, timings, records, processes in completed:
-            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes,
-                                   self.requests_kept.keep(step, start_ns, records))
+            requests, stored = self.requests_kept.keep(step, start_ns, records)
+            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes, requests)
             self._recent.append(figures)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
-                                         _raw(timings, start_ns)))
+                                         _raw(timings, start_ns), stored))
         for step, split, processes in self._splits_ready(closing):
             if split:
                 self.split(step, split, processes)

@@ -84,15 +84,15 @@ class StepRequests:
     def figures(self, step: int, records: list[Any]) -> RequestFigures | None:
         return request_figures(step, records) if records else None
 
-    def keep(self, step: int, origin_ns: int, records: list[Any]) -> RequestFigures | None:
-        """``step`` is written: its records appended to the run's file (the book's pump thread, never the training's),
-        its figures returned (None: it has no records)."""
+    def keep(self, step: int, origin_ns: int, records: list[Any]) -> tuple[RequestFigures | None, int]:
+        """``step`` is written: its records appended to the run's file (the book's pump thread, never the training's).
+        Its figures (None: it has no records) and how many records the file holds of it (0: left out)."""
         if self.path is None or not records:
-            return self.figures(step, records)
+            return self.figures(step, records), 0
         if self.file is None:
             self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
-        self.file.write(step, origin_ns, records)
-        return self.figures(step, records)
+        kept = self.file.write(step, origin_ns, records)
+        return self.figures(step, records), len(records) if kept else 0
 
     def close(self) -> None:
         self.late += len(self.loose)  # their step never came
