@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from rlprof.request_figures import TOPIC, ReplicaFigures, replica_figures, replica_segment, request_figures
 from rlprof.request_records import read_run, record_files
+from rlprof.sizes import size_text
 from rlprof.step_metrics import PREFIX, metrics_files, read_step_metrics
 
 NAMES = f"{PREFIX}/{TOPIC}/"
@@ -189,7 +190,7 @@ def request_lines(requests: RunRequests | None) -> list[str]:
     if requests is None:
         return []
     replicas = requests.replicas
-    size = (f"records {requests.bytes_per_request:.1f} B each ({requests.stored} stored, {_size(requests.bytes)})"
+    size = (f"records {requests.bytes_per_request:.1f} B each ({requests.stored} stored, {size_text(requests.bytes)})"
             if requests.bytes_per_request is not None else "no records stored")
     lines = ["", f"rollout requests: {requests.requests} in {len(requests.steps)} step{'s' if len(requests.steps) != 1 else ''}, "
                  f"replica{'s' if len(replicas) != 1 else ''} {', '.join(map(str, replicas)) or '-'}; {size}"]
@@ -221,14 +222,6 @@ def _num(value: Any, digits: int = 0) -> str:
 
 def _pct(share: Any) -> str:
     return f"{100 * share:.0f}%" if isinstance(share, (int, float)) else "-"
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 # ----------------------------------------------------------------------------------- compare

@@ -21,10 +21,10 @@ from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.analysis.step_series import StepSeries, step_series
 from rlprof.analysis.rollout_requests import RunRequests, run_requests
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
-                             PHASE_RECORD, STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord, FrameworkIdleRecord,
-                             ProcessRecord, StalenessRecord, read_record, read_records, record_fields, required,
-                             settled_artifacts)
+from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD,
+                             STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord,
+                             FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
+                             UnprofiledStepsRecord, read_record, read_records, record_fields, required, settled_artifacts)
 
 
 @dataclass(kw_only=True)
@@ -265,17 +265,15 @@ REQUIRED = {
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
     CaptureRecord.TYPE: {"rank": int, **required(CaptureRecord)},
-    "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},  # rank None: the Ray controller's
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
-    NODE_RECORD: {"node_run_dir": str},
-    NODE_LOST_RECORD: {"node": str},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
-    PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
-    STALENESS_RECORD: required(StalenessRecord),
-    FRAMEWORK_IDLE_RECORD: required(FrameworkIdleRecord),
+    **{cls.TYPE: required(cls) for cls in (UnprofiledStepsRecord, NodeRecord, NodeLostRecord, PhaseRecord, StalenessRecord,
+                                           FrameworkIdleRecord)},  # rank None: a driver's or the controller's
 }
-"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
+"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`). A typed record's
+are its declaration's (:func:`rlprof.manifest.required`); the records a backend's call fills (``artifact``,
+``skip``, ``warning``) and ``gathered`` carry fields of their own beside these, and list the few a report needs."""
 
 
 def _capture_sizes(captures: Sequence[dict[str, Any]], artifacts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -538,12 +536,4 @@ def _row_order(cell: Cell) -> tuple:
 def role_index(role: str) -> int:
     """Canonical role order (actor, rollout, ref, critic, reward), unknown roles last."""
     return ROLES.index(role) if role in ROLES else len(ROLES)
-
-
-def size_text(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 

@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterable
 
 from rlprof.layout import release_held_dirs
 from rlprof.runtime.step_requests import StepRequests, records_path
-from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_PARTS, StepFigures, StepMetricsRecord, Timing,
+from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
                                  add_region_figures, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
@@ -421,7 +421,7 @@ def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str
         window = slowest.get("window_ms") or 0.0
         values: dict[str, float] = {}
         if window > 0:
-            for fraction, part in SPLIT_PARTS.items():
+            for fraction, part in SPLIT_TIMES.items():
                 values[fraction] = (slowest.get(part) or 0.0) / window
         peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
         if peaks:
