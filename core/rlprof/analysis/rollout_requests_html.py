@@ -45,8 +45,9 @@ def requests_section(report: Any) -> str:
              f'<p class="muted">{requests.requests} requests in {len(requests.steps)} steps; {_e(per)}; the tail: from '
              "when a replica's running requests fall below half their peak, and stay below, to its last request's end "
              "(docs/analysis.md, \"Rollout requests\")</p>", _tail_series(requests)]
-    for step in sorted(requests.curves):
-        parts.append(_step_chart(step, requests.curves[step], requests.slowest_ids.get(step)))
+    for step in requests.drawn():
+        if step in requests.curves:
+            parts.append(_step_chart(step, requests.curves[step], requests.slowest_ids.get(step)))
     parts.append("</section>")
     return "\n".join(parts)
 

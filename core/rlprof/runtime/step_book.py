@@ -216,10 +216,15 @@ class StepBook:
         """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
         and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
         ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
-        step's end (another thread delivers them: :meth:`receive`)."""
+        step's end (another thread delivers them: :meth:`receive`), and, for a step of more request records
+        than :data:`~rlprof.runtime.step_requests.ON_CALLER` (their figures: 6 ms a thousand), for its line, whose
+        figures the delivering thread computes; past it they are computed here."""
         deadline = time.monotonic() + wait_s
         while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
             time.sleep(0.002)
+        if wait_s > 0 and self.requests_kept.many(self._windows.get(step)):
+            while all(f.step != step for f in reversed(self._recent)) and time.monotonic() < deadline:
+                time.sleep(0.002)
         with self._lock:
             self._assign()
             window = self._windows.get(step)

@@ -19,6 +19,12 @@ from rlprof.request_records import FILE, PROCESS_DIR, RecordFile
 from rlprof.step_metrics import FILE as METRICS_FILE
 
 
+ON_CALLER = 1000
+"""A trainer's logger that asks for a step's figures before its line is written (:meth:`StepBook.for_tracker`) waits
+for the line when the step has more request records than this, rather than compute their figures on its own thread
+(10,000 requests: 61 ms here; bench/bench_request_report.py measures the driver's side)."""
+
+
 def records_path(metrics_path: Path, root: Path) -> Path:
     """Where the records go beside a step metrics file: the run's (``rollout_requests.jsonl.gz``) beside the run's,
     a process's own (``rollout_requests/<process>.jsonl.gz``) beside a process's."""
@@ -80,6 +86,11 @@ class StepRequests:
         self._written = max(self._written, step)
         if end_ns is not None:
             self._written_end_ns = max(self._written_end_ns, end_ns)
+
+    @staticmethod
+    def many(window: list[Any] | None) -> bool:
+        """A step not written yet (its book's window) with more request records than :data:`ON_CALLER`."""
+        return window is not None and len(window[4]) > ON_CALLER
 
     def figures(self, step: int, records: list[Any]) -> RequestFigures | None:
         return request_figures(step, records) if records else None
