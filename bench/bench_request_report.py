@@ -50,7 +50,7 @@ def step_records(step: int, start: int, n: int, rng: random.Random) -> list[Requ
 def replay(run_dir: Path, steps: int, n: int) -> list[float]:
     """The driver's book over ``steps`` steps of ``n`` requests; its seconds per step."""
     rng = random.Random(48)
-    book = StepBook(run_dir / FILE, run_dir.name, None, root=run_dir, records_mb=0)
+    book = StepBook(run_dir / FILE, run_dir.name, None, root=run_dir)
     spent = []
     for step in range(1, steps + 1):
         start = START_NS + step * 60 * 10**9

@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.layout import release_held_dirs
 from rlprof.runtime.step_requests import StepRequests, records_path
 from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
@@ -92,11 +93,11 @@ class StepBook:
     :param run_id: written in every line; the hook's ``run_id``.
     :param tools: the run's backends: those implementing ``step_metrics`` are called (None: no hook).
     :param own_windows: the windows come with the batches (a plain Profiler's process), not from a driver.
-    :param records_mb: the budget of the rollout's request records (``global_profiler.request_records_mb``; 0: none).
+    :param records_mb: the budget of the rollout's request records (``global_profiler.request_records_mb``; 0: no limit).
     """
 
     def __init__(self, path: Path | None, run_id: str, tools: Iterable[str] | None = (), *, own_windows: bool = False,
-                 root: Path | None = None, records_mb: float = 0.0):
+                 root: Path | None = None, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.path = path
         self.run_id = run_id
         self.tools = tuple(tools or ())

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.request_figures import RequestFigures, request_figures
 from rlprof.request_records import FILE, PROCESS_DIR, RecordFile
 from rlprof.step_metrics import FILE as METRICS_FILE
@@ -39,7 +40,7 @@ class StepRequests:
     :param path: the records file (None: none written); ``root`` the run directory it is written under.
     :param records_mb: its budget (0: no limit)."""
 
-    def __init__(self, path: Path | None, root: Path | None, records_mb: float = 0.0):
+    def __init__(self, path: Path | None, root: Path | None, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.path, self.root, self.records_mb = path, root, records_mb
         self.loose: list[Any] = []
         """Records whose step's window has not begun yet."""
