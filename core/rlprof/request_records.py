@@ -40,6 +40,7 @@ import gzip
 import itertools
 import json
 import logging
+import threading
 import time
 import zlib
 from dataclasses import dataclass, fields
@@ -152,7 +153,7 @@ class StepRecords:
 class RecordFile:
     """Appends each step's records to one file, one gzip member a step, within ``budget_bytes`` (0: no limit).
     Past the budget a step's records are left out and its line says how many. Never raises: a write that fails
-    is logged once and its step counted as left out."""
+    is logged once and its step counted as left out. Thread-safe (a book may be pumped from two threads)."""
 
     def __init__(self, path: Path, root: Path, budget_bytes: int = 0):
         self.path = path
@@ -165,6 +166,7 @@ class RecordFile:
         """Records the budget or a failed write left out."""
         self._handle: Any = None
         self._failed = False
+        self._lock = threading.Lock()
 
     def write(self, step: int, origin_ns: int, records: Sequence[RequestRecord]) -> bool:
         """Append ``step``'s records (its figures are the caller's); False when they were left out."""
@@ -172,15 +174,18 @@ class RecordFile:
             return True
         line = {"step": step, "origin_ns": origin_ns, "count": len(records), "columns": to_columns(records, origin_ns)}
         member = gzip.compress(json.dumps(line, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+        with self._lock:
+            return self._write(step, member, len(records))
+
+    def _write(self, step: int, member: bytes, count: int) -> bool:
         if self._failed or (self.budget_bytes and self.written_bytes + len(member) > self.budget_bytes):
-            self.left_out += len(records)
-            member = gzip.compress(json.dumps({"step": step, "left_out": len(records)}).encode(), mtime=0)
-            self._append(member)
+            self.left_out += count
+            self._append(gzip.compress(json.dumps({"step": step, "left_out": count}).encode(), mtime=0))
             return False
         if not self._append(member):
-            self.left_out += len(records)
+            self.left_out += count
             return False
-        self.records += len(records)
+        self.records += count
         return True
 
     def _append(self, member: bytes) -> bool:
