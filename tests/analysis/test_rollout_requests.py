@@ -93,3 +93,28 @@ def test_compare_sees_a_longer_tail_clearly_and_the_same_one_as_noise(tmp_path):
     assert told(sa[SLOWEST_ROW, (None, None)][0], sb[SLOWEST_ROW, (None, None)][0]) == SLOWER
     assert told(sa[TAIL_ROW, (None, None)][0], sc[TAIL_ROW, (None, None)][0]) != SLOWER
     assert (TAIL_ROW, (None, 1)) in request_samples(a, per_rank=True)
+
+
+@pytest.mark.slow
+def test_the_default_demo_records_its_own_rollout_every_step(demo_run, tmp_path):
+    """The hybrid demo (shared six-step run): each worker's batched generate is 16 requests of 8 tokens a step, on
+    the run's clock inside that worker's rollout_generate, shown by the report and the timeline."""
+    import json
+
+    from demo_runs import SIX_STEPS, cli
+
+    run = demo_run("six", *SIX_STEPS)
+    requests = run_requests([run])
+    assert [s.step for s in requests.steps] == list(range(1, 8)) and requests.requests == 7 * 32 == requests.stored
+    for step, part in read_run(run).items():
+        assert sorted({r.replica for r in part.records}) == [0, 1] and {r.generated_tokens for r in part.records} == {8}
+    assert "rollout requests: 224 in 7 steps, replicas 0, 1" in cli("report", run).stdout
+    out = tmp_path / "timeline.json"
+    assert cli("timeline", run, "-o", out).returncode == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    regions = [e for e in events if e.get("name") == "rollout_generate" and e.get("ph") == "X"]
+    slices = [e for e in events if e.get("cat") == "rlprof.request" and e.get("ph") == "X"]
+    assert len(slices) == 6 * 32  # the profiled steps', on each worker's process
+    for s in slices:
+        assert any(r["pid"] == s["pid"] and r["ts"] - 1000 <= s["ts"] and s["ts"] + s["dur"] <= r["ts"] + r["dur"] + 1000
+                   for r in regions), s

@@ -3,7 +3,7 @@ tracks in the timeline.
 
 * **HTML** (:func:`requests_section`): a tail share per step over every step (a dot each, the steps drawn below
   ringed), then for each drawn step (:meth:`rlprof.analysis.rollout_requests.RunRequests.drawn`) one chart: each
-  replica's running-requests curve as a step line, its tail shaded from the moment the count fell below half its
+  replica's running-requests curve as a step line, its tail a bar under the axis (and a dashed line) from the moment the count fell below half its
   peak to its last end, and a table of the step's figures. Reads nothing: the curves were read into the report
   (:func:`rlprof.analysis.rollout_requests.add_request_curves`).
 * **Timeline** (:func:`timeline_events`): in each replica's process (a replica's own, else the trainer rank that
@@ -80,23 +80,26 @@ def _step_chart(step: int, replicas: Mapping[int, ReplicaFigures], slowest_id: s
         return ""
     origin, span = min(starts), max(1, max(ends) - min(starts))
     peak = max(1, max(f.peak for f in replicas.values()))
+    strip = 10 * len(replicas)  # a tail bar per replica under the axis
     left, top, plot_w, plot_h = 44, 12, WIDTH - 64, HEIGHT - 44
+    height = HEIGHT + strip
     x = lambda t: left + plot_w * (t - origin) / span
     y = lambda n: top + plot_h * (1 - n / peak)
     out = [f'<h4>step {step}</h4>',
            f'<svg class="running-requests" data-step="{step}" role="img" aria-label="running requests per replica, step {step}" '
-           f'width="{WIDTH}" height="{HEIGHT}">',
+           f'width="{WIDTH}" height="{height}">',
            f'<line x1="{left}" y1="{y(0):.1f}" x2="{left + plot_w}" y2="{y(0):.1f}" stroke="#d0d7de"/>',
            f'<text x="4" y="{y(peak) + 4:.1f}">{peak}</text><text x="4" y="{y(0) + 4:.1f}">0</text>',
-           f'<text x="{left}" y="{HEIGHT - 6}">0 s</text>'
-           f'<text x="{left + plot_w}" y="{HEIGHT - 6}" text-anchor="end">{span / 1e9:.3f} s</text>']
+           f'<text x="{left}" y="{height - 6}">0 s</text>'
+           f'<text x="{left + plot_w}" y="{height - 6}" text-anchor="end">{span / 1e9:.3f} s</text>']
     for i, (replica, f) in enumerate(sorted(replicas.items())):
         colour = COLOURS[i % len(COLOURS)]
-        if f.tail_start_ns is not None and f.tail_s:
-            out.append(f'<rect class="tail" data-replica="{replica}" x="{x(f.tail_start_ns):.1f}" y="{top}" '
-                       f'width="{max(1.0, x(f.window_end_ns) - x(f.tail_start_ns)):.1f}" height="{plot_h}" fill="{colour}" '
-                       f'fill-opacity="0.15"><title>replica {replica}: tail {f.tail_s:.3f} s ({100 * (f.tail_share or 0):.0f}% of '
-                       f"its window)</title></rect>")
+        if f.tail_start_ns is not None and f.tail_s:  # a dashed line where the tail begins, a bar from there to the end
+            at, bar = x(f.tail_start_ns), y(0) + 6 + 10 * i
+            title = f"replica {replica}: tail {f.tail_s:.3f} s ({100 * (f.tail_share or 0):.0f}% of its window)"
+            out.append(f'<line x1="{at:.1f}" y1="{top}" x2="{at:.1f}" y2="{bar:.1f}" stroke="{colour}" stroke-dasharray="3,3"/>')
+            out.append(f'<rect class="tail" data-replica="{replica}" x="{at:.1f}" y="{bar:.1f}" '
+                       f'width="{max(1.0, x(f.window_end_ns) - at):.1f}" height="6" fill="{colour}"><title>{_e(title)}</title></rect>')
         curve = list(f.curve)
         if len(curve) > POINTS:
             curve = curve[::len(curve) // POINTS + 1] + [curve[-1]]

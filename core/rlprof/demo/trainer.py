@@ -173,6 +173,10 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
         if replicas:
             engines = Replicas(controller, replicas, timeout_s, say, long_request)
         _require(controller.setup())
+        if engines is not None and controller.step_metrics is not None:
+            # the replicas send their timings and request records too: a step waits for them (their first batch
+            # comes once each has found the run's mailbox), else a replica's first step could be written without it
+            controller.step_metrics.expect(len(controller.handles) + replicas)
         phase = _Phase(controller, timeout_s)
         address = _gloo_address()
         phase("join process group", lambda rank, w: w.join_process_group.remote(address))
