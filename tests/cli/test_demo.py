@@ -100,7 +100,7 @@ def test_a_long_request_is_planted_only_where_it_can_be(tmp_path, capsys):
         assert said in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
     assert request_lengths(6, 8, None) == [8] * 6  # no plant: every request the policy's length
-    assert request_lengths(6, 8, 96) == [96, 1, 2, 3, 4, 1]
+    assert request_lengths(6, 8, 96) == [96, 1, 2, 1, 2, 1]
 
 
 def test_grpo_pieces():

@@ -22,7 +22,7 @@ pytest.importorskip("ray")
 HERE = Path(__file__).parent
 WINDOW = (2, 6)
 LONG = (1, 96)
-"""``--long-request``: replica 1 generates one request of 96 tokens per step, its other requests 1..4 tokens."""
+"""``--long-request``: replica 1 generates one request of 96 tokens per step, its other requests 1 or 2 tokens."""
 
 
 def rlprof(*argv, **kwargs):
@@ -156,7 +156,7 @@ def test_the_planted_tail_its_replica_and_every_token_count_are_exact_every_step
     for step, (line, records) in steps.items():
         m = line.metrics
         per_replica = {r: sorted(x.generated_tokens for x in records if x.replica == r) for r in (0, 1)}
-        assert per_replica[1] == sorted(request_lengths(16, 8, LONG[1])), step  # 96 once, the others 1..4
+        assert per_replica[1] == sorted(request_lengths(16, 8, LONG[1])), step  # 96 once, the others 1 or 2
         assert per_replica[0] == [8] * 16, step
         assert (m["rlprof/requests/count"], line.request_records) == (32, 32)
         assert (m["rlprof/requests/slowest/replica"], m["rlprof/requests/slowest/tokens"]) == LONG, step

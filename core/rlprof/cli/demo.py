@@ -60,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
                         f"late: a straggler, which no collective hides ({', '.join(SLOWABLE)})")
     p.add_argument("--long-request", default=None, metavar="R:N",
                    help="with --rollout vllm: plant a rollout tail, one request of N generated tokens per step on replica R, "
-                        "every other request 1-4 tokens (ignore_eos); the report's rollout requests show it "
+                        "every other request 1-2 tokens (ignore_eos); the report's rollout requests show it "
                         "(docs/analysis.md, \"Rollout requests\")")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p

@@ -52,10 +52,13 @@ def to_policy_tokens(responses: list[list[int]], vocab: int, length: int | None 
     return [[t % vocab for t in row] for row in responses]
 
 
-SHORT_TOKENS = 4
+SHORT_TOKENS = 2
 """``--long-request``: every other request of the replica generates 1 to this many tokens, in turn (at most 8, as issue
-48 plants it; 4 keeps the batch's own decode steps, slower than the long request's alone, out of its tail: measured, the
-tail was 0.84-0.94 of the long request's decode with 1..8, 0.97-0.99 with 1..4)."""
+48 plants it). The tail begins when the batch's running requests fall below half, so the decode steps of the batch
+before then, slower than the long request's alone, are the long request's decode and not its tail: measured with the
+tiny Llama in-process, the tail was 0.84-0.94 of the long request's decode with 1..8, 0.97-0.99 with 1..4, 0.98 with
+1..2; in the demo's first step (engines cold, replica 1 profiled over engine steps 3-6) 0.896 with 1..4, two batched
+decode steps of 11 ms each before the tail against 2.1 ms a step alone; 1..2 leaves one."""
 
 
 def request_lengths(count: int, response_len: int, long_tokens: int | None) -> list[int]:
