@@ -11,7 +11,7 @@ Lifecycle
 ---------
 
 The core decides *what* is profiled and *when* a capture opens and closes (the capture state machine,
-:mod:`rlprof.runtime.capture`); a backend decides only *how* to capture. For one process, on a rank where at
+:mod:`rlprof.runtime.capture_machine`); a backend decides only *how* to capture. For one process, on a rank where at
 least one hosted role is selected, the calls are::
 
     validate_tool_config          once per section that names this backend (global_tool_config.<name>,
@@ -357,6 +357,21 @@ class TraceReader:
     summaries: torch_npu's ``profiler_info_*.json``). A folder walk names such a file as skipped, saying
     whose it is, rather than handing it to another reader whose broader pattern matches (``*.json``);
     the same rule of the more literal pattern decides between a claim and this."""
+    chrome: bool = False
+    """Its files are Chrome trace-event JSON (a ``traceEvents`` list, as Kineto writes): ``rlprof timeline
+    --with-traces`` merges their events into the run's timeline, and a person opens them in Perfetto."""
+    viewer: str = ""
+    """Where a person opens these files (a program or a URL), for hints such as the demo's; a Chrome trace's
+    is :data:`CHROME_VIEWER` unless given."""
+
+    @property
+    def opened_in(self) -> str:
+        """:attr:`viewer`, or for a Chrome trace :data:`CHROME_VIEWER`; "" when nobody said."""
+        return self.viewer or (CHROME_VIEWER if self.chrome else "")
+
+
+CHROME_VIEWER = "Perfetto (https://ui.perfetto.dev) or chrome://tracing"
+"""Where a Chrome trace opens (:attr:`TraceReader.chrome`)."""
 
 
 @_hookspec
@@ -368,7 +383,7 @@ def trace_reader() -> TraceReader | None:
     before any file is read. Keep it cheap: return names, import nothing heavy; the reader itself runs in
     other processes (docs/analysis.md, "Inside a region").
 
-    ``TraceReader(patterns, target, format="", not_traces=())``: ``target`` is a function taking a
+    ``TraceReader(patterns, target, format="", not_traces=(), chrome=False, viewer="")``: ``target`` is a function taking a
     file's path and returning :class:`rlprof.analysis.breakdown.TraceEvents` (its device events, host
     ops, regions and collective calls; docs/analysis.md, "Inside a region", says what each class
     means). ``rlprof breakdown DIR`` walks a folder with the patterns, asking every installed reader
@@ -378,7 +393,9 @@ def trace_reader() -> TraceReader | None:
     not one (rlprof-npu: ``profiler_info*.json``): a folder walk passes such a file over, saying whose
     it is, rather than handing it to a reader with a broader pattern (rlprof-torch's ``*.json``). A
     reader raising on a file costs one line naming the file and the message; the other files are
-    still read.
+    still read. These patterns are the only list of trace file names: ``rlprof timeline --with-traces``
+    merges the files a backend's own reader claims where it says ``chrome=True`` (Chrome trace-event JSON),
+    and the demo's hints name where to open them (``viewer``).
 
     :returns: a :class:`TraceReader`, or None when this backend's files cannot be split into compute,
         communication, copies and idle. Raising, or a target that fails to import, costs one line naming
@@ -391,7 +408,8 @@ def trace_reader() -> TraceReader | None:
         class TorchBackend:
             @rlprof.hookimpl
             def trace_reader(self):
-                return TraceReader(("*.json", "*.json.gz"), "rlprof_torch.kineto_reader:read_trace", "Kineto JSON")
+                return TraceReader(("*.json", "*.json.gz"), "rlprof_torch.kineto_reader:read_trace", "Kineto JSON",
+                                   chrome=True)
     """
 
 
@@ -412,9 +430,10 @@ def step_metrics(step: int, metrics: Mapping[str, Any], run_id: str) -> None:
     :param metrics: tracker name -> value, the names of docs/analysis.md, "Step metrics":
         ``rlprof/<role>/<region>/<figure>`` (``slowest_s``, ``slowest_rank``, ``median_s``, ``spread_s``,
         ``late_rank``, ``late_by_s``; a split's ``compute_frac``, ``exposed_comm_frac``,
-        ``exposed_memory_frac``, ``idle_frac``, ``peak_allocated_bytes``) and ``rlprof/step/<figure>``
-        (``time_s``, ``outside_regions_s``); a split carries ``rlprof/split/step``. Only
-        ``[A-Za-z0-9_./-]``, units in the name, none a prefix of another. A tracker that refuses a step
+        ``exposed_memory_frac``, ``idle_frac``, ``peak_allocated_bytes``), ``rlprof/step/<figure>``
+        (``time_s``, ``outside_regions_s``) and, where the rollout recorded its requests, ``rlprof/requests/...``
+        (docs/analysis.md, "Rollout requests"); a split carries ``rlprof/split/step``. Only
+        ``[A-Za-z0-9_./-]``, units in the name, none a path prefix of another. A tracker that refuses a step
         lower than one it has (wandb) logs a split against ``rlprof/split/step``.
     :param run_id: the run's id (the run directory's name).
     :returns: nothing (a value is ignored).

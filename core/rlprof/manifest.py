@@ -13,10 +13,7 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
 * ``capture``  — one per capture as it closes: the fields of :class:`CaptureRecord`.
 * ``step``     — one per profiled step of the process: ``step``, ``start_ns``, ``end_ns``
   (``time.time_ns()``, the host's shared wall clock), ``duration_ms``.
-* ``unprofiled_steps`` — steps a profiling process ran without profiling them (not selected, or left out by
-  a budget), many per record: ``steps``, ``start_ns``, ``end_ns`` (lists, one item per step). The report
-  puts profiled steps beside them. A Ray controller writes them too (``rank`` None), timed from its
-  ``start_step`` to its ``step_boundary``: its workers hear nothing of an unprofiled step.
+* ``unprofiled_steps`` — steps a profiling process ran without profiling them: the fields of :class:`UnprofiledStepsRecord`.
 * ``region``   — one per region of a selected role entered during a profiled step, for the whole
   region: ``step``, ``role``, ``region``, ``parent`` (the enclosing open region, or None), ``depth``,
   ``capture`` (the first capture it was in), ``start_ns``, ``end_ns``, ``duration_ms``,
@@ -39,29 +36,24 @@ Each line is a record with a ``type`` and the common fields ``run``, ``rank``, `
   trace export still running when its next generate came): ``source`` (the engine), ``step``,
   ``replica_rank``, ``capture`` (the engine capture waited for), ``start_ns``, ``end_ns``, ``ms``. The
   report counts it as profiling's cost of that step.
-* ``phase``    — a phase of the training driver's own step, as the driver times it (verl's trainer:
-  its ``timing_s/*``, ``gen``, ``reward``, ``adv``, ``update_actor``...): ``step``, ``name``, ``source``,
-  ``start_ns``, ``end_ns``, ``duration_ms``. Written by the driver (``manifest/driver-<host>-<pid>.jsonl``,
-  ``rank`` None) for profiled steps only; the report names what "(outside regions)" holds with them.
+* ``phase``    — a phase of the training driver's own step, as the driver times it: the fields of :class:`PhaseRecord`.
 * ``staleness`` — how far behind the trainer's weights the samples of an asynchronous run's step were:
   the fields of :class:`StalenessRecord`.
 * ``finalized``— a Profiler finalized (reason). Its absence means the process died first.
 * ``worker_failure`` — written by the Ray controller (``manifest/controller-<host>-<pid>.jsonl``) for a
   worker that died, hung past the timeout or raised in an rlprof call (see :mod:`rlprof.ray`).
-* ``node``     — first line of a manifest the Ray controller gathered from another node
-  (:mod:`rlprof.integrations.nodes`): ``node`` (Ray node id), ``node_run_dir`` (the worker's run
-  directory on that node: the file's artifact paths are relative to it), ``node_manifest``.
-* ``node_lost`` — the controller found a node dead: ``node``, ``node_host``, ``workers``, ``step`` (the
-  last profiled step it completed).
+* ``node``     — first line of a manifest the Ray controller gathered from another node: the fields of :class:`NodeRecord`.
+* ``node_lost`` — the controller found a node dead: the fields of :class:`NodeLostRecord`.
 * ``gathered`` — ``global_profiler.gather: traces`` moved (or did not move) one file to the controller:
   ``node``, ``source`` (absolute path on the node), ``path`` (relative to the controller's run
   directory), ``size``, ``sha256``, ``status`` (``verified``, ``exists``, ``failed``, ``over_budget``),
   ``deleted_local``.
 
-A record type declared as a dataclass (:class:`ProcessRecord`, :class:`CaptureRecord`; new record types
-follow them) is declared once: the writer builds one and writes its fields (:func:`record_fields`), the
+A record type declared as a dataclass (:class:`ProcessRecord`, :class:`CaptureRecord`, :class:`PhaseRecord`, ...;
+new record types follow them) is declared once: the writer builds one and writes its fields (:func:`record_fields`), the
 reader reads one back (:func:`read_record`), each field typed, defaulted and documented where it is
-declared, so a new field is one edit, read by both sides.
+declared, and the report's check of a usable record (:func:`required`, ``rlprof.analysis.runs.REQUIRED``)
+comes from it, so a new field is one edit, read by both sides.
 
 Lines are appended and flushed as they happen (timing records at the end of each step), so a process
 killed mid-run keeps what it recorded. Writing never raises into training: a failed write (disk
@@ -90,12 +82,9 @@ FAILURE_RECORD = "worker_failure"
 """Manifest record type the Ray controller writes (``manifest/controller-<host>-<pid>.jsonl``): one per
 worker that died or hung past the timeout (it is not waited for again), one per rlprof call that
 raised in a worker: worker, rank, call, step, kind, error."""
-NODE_RECORD = "node"
-"""Heads a manifest gathered from another node: which node, and the worker's run directory there."""
-NODE_LOST_RECORD = "node_lost"
-"""The controller found a Ray node dead: its workers' records end at its last profiled step."""
 GATHERED_RECORD = "gathered"
 """One file ``gather: traces`` streamed to the controller (or could not): where from, where to, checksum."""
+
 
 def short_node(node: str | None) -> str:
     """A Ray node id as logs and reports name it: its first 8 hex digits (as ``ray status`` abbreviates)."""
@@ -221,24 +210,20 @@ def step_record(step: int, start_ns: int, end_ns: int, closed_ns: int | None = N
     return record
 
 
-PHASE_RECORD = "phase"
-"""A phase of the driver's step (verl's ``timing_s/<name>``), see the module doc."""
-
-
 def phase_record(step: int, name: str, start_ns: int, end_ns: int, source: str) -> dict[str, Any]:
-    """The ``phase`` record of the driver's phase ``name`` of ``step`` (``time.time_ns()`` bounds)."""
-    return {"step": step, "name": name, "source": source, "start_ns": start_ns, "end_ns": end_ns,
-            "duration_ms": round((end_ns - start_ns) / 1e6, 6)}
+    """The ``phase`` record (:class:`PhaseRecord`) of the driver's phase ``name`` of ``step`` (``time.time_ns()`` bounds)."""
+    return record_fields(PhaseRecord(step=step, name=name, source=source, start_ns=start_ns, end_ns=end_ns,
+                                     duration_ms=round((end_ns - start_ns) / 1e6, 6)))
 
 
 def plain_steps_record(steps: list[tuple[int, int, int]]) -> dict[str, Any]:
-    """The ``unprofiled_steps`` record of ``(step, start_ns, end_ns)`` triples."""
+    """The ``unprofiled_steps`` record (:class:`UnprofiledStepsRecord`) of ``(step, start_ns, end_ns)`` triples."""
     numbers, starts, ends = zip(*steps)
-    return {"steps": list(numbers), "start_ns": list(starts), "end_ns": list(ends)}
+    return record_fields(UnprofiledStepsRecord(steps=list(numbers), start_ns=list(starts), end_ns=list(ends)))
 
 
 def region_record(region: Any) -> dict[str, Any]:
-    """The ``region`` record of a closed :class:`rlprof.runtime.capture.OpenRegion`."""
+    """The ``region`` record of a closed :class:`rlprof.runtime.capture_machine.OpenRegion`."""
     parent = region.parent
     return {
         "step": region.step, "role": region.role, "region": region.name,
@@ -521,6 +506,71 @@ class FrameworkIdleRecord:
 FRAMEWORK_IDLE_RECORD = FrameworkIdleRecord.TYPE
 
 
+@dataclass(kw_only=True)
+class PhaseRecord:
+    """The ``phase`` record: a phase of the training driver's own step, as the driver times it (verl's trainer:
+    its ``timing_s/*``, ``gen``, ``reward``, ``adv``, ``update_actor``...). Written by the driver
+    (``manifest/driver-<host>-<pid>.jsonl``, ``rank`` None) for profiled steps only; the report names what
+    "(outside regions)" holds with them."""
+
+    TYPE: ClassVar[str] = "phase"
+    step: int
+    name: str
+    source: str | None = None
+    """Who timed it (``verl``)."""
+    start_ns: int
+    end_ns: int
+    duration_ms: float | None = None
+
+
+PHASE_RECORD = PhaseRecord.TYPE
+
+
+@dataclass(kw_only=True)
+class UnprofiledStepsRecord:
+    """The ``unprofiled_steps`` record: steps a profiling process ran without profiling them (not selected, or
+    left out by a budget), many per record, one item of each list per step. The report puts profiled steps
+    beside them. A Ray controller writes them too (``rank`` None), timed from its ``start_step`` to its
+    ``step_boundary``: its workers hear nothing of an unprofiled step."""
+
+    TYPE: ClassVar[str] = "unprofiled_steps"
+    steps: list[int]
+    start_ns: list[int]
+    end_ns: list[int]
+
+
+@dataclass(kw_only=True)
+class NodeRecord:
+    """The ``node`` record: the first line of a manifest the Ray controller gathered from another node
+    (:mod:`rlprof.integrations.nodes`)."""
+
+    TYPE: ClassVar[str] = "node"
+    node: str | None = None
+    """The Ray node id."""
+    node_run_dir: str
+    """The worker's run directory on that node: the file's artifact paths are relative to it."""
+    node_manifest: str | None = None
+
+
+NODE_RECORD = NodeRecord.TYPE
+
+
+@dataclass(kw_only=True)
+class NodeLostRecord:
+    """The ``node_lost`` record: the controller found a node dead."""
+
+    TYPE: ClassVar[str] = "node_lost"
+    node: str
+    node_host: str | None = None
+    workers: list[str] = field(default_factory=list)
+    """The workers it held (their names)."""
+    step: int | None = None
+    """The last profiled step it completed."""
+
+
+NODE_LOST_RECORD = NodeLostRecord.TYPE
+
+
 Record = TypeVar("Record")
 
 
@@ -552,9 +602,11 @@ def read_record(cls: type[Record], raw: dict[str, Any], **given: Any) -> Record:
 
 
 def required(cls: type) -> dict[str, type]:
-    """The fields of a record type that have no default (a record without them is not used), with their types."""
+    """The fields of a record type that have no default (a record without them is not used), with their types
+    (a container's kind: ``list`` for ``list[int]``)."""
     hints = _hints(cls)
-    return {f.name: hints[f.name] for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    return {f.name: typing.get_origin(hints[f.name]) or hints[f.name] for f in fields(cls)
+            if f.default is MISSING and f.default_factory is MISSING}
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

@@ -37,8 +37,10 @@ A leaf: sources (integrations), the driver (runtime) and the report (analysis) a
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
+import threading
 import time
 import zlib
 from dataclasses import dataclass, fields
@@ -144,24 +146,18 @@ def to_columns(records: Sequence[RequestRecord], origin_ns: int) -> dict[str, li
 
 
 def from_columns(columns: dict[str, list[Any]], origin_ns: int, step: int | None, count: int) -> list[RequestRecord]:
-    """The records of one line (:func:`to_columns` read back; times to the nearest microsecond)."""
-    values: dict[str, list[Any]] = {}
-    for name in COLUMNS:
-        column = columns.get(column_name(name))
-        if not isinstance(column, list) or len(column) != count:
-            continue
-        if name in TIMES:
-            column = [None if v is None else origin_ns + int(v) * 1000 for v in column]
-        values[name] = column
-    names = list(values)
-    rows = zip(*(values[n] for n in names)) if names else iter(() for _ in range(count))
-    out = []
-    for row in rows:
-        record = RequestRecord(id="", replica=-1, step=step)
-        for name, value in zip(names, row):
-            setattr(record, name, value)
-        out.append(record)
-    return out
+    """The records of one line (:func:`to_columns` read back; times to the nearest microsecond). A column missing
+    or of another length reads as None (``id`` as ``""``, ``replica`` as -1)."""
+    values: list[Any] = []
+    for name in FIELDS:
+        column = columns.get(column_name(name)) if name != "step" else None
+        if name == "step" or not isinstance(column, list) or len(column) != count:
+            values.append(itertools.repeat(step if name == "step" else {"id": "", "replica": -1}.get(name), count))
+        elif name in TIMES:
+            values.append([None if v is None else origin_ns + int(v) * 1000 for v in column])
+        else:
+            values.append(column)
+    return [RequestRecord(*row) for row in zip(*values)]
 
 
 # ------------------------------------------------------------------------------------------ the file
@@ -180,7 +176,7 @@ class StepRecords:
 class RecordFile:
     """Appends each step's records to one file, one gzip member a step, within ``budget_bytes`` (0: no limit).
     Past the budget a step's records are left out and its line says how many. Never raises: a write that fails
-    is logged once and its step counted as left out."""
+    is logged once and its step counted as left out. Thread-safe (a book may be pumped from two threads)."""
 
     def __init__(self, path: Path, root: Path, budget_bytes: int = 0):
         self.path = path
@@ -193,6 +189,7 @@ class RecordFile:
         """Records the budget or a failed write left out."""
         self._handle: Any = None
         self._failed = False
+        self._lock = threading.Lock()
 
     def write(self, step: int, origin_ns: int, records: Sequence[RequestRecord]) -> bool:
         """Append ``step``'s records (its figures are the caller's); False when they were left out."""
@@ -200,15 +197,18 @@ class RecordFile:
             return True
         line = {"step": step, "origin_ns": origin_ns, "count": len(records), "columns": to_columns(records, origin_ns)}
         member = gzip.compress(json.dumps(line, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+        with self._lock:
+            return self._write(step, member, len(records))
+
+    def _write(self, step: int, member: bytes, count: int) -> bool:
         if self._failed or (self.budget_bytes and self.written_bytes + len(member) > self.budget_bytes):
-            self.left_out += len(records)
-            member = gzip.compress(json.dumps({"step": step, "left_out": len(records)}).encode(), mtime=0)
-            self._append(member)
+            self.left_out += count
+            self._append(gzip.compress(json.dumps({"step": step, "left_out": count}).encode(), mtime=0))
             return False
         if not self._append(member):
-            self.left_out += len(records)
+            self.left_out += count
             return False
-        self.records += len(records)
+        self.records += count
         return True
 
     def _append(self, member: bytes) -> bool:
@@ -247,8 +247,10 @@ def record_files(run_dir: Path) -> list[Path]:
     return sorted((run_dir / PROCESS_DIR).glob("*.jsonl.gz"))
 
 
-def read_file(path: Path) -> Iterator[StepRecords]:
-    """The steps of one records file, in file order; reading stops at a member cut short or unreadable."""
+def read_file(path: Path, steps: Iterable[int] | None = None) -> Iterator[StepRecords]:
+    """The steps of one records file (only ``steps``, when given: the others are decompressed, not decoded), in file
+    order; reading stops at a member cut short or unreadable."""
+    wanted = None if steps is None else set(steps)
     with open(path, "rb") as handle:
         data = handle.read()
     while data:
@@ -260,6 +262,8 @@ def read_file(path: Path) -> Iterator[StepRecords]:
         if not inflater.eof:
             return  # cut short
         data = inflater.unused_data
+        if wanted is not None and _step_of(text) not in wanted:
+            continue
         try:
             line = json.loads(text)
             step = int(line["step"])
@@ -275,11 +279,24 @@ def read_file(path: Path) -> Iterator[StepRecords]:
         yield StepRecords(step, records)
 
 
-def read_run(run_dir: Path) -> dict[int, StepRecords]:
-    """Every step's records of a run (its files together: a step in several per-process files is joined)."""
+def _step_of(text: bytes) -> int | None:
+    """The step of a line (its first key, as :class:`RecordFile` writes it) without decoding the rest."""
+    head = text[:40]
+    if not head.startswith(b'{"step":'):
+        return None
+    try:
+        return int(head[8:head.index(b",")])
+    except ValueError:
+        return None
+
+
+def read_run(run_dir: Path, steps: Iterable[int] | None = None) -> dict[int, StepRecords]:
+    """Every step's records of a run (only ``steps``, when given; its files together: a step in several per-process
+    files is joined)."""
     out: dict[int, StepRecords] = {}
+    steps = None if steps is None else set(steps)
     for path in record_files(run_dir):
-        for part in read_file(path):
+        for part in read_file(path, steps):
             kept = out.get(part.step)
             if kept is None:
                 out[part.step] = part

@@ -54,15 +54,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
+from rlprof.intervals import length, union
 from rlprof.noise import MARGIN, between_processes, others_medians, stands_clear
+from rlprof.row_model import PART_NAMES, merge_rule
 
 PREFIX = "rlprof"
 STEP = "step"
 """The ``<role>`` segment of the step's own figures (no role has that name)."""
 REGION_FIGURES = ("slowest_s", "slowest_rank", "median_s", "spread_s", "late_rank", "late_by_s")
 """What every step says of each region, from every process's timing of it."""
-SPLIT_FIGURES = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac", "peak_allocated_bytes")
-"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`)."""
+PEAK = "peak_allocated_bytes"
+"""The split's memory figure: the :class:`~rlprof.row_model.Row` column of the same name."""
+SPLIT_FIGURES = tuple(f"{part}_frac" for part in PART_NAMES.values()) + (PEAK,)
+"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`): each part of the window
+(:data:`rlprof.row_model.WINDOW_PARTS`, named as the row model names it for the step metrics) as a fraction, and the peak."""
 STEP_FIGURES = ("time_s", "outside_regions_s")
 """What every step says of itself."""
 SPLIT_STEP = f"{PREFIX}/split/step"
@@ -216,7 +221,7 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     for key in sorted(times):
         history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
         regions[key] = _region_figures(key, times[key], entries[key], history, step_ms)
-    covered = _union_length(intervals)
+    covered = length(union(intervals)) / 1e9
     return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes, requests)
 
 
@@ -235,19 +240,6 @@ def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict
                          times[slowest] - min(times.values()), late, late_by)
 
 
-def _union_length(intervals: list[tuple[int, int]]) -> float:
-    """Seconds covered by the union of ``intervals`` (ns)."""
-    total, end = 0, None
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total / 1e9
-
-
 def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], start_ns: int) -> int | None:
     """The step whose window (``(step, start_ns, end_ns)``, ordered by start, ``starts`` their starts) holds
     ``start_ns``, or None: how a driver gives a step to a region whose process was told none."""
@@ -260,24 +252,24 @@ def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], st
 # ------------------------------------------------------------------------------------------ the split
 
 
-PEAK = "peak_allocated_bytes"
-SPLIT_PARTS = {figure: figure.removesuffix("_frac") + "_ms" for figure in SPLIT_FIGURES if figure.endswith("_frac")}
-"""Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as the
-analysis of a trace sends it (:mod:`rlprof.analysis.step_split`) and a driver combines it
-(:func:`rlprof.runtime.step_book.combine`)."""
+WINDOW = "window_ms"
+FIGURE_COLUMNS = {f"{part}_ms": column for column, part in PART_NAMES.items()} | {WINDOW: WINDOW, PEAK: PEAK}
+"""A process's figures of one region in one step, as the analysis of a trace sends them (:mod:`rlprof.analysis.step_split`,
+run as :mod:`rlprof.cli.step_split`: ``compute_ms``, ``exposed_comm_ms``, ...) -> the :class:`~rlprof.row_model.Row`
+column each is read from."""
+SPLIT_TIMES = {f"{part}_frac": f"{part}_ms" for part in PART_NAMES.values()}
+"""Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as a driver
+combines it (:func:`rlprof.runtime.step_book.combine`)."""
 
 
 def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
-    """``values``, a region's figures of one process in one step (``compute_ms``, ... ``window_ms``, ``PEAK``),
-    added to ``kept``, the same region of the same process and step seen before (entered twice, or in two
-    files): the times add up, the peak is the larger of those known. The one rule, for a trace's analysis and
-    for a driver combining several files of a process."""
+    """``values``, a region's figures of one process in one step (:data:`FIGURE_COLUMNS`), added to ``kept``,
+    the same region of the same process and step seen before (entered twice, or in two files), each by its
+    column's merge rule (:func:`rlprof.row_model.merge_rule`: the times add up, the peak is the larger of those
+    known): the rule a :class:`~rlprof.row_model.Row` follows, for a trace's analysis and a driver combining
+    several files of a process."""
     for name, value in values.items():
-        if name == PEAK:
-            if value is not None and (kept.get(name) is None or value > kept[name]):
-                kept[name] = value
-        else:
-            kept[name] = (kept.get(name) or 0.0) + (value or 0.0)
+        kept[name] = merge_rule(FIGURE_COLUMNS.get(name, WINDOW))(kept.get(name), value)  # another figure: a time
 
 
 def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]]) -> dict[str, float]:
@@ -319,6 +311,9 @@ class StepMetricsRecord:
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a
     process was in the region; ``{"left_out": n}`` for a step of more than 4096 timings."""
+    request_records: int = 0
+    """How many of the step's rollout request records (``rlprof/requests/count``) the run's records file holds of it
+    (:mod:`rlprof.request_records`; fewer: the budget left them out)."""
 
 
 def metrics_files(run_dir: Path) -> list[Path]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.analysis.html import PALETTE, _heat
-from rlprof.analysis.report import main
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import RegionSpec, generate_run
 
 RUN = "20261122-050000-aaaaaa"

@@ -19,8 +19,9 @@ import pytest
 CORE = Path(__file__).resolve().parents[2] / "core"
 LEAVES = {"rlprof.errors", "rlprof.roles", "rlprof.manifest", "rlprof.hookspecs", "rlprof.context",
           "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins",
-          "rlprof.invocation", "rlprof.env_seconds", "rlprof.output_file", "rlprof.noise", "rlprof.step_metrics",
-          "rlprof.priority", "rlprof.request_records", "rlprof.request_figures"}
+          "rlprof.invocation", "rlprof.env_seconds", "rlprof.noise", "rlprof.step_metrics",
+          "rlprof.priority", "rlprof.intervals", "rlprof.row_model", "rlprof.sizes",
+          "rlprof.request_records", "rlprof.request_figures"}
 MAY_IMPORT = {
     "leaf": {"leaf"},
     "config": {"leaf", "config"},

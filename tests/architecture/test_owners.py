@@ -27,7 +27,7 @@ FACTS: dict[str, tuple[str, frozenset[str]]] = {
         "runtime/profiler.py", frozenset({"_step", "_this_step", "_STARTED", "_steps_started"})),
     "step number when the trainer gives none": ("runtime/profiler.py", frozenset({"_starts", "_begins"})),
     "step the Ray controller fans out": ("integrations/ray.py", frozenset({"_step", "_last_step"})),
-    "open capture": ("runtime/capture.py", frozenset({"open_capture", "_capture"})),
+    "open capture": ("runtime/capture_machine.py", frozenset({"open_capture", "_capture"})),
     "Profiler finalized": ("runtime/profiler.py", frozenset({"_finalized"})),
     "process session ended": ("runtime/session.py", frozenset({"finished"})),
     "what became of each Ray worker": (

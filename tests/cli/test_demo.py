@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlprof.config import load_config
-from rlprof.demo.command import config_from_flags, parser
+from rlprof.cli.demo import parser
+from rlprof.demo.command import config_from_flags
 
 
 def flags(*argv):
@@ -61,24 +62,45 @@ def test_rollout_vllm_draws_no_warning_about_its_own_config():
 def test_slow_in_needs_a_slow_rank_and_a_region_the_ranks_run(tmp_path, capsys):
     """``--slow-in`` slows ``--slow-rank`` inside a region; without a rank, or in generation that vLLM
     replicas run, it is refused before Ray starts, naming what is allowed."""
+    from rlprof.cli.demo import main
     from rlprof.demo import command
 
-    assert command.main(["--slow-in", "rollout_generate", "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
+    assert main(["--slow-in", "rollout_generate", "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
     assert "--slow-in rollout_generate: needs --slow-rank" in capsys.readouterr().err
-    assert command.main(["--slow-rank", "0", "--slow-in", "rollout_generate", "--rollout", "vllm",
+    assert main(["--slow-rank", "0", "--slow-in", "rollout_generate", "--rollout", "vllm",
                          "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
     assert "allowed: ref_compute_log_prob, actor_compute_log_prob" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
 
 
 def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
+    from rlprof.cli.demo import main
     from rlprof.demo import command
 
-    code = command.main(["--rollout", "vllm", "--replicas", "0", "--save-path", str(tmp_path / "d")])
+    code = main(["--rollout", "vllm", "--replicas", "0", "--save-path", str(tmp_path / "d")])
     assert code == command.EXIT_REFUSED
-    code = command.main(["--rollout", "vllm", "--replicas", "2", "--save-path", str(tmp_path / "d"),
+    code = main(["--rollout", "vllm", "--replicas", "2", "--save-path", str(tmp_path / "d"),
                          "actor_rollout_ref.rollout.profiler.ranks=[2]"])
     assert code == command.EXIT_REFUSED and not (tmp_path / "d").exists()
+
+
+def test_a_long_request_is_planted_only_where_it_can_be(tmp_path, capsys):
+    """``--long-request R:N`` (issue 48) needs vLLM replicas, one of the run's, and a length the replicas' model
+    holds; anything else is refused before Ray starts, naming what is allowed."""
+    from rlprof.cli.demo import main
+    from rlprof.demo import command
+    from rlprof.demo.replicas import request_lengths
+
+    save = str(tmp_path / "d")
+    for argv, said in ((["--long-request", "1:96"], "--long-request 1:96: needs --rollout vllm"),
+                       (["--rollout", "vllm", "--long-request", "2:96"], "replica 2 is not a replica of the run; allowed: 0 to 1"),
+                       (["--rollout", "vllm", "--long-request", "1"], "allowed: REPLICA:TOKENS, e.g. 1:96"),
+                       (["--rollout", "vllm", "--long-request", "0:253"], "allowed: 1 to 252")):
+        assert main([*argv, "--save-path", save]) == command.EXIT_REFUSED
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    assert request_lengths(6, 8, None) == [8] * 6  # no plant: every request the policy's length
+    assert request_lengths(6, 8, 96) == [96, 1, 2, 1, 2, 1]
 
 
 def test_grpo_pieces():
@@ -234,7 +256,7 @@ def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
 
     proc, save = default_demo
     monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
-    monkeypatch.setattr(sys, "argv", [rlprof.cli.__file__])  # started as the demo was: its next: lines say python -m rlprof.cli
+    monkeypatch.setattr(sys, "argv", [str(Path(rlprof.cli.__file__).with_name("__main__.py"))])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
     add_inside([report])

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from rlprof import plugins
-from rlprof.analysis.report import main as report_main
+from rlprof.cli.report import main as report_main
 from rlprof.cli import main
 from rlprof.errors import BackendError
 from rlprof.integrations.after_exit import NodeAgent, after_exit_steps

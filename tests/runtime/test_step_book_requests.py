@@ -80,3 +80,29 @@ def test_a_plain_profiler_records_its_rollout_requests(test_backends, save_path)
     counts = {r.step: r.metrics["rlprof/requests/count"] for r in read_step_metrics(path) if r.kind == "step"}
     assert counts == {1: 3, 2: 3}
     assert sorted(r.generated_tokens for r in read_run(prof.run.run_dir)[2].records) == [2, 3, 4]
+
+
+def test_a_trainer_waits_for_the_line_of_a_step_of_many_requests_instead_of_computing_it(tmp_path, monkeypatch):
+    """The figures of thousands of requests are the delivering thread's to compute, not the trainer's: its logger
+    waits (within its wait) for the step's line; a step of few requests is computed at once."""
+    import threading
+
+    from rlprof.runtime import step_requests
+
+    book = StepBook(tmp_path / "step_metrics.jsonl", "run", None, root=tmp_path)
+    t0 = time.time_ns() - 100 * S
+    book.began(1, t0)
+    book.ended(1, t0 + 10 * S)
+    many = [record(i, i % 2, t0 + S, t0 + 2 * S + i) for i in range(step_requests.ON_CALLER + 1)]
+    book.receive(Batch("run", "replicas", 0, [], [], t0 + 30 * S, requests=many))
+    callers = []
+    real = step_requests.request_figures
+    monkeypatch.setattr(step_requests, "request_figures",
+                        lambda *a: callers.append(threading.current_thread().name) or real(*a))
+    pumper = threading.Timer(0.2, book.pump)
+    pumper.name = "delivering"
+    pumper.start()
+    got = book.for_tracker(1, wait_s=5.0)
+    pumper.join()
+    assert got.get("rlprof/requests/count") == step_requests.ON_CALLER + 1 and callers == ["delivering"], (sorted(got)[:3], callers)
+    book.close()

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from rlprof.analysis.noise import bar_ms, between_processes, others_medians
+from rlprof.intervals import clip, length, union
 from rlprof.roles import ROLES
 
 STRAGGLER_PCT = 25.0
@@ -414,13 +415,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
 
 def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
     """How much of ``[start, end]`` the union of ``intervals`` covers (overlaps counted once)."""
-    covered, reached = 0, start
-    for begin, finish in sorted(intervals):
-        begin, finish = max(begin, reached), min(finish, end)
-        if finish > begin:
-            covered += finish - begin
-            reached = finish
-    return covered
+    return length(clip(union(intervals), start, end))
 
 
 def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:

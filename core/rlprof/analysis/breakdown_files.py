@@ -1,5 +1,7 @@
-"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
-on the nodes of a Ray cluster that hold them), cached where the layout says (never beside a file).
+"""The breakdown rows of trace files, read in a process pool, cached where the layout says (never beside a file).
+
+``rlprof breakdown PATH...`` (:mod:`rlprof.cli.breakdown`) reads them here, or with ``--address`` on the nodes of
+a Ray cluster that hold them (:mod:`rlprof.cli.breakdown_cluster`, which runs :func:`read_here` on each node).
 
 Each file goes to the reader of the backend that writes its format (each backend names it through the
 ``trace_reader`` hook, :func:`readers`), in a pool of
@@ -16,24 +18,18 @@ wrote. On a Ray run the node that holds a trace writes that cache, and the same 
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import importlib
 import json
-import logging
 import os
-import socket
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import (BREAKDOWN, LABELS, TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, cell,
-                                      row_fields, rows_version, split)
-from rlprof.analysis.breakdown import columns as breakdown_columns
+from rlprof.analysis.breakdown import Collective, TraceEvents, apportion_waits, split
+from rlprof.row_model import Row, rows_version
 from rlprof import plugins
-from rlprof.errors import EXIT_FAILED, EXIT_OK
 from rlprof.hookspecs import TraceReader
 from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
 
@@ -59,7 +55,7 @@ def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader],
 
 CACHE_SUFFIX = ROWS_SUFFIX
 CACHE_VERSION = rows_version()
-"""The rows' columns and definitions (:func:`rlprof.analysis.breakdown.rows_version`); rows made by another
+"""The rows' columns and definitions (:func:`rlprof.row_model.rows_version`); rows made by another
 version are made again: a column added to the row model, or a definition changed, invalidates old caches by itself."""
 WORKERS = 2
 
@@ -93,18 +89,33 @@ def claim(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str | None, s
     compete the same way, so ``profiler_info_0.json`` is torch_npu's metadata, not a Kineto trace."""
     if OWN_MARK in path.name:
         return None, "rlprof's own file (an older rlprof kept its caches beside the traces; safe to delete)"
-    best: tuple[int, int, str | None, str] | None = None
+    best = _best(path, answers)
+    if best is None:
+        return None, NO_READER
+    _, claims, target, backend, pattern = best
+    if claims:
+        return target, ""
+    return None, f"{backend} writes it beside its traces ({pattern}): not a trace"
+
+
+def claimant(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str, str] | None:
+    """``(backend, pattern)`` of the reader that claims ``path`` (:func:`claim`'s rule), or None."""
+    best = _best(path, answers) if OWN_MARK not in path.name else None
+    return (best[3], best[4]) if best is not None and best[1] else None
+
+
+def _best(path: Path, answers: Mapping[str, TraceReader]) -> tuple[int, int, str, str, str] | None:
+    """The pattern that decides ``path``: ``(literal characters, 1 a claim / 0 not a trace, target, backend,
+    pattern)``, the most literal first; None when no pattern matches."""
+    best = None
     for backend, reader in answers.items():
         for pattern in reader.patterns:
             if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 1, reader.target, ""))
+                best = max(best or (-1, 0, "", "", ""), (_literal(pattern), 1, reader.target, backend, pattern))
         for pattern in reader.not_traces:
             if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 0, None,
-                                                       f"{backend} writes it beside its traces ({pattern}): not a trace"))
-    if best is None:
-        return None, NO_READER
-    return best[2], best[3]
+                best = max(best or (-1, 0, "", "", ""), (_literal(pattern), 0, "", backend, pattern))
+    return best
 
 
 def _literal(pattern: str) -> int:
@@ -301,133 +312,8 @@ def _store(path: str, result: FileRows) -> None:
             pass
 
 
-def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
-    """``--steps``: the ``ProfilerStep#N`` rows; ``--regions``: the other named regions; neither: all rows."""
-    if not steps and not regions:
-        return rows
-    is_step = lambda row: row.region.startswith("ProfilerStep#")  # noqa: E731
-    return [row for row in rows if (steps and is_step(row)) or (regions and not is_step(row) and row.region != TRACE_REGION)]
-
-
-def _table(rows: list[Row]) -> str:
-    """The text table: the columns :class:`~rlprof.analysis.breakdown.Row` lists for ``rlprof breakdown``."""
-    columns = breakdown_columns(BREAKDOWN)
-    heads = [LABELS[c] for c in columns]
-    widths = [max(12, len(h) + 2) for h in heads]
-    lines = []
-    for path in dict.fromkeys(row.path for row in rows):
-        mine = [row for row in rows if row.path == path]
-        lines.append(f"{path} (rank {mine[0].rank}, {mine[0].device})")
-        width = max(len(row.region) for row in mine) + 2
-        lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
-        for row in mine:
-            cells = "".join(f"{cell(row, c):>{w}}" for c, w in zip(columns, widths))
-            lines.append(f"  {row.region:<{width}}{'' if row.step is None else row.step:>5}{cells}")
-    return "\n".join(lines)
-
-
-class ClusterUnreachable(RuntimeError):
-    """``--address`` names no Ray cluster this process can join (the message is the user's one line)."""
-
-
-def on_cluster(address: str, paths: Sequence[str],
-               timeout_s: float = 600.0) -> tuple[list[Row], list[tuple[str, str]], list[tuple[str, str]]]:
-    """``rlprof breakdown --address``: each path read on the node of a running Ray cluster that holds it
-    (a task pinned there with ``NodeAffinitySchedulingStrategy``, on no CPU a job reserved), so only its
-    rows come back; waits are then matched across every node's files here. Which node holds a path is
-    asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
-    a manifest once said. A path no node holds costs one line. Returns the rows, ``(path, reason)`` of
-    each file that could not be read, and of each file or folder a node's walk passed over (:func:`collect`).
-
-    :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
-    """
-    try:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    except ImportError:
-        raise ClusterUnreachable("--address needs Ray (pip install 'ray[default]')") from None
-    unreachable = _unreachable(address)
-    if unreachable:
-        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {unreachable}")
-    try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, a bad address (ValueError), Ray's own errors
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {reason}") from None
-    try:
-        def on(node: str):
-            return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
-
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-        held = dict(zip(nodes, _answers([ray.remote(_held_here).options(**on(n)).remote(list(paths)) for n in nodes],
-                                        timeout_s)))
-        where: dict[str, list[str]] = {}
-        errors = []
-        for path in paths:
-            node = next((n for n in nodes if isinstance(held[n], set) and path in held[n]), None)
-            if node is None:
-                errors.append((path, "on no node of the cluster"))
-            else:
-                where.setdefault(node, []).append(path)
-        answers = _answers([ray.remote(_read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
-    finally:
-        ray.shutdown()
-    results, skipped = [], []
-    for mine, answer in zip(where.values(), answers):
-        if isinstance(answer, str):
-            errors += [(path, answer) for path in mine]
-        else:
-            results += answer[0]
-            errors += answer[1]
-            skipped += answer[2]
-    apportion_waits([(result.trace, result.rows) for result in results])
-    return [row for result in results for row in result.rows], errors, skipped
-
-
-def _answers(refs: list, timeout_s: float) -> list:
-    """Each task's value, or one line saying why there is none (a node's failure costs its files only)."""
-    import ray
-
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
-    found = []
-    for ref in refs:
-        if ref not in ready:
-            found.append(f"no answer from its node within {timeout_s:.0f} s")
-            continue
-        try:
-            found.append(ray.get(ref))
-        except Exception as exc:
-            found.append(f"the task on its node failed: {type(exc).__name__}")
-    return found
-
-
-CONNECT_S = 5.0
-"""How long ``--address host:port`` is given to accept a connection before it is called unreachable."""
-
-
-def _unreachable(address: str) -> str | None:
-    """Why nothing listens at ``address``'s ``host:port`` (None: something does, or the address is
-    ``auto``, which Ray resolves itself and fails fast on). Asked first because ``ray.init`` retries
-    an address where nothing listens for ever, printing a warning every few seconds."""
-    host, _, port = address.rpartition("://")[2].rpartition(":")
-    if not host:
-        return None
-    try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_S):
-            return None
-    except ValueError:
-        return f"{port!r} is not a port number"
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-
-
-def _held_here(paths: list[str]) -> set[str]:
-    """On one node: which of ``paths`` are there."""
-    return {path for path in paths if os.path.exists(path)}
-
-
-def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
-    """On the node holding ``paths``: their rows (one file at a time, from each one's cache when it
+def read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
+    """On the node holding ``paths`` (one task of ``rlprof breakdown --address``): their rows (one file at a time, from each one's cache when it
     is current), the reason for each file that has none, and what the walk of its folders passed over."""
     answers, _ = readers()
     collected = collect(paths, answers)
@@ -442,44 +328,3 @@ def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]],
     return results, errors, collected.skipped
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="rlprof breakdown",
-        description="Inside each region of trace files: compute, exposed communication, copies and idle "
-                    "(ms; definitions in docs/analysis.md, 'Inside a region').")
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or directories holding them")
-    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "errors": [...], "skipped": [...]}')
-    parser.add_argument("--steps", action="store_true", help="only the ProfilerStep#N rows")
-    parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
-    parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
-    parser.add_argument("--address", metavar="ADDR",
-                        help="a running Ray cluster (host:port, or auto): each file is read on the node that holds it, "
-                             "only its rows come back")
-    args = parser.parse_args(argv)
-    answers, problems = readers()
-    if args.address:
-        try:
-            rows, errors, skipped = on_cluster(args.address, args.paths)
-        except ClusterUnreachable as exc:
-            print(f"rlprof breakdown: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    else:
-        for line in problems:
-            print(f"rlprof breakdown: {line}", file=sys.stderr)
-        collected = collect(args.paths, answers)
-        skipped = collected.skipped
-        rows, errors = breakdown(collected.files, workers=args.workers, answers=answers)
-    rows = _chosen(rows, args.steps, args.regions)
-    for path, reason in errors:
-        print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)
-    for path, reason in skipped:
-        print(f"rlprof breakdown: {path}: skipped: {reason}", file=sys.stderr)
-    if any(reason == NO_READER for _, reason in skipped):
-        print(f"rlprof breakdown: the installed readers read {readers_line(answers)}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"rows": [row_fields(row) for row in rows],
-                          "errors": [{"path": path, "reason": reason} for path, reason in errors],
-                          "skipped": [{"path": path, "reason": reason} for path, reason in skipped]}, indent=1))
-    elif rows:
-        print(_table(rows))
-    return EXIT_OK if rows or not (errors or skipped) else EXIT_FAILED

@@ -18,6 +18,8 @@ Per run, newest first:
 * **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
   region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
   the process waited for in a collective;
+* **rollout requests** (:mod:`rlprof.analysis.rollout_requests_html`): each step's tail share, and each replica's
+  running requests over the drawn steps with its tail marked;
 * **async overlap** (a run where rollout and training overlap, :mod:`rlprof.analysis.overlap`): per
   parameter version the trainer's wait, update and send, and each replica's window as a bar (generating,
   paused for the weight sync, held by the staleness limit, other), the weight sync split and staleness;
@@ -35,14 +37,16 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
-from rlprof.analysis.breakdown import known, shown
-from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
+from rlprof.analysis.inside import SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
-from rlprof.analysis.runs import RunReport, size_text
+from rlprof.analysis.rollout_requests_html import requests_section
+from rlprof.analysis.runs import RunReport
 from rlprof.analysis.step_series import KINDS, StepSeries
 from rlprof.analysis.verdict import verdict_lines
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.invocation import rlprof_command
+from rlprof.row_model import COLOURS, LABELS, WINDOW_PARTS, known, shown
+from rlprof.sizes import size_text
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#86bcb6", "#d37295", "#a0cbe8")
@@ -109,6 +113,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
         parts.append(_overlap(report))
+        parts.append(requests_section(report))
         parts.append(_step_tables(anatomy, report.run_id))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")
@@ -400,9 +405,6 @@ def _stragglers(anatomy: Anatomy) -> str:
             f"<th>process</th><th>ms</th><th>the others' median ms</th><th>over</th></tr>{rows}</table>")
 
 
-SPLIT_COLOURS = {"compute_ms": "#4c78a8", "exposed_communication_ms": "#e45756", "exposed_memory_ms": "#f2cf5b", "idle_ms": "#d0d7de"}
-
-
 def _inside(report: RunReport) -> str:
     """Per step, region and process the split of the region's window (a stacked bar) and who waited for whom."""
     inside = report.inside
@@ -410,15 +412,15 @@ def _inside(report: RunReport) -> str:
         return ""
     waits = {(w.step, w.region, w.waiter): w for w in inside.waits}
     listed = known(inside.splits, SHOWN)
-    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{SPLIT_COLOURS[c]}"></span> {LABELS[c]}'
-                      for c in COMPONENTS)
+    legend = " ".join(f'<span style="display:inline-block;width:10px;height:10px;background:{COLOURS[c]}"></span> {LABELS[c]}'
+                      for c in WINDOW_PARTS)
     rows = []
     for s in inside.splits:
-        window = sum(getattr(s, c) for c in COMPONENTS) or 1.0
+        window = sum(getattr(s, c) for c in WINDOW_PARTS) or 1.0
         x, bar = 0.0, []
-        for c in COMPONENTS:
+        for c in WINDOW_PARTS:
             w = 200 * getattr(s, c) / window
-            bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{SPLIT_COLOURS[c]}">'
+            bar.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="12" fill="{COLOURS[c]}">'
                        f"<title>{LABELS[c]}: {getattr(s, c):.2f} ms ({100 * s.share(c):.0f}% of wall)</title></rect>")
             x += w
         waited = waits.get((s.step, s.region, s.name))

@@ -19,11 +19,12 @@ from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, process_name, proces
 from rlprof.analysis.cost import ProfilingCost, is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, Overlap, overlap_of
 from rlprof.analysis.step_series import StepSeries, step_series
+from rlprof.analysis.rollout_requests import RunRequests, run_requests
 from rlprof.roles import ROLES
-from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
-                             PHASE_RECORD, STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord, FrameworkIdleRecord,
-                             ProcessRecord, StalenessRecord, read_record, read_records, record_fields, required,
-                             settled_artifacts)
+from rlprof.manifest import (FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD, PHASE_RECORD,
+                             STALENESS_RECORD, WRITING, WRITTEN, CaptureRecord,
+                             FrameworkIdleRecord, NodeLostRecord, NodeRecord, PhaseRecord, ProcessRecord, StalenessRecord,
+                             UnprofiledStepsRecord, read_record, read_records, record_fields, required, settled_artifacts)
 
 
 @dataclass(kw_only=True)
@@ -149,6 +150,8 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    requests: RunRequests | None = None
+    """The rollout's requests, every step (:mod:`rlprof.analysis.rollout_requests`); None: no step recorded any."""
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -216,6 +219,7 @@ class RunReport:
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
+            "requests": self.requests.as_dict() if self.requests is not None else None,
         }
 
 
@@ -261,17 +265,15 @@ REQUIRED = {
     "error": {},
     "skip": {"rank": int, "backend": str, "reason": str},
     CaptureRecord.TYPE: {"rank": int, **required(CaptureRecord)},
-    "unprofiled_steps": {"steps": list, "start_ns": list, "end_ns": list},  # rank None: the Ray controller's
     "warning": {"rank": int, "message": str},
     FAILURE_RECORD: {},
-    NODE_RECORD: {"node_run_dir": str},
-    NODE_LOST_RECORD: {"node": str},
     GATHERED_RECORD: {"source": str, "path": str, "status": str},
-    PHASE_RECORD: {"step": int, "name": str, "start_ns": int, "end_ns": int},
-    STALENESS_RECORD: required(StalenessRecord),
-    FRAMEWORK_IDLE_RECORD: required(FrameworkIdleRecord),
+    **{cls.TYPE: required(cls) for cls in (UnprofiledStepsRecord, NodeRecord, NodeLostRecord, PhaseRecord, StalenessRecord,
+                                           FrameworkIdleRecord)},  # rank None: a driver's or the controller's
 }
-"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`)."""
+"""The fields (and their types) a record needs to be used; others are ignored (see :func:`usable`). A typed record's
+are its declaration's (:func:`rlprof.manifest.required`); the records a backend's call fills (``artifact``,
+``skip``, ``warning``) and ``gathered`` carry fields of their own beside these, and list the few a report needs."""
 
 
 def _capture_sizes(captures: Sequence[dict[str, Any]], artifacts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -355,6 +357,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
                         "limit_bytes", "measured_bytes") for r in skips],
         captures=_capture_sizes(by_type.get("capture", []), artifacts),
         series=step_series(run_dirs, by_type.get("capture", []), [s.step for s in anatomy.steps], role_index),
+        requests=run_requests(run_dirs),
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],
@@ -533,12 +536,4 @@ def _row_order(cell: Cell) -> tuple:
 def role_index(role: str) -> int:
     """Canonical role order (actor, rollout, ref, critic, reward), unknown roles last."""
     return ROLES.index(role) if role in ROLES else len(ROLES)
-
-
-def size_text(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 

@@ -148,7 +148,9 @@ class GlobalConfig:
         parse_trigger, recorded=True,
         doc="Capture the next step of an armed run when one looks wrong: `{slow_step: 1.5}` when a step takes more "
             "than 1.5x the median of the last `window` steps; `{late_rank: 0.2}` when a rank enters a region later "
-            "than the others by more than 20% of the region's median time; `window` (default 20, at least 3), "
+            "than the others by more than 20% of the region's median time; `{rollout_tail: 0.5}` when a rollout "
+            "replica's tail (from when its running requests fall below half their peak to its last end) takes more than "
+            "half of its generate window; `window` (default 20, at least 3), "
             "`max_captures` (the most triggered captures in a run, default 3), `cooldown_steps` (steps after a "
             "triggered capture that trigger nothing, default 10). The capture budgets hold. `null`: no trigger.")
     finish_hook_cmd: str | None = key(

@@ -10,6 +10,7 @@ import os
 import threading
 from typing import Any, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.runtime.step_book import StepBook
 from rlprof.step_metrics import FILE, PROCESS_DIR
 
@@ -19,7 +20,7 @@ _books: dict[tuple[str, int, int], tuple[StepBook, set[str]]] = {}
 _books_lock = threading.Lock()
 
 
-def process_book(run: Any, tools: Iterable[str], records_mb: float = 0.0) -> StepBook:
+def process_book(run: Any, tools: Iterable[str], records_mb: float = DEFAULT_REQUEST_RECORDS_MB) -> StepBook:
     """The book of a plain Profiler's process (its colocated Profilers share it), on its own windows. A process
     that is the whole run (``world_size`` 1) writes the run's file and calls the ``step_metrics`` hook; one of
     several ranks that no driver combines writes its own figures under ``step_metrics/`` and calls no hook
@@ -42,7 +43,7 @@ class ProcessSink:
     Profiler whose timings an integration sends elsewhere). Each batch is pumped at once; when the last
     Profiler of the process that sent to it is final, the book closes."""
 
-    def __init__(self, run: Any, tools: Iterable[str], process: str, records_mb: float = 0.0):
+    def __init__(self, run: Any, tools: Iterable[str], process: str, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.run, self.tools, self.process, self.records_mb = run, tuple(tools), process, records_mb
         self.book: StepBook | None = None
 

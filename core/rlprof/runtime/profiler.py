@@ -16,7 +16,7 @@ Use it the way a trainer's worker runs a step::
 
 ``role`` also decorates functions (``@prof.role("actor", "update")``). Everything about *what* is
 captured was decided by :func:`rlprof.runtime.plan.resolve_plan`; *when* a capture opens and closes is decided
-by the capture state machine (:mod:`rlprof.runtime.capture`); the process session (:mod:`rlprof.runtime.session`)
+by the capture state machine (:mod:`rlprof.runtime.capture_machine`); the process session (:mod:`rlprof.runtime.session`)
 turns those decisions into isolated hook calls, shares backends between colocated Profilers and keeps
 the manifest; :mod:`rlprof.runtime.exits` finalizes at process exit. This module is the public surface.
 """

@@ -5,7 +5,7 @@ may build one Profiler per worker class. Profilers created in one process with t
 rank are *participants* of one :class:`ProcessSession`:
 
 * one instance per backend (so one torch.profiler session at a time: two at once crash torch's
-  trace export), one capture state machine (:mod:`rlprof.runtime.capture`), one manifest file;
+  trace export), one capture state machine (:mod:`rlprof.runtime.capture_machine`), one manifest file;
 * a step's capture opens at the first participant's ``start_step(N)`` and closes after the last
   participant that started N called ``step_boundary()``; every participant's regions are ranges in it;
 * backends' ``finalize`` runs once, when the last participant finalizes (or at exit);
@@ -30,7 +30,7 @@ A participant is a Profiler seen through :class:`Participant`: its public ``plan
 ``config`` and ``stages``, and the two callbacks it hands over at :func:`join` (its regions go idle;
 a step's captures are written), all held weakly. The session never touches a Profiler's private state.
 
-The session also turns the machine's :class:`~rlprof.runtime.capture.Action` objects into calls of the typed
+The session also turns the machine's :class:`~rlprof.runtime.capture_machine.Action` objects into calls of the typed
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
 for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
 the timing records (``step``, ``region``), buffered per step and written at its end.
@@ -47,7 +47,7 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from rlprof.runtime.budget import CaptureBudget, Refusal
-from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenCapture, OpenRegion
+from rlprof.runtime.capture_machine import CaptureMachine, CaptureStateError, OpenCapture, OpenRegion
 from rlprof.context import Capture
 from rlprof.errors import ConfigError
 from rlprof.notices import say_once

@@ -55,9 +55,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.layout import release_held_dirs
 from rlprof.runtime.step_requests import StepRequests, records_path
-from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_PARTS, StepFigures, StepMetricsRecord, Timing,
+from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
                                  add_region_figures, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
@@ -92,11 +93,11 @@ class StepBook:
     :param run_id: written in every line; the hook's ``run_id``.
     :param tools: the run's backends: those implementing ``step_metrics`` are called (None: no hook).
     :param own_windows: the windows come with the batches (a plain Profiler's process), not from a driver.
-    :param records_mb: the budget of the rollout's request records (``global_profiler.request_records_mb``; 0: none).
+    :param records_mb: the budget of the rollout's request records (``global_profiler.request_records_mb``; 0: no limit).
     """
 
     def __init__(self, path: Path | None, run_id: str, tools: Iterable[str] | None = (), *, own_windows: bool = False,
-                 root: Path | None = None, records_mb: float = 0.0):
+                 root: Path | None = None, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.path = path
         self.run_id = run_id
         self.tools = tuple(tools or ())
@@ -216,10 +217,15 @@ class StepBook:
         """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
         and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
         ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
-        step's end (another thread delivers them: :meth:`receive`)."""
+        step's end (another thread delivers them: :meth:`receive`), and, for a step of more request records
+        than :data:`~rlprof.runtime.step_requests.ON_CALLER` (their figures: 6 ms a thousand), for its line, whose
+        figures the delivering thread computes; past it they are computed here."""
         deadline = time.monotonic() + wait_s
         while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
             time.sleep(0.002)
+        if wait_s > 0 and self.requests_kept.many(self._windows.get(step)):
+            while all(f.step != step for f in reversed(self._recent)) and time.monotonic() < deadline:
+                time.sleep(0.002)
         with self._lock:
             self._assign()
             window = self._windows.get(step)
@@ -260,12 +266,12 @@ class StepBook:
                 self.requests_kept.written(step, end_ns)
                 completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
         for step, start_ns, end_ns, profiled, timings, records, processes in completed:
-            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes,
-                                   self.requests_kept.keep(step, start_ns, records))
+            requests, stored = self.requests_kept.keep(step, start_ns, records)
+            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes, requests)
             self._recent.append(figures)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
-                                         _raw(timings, start_ns)))
+                                         _raw(timings, start_ns), stored))
         for step, split, processes in self._splits_ready(closing):
             if split:
                 self.split(step, split, processes)
@@ -421,7 +427,7 @@ def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str
         window = slowest.get("window_ms") or 0.0
         values: dict[str, float] = {}
         if window > 0:
-            for fraction, part in SPLIT_PARTS.items():
+            for fraction, part in SPLIT_TIMES.items():
                 values[fraction] = (slowest.get(part) or 0.0) / window
         peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
         if peaks:

@@ -14,9 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.request_figures import RequestFigures, request_figures
 from rlprof.request_records import FILE, PROCESS_DIR, RecordFile, joined
 from rlprof.step_metrics import FILE as METRICS_FILE
+
+
+ON_CALLER = 1000
+"""A trainer's logger that asks for a step's figures before its line is written (:meth:`StepBook.for_tracker`) waits
+for the line when the step has more request records than this, rather than compute their figures on its own thread
+(10,000 requests: 61 ms here; bench/bench_request_report.py measures the driver's side)."""
 
 
 def records_path(metrics_path: Path, root: Path) -> Path:
@@ -33,7 +40,7 @@ class StepRequests:
     :param path: the records file (None: none written); ``root`` the run directory it is written under.
     :param records_mb: its budget (0: no limit)."""
 
-    def __init__(self, path: Path | None, root: Path | None, records_mb: float = 0.0):
+    def __init__(self, path: Path | None, root: Path | None, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.path, self.root, self.records_mb = path, root, records_mb
         self.loose: list[Any] = []
         """Records whose step's window has not begun yet."""
@@ -81,19 +88,24 @@ class StepRequests:
         if end_ns is not None:
             self._written_end_ns = max(self._written_end_ns, end_ns)
 
+    @staticmethod
+    def many(window: list[Any] | None) -> bool:
+        """A step not written yet (its book's window) with more request records than :data:`ON_CALLER`."""
+        return window is not None and len(window[4]) > ON_CALLER
+
     def figures(self, step: int, records: list[Any]) -> RequestFigures | None:
         return request_figures(step, joined(records)) if records else None
 
-    def keep(self, step: int, origin_ns: int, records: list[Any]) -> RequestFigures | None:
-        """``step`` is written: its records appended to the run's file (the book's pump thread, never the training's),
-        its figures returned (None: it has no records)."""
+    def keep(self, step: int, origin_ns: int, records: list[Any]) -> tuple[RequestFigures | None, int]:
+        """``step`` is written: its records appended to the run's file (the book's pump thread, never the training's).
+        Its figures (None: it has no records) and how many records the file holds of it (0: left out)."""
         if self.path is None or not records:
-            return self.figures(step, records)
+            return self.figures(step, records), 0
         records = joined(records)  # a request's parts from several sources (an engine's, a framework's) as one
         if self.file is None:
             self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
-        self.file.write(step, origin_ns, records)
-        return self.figures(step, records)
+        kept = self.file.write(step, origin_ns, records)
+        return self.figures(step, records), len(records) if kept else 0
 
     def close(self) -> None:
         self.late += len(self.loose)  # their step never came

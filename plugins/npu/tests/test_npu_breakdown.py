@@ -12,6 +12,7 @@ import json
 import pytest
 
 from rlprof.analysis import breakdown_files
+from rlprof.cli.breakdown import main as breakdown_command
 from trace_view_standin import HARDWARE, PYTHON, meta, op, trace_view
 
 
@@ -58,7 +59,7 @@ def test_a_bad_trace_view_costs_one_line_naming_it_and_the_others_are_reported(t
     bad = tmp_path / "bad" / "trace_view.json"
     bad.parent.mkdir()
     bad.write_text(content)
-    code = breakdown_files.main([str(good), str(bad), "--json", "--workers", "1"])
+    code = breakdown_command([str(good), str(bad), "--json", "--workers", "1"])
     out, err = capsys.readouterr()
     assert code == 0
     lines = err.strip().splitlines()

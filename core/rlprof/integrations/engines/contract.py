@@ -36,6 +36,9 @@ request its engine served, on every step whose rollout is timed, profiled or not
 
 5. ``request_kwargs()`` once, before the engine is built, wherever the rollout is timed: what to merge into the
    engine's constructor arguments so that it keeps per-request stats (vLLM: ``disable_log_stats=False``);
+   ``request_engine(engine)``, optional within the optional part, once the engine is built (the first time the
+   replica is handed it: ``start``/``start_async``): what the constructor cannot say (vLLM: the stat loggers that
+   log stats also start are dropped, the stats kept);
 6. ``requests(outputs, context)`` after each generate call (or each finished request of an async engine), with
    the engine's outputs as its caller got them: one :class:`~rlprof.request_records.RequestRecord` per finished
    request, its times mapped with ``context.clock`` (:class:`~rlprof.request_records.EngineClock`); the core
@@ -158,7 +161,8 @@ class RequestSource(Protocol):
 
 
 REQUEST_METHODS = ("request_kwargs", "requests")
-"""The optional methods of :class:`RequestSource`: an adapter has both, or supplies no records."""
+"""The optional methods of :class:`RequestSource`: an adapter has both, or supplies no records (``request_engine``,
+once the engine is built, is optional besides)."""
 
 
 def request_source(adapter: Any) -> RequestSource | None:

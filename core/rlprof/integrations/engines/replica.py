@@ -252,6 +252,7 @@ class EngineReplica:
             self._waited(sent_ns, self._exported_ns, step)
         self._exported_ns = None
         self._engine = engine
+        self.requests.engine_ready(engine)
         try:
             return self.begin(step)
         except BaseException:
@@ -274,6 +275,7 @@ class EngineReplica:
         An export of the previous capture still running is awaited first: that wait is a
         ``profiling_wait`` record (profiling's cost, not the generate call's)."""
         await self.exported(step=step)
+        self.requests.engine_ready(engine)
         capture = self.begin(step)
         if capture is not None:
             await self._call_async("start", engine, capture)

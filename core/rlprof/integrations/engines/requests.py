@@ -7,6 +7,8 @@ engine adapter supplies records (:class:`~rlprof.integrations.engines.contract.R
 * adds the adapter's ``request_kwargs()`` to the engine's constructor arguments (vLLM keeps per-request stats
   only with log stats on; rlprof turns them on where it builds the engine: bench/bench_vllm_log_stats.py
   measures what that costs);
+* once the engine is built (the replica is first handed it), the adapter's ``request_engine`` (vLLM: its stat loggers,
+  which log stats start too, dropped);
 * measures the engine's clock offset once (:class:`~rlprof.request_records.EngineClock`);
 * after each generate call (:meth:`served`), has the adapter turn the engine's outputs into records, checks the
   clock mapping on them (measured again and said once when it is off), sets their replica and step, and hands
@@ -39,6 +41,7 @@ class ReplicaRequests:
         self.clock: EngineClock | None = None
         self.recorded = 0
         """Records handed on so far."""
+        self._engine_id: int | None = None
         if "rollout" not in profiler.plan.timed:
             return
         try:
@@ -58,6 +61,17 @@ class ReplicaRequests:
         except Exception as exc:
             self._say("request_kwargs", exc)
             return {}
+
+    def engine_ready(self, engine: Any) -> None:
+        """The replica was handed ``engine``: the adapter's ``request_engine``, once per engine."""
+        source = self.source
+        if source is None or id(engine) == self._engine_id or not callable(getattr(source, "request_engine", None)):
+            return
+        self._engine_id = id(engine)
+        try:
+            source.request_engine(engine)
+        except Exception as exc:
+            self._say("request_engine", exc)
 
     def served(self, outputs: Any, step: int | None = None) -> int:
         """The engine's ``outputs`` of a generate call, as records of ``step`` (default: the replica's step in

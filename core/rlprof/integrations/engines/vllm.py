@@ -119,6 +119,19 @@ class VllmEngine:
         """vLLM fills ``RequestOutput.metrics`` only with log stats on (``LLM`` and verl turn them off)."""
         return {"disable_log_stats": False}
 
+    def request_engine(self, engine: Any) -> None:
+        """The stats stay, the stat loggers go: with log stats on vLLM always adds a Prometheus logger (and a logging
+        one), which observes histograms every engine step: a generate of the demo's tiny model took 1.046-1.056x with
+        them, 1.014x with the stats alone (bench/bench_vllm_log_stats.py). Dropped from an engine rlprof turned log
+        stats on for (``LLM``: its ``llm_engine``; ``AsyncLLM`` itself, and the reference its output loop reads)."""
+        inner = getattr(engine, "llm_engine", engine)
+        if getattr(inner, "logger_manager", None) is None:
+            return
+        inner.logger_manager = None
+        ref = getattr(inner, "_logger_ref", None)
+        if isinstance(ref, list) and ref:
+            ref[0] = None
+
     def requests(self, outputs: Iterable[Any], context: RequestContext) -> list[RequestRecord]:
         """A record per finished ``RequestOutput`` of ``outputs``: its stats' times on the run's clock (the engine
         core's monotonic ones through ``context.clock``), its tokens, finish reason and preemptions. An output
