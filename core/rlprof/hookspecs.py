@@ -381,9 +381,10 @@ def step_metrics(step: int, metrics: Mapping[str, Any], run_id: str) -> None:
     :param metrics: tracker name -> value, the names of docs/analysis.md, "Step metrics":
         ``rlprof/<role>/<region>/<figure>`` (``slowest_s``, ``slowest_rank``, ``median_s``, ``spread_s``,
         ``late_rank``, ``late_by_s``; a split's ``compute_frac``, ``exposed_comm_frac``,
-        ``exposed_memory_frac``, ``idle_frac``, ``peak_allocated_bytes``) and ``rlprof/step/<figure>``
-        (``time_s``, ``outside_regions_s``); a split carries ``rlprof/split/step``. Only
-        ``[A-Za-z0-9_./-]``, units in the name, none a prefix of another. A tracker that refuses a step
+        ``exposed_memory_frac``, ``idle_frac``, ``peak_allocated_bytes``), ``rlprof/step/<figure>``
+        (``time_s``, ``outside_regions_s``) and, where the rollout recorded its requests, ``rlprof/requests/...``
+        (docs/analysis.md, "Rollout requests"); a split carries ``rlprof/split/step``. Only
+        ``[A-Za-z0-9_./-]``, units in the name, none a path prefix of another. A tracker that refuses a step
         lower than one it has (wandb) logs a split against ``rlprof/split/step``.
     :param run_id: the run's id (the run directory's name).
     :returns: nothing (a value is ignored).

@@ -34,7 +34,7 @@ controller, a plain :class:`~rlprof.Profiler` for its own process) those timings
 Names (:func:`metric_name`, the one function that builds them): ``rlprof/<role>/<region>/<figure>``, the
 region without its role's prefix (``actor_update`` is ``rlprof/actor/update/...``; a region named as its
 role, or ``<role>_<role>``, keeps its whole name), units in the name (``_s``, ``_frac``, ``_bytes``; a rank
-has none), only ``[A-Za-z0-9_./-]``, and no name a prefix of another (:func:`check_names` says which
+has none), only ``[A-Za-z0-9_./-]``, and no name a path prefix of another (:func:`check_names` says which
 breaks a rule). They suit wandb, mlflow, tensorboard, swanlab, clearml and JSON alike.
 
 The file (:class:`StepMetricsRecord`, written by :func:`metrics_writer`): ``<run>/step_metrics.jsonl``
@@ -104,25 +104,29 @@ def region_segment(role: str, region: str) -> str:
 
 
 def metric_name(role: str, region: str | None, figure: str) -> str:
-    """The tracker name of ``figure`` of ``region`` of ``role`` (``region`` None: a figure of the step itself,
-    ``role`` then ignored): ``rlprof/actor/update/slowest_s``, ``rlprof/step/time_s``. The one place names
-    are made; every name it makes passes :func:`check_names` with the others."""
+    """The tracker name of ``figure`` of ``region`` of ``role`` (``region`` None: a figure of ``role`` itself, or,
+    ``role`` empty, of the step): ``rlprof/actor/update/slowest_s``, ``rlprof/step/time_s``, ``rlprof/requests/count``
+    (the rollout's requests, :mod:`rlprof.request_figures`). The one place names are made; every name it makes
+    passes :func:`check_names` with the others."""
     if region is None:
-        return f"{PREFIX}/{STEP}/{_segment(figure)}"
+        return f"{PREFIX}/{_segment(role) if role else STEP}/{_segment(figure)}"
     return f"{PREFIX}/{_segment(role)}/{region_segment(role, region)}/{_segment(figure)}"
 
 
 def check_names(names: Iterable[str]) -> list[str]:
     """What breaks the naming rules among ``names`` (empty: none): a character outside ``[A-Za-z0-9_./-]``,
-    or a name that is a prefix of another (a tracker that nests by ``/`` cannot hold both)."""
+    or a name that is a path prefix of another (``a/b`` beside ``a/b/c``: a tracker that nests by ``/`` cannot hold
+    both; ``a/tail_s`` beside ``a/tail_share`` is fine)."""
     problems = []
     ordered = sorted(set(names))
+    known = set(ordered)
     for name in ordered:
         if not ALLOWED.fullmatch(name):
             problems.append(f"{name!r}: a character outside [A-Za-z0-9_./-]")
-    for a, b in zip(ordered, ordered[1:]):  # a prefix sorts right before the names it begins
-        if b.startswith(a):
-            problems.append(f"{a!r} is a prefix of {b!r}")
+    for name in ordered:  # a path prefix: the name and a "/" begin another (tail_s beside tail_share is fine)
+        parts = name.split("/")
+        problems += [f"{prefix!r} is a prefix of {name!r}" for prefix in ("/".join(parts[:i]) for i in range(1, len(parts)))
+                     if prefix in known]
     return problems
 
 
@@ -176,6 +180,9 @@ class StepFigures:
     outside_regions_s: float
     processes: int
     """How many processes' timings the figures hold."""
+    requests: Any = None
+    """The step's rollout request figures (a :class:`rlprof.request_figures.RequestFigures`, which builds on this
+    module), or None: no request was recorded."""
 
     @property
     def time_s(self) -> float:
@@ -187,13 +194,16 @@ class StepFigures:
                metric_name("", None, "outside_regions_s"): round(self.outside_regions_s, 6)}
         for figures in self.regions.values():
             out.update(figures.metrics())
+        if self.requests is not None:
+            out.update(self.requests.metrics())
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
 
 
 def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing],
-                 recent: Sequence[StepFigures] = (), processes: int = 0) -> StepFigures:
+                 recent: Sequence[StepFigures] = (), processes: int = 0, requests: Any = None) -> StepFigures:
     """The figures of ``step`` (its window ``[start_ns, end_ns]``) from the ``timings`` of its regions, sent
-    by ``processes`` processes; ``recent``: the steps before it (the noise a late rank must stand clear of)."""
+    by ``processes`` processes; ``recent``: the steps before it (the noise a late rank must stand clear of);
+    ``requests``: its rollout request figures, when it has any."""
     times: dict[tuple[str, str], dict[int, float]] = {}
     entries: dict[tuple[str, str], dict[int, float]] = {}
     intervals = []
@@ -212,7 +222,7 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
         history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
         regions[key] = _region_figures(key, times[key], entries[key], history, step_ms)
     covered = length(union(intervals)) / 1e9
-    return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes)
+    return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes, requests)
 
 
 def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict[int, float],
@@ -301,6 +311,9 @@ class StepMetricsRecord:
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a
     process was in the region; ``{"left_out": n}`` for a step of more than 4096 timings."""
+    request_records: int = 0
+    """How many of the step's rollout request records (``rlprof/requests/count``) the run's records file holds of it
+    (:mod:`rlprof.request_records`; fewer: the budget left them out)."""
 
 
 def metrics_files(run_dir: Path) -> list[Path]:

@@ -11,6 +11,10 @@ GRPO with verl's V1 sync trainer, FSDP2 engine workers on gloo, the agent-loop r
 --critic     GAE with a critic, plus a reference policy through the KL loss
 --async      verl's fully async trainer (``fully_async_main``): rollouter and trainer on their own
              resources, weights through the gloo checkpoint engine, --steps parameter versions
+--mode M     verl's V1 trainer mode (``trainer.v1.trainer_mode``): sync (the default), colocate_async,
+             separate_async (a standalone replica on its own fake GPU; see modes.py)
+--switch     with --mode separate_async: lend the trainer's own replica to generation while it waits
+             (``hybrid_rollout.enable_switch``)
 --nsys       with --rlprof: Nsight Systems on this CPU, workers under ``nsys profile`` with rlprof's NVTX
              capture windows (see ``nsys_overrides``; add ``global_profiler.steps`` and the capture-range-end)
 Extra arguments are hydra overrides appended last (they win). The exit status is verl's; 2 when the run
@@ -212,7 +216,9 @@ def environment(out: str) -> dict:
         env.setdefault("RLPROF_COMMAND", command)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(
-        VERL_USE_EXTERNAL_MODULES="verl_cpu_bridge",
+        # the bridge, then any modules of yours already named there
+        VERL_USE_EXTERNAL_MODULES=",".join(["verl_cpu_bridge", *(m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",")
+                                                                 if m and m != "verl_cpu_bridge")]),
         VERL_PLATFORM="cpu",
         VERL_ENGINE_DEVICE="cuda",  # selects the FSDP engine class (registered for cuda)
         PYTHONPATH=os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH", "")) if p),
@@ -237,7 +243,15 @@ def main(argv=None) -> int:
     p.add_argument("--rebuild", action="store_true", help="rebuild the assets")
     p.add_argument("--async", dest="fully_async", action="store_true",
                    help="verl's fully async trainer (fully_async.py); --steps counts parameter versions")
+    p.add_argument("--mode", default="sync", choices=("sync", "colocate_async", "separate_async"),
+                   help="verl's V1 trainer mode (trainer.v1.trainer_mode; modes.py)")
+    p.add_argument("--switch", action="store_true",
+                   help="--mode separate_async: lend the trainer's replica to generation (hybrid_rollout.enable_switch)")
     a, extra = p.parse_known_args(argv)
+    if a.fully_async and (a.mode != "sync" or a.switch):
+        p.error("--async runs verl's fully async trainer, which has no V1 trainer mode: leave out --mode and --switch")
+    if a.switch and a.mode != "separate_async":
+        p.error("--switch needs --mode separate_async")
     missing = missing_packages()
     if missing:
         print(f"[verl-cpu] this interpreter ({sys.executable}) cannot import {', '.join(missing)}: run the example with "
@@ -263,6 +277,11 @@ def main(argv=None) -> int:
         assets = json.load(f)
 
     module, ov = "verl.trainer.main_ppo", overrides(assets, out, a.steps, a.critic)
+    if a.mode != "sync":
+        sys.path.insert(0, HERE)
+        import modes
+
+        ov = modes.overrides(ov, a.mode, a.switch)
     if a.fully_async:
         sys.path.insert(0, HERE)
         import fully_async

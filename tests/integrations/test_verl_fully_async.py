@@ -16,11 +16,13 @@ whole over a real gloo group.
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "verl-cpu"
 RUN = EXAMPLE / "run.py"
 VERSIONS = 4
+LOGGED = "verl_file_logger.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -45,22 +48,39 @@ def example():
 
 
 PROFILED = (2, 3)
-PROFILE = ["global_profiler.tool=torch", f"global_profiler.steps={list(PROFILED)}",
+"""The versions captured: 2 planned (``global_profiler.steps``), 3 asked for in the middle of the run with
+``rlprof capture`` (once version 1 has trained; the trainer answers at the sync that ends version 2, the first
+unplanned version's)."""
+PROFILE = ["global_profiler.tool=torch", "global_profiler.steps=[2]",
            "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
-           "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.rollout.profiler.all_ranks=true"]
-"""The one run's profiling (CI has room for one fully async run: every test here reads it): versions 2 and 3, torch,
-the trainer's worker and the replica."""
+           "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.rollout.profiler.all_ranks=true",
+           "trainer.logger=[console,file]"]
+"""The one run's profiling (CI has room for one fully async run: every test here reads it): torch, the trainer's
+worker and the replica, verl's file logger on."""
+ASK_AFTER = "[FullyAsyncTrainer] global_steps: 1 "
+"""verl's print once version 1 has trained: the test asks ``rlprof capture`` for a version then."""
 
 
 @pytest.fixture(scope="module")
 def run(example):
     """The run, under ``python -m rlprof.verl``: its directory (short and under /tmp: Ray's temp dir lives in
-    it, and a Unix socket path may not exceed 107 bytes), the finished process, the profile's save path."""
+    it, and a Unix socket path may not exceed 107 bytes), the finished process (``.asked``: the ``rlprof capture``
+    asked mid-run, finished), the profile's save path."""
     out = Path(tempfile.mkdtemp(prefix="rlprof-vfa-", dir="/tmp"))
     save = out / "profile"
-    proc = subprocess.run([sys.executable, str(RUN), "--async", "--out", str(out), "--steps", str(VERSIONS), "--rlprof",
-                           *PROFILE, f"global_profiler.save_path={save}"],
-                          capture_output=True, text=True, timeout=900, cwd=out)
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(out / LOGGED)}
+    trainer = subprocess.Popen([sys.executable, str(RUN), "--async", "--out", str(out), "--steps", str(VERSIONS),
+                                "--rlprof", *PROFILE, f"global_profiler.save_path={save}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=out, env=env)
+    lines, asked = [], None
+    for line in trainer.stdout:  # read on while the request waits for its answer: the trainer never blocks on its pipe
+        lines.append(line)
+        if asked is None and ASK_AFTER in line:
+            asked = subprocess.Popen([sys.executable, "-m", "rlprof.cli", "capture", str(save), "--wait", "300"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = types.SimpleNamespace(returncode=trainer.wait(timeout=900), stdout="".join(lines), stderr="", asked=None)
+    if asked is not None:
+        proc.asked = types.SimpleNamespace(stdout=asked.communicate(timeout=400)[0], returncode=asked.returncode)
     yield out, proc, save
     shutil.rmtree(out, ignore_errors=True)
 
@@ -166,6 +186,48 @@ def test_the_overlap_table_has_both_sides_of_every_profiled_version(facts):
         assert 0 <= sides["rollouter"]["rlprof_ratio"] <= 1
     # staleness 1: the rollouter runs a version ahead, then is held at the limit until the next sync
     assert any(v["replicas"][0]["held_ms"] > 0 for v in overlap["versions"]), overlap["versions"]
+
+
+@pytest.mark.slow
+def test_rlprof_capture_mid_run_captures_one_version_on_the_trainer_and_the_replica(run, facts):
+    """Issue 48: ``rlprof capture`` reaches the fully async trainer (issue 43 left it out): asked once version 1 has
+    trained, it captures exactly one version, the first it can still start on both sides, on the trainer's worker and
+    the replica, like the planned one beside it, and every capture of it says why."""
+    _, proc, _ = run
+    assert proc.asked is not None and proc.asked.returncode == 0, proc.asked or proc.stdout[-4000:]
+    granted = re.search(r"will capture step (\d+) on every selected process \(request (\S+),", proc.asked.stdout)
+    assert granted and int(granted[1]) == PROFILED[1], proc.asked.stdout
+    captures = facts["captures"]
+    assert {c["step"] for c in captures} == set(PROFILED)  # the planned version and the requested one, no other
+    by_version = {v: {c["pid"] for c in captures if c["step"] == v} for v in PROFILED}
+    assert by_version[PROFILED[1]] == by_version[PROFILED[0]]  # the same processes: trainer side and replica
+    assert {c["reason"] for c in captures if c["step"] == PROFILED[1]} == {f"requested: {granted[2]}"}
+
+
+@pytest.mark.slow
+def test_every_version_has_its_step_metrics_and_request_records(run):
+    """Issue 48 (issue 42's step metrics, which issue 43 left out of the fully async trainer): every version, profiled
+    or not, has its line (the trainer's worker's regions, the trainer's wait for samples) with the figures of the
+    requests the replica served for it, in verl's logger too; every request is a record of its version."""
+    from rlprof.request_records import read_run
+    from rlprof.step_metrics import metrics_files, read_step_metrics
+
+    out, _, save = run
+    (run_dir,) = [p for p in save.iterdir() if (p / "manifest").is_dir()]
+    lines = {r.step: r for r in read_step_metrics(metrics_files(run_dir)[0]) if r.kind == "step"}
+    assert sorted(lines) == list(range(1, VERSIONS + 1)), sorted(lines)
+    assert [v for v, r in lines.items() if r.profiled] == list(PROFILED)
+    records = read_run(run_dir)
+    for version, line in lines.items():
+        metrics = line.metrics
+        assert metrics.get("rlprof/actor/update/slowest_s", 0) > 0, (version, sorted(metrics))
+        assert metrics.get("rlprof/actor/wait_samples/slowest_s", 0) > 0, (version, sorted(metrics))
+        assert metrics["rlprof/requests/count"] == len(records[version].records) > 0, (version, metrics)
+        assert metrics["rlprof/requests/replica0/tokens_per_s"] > 0
+        assert {r.replica for r in records[version].records} == {0}
+    logged = [json.loads(line) for line in (out / LOGGED).read_text().splitlines()]
+    tracked = {line["step"] for line in logged if "rlprof/requests/count" in line["data"]}
+    assert tracked == set(range(1, VERSIONS + 1)), tracked
 
 
 @pytest.mark.slow

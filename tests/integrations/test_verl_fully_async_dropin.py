@@ -101,3 +101,29 @@ def test_the_rollouter_held_at_the_limit_is_rollout_held_on_its_profiled_step(tm
     assert (held["region"], held["step"]) == ("rollout_held", 2) and held["end_ns"] - held["start_ns"] >= 0.015e9
     [skip] = written(tmp_path, "skip")
     assert "FullyAsyncRollouter" in skip["reason"] and not written(tmp_path, "artifact")
+
+
+def test_a_capture_asked_mid_run_is_decided_before_the_sync_that_starts_its_version(tmp_path, monkeypatch):
+    """Issue 48: ``rlprof capture`` on the fully async trainer. Its decider is asked at each sync about the version
+    that sync starts (verl starts the replicas' profiling of that version there), never about a planned one; a version
+    it grants joins verl's ``global_profiler.steps``, which verl reads at that sync and in the version's ``fit_step``,
+    so the trainer's workers and the replicas capture it. The request waits for the first unplanned version."""
+    from omegaconf import OmegaConf
+
+    from rlprof.capture import answer, request
+    from rlprof.integrations.verl import step_metrics, trainer_steps
+
+    monkeypatch.setenv("RLPROF_RUN_ID", "fully-async-capture")
+    monkeypatch.setattr(step_metrics.TrainerMetrics, "open", classmethod(lambda cls, *a: None))  # no Ray here
+    config = OmegaConf.create({"global_profiler": {"tool": "torch", "steps": [2], "save_path": str(tmp_path)},
+                               "actor_rollout_ref": {"actor": {"profiler": {"enable": True}}}})
+    trainer = SimpleNamespace(config=config, current_param_version=1)
+    timer = trainer_steps.StepTimer.of(trainer)
+    asked = request(timer.decider.root)  # asked during version 1
+    fully_async._decide_next(trainer, 2)  # the sync that ends version 1 starts version 2: planned, nothing asked
+    assert answer(timer.decider.root, asked, 0) is None
+    fully_async._decide_next(trainer, 3)  # the sync that ends version 2: the first version the request can have
+    assert answer(timer.decider.root, asked, 0)["steps"] == [3]
+    assert list(config.global_profiler.steps) == [2, 3] and fully_async._profiled(trainer, 3)
+    fully_async._decide_next(trainer, 4)
+    assert list(config.global_profiler.steps) == [2, 3]  # one version asked, one captured

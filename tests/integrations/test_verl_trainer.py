@@ -127,11 +127,16 @@ def test_grpo_every_process_finalized_and_the_replica_a_participant(workdir, tmp
     save = tmp_path / "profile"
     logged = tmp_path / "verl_file_logger.jsonl"
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(logged))  # verl's file logger writes there
+    stored = tmp_path / "verl_stored_metrics.jsonl"  # what verl's V1 trainer stored of each sample's AgentLoopMetrics
+    monkeypatch.setenv("RLPROF_TEST_STORED_METRICS", str(stored))
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "verl_stored_metrics")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     discrete = f"actor_rollout_ref.actor.profiler.tool_config.torch.discrete={str(mode == 'discrete').lower()}"
     run = train(workdir, save, discrete, "trainer.logger=[console,file]")
     assert run["modes"] == [mode]
     check_participants(run, save, PROFILED, regions=("actor_update", "actor_compute_log_prob"))
     check_step_metrics(logged, save, run)
+    check_requests(logged, save, stored)
     check_cost_and_stop_path(run, save, (tmp_path / "trainer.log").read_text())
     if mode == "discrete":
         check_inside_regions(run)
@@ -177,6 +182,39 @@ def check_step_metrics(logged: Path, save: Path, run: dict) -> None:
             assert sum(parts) == pytest.approx(1.0, abs=1e-3) and parts[0] > 0, (step, region, metrics)
     split_lines = [data for data in by_step.values() if "rlprof/split/step" in data]  # with a later logged step
     assert all(data["rlprof/split/step"] in PROFILED for data in split_lines), split_lines
+
+
+SAMPLES = 16
+"""The example's samples a step: 4 prompts (``data.train_batch_size``) of 4 responses (``rollout.n``)."""
+
+
+def check_requests(logged: Path, save: Path, stored: Path) -> None:
+    """Issue 48. Every request the ``hf`` replica served is a record of its step, every step, profiled or not, inside
+    the step's window; verl's file logger has the step's ``rlprof/requests/`` figures; and each record holds its
+    sample's ``AgentLoopMetrics`` as verl stored them (read from verl's TransferQueue by ``verl_stored_metrics``):
+    the generate and reward times are verl's own."""
+    from rlprof.request_records import read_run
+    from rlprof.step_metrics import check_names, metrics_files, read_step_metrics
+
+    lines = {line["step"]: line["data"] for line in map(json.loads, logged.read_text().splitlines()) if line["step"] >= 1}
+    verl = {line["step"]: line["metrics"] for line in map(json.loads, stored.read_text().splitlines())}
+    (run_dir,) = [p for p in save.iterdir() if (p / "manifest").is_dir()]
+    windows = {r.step: (r.start_ns, r.end_ns) for r in read_step_metrics(metrics_files(run_dir)[0]) if r.kind == "step"}
+    records = read_run(run_dir)
+    assert sorted(records) == sorted(verl) == list(range(1, STEPS + 1)), (sorted(records), sorted(verl))
+    for step, part in records.items():
+        ours = {k: v for k, v in lines[step].items() if k.startswith("rlprof/requests/")}
+        assert check_names(ours) == []
+        assert ours["rlprof/requests/count"] == len(part.records) == len(verl[step]) == SAMPLES, (step, ours)
+        assert ours["rlprof/requests/slowest/replica"] == ours["rlprof/requests/waited_for_replica"] == 0, ours
+        assert ours["rlprof/requests/replica0/tokens_per_s"] > 0 and 0 <= ours["rlprof/requests/replica0/tail_share"] <= 1
+        assert ours["rlprof/requests/latency_s/p99"] >= ours["rlprof/requests/latency_s/p50"] > 0, ours
+        start, end = windows[step]
+        for r in part.records:
+            assert r.replica == 0 and r.generated_tokens >= 1 and r.finish_reason in ("stop", "length"), r
+            assert start <= r.arrival_ns <= r.scheduled_ns <= r.first_token_ns <= r.last_token_ns <= end, (step, r)
+        assert sorted(r.generate_s for r in part.records) == sorted(m["generate_sequences"] for m in verl[step])
+        assert sorted(r.reward_s for r in part.records) == sorted(m["compute_score"] for m in verl[step])
 
 
 def check_cost_and_stop_path(run: dict, save: Path, log: str) -> None:

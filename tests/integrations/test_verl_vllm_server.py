@@ -32,7 +32,7 @@ STEPS = (1, 3)
 """global_profiler.steps of the scenario: verl's trainer starts the replicas on these steps only."""
 
 SCENARIO = r'''
-import asyncio, json, os, sys
+import asyncio, json, os, sys, time
 import rlprof.verl
 rlprof.verl.install()                      # the driver's switch, before Ray starts and before verl's server is imported
 import ray
@@ -49,6 +49,8 @@ async def main():
     from verl.workers.rollout.replica import RolloutMode
     from verl.workers.rollout.vllm_rollout import vllm_async_server
     from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+    from rlprof.integrations.verl import step_metrics
+    from rlprof.integrations.verl.trainer_steps import StepTimer
 
     tool = TorchProfilerToolConfig(contents=["cpu", "shapes"], discrete=True, profile_token_start=2, profile_token_end=6)
     profiler = ProfilerConfig(tool="torch", enable=True, ranks=[1], save_path=SAVE, relocate_results=True,
@@ -68,20 +70,29 @@ async def main():
                                   "shapes": engine_profiler.torch_profiler_record_shapes}
     trainer = DistProfiler(rank=0, config={"tool": "torch", "enable": False, "save_path": SAVE},
                            save_file_prefix="actor_rollout_ref")
-    summary["tokens"] = {}
+    # the trainer's step windows, as verl's wrapped _start_profiling/_stop_profiling tell the run's step book
+    steps = StepTimer({"global_profiler": {"tool": "torch", "steps": STEPS, "save_path": SAVE},
+                       "actor_rollout_ref": {"rollout": {"profiler": {"enable": True}}}})
+    summary["tokens"], summary["called"] = {}, {}
     for step in (1, 2, 3):
         profiled = step in STEPS               # verl's trainer: curr_step_profile
+        steps.begin(step, profiled)
         if profiled:
             trainer.start(profile_step=step)   # the training workers hear the step; the replicas do not
             for server in servers.values():
                 await server.start_profile()
+        called = time.time_ns()
         outs = await asyncio.gather(*(servers[1].generate([5, 6, 7, 8, 9], {"max_tokens": 16, "ignore_eos": True},
                                                           f"s{step}r{i}") for i in range(2)))
+        summary["called"][step] = [called, time.time_ns()]
         summary["tokens"][step] = [len(o.token_ids) for o in outs]
         if profiled:
             for server in servers.values():
                 await server.stop_profile()
             trainer.stop(run_command=False)
+        steps.end(step)
+    summary["log_stats"] = servers[1].engine.log_stats
+    step_metrics.ACTIVE.close()                # verl's fit returned: the last steps are written
     summary["run_id"] = shared_run_id()
     # the driver's exit path, from another thread as from verl's driver process: the server's loop runs on
     # (the replica writes its last trace there while the run ends)
@@ -242,6 +253,33 @@ def test_the_timeline_puts_the_engine_steps_inside_the_replicas_generate_regions
     steps = [e["ts"] for e in events if e.get("name", "").startswith("execute_context_")]
     assert len(regions) == len(STEPS) and len(steps) == 4 * len(STEPS)
     assert all(any(start <= ts <= end for start, end in regions) for ts in steps)  # one clock, no alignment
+
+def test_every_request_is_a_record_on_the_runs_clock_profiled_step_or_not(served):
+    """Issue 48: the engine keeps per-request stats (log stats on, which verl's config turns off) and every request
+    the server served is a record, every step (step 2 is not profiled): inside the span its caller waited for it,
+    on the run's clock, with the engine's tokens; the step's line has its figures."""
+    from rlprof.request_records import read_run
+    from rlprof.step_metrics import read_step_metrics
+
+    save, summary, _ = served
+    assert summary["log_stats"] is True
+    run_dir = save / summary["run_id"]
+    steps = read_run(run_dir)
+    assert sorted(steps) == [1, 2, 3]
+    ms = 1_000_000  # the file keeps microseconds; the engine's monotonic clock is mapped to the run's
+    for step, part in steps.items():
+        called, returned = summary["called"][str(step)]
+        assert sorted(r.id for r in part.records) == [f"s{step}r0", f"s{step}r1"], part.records
+        for r in part.records:
+            assert (r.replica, r.prompt_tokens, r.generated_tokens, r.finish_reason) == (1, 5, 16, "length"), r
+            times = [called, r.arrival_ns, r.queued_ns, r.scheduled_ns, r.first_token_ns, r.last_token_ns, returned]
+            assert all(a <= b + ms for a, b in zip(times, times[1:])), (step, r)
+    lines = {r.step: r.metrics for r in read_step_metrics(run_dir / "step_metrics.jsonl") if r.kind == "step"}
+    assert sorted(lines) == [1, 2, 3]
+    for step, metrics in lines.items():
+        assert metrics["rlprof/requests/count"] == 2 and metrics["rlprof/requests/tokens/p50"] == 16, metrics
+        assert metrics["rlprof/requests/slowest/replica"] == 1 and metrics["rlprof/requests/replica1/tokens_per_s"] > 0
+
 
 def test_a_server_in_its_own_ray_actor_is_routed_through_rlprof_too(tmp_path):
     """verl's real shape: ``ray.remote(vLLMHttpServer)``. The actor's process imports verl's server module

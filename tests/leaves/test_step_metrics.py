@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlprof.layout import safe_name
+from rlprof.request_figures import names as request_names
 from rlprof.roles import ROLES
 from rlprof.step_metrics import (NO_RANK, REGION_FIGURES, SPLIT_FIGURES, SPLIT_STEP, STEP_FIGURES, Timing, check_names,
                                  metric_name, split_metrics, step_figures)
@@ -16,8 +17,9 @@ MS = 1_000_000
 
 
 def every_name(regions: list[tuple[str, str]]) -> dict[tuple, str]:
-    names = {("step", f): metric_name(role, None, f) for role in ROLES[:1] for f in STEP_FIGURES}
+    names = {("step", f): metric_name("", None, f) for f in STEP_FIGURES}
     names[("split step",)] = SPLIT_STEP
+    names.update({("requests", name): name for name in request_names(range(3))})  # rlprof/requests/... (issue 48)
     for role, region in regions:
         for figure in (*REGION_FIGURES, *SPLIT_FIGURES):
             names[(role, region, figure)] = metric_name(role, region, figure)
@@ -42,7 +44,8 @@ def test_names_keep_the_rules_for_any_regions_rlprof_can_name(pairs):
 def test_names_read_as_the_plan_says():
     assert metric_name("actor", "actor_update", "slowest_s") == "rlprof/actor/update/slowest_s"
     assert metric_name("rollout", "rollout_generate", "late_rank") == "rlprof/rollout/generate/late_rank"
-    assert metric_name("actor", None, "outside_regions_s") == "rlprof/step/outside_regions_s"
+    assert metric_name("", None, "outside_regions_s") == "rlprof/step/outside_regions_s"
+    assert metric_name("requests", None, "count") == "rlprof/requests/count"  # a figure of a topic itself
     # a region named as its role, or <role>_<role>, keeps its whole name: still one segment per region
     assert metric_name("actor", "actor", "spread_s") == "rlprof/actor/actor/spread_s"
     assert metric_name("actor", "actor_actor", "spread_s") == "rlprof/actor/actor_actor/spread_s"
@@ -52,6 +55,9 @@ def test_check_names_says_what_breaks_a_rule():
     assert check_names(["rlprof/a/b", "rlprof/a/b/c_s"]) == ["'rlprof/a/b' is a prefix of 'rlprof/a/b/c_s'"]
     assert check_names(["rlprof/a b/x_s"]) == ["'rlprof/a b/x_s': a character outside [A-Za-z0-9_./-]"]
     assert check_names(["rlprof/actor/update/late_rank", "rlprof/actor/update/late_by_s"]) == []
+    # a path prefix breaks a tracker that nests by "/"; a name beginning another's last segment does not
+    assert check_names(["rlprof/requests/replica0/tail_s", "rlprof/requests/replica0/tail_share"]) == []
+    assert check_names(["rlprof/a/b-x", "rlprof/a/b", "rlprof/a/b/c"]) == ["'rlprof/a/b' is a prefix of 'rlprof/a/b/c'"]
 
 
 def timing(rank, start_ms, end_ms, region="actor_update", role="actor"):

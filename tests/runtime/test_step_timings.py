@@ -128,7 +128,7 @@ def test_timings_leave_the_training_thread_without_waiting_for_the_sink(test_bac
     1 s sink and needed the machine to keep up)."""
     import threading
 
-    from rlprof.runtime import step_book
+    from rlprof.runtime import process_book as step_book
 
     entered, release = threading.Event(), threading.Event()
     send = step_book.ProcessSink.send

@@ -242,6 +242,39 @@ def test_late_rank_reads_the_drivers_step_metrics_and_captures_the_next_step():
         6: "triggered: rank 1 entered actor_update of step 5 1 s after the others (67% of its median 1.5 s)"}
 
 
+def test_rollout_tail_reads_the_drivers_request_figures_and_captures_the_next_step():
+    """Issue 48: a replica whose tail (its running requests below half their peak, to its last end) takes more than
+    the share of its generate window has the next step captured; within max_captures, never a step already past."""
+    from rlprof.request_records import RequestRecord
+    from rlprof.runtime.step_book import StepBook
+
+    book = StepBook(None, "tail", None)
+    decider = Decider(Path("/nonexistent"), Trigger(rollout_tail=0.5, max_captures=1, cooldown_steps=0), answers=False)
+    decider.book = book
+    second = 1_000_000_000
+    reasons = {}
+    for step in range(1, 8):
+        start = step * 10 * second
+        reasons[step] = decider.decide(step)
+        book.began(step, start)
+        long = 8 * second if step in (4, 6) else second  # replica 1: one request 8x the others in steps 4 and 6
+        book.requests([RequestRecord(f"{step}-{i}", 1, step, start, start, start, start, start + (long if i == 0 else second))
+                       for i in range(4)])
+        book.ended(step, start + 9 * second)
+        book.pump(closing=True)
+    assert {s: r for s, r in reasons.items() if r} == {5: (
+        "triggered: replica 1's rollout tail took 88% of its generate window in step 4 (7 s after its running requests "
+        "fell below half their peak of 4)")}  # step 6's tail: max_captures reached
+
+
+def test_rollout_tail_is_a_share_between_0_and_1():
+    assert load_config({"global_profiler": {"tool": "torch", "trigger": {"rollout_tail": 0.6}}}).global_.trigger.rollout_tail == 0.6
+    for bad in (0, 1, 1.5, "half", True):
+        with pytest.raises(ConfigError) as info:
+            load_config({"global_profiler": {"tool": "torch", "trigger": {"rollout_tail": bad}}})
+        assert str(info.value).startswith("global_profiler.trigger.rollout_tail: got") and "share between 0 and 1" in str(info.value)
+
+
 class _StartsWithTheProcess:
     """A backend that must start with the worker process (as nsys does): it implements worker_runtime_env."""
 
@@ -277,7 +310,8 @@ from hypothesis import given, settings, strategies as st
 _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=True) | st.text(max_size=5),
                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
                        max_leaves=8)
-_KEYS = st.sampled_from(["slow_step", "late_rank", "window", "max_captures", "cooldown_steps", "slow", "_target_"])
+_KEYS = st.sampled_from(["slow_step", "late_rank", "rollout_tail", "window", "max_captures", "cooldown_steps", "slow",
+                         "_target_"])
 
 
 @settings(max_examples=300, deadline=None)

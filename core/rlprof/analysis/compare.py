@@ -17,6 +17,10 @@ absolute change in ms); regions found in only one run are listed too. Where both
 on this disk, each changed region also says which of its parts moved most (compute, exposed
 communication, exposed memory, idle: :mod:`rlprof.analysis.inside`; ``--no-traces`` reads none).
 
+Rows from the rollout's requests (docs/analysis.md, "Rollout requests"), over every step of the step metrics but
+the first: ``(requests) tail``, the tail of the replica each step waited for (each replica's with ``--ranks``), and
+``(requests) slowest request``, the slowest request's latency, each step a sample, judged by the same rule.
+
 Noise: each side's **samples** of a row are its times per compared step and process (``(step)``
 across processes: one step time per step), and its **spread** is their min-max. A change is *clear*
 when both hold:
@@ -52,6 +56,7 @@ from typing import Any, Sequence
 
 from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
 from rlprof.analysis.noise import MARGIN, spread, stands_clear
+from rlprof.analysis.rollout_requests import request_samples
 from rlprof.analysis.runs import RunReport
 
 STEP_ROW = "(step)"
@@ -260,6 +265,9 @@ def region_times(anatomy: Anatomy, per_rank: bool) -> dict[tuple[str, Process], 
 def compare(a: RunReport, b: RunReport, per_rank: bool = False) -> list[Change]:
     """Every region (and process) of either run, the largest absolute change first."""
     ta, tb = region_times(a.anatomy, per_rank), region_times(b.anatomy, per_rank)
+    for times, run in ((ta, a), (tb, b)):  # the rollout's tail and slowest request, every step (their figures)
+        for row, (values, noise) in request_samples(run.requests, per_rank).items():
+            times[row] = Samples(statistics.median(values), values, noise)
     spans = [s.span_ms for s in compared_steps(a.anatomy) if s.span_ms is not None]
     step_ms = statistics.median(spans) if spans else None
     changes = [Change(region, who[0], ta.get((region, who)), tb.get((region, who)), who[1], step_ms=step_ms)

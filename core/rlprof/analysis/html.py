@@ -18,6 +18,8 @@ Per run, newest first:
 * **inside regions** (when the report read the run's traces, :mod:`rlprof.analysis.inside`): per step,
   region and process, compute / exposed comm / memory / idle as % of wall and a stacked bar, and whom
   the process waited for in a collective;
+* **rollout requests** (:mod:`rlprof.analysis.rollout_requests_html`): each step's tail share, and each replica's
+  running requests over the drawn steps with its tail marked;
 * **async overlap** (a run where rollout and training overlap, :mod:`rlprof.analysis.overlap`): per
   parameter version the trainer's wait, update and send, and each replica's window as a bar (generating,
   paused for the weight sync, held by the staleness limit, other), the weight sync split and staleness;
@@ -37,6 +39,7 @@ from typing import Sequence
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.html_charts import (escaped, heat_map, inside_bars, overlap_chart, series_chart, step_bars, stragglers,
                                          step_anchor)
+from rlprof.analysis.rollout_requests_html import requests_section
 from rlprof.analysis.runs import RunReport
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.verdict import verdict_lines
@@ -102,6 +105,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(stragglers(anatomy))
         parts.append(inside_bars(report))
         parts.append(overlap_chart(report))
+        parts.append(requests_section(report))
         parts.append(_step_tables(anatomy, report.run_id))
     else:
         parts.append("<p>No step timings in the manifest: nothing to draw.</p>")

@@ -33,6 +33,7 @@ from rlprof.analysis.inside import inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.step_series import series_lines
+from rlprof.analysis.rollout_requests import request_lines
 from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index
 from rlprof.analysis.traces import TraceFiles
 from rlprof.analysis.verdict import Verdict, problem_lines, verdict, verdict_lines
@@ -66,6 +67,7 @@ def render(report: RunReport) -> str:
     lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures), report.series.driver_ms())
     lines += inside_lines(report)
     lines += overlap_lines(report.overlap)
+    lines += request_lines(report.requests)
     lines += _file_lines(report.files)
     lines += _cost_lines(report)
     lines += _size_lines(report)

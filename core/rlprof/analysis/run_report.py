@@ -9,6 +9,7 @@ from typing import Any
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.overlap import Overlap
+from rlprof.analysis.rollout_requests import RunRequests
 from rlprof.analysis.step_series import StepSeries
 from rlprof.manifest import ProcessRecord
 
@@ -135,6 +136,8 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    requests: RunRequests | None = None
+    """The rollout's requests, every step (:mod:`rlprof.analysis.rollout_requests`); None: no step recorded any."""
     armed: list[dict[str, Any]] = field(default_factory=list)
     """What the driver of an armed run said its captures nobody planned came to (``armed`` records: ``tools``,
     ``mode``, ``trigger``, ``steps``, ``captured``, ``outcome``): the run's tools and mode where no process
@@ -217,4 +220,5 @@ class RunReport:
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
             "armed": self.armed,
+            "requests": self.requests.as_dict() if self.requests is not None else None,
         }

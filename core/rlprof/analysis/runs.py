@@ -20,6 +20,7 @@ from rlprof.analysis.cost import is_wait, profiling_cost
 from rlprof.analysis.overlap import ASYNC_REGIONS, overlap_of
 from rlprof.analysis.run_records import REQUIRED, WHO, files_of, place_files, settled, locate, usable  # noqa: F401  (re-exported)
 from rlprof.analysis.run_report import Cell, File, Process, RunReport  # noqa: F401  (re-exported)
+from rlprof.analysis.rollout_requests import run_requests
 from rlprof.analysis.step_series import step_series
 from rlprof.manifest import (ARMED_RECORD, FAILURE_RECORD, FRAMEWORK_IDLE_RECORD, GATHERED_RECORD, NODE_LOST_RECORD, NODE_RECORD,
                              PHASE_RECORD, STALENESS_RECORD, ArmedRecord, CaptureRecord, read_record, read_records, record_fields)
@@ -126,6 +127,7 @@ def build_report(run_id: str, records: Sequence[dict[str, Any]], straggler_pct: 
         captures=_capture_sizes(by_type.get("capture", []), artifacts),
         series=step_series(run_dirs, by_type.get("capture", []), [s.step for s in anatomy.steps], role_index),
         armed=[_plain(r, "host", "pid", *record_fields(read_record(ArmedRecord, r))) for r in by_type.get(ARMED_RECORD, [])],
+        requests=run_requests(run_dirs),
         warnings=[_plain(r, "rank", "host", "pid", "kind", "backend", "key", "message", "step", "capture")
                   for r in by_type.get("warning", [])],
         nodes_lost=[_plain(r, "node", "node_host", "workers", "step") for r in by_type.get(NODE_LOST_RECORD, [])],

@@ -9,6 +9,9 @@ From the manifests alone it writes a Chrome trace-event JSON file with
   first, each sorted by number;
 * a track (thread) per role, holding that role's regions of every profiled step as slices
   (nested regions nest), with step, capture, sampled iterations and any error as arguments;
+* in each rollout replica's process (the trainer rank's, where rollout runs in the training workers), a ``running
+  requests`` counter and a slice per request of the steps drawn on ``requests`` lanes, from its start to its last
+  token, inside its replica's ``rollout_generate`` (:mod:`rlprof.analysis.rollout_requests_html`);
 * a ``steps`` track per process with one slice per profiled step, named ``ProfilerStep#<step>`` as
   torch.profiler names steps (HTA numbers iterations by that name), and a marker where each step begins;
 * in a run where rollout and training overlap (:mod:`rlprof.analysis.overlap`: a step is a parameter
@@ -37,10 +40,14 @@ from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, 
 from rlprof.analysis.overlap import LOAD, SEND, VersionOverlap, overlap_of
 from rlprof.analysis.runs import role_index
 from rlprof.analysis.traces import TraceFiles, clock_offset_ns, load_trace
+from rlprof.analysis.rollout_requests_html import replica_pids, timeline_events
+from rlprof.request_records import read_run
 
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
 TRACE_TID = 1000
+REQUESTS_TID = 500
+"""A replica's ``requests`` lanes (``requests 0``, ``requests 1``...: :mod:`rlprof.analysis.rollout_requests_html`)."""
 ID_STRIDE = 1 << 40
 """Flow/async ids of the n-th merged file are offset by ``n * ID_STRIDE`` (Kineto's ids are far smaller)."""
 MERGED_PHASES = frozenset({"X", "B", "E", "i", "I", "C", "s", "t", "f", "b", "n", "e"})
@@ -123,12 +130,24 @@ def build_timeline(records: Sequence[dict[str, Any]], *, steps: Iterable[int] | 
             yield {"ph": "i", "s": "g", "cat": "rlprof.step", "name": f"step {step} begins", "pid": 0, "tid": 0,
                    "ts": (start - origin) / 1000.0}
 
+    yield from _request_events(timed, processes, origin)
     if with_traces:
         yield from _merged_trace_events(records, processes, origin, wanted, warn)
     for proc in processes.values():
         for name, tid in proc.tracks.items():
             yield _meta("thread_name", proc.pid, tid, name=name)
             yield _meta("thread_sort_index", proc.pid, tid, sort_index=tid)
+
+
+def _request_events(timed: list[dict[str, Any]], processes: dict[tuple, TimelineProcess], origin: int) -> Iterator[dict[str, Any]]:
+    """The rollout's requests of the steps drawn (:func:`rlprof.analysis.rollout_requests_html.timeline_events`)."""
+    steps = {r["step"] for r in timed}
+    parts: dict[int, list[Any]] = {}
+    for run_dir in sorted({r["_run_dir"] for r in timed if r.get("_run_dir")}):
+        for step, part in read_run(Path(run_dir), steps).items():
+            parts.setdefault(step, []).extend(part.records)
+    if parts:
+        yield from timeline_events(parts, replica_pids(processes.values()), origin, REQUESTS_TID)
 
 
 SYNC_ENDS = (SEND, LOAD)

@@ -58,6 +58,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-in", choices=SLOWABLE, default=None, metavar="REGION",
                    help="make --slow-rank spend --slow-ms longer inside this region instead of entering actor update "
                         f"late: a straggler, which no collective hides ({', '.join(SLOWABLE)})")
+    p.add_argument("--long-request", default=None, metavar="R:N",
+                   help="with --rollout vllm: plant a rollout tail, one request of N generated tokens per step on replica R, "
+                        "every other request 1-2 tokens (ignore_eos); the report's rollout requests show it "
+                        "(docs/analysis.md, \"Rollout requests\")")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
     return p
 

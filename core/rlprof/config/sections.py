@@ -25,10 +25,11 @@ from typing import Any, Mapping
 from rlprof.config.fields import VERL_MARKER, key, keys_of, mirrored_keys, reference
 from rlprof.config.schedule import Schedule, parse_schedule
 from rlprof.config.trigger import Trigger, parse_trigger
-from rlprof.config.values import (DEFAULT_CAPTURE_BUDGET_MB, DEFAULT_GATHER_BUDGET_GB, DEFAULT_RUN_BUDGET_GB,
-                                  DEFAULT_SAVE_PATH, parse_capture_budget, parse_command, parse_gather,
-                                  parse_gather_budget, parse_run_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
-                                  parse_save_path, parse_steps, parse_tool_sections, parse_tools)
+from rlprof.config.values import (DEFAULT_CAPTURE_BUDGET_MB, DEFAULT_GATHER_BUDGET_GB, DEFAULT_REQUEST_RECORDS_MB,
+                                  DEFAULT_RUN_BUDGET_GB, DEFAULT_SAVE_PATH, parse_capture_budget, parse_command,
+                                  parse_gather, parse_gather_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
+                                  parse_request_records_budget, parse_run_budget, parse_save_path, parse_steps,
+                                  parse_tool_sections, parse_tools)
 from rlprof.tool_config import parse_bool
 
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
@@ -131,6 +132,12 @@ class GlobalConfig:
             "\"Step metrics\") in the run's `step_metrics.jsonl`, the `step_metrics` hook and verl's own logger "
             "(`trainer.logger`). About a microsecond per region on the training thread (bench/bench_step_metrics.py); "
             "`false`: regions of unprofiled steps cost nothing and nothing is written.")
+    request_records_mb: float = key(
+        parse_request_records_budget, default=DEFAULT_REQUEST_RECORDS_MB, recorded=True,
+        doc="Bytes the rollout's request records may take in one run, in MB (`0`: no limit): every request each rollout "
+            "replica served, every step, compressed (`<run>/rollout_requests.jsonl.gz`, docs/analysis.md, \"Rollout "
+            "requests\"; about 30 bytes a request). Past it a step's records are left out (its line says how many); "
+            "the per-step figures (`rlprof/requests/...`) are always kept.")
     on_demand: bool = key(
         lambda value, key_path: parse_bool(value, key_path, default=True), default=True, recorded=True,
         doc="A run with a tool set and a role enabled is armed, whatever `steps` says (`null` included): "
@@ -141,7 +148,9 @@ class GlobalConfig:
         parse_trigger, recorded=True,
         doc="Capture the next step of an armed run when one looks wrong: `{slow_step: 1.5}` when a step takes more "
             "than 1.5x the median of the last `window` steps; `{late_rank: 0.2}` when a rank enters a region later "
-            "than the others by more than 20% of the region's median time; `window` (default 20, at least 3), "
+            "than the others by more than 20% of the region's median time; `{rollout_tail: 0.5}` when a rollout "
+            "replica's tail (from when its running requests fall below half their peak to its last end) takes more than "
+            "half of its generate window; `window` (default 20, at least 3), "
             "`max_captures` (the most triggered captures in a run, default 3), `cooldown_steps` (steps after a "
             "triggered capture that trigger nothing, default 10). The capture budgets hold. `null`: no trigger.")
     finish_hook_cmd: str | None = key(

@@ -6,6 +6,9 @@ fires, has the next step captured on every selected process (:class:`rlprof.runt
 * ``slow_step``: a step that took more than this factor times the median of the last ``window`` steps;
 * ``late_rank``: a rank that entered a region later than the others (the step metrics' ``late_rank``) by
   more than this fraction of the region's median time;
+* ``rollout_tail``: a rollout replica whose tail (from when its running requests fell below half their peak
+  to its last request's end: the step metrics' ``rlprof/requests/replica<r>/tail_share``) took more than this
+  share of its generate window;
 * ``window``: how many earlier steps the median is taken over (and how many must have run before
   ``slow_step`` may fire);
 * ``max_captures``: the most captures triggers make in a run (``rlprof capture`` requests are not counted);
@@ -33,25 +36,34 @@ class Trigger:
     """A factor > 1, or None: no slow-step trigger."""
     late_rank: float | None = None
     """A fraction > 0 of the region's median time, or None: no late-rank trigger."""
+    rollout_tail: float | None = None
+    """A share in (0, 1) of a replica's generate window, or None: no rollout-tail trigger."""
     window: int = DEFAULT_WINDOW
     max_captures: int = DEFAULT_MAX_CAPTURES
     cooldown_steps: int = DEFAULT_COOLDOWN_STEPS
 
     @property
     def enabled(self) -> bool:
-        return self.slow_step is not None or self.late_rank is not None
+        return self.slow_step is not None or self.late_rank is not None or self.rollout_tail is not None
+
+    @property
+    def reads_figures(self) -> bool:
+        """A trigger on the step metrics' figures (where they reach the driver)."""
+        return self.late_rank is not None or self.rollout_tail is not None
 
 
 FIELDS = tuple(f.name for f in fields(Trigger))
 """The keys of a ``trigger`` mapping."""
 
-ALLOWED = (f"a mapping of slow_step (a factor > 1), late_rank (a fraction > 0), window (an integer >= 3, default "
+ALLOWED = (f"a mapping of slow_step (a factor > 1), late_rank (a fraction > 0), rollout_tail (a share between 0 and 1), "
+           f"window (an integer >= 3, default "
            f"{DEFAULT_WINDOW}), max_captures (an integer >= 1, default {DEFAULT_MAX_CAPTURES}), cooldown_steps "
            f"(an integer >= 0, default {DEFAULT_COOLDOWN_STEPS}), or null")
 
 
 def parse_trigger(raw: Any, key: str) -> Trigger | None:
-    """Read a ``trigger`` mapping; None (absent, ``null``, or neither ``slow_step`` nor ``late_rank`` set): no trigger."""
+    """Read a ``trigger`` mapping; None (absent, ``null``, or none of ``slow_step``, ``late_rank``, ``rollout_tail`` set):
+    no trigger."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
@@ -91,6 +103,11 @@ def _read(name: str, value: Any, key: str) -> Any:
     if name == "late_rank":
         if not number or not value > 0 or value != value or value == float("inf"):
             raise fail(key, value, "a fraction greater than 0 of the region's median time (0.2: 20% of it), or null")
+        return float(value)
+    if name == "rollout_tail":
+        if not number or not 0 < value < 1:
+            raise fail(key, value, "a share between 0 and 1 of a replica's generate window (0.5: its tail took more than "
+                                   "half of it), or null")
         return float(value)
     least = {"window": 3, "max_captures": 1, "cooldown_steps": 0}[name]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:

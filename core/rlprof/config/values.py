@@ -166,6 +166,7 @@ def parse_gather_budget(value: Any, key: str) -> float:
 
 DEFAULT_CAPTURE_BUDGET_MB = 2048.0
 DEFAULT_RUN_BUDGET_GB = 50.0
+DEFAULT_REQUEST_RECORDS_MB = 1024.0
 
 
 def parse_budget(value: Any, key: str, *, default: float, unit: str) -> float:
@@ -180,6 +181,12 @@ def parse_budget(value: Any, key: str, *, default: float, unit: str) -> float:
 def parse_capture_budget(value: Any, key: str) -> float:
     """``global_profiler.capture_budget_mb``: MB per capture; ``null`` is :data:`DEFAULT_CAPTURE_BUDGET_MB`."""
     return parse_budget(value, key, default=DEFAULT_CAPTURE_BUDGET_MB, unit="MB")
+
+
+def parse_request_records_budget(value: Any, key: str) -> float:
+    """``global_profiler.request_records_mb``: MB of rollout request records per run; ``null`` is
+    :data:`DEFAULT_REQUEST_RECORDS_MB`."""
+    return parse_budget(value, key, default=DEFAULT_REQUEST_RECORDS_MB, unit="MB")
 
 
 def parse_run_budget(value: Any, key: str) -> float:

@@ -112,6 +112,7 @@ def run(opts: argparse.Namespace) -> int:
             replicas = opts.replicas
         else:
             replicas = preflight.check_rollout(opts.rollout, opts.replicas, opts.nodes)
+        long_request = preflight.check_long_request(opts.long_request, 0 if opts.async_ else replicas)
         try:
             config = load_config(config_from_flags(opts), opts.overrides)
         except (ConfigError, ValueError) as exc:
@@ -163,7 +164,7 @@ def run(opts: argparse.Namespace) -> int:
             run = train(config, workers=opts.workers, train_steps=train_steps, timeout_s=opts.timeout, nodes=opts.nodes,
                         say=lambda line: print(line, flush=True), replicas=replicas, perturb=opts.perturb,
                         late={opts.slow_rank: opts.slow_ms} if opts.slow_rank is not None else None, slow_in=opts.slow_in,
-                        slow_from=opts.slow_from_step)
+                        slow_from=opts.slow_from_step, long_request=long_request)
     except ConfigError as exc:  # e.g. two backends' runtime_env fragments conflict
         print(f"rlprof demo: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_REFUSED

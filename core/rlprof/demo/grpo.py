@@ -9,6 +9,7 @@ advantages normalised inside each group of responses to the same prompt.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
@@ -46,14 +47,18 @@ class TinyPolicy(nn.Module):
 
 @torch.no_grad()
 def generate(policy: TinyPolicy, prompts: torch.Tensor, new_tokens: int, generator: torch.Generator,
-             iteration: Callable[[], ContextManager] = contextlib.nullcontext) -> torch.Tensor:
-    """Sample ``new_tokens`` tokens after each prompt; ``iteration()`` wraps every decode step."""
+             iteration: Callable[[], ContextManager] = contextlib.nullcontext,
+             token_times: list[int] | None = None) -> torch.Tensor:
+    """Sample ``new_tokens`` tokens after each prompt; ``iteration()`` wraps every decode step; ``token_times``, when
+    given, gains ``time.time_ns()`` as each token of the batch is sampled (its rows' request records)."""
     logits, state = policy(prompts)
     logits = logits[:, -1]
     tokens = []
     for _ in range(new_tokens):
         with iteration():
             token = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            if token_times is not None:
+                token_times.append(time.time_ns())
             tokens.append(token)
             logits, state = policy(token, state)
             logits = logits[:, -1]

@@ -86,6 +86,30 @@ def check_rollout(rollout: str, replicas: int, nodes: int = 1) -> int:
     return replicas
 
 
+LONGEST_REQUEST = 252
+"""``--long-request``'s most tokens: the replicas' ``max_model_len`` (256) less the demo's prompt (4 tokens)."""
+
+
+def check_long_request(text: str | None, replicas: int) -> tuple[int, int] | None:
+    """``--long-request R:N`` as ``(replica, tokens)``: with ``--rollout vllm``, a replica of the run and 1 to
+    :data:`LONGEST_REQUEST` tokens; None when not given."""
+    if text is None:
+        return None
+    if not replicas:
+        raise Refusal(f"--long-request {text}: needs --rollout vllm (the request is planted in a vLLM replica)")
+    replica, sep, tokens = text.partition(":")
+    if not (sep and replica.strip().isdigit() and tokens.strip().isdigit()):
+        raise Refusal(f"--long-request: got {text!r}; allowed: REPLICA:TOKENS, e.g. 1:96")
+    planted = (int(replica), int(tokens))
+    if planted[0] >= replicas:
+        raise Refusal(f"--long-request: replica {planted[0]} is not a replica of the run; allowed: 0 to {replicas - 1} "
+                      f"(--replicas {replicas})")
+    if not 1 <= planted[1] <= LONGEST_REQUEST:
+        raise Refusal(f"--long-request: {planted[1]} tokens; allowed: 1 to {LONGEST_REQUEST} (the replicas' model length "
+                      "less the prompt)")
+    return planted
+
+
 def check_async(opts) -> None:
     """``--async`` and the flags that go with it (or cannot): rollout runs in ``--replicas`` replicas of the
     tiny policy, one capture per version on every process."""

@@ -44,9 +44,30 @@ def to_engine_tokens(prompts: list[list[int]]) -> list[list[int]]:
     return [[FIRST_WORD_ID + t for t in row] for row in prompts]
 
 
-def to_policy_tokens(responses: list[list[int]], vocab: int) -> list[list[int]]:
-    """The engine's response tokens in the policy's vocabulary (``id mod vocab``)."""
+def to_policy_tokens(responses: list[list[int]], vocab: int, length: int | None = None) -> list[list[int]]:
+    """The engine's response tokens in the policy's vocabulary (``id mod vocab``); ``length``: each cut or padded
+    (with its last token) to that many, the policy's response length."""
+    if length is not None:
+        responses = [row[:length] + row[-1:] * (length - len(row)) for row in responses]
     return [[t % vocab for t in row] for row in responses]
+
+
+SHORT_TOKENS = 2
+"""``--long-request``: every other request of the replica generates 1 to this many tokens, in turn (at most 8, as issue
+48 plants it). The tail begins when the batch's running requests fall below half, so the decode steps of the batch
+before then, slower than the long request's alone, are the long request's decode and not its tail: measured with the
+tiny Llama in-process, the tail was 0.84-0.94 of the long request's decode with 1..8, 0.97-0.99 with 1..4, 0.98 with
+1..2; in the demo's first step (engines cold, replica 1 profiled over engine steps 3-6) 0.896 with 1..4, two batched
+decode steps of 11 ms each before the tail against 2.1 ms a step alone; 1..2 leaves one."""
+
+
+def request_lengths(count: int, response_len: int, long_tokens: int | None) -> list[int]:
+    """How many tokens each of a replica's ``count`` requests generates (``ignore_eos``): ``response_len`` each, or,
+    with ``long_tokens`` (``rlprof demo --long-request R:N`` on this replica), ``long_tokens`` for the first and
+    1..:data:`SHORT_TOKENS` for the others in turn (a batch that empties, then one request alone: a planted tail)."""
+    if long_tokens is None:
+        return [response_len] * count
+    return [long_tokens] + [1 + i % SHORT_TOKENS for i in range(count - 1)] if count else []
 
 
 class ReplicaFailed(RuntimeError):
@@ -70,17 +91,19 @@ class VllmReplica:
         return os.getpid()
 
     def generate(self, prompts: list[list[int]], step: int, group_size: int, response_len: int,
-                 sent_ns: int | None = None, reason: str | None = None) -> list[list[int]]:
-        """``group_size`` responses of ``response_len`` tokens per prompt (engine token ids), in prompt order.
-        The engine's profiler is left running: :meth:`finish` (queued by the caller right behind this
-        call) stops it and writes the trace while the trainer updates. ``sent_ns``: when the caller
-        sent this call; the part of a previous ``finish`` after it is recorded as profiling's wait."""
+                 sent_ns: int | None = None, reason: str | None = None, long_tokens: int | None = None) -> list[list[int]]:
+        """``group_size`` responses per prompt (engine token ids), in prompt order, one request each, of
+        ``response_len`` tokens (with ``long_tokens``: :func:`request_lengths`). Each request's record goes to the
+        step (:meth:`EngineReplica.served`). The engine's profiler is left running: :meth:`finish` (queued by the
+        caller right behind this call) stops it and writes the trace while the trainer updates. ``sent_ns``: when
+        the caller sent this call; the part of a previous ``finish`` after it is recorded as profiling's wait."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=group_size, max_tokens=response_len, min_tokens=response_len, ignore_eos=True,
-                                temperature=1.0)
-        batch = [TokensPrompt(prompt_token_ids=row) for row in to_engine_tokens(prompts)]
+        rows = [row for row in to_engine_tokens(prompts) for _ in range(group_size)]
+        params = [SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=1.0)
+                  for n in request_lengths(len(rows), response_len, long_tokens)]
+        batch = [TokensPrompt(prompt_token_ids=row) for row in rows]
         if reason is not None:  # the controller captures this step though no plan named it
             self.replica.profiler.capture((step,), reason)
         self.replica.start(self.llm, step, sent_ns=sent_ns)
@@ -89,6 +112,7 @@ class VllmReplica:
         except BaseException as exc:
             self.replica.stop(self.llm, exc)
             raise
+        self.replica.served(outputs)  # before finish() closes the region: the step's records are complete with it
         return [list(c.token_ids) for out in outputs for c in out.outputs]
 
     def finish(self) -> None:
@@ -110,7 +134,10 @@ class Replicas:
     """The demo controller's handle on its N replica actors: started together (the engines load in
     parallel), asked in parallel, closed together. A replica that fails is a failure of the run, named."""
 
-    def __init__(self, controller: Any, count: int, timeout_s: float, say: Any):
+    def __init__(self, controller: Any, count: int, timeout_s: float, say: Any,
+                 long_request: tuple[int, int] | None = None):
+        """``long_request``: ``(replica, tokens)``, one request of that many tokens per step on that replica, every
+        other request at most :data:`SHORT_TOKENS` (``rlprof demo --long-request R:N``)."""
         import time
 
         import ray
@@ -121,6 +148,7 @@ class Replicas:
         model_dir = str(build_tiny_model(model_cache_dir()))
         actor = ray.remote(VllmReplica).options(num_cpus=0, runtime_env={"env_vars": dict(ENGINE_ENV)})
         self.controller = controller
+        self.long_request = long_request
         self.handles = [actor.remote(controller.config, rank, count, controller.run_id, model_dir) for rank in range(count)]
         self.count = count
         self.finishing: list = []
@@ -148,15 +176,17 @@ class Replicas:
         asked = [h for h, share in zip(self.handles, shares) if len(share)]
         sent_ns = time.time_ns()
         reason = self.controller.unplanned  # the step in progress's, when the controller captures it unplanned
-        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len, sent_ns, reason)
-                for h, share in zip(self.handles, shares) if len(share)]
+        long_rank, long_tokens = self.long_request or (None, None)
+        refs = [h.generate.remote(share.tolist(), step, sizes.group_size, sizes.response_len, sent_ns, reason,
+                                  long_tokens if rank == long_rank else None)
+                for rank, (h, share) in enumerate(zip(self.handles, shares)) if len(share)]
         try:
             rows = [row for out in ray.get(refs, timeout=self.timeout_s) for row in out]
         except Exception as exc:
             raise ReplicaFailed(f"rollout generate (vLLM replicas): {describe_error(exc)}") from exc
         # each replica writes its trace while the trainer goes on; a replica's next call queues behind it
         self.finishing = [h.finish.remote() for h in asked]
-        return torch.tensor(to_policy_tokens(rows, sizes.vocab), dtype=torch.long)
+        return torch.tensor(to_policy_tokens(rows, sizes.vocab, sizes.response_len), dtype=torch.long)
 
     def close(self, artifacts: list) -> list[str]:
         """Finalize every replica (their manifests close, their engines are freed); failures as lines."""

@@ -56,7 +56,8 @@ class DemoRun:
 
 def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Sizes = Sizes(), timeout_s: float = 120.0,
           nodes: int = 1, say: Callable[[str], None] = print, replicas: int = 0, perturb: str | None = None,
-          late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1) -> DemoRun:
+          late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1,
+          long_request: tuple[int, int] | None = None) -> DemoRun:
     """Start a local Ray cluster (unless one is up), run the loop, shut the cluster down again.
 
     ``replicas``: 0, the workers generate themselves (hybrid engine); N, rollout runs in N vLLM replicas
@@ -66,6 +67,8 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
     ``late``: rank -> ms that rank enters actor update late, on purpose (``rlprof demo --slow-rank``), from step
     ``slow_from`` on (``--slow-from-step``); with
     ``slow_in``, a region, the ms it spends longer inside that region instead (``--slow-in``).
+    ``long_request``: ``(replica, tokens)``, with ``replicas``: one request of that many tokens per step on that
+    replica, every other at most 8 (``--long-request R:N``, a planted rollout tail).
     ``nodes`` > 1: a simulated cluster of that many Ray nodes on this machine (:func:`node_roots` says
     where each writes), the workers spread over them; the controller's ``save_path`` receives every
     node's manifest records (and, with ``gather: traces``, their files).
@@ -96,7 +99,8 @@ def train(config: ProfilerConfig, *, workers: int, train_steps: int, sizes: Size
             else:
                 start_ray(num_cpus=2)
                 say(f"ray started in {time.perf_counter() - began:.1f} s")
-        return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas, perturb, late or {}, slow_in, slow_from)
+        return _train(controller, specs, options, train_steps, sizes, timeout_s, say, replicas, perturb, late or {}, slow_in,
+                      slow_from, long_request)
     finally:
         if started_here:
             ray.shutdown()  # also after a Ctrl-C inside ray.init: no Ray process is left behind
@@ -151,7 +155,8 @@ def ray_logs_dir() -> str | None:
 
 def _train(controller: ProfilingController, specs: list[WorkerSpec], options: list[dict], train_steps: int,
            sizes: Sizes, timeout_s: float, say, replicas: int = 0, perturb: str | None = None,
-           late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1) -> DemoRun:
+           late: dict[int, float] | None = None, slow_in: str | None = None, slow_from: int = 1,
+           long_request: tuple[int, int] | None = None) -> DemoRun:
     import ray
 
     run = DemoRun(controller.run_id, Path(controller.config.global_.save_path).absolute() / controller.run_id,
@@ -166,8 +171,12 @@ def _train(controller: ProfilingController, specs: list[WorkerSpec], options: li
     engines = None
     try:
         if replicas:
-            engines = Replicas(controller, replicas, timeout_s, say)
+            engines = Replicas(controller, replicas, timeout_s, say, long_request)
         _require(controller.setup())
+        if engines is not None and controller.step_metrics is not None:
+            # the replicas send their timings and request records too: a step waits for them (their first batch
+            # comes once each has found the run's mailbox), else a replica's first step could be written without it
+            controller.step_metrics.expect(len(controller.handles) + replicas)
         phase = _Phase(controller, timeout_s)
         address = _gloo_address()
         phase("join process group", lambda rank, w: w.join_process_group.remote(address))

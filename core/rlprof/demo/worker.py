@@ -16,7 +16,18 @@ import torch
 import torch.distributed as dist
 
 from rlprof.integrations.ray import ProfiledWorker
+from rlprof.request_records import RequestRecord
 from rlprof.demo.grpo import Sizes, TinyPolicy, average_gradients, generate, grpo_loss, response_log_probs
+
+
+def batch_records(rank: int, call: int, began_ns: int, token_times: list[int], shape: tuple) -> list[RequestRecord]:
+    """The request records of one batched generate call (``shape``: its prompts' rows and length): every row arrived
+    and was scheduled as the call began, and gave its tokens as the batch's decode steps did. No step is named:
+    the driver gives them the step whose window holds their arrival (the worker is not told unprofiled steps)."""
+    rows, prompt_len = shape[0], shape[1]
+    first, last = (token_times[0], token_times[-1]) if token_times else (None, None)
+    return [RequestRecord(f"w{rank}-{call}-{row}", rank, None, began_ns, began_ns, began_ns, first, last, prompt_len,
+                          len(token_times), "length", 0) for row in range(rows)]
 
 
 class PolicyWorker(ProfiledWorker):
@@ -52,11 +63,15 @@ class PolicyWorker(ProfiledWorker):
                                 timeout=datetime.timedelta(seconds=120))
 
     def generate(self, prompts: torch.Tensor) -> torch.Tensor:
-        """Rollout: sample ``group_size`` responses per prompt, one decode step per iteration."""
+        """Rollout: sample ``group_size`` responses per prompt, one decode step per iteration; each response is a
+        request record (its rank the replica: this hybrid worker generates its own rollout)."""
         self.steps += 1
         prompts = prompts.repeat_interleave(self.sizes.group_size, dim=0)
         with self.profiler.role("rollout", "generate", module=self.policy):
-            responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration)
+            began, token_times = time.time_ns(), []
+            responses = generate(self.policy, prompts, self.sizes.response_len, self.sampler, self.profiler.iteration,
+                                 token_times)
+            self.profiler.record_requests(batch_records(self.rank, self.steps, began, token_times, prompts.shape))
             self._slow("rollout_generate")
         self.batch = {"prompts": prompts, "responses": responses}
         return responses

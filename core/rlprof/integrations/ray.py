@@ -212,7 +212,7 @@ class ProfilingController:
                             type(exc).__name__, exc)
             else:
                 self.step_metrics = StepBook(self.run_dir / STEP_METRICS_FILE, self.run_id, self.config.global_.tools,
-                                             root=self.run_dir)
+                                             root=self.run_dir, records_mb=self.config.global_.request_records_mb)
                 self._collector = Collector(self.step_metrics, mailbox)
         if self.collector is None and self._on:
             self.collector = RunCollector(self.run_dir, current_node())

@@ -16,7 +16,7 @@ that made it, on the driver's node):
 
 A region's time reaches the driver about :data:`~rlprof.runtime.step_timings.FLUSH_S` plus two Ray
 messages after it ended. A worker in a run without a mailbox (a plain Profiler inside some actor) keeps
-its figures to itself: its process's own file (:func:`rlprof.runtime.step_book.process_book`).
+its figures to itself: its process's own file (:func:`rlprof.runtime.process_book.process_book`).
 """
 
 from __future__ import annotations

@@ -241,6 +241,10 @@ class CheckResult:
             lines.append(f"trigger late_rank: a rank entering a region later than the others by more than "
                          f"{trigger.late_rank:.0%} of the region's median time has the next step captured (where step "
                          f"metrics reach the driver)")
+        if trigger.rollout_tail is not None:
+            lines.append(f"trigger rollout_tail: a rollout replica whose tail (its running requests below half their peak, "
+                         f"to its last end) takes more than {trigger.rollout_tail:.0%} of its generate window has the next "
+                         f"step captured (where step metrics reach the driver)")
         lines.append(f"triggers capture at most {trigger.max_captures} steps (max_captures), none within "
                      f"{trigger.cooldown_steps} steps of the last (cooldown_steps), within the capture budgets")
         return lines

@@ -149,12 +149,13 @@ class Profiler:
 
     def _new_times(self):
         from rlprof.layout import process_tag
-        from rlprof.runtime.step_book import ProcessSink
+        from rlprof.runtime.process_book import ProcessSink
         from rlprof.runtime.step_timings import RegionTimes, register
 
         run = self.run
         tag = process_tag(run.rank, run.host, run.pid)
-        return register(RegionTimes(run.run_id, tag, run.rank, ProcessSink(run, self.plan.tools, tag)))
+        return register(RegionTimes(run.run_id, tag, run.rank,
+                                    ProcessSink(run, self.plan.tools, tag, self.config.global_.request_records_mb)))
 
     # ------------------------------------------------------------------ public API
 
@@ -251,6 +252,15 @@ class Profiler:
         times = self._times
         if times is not None and role in self.plan.timed:
             times.done.append((role, safe_name(f"{role}_{stage}" if stage else role), start_ns, end_ns))
+
+    def record_requests(self, records: Iterable[Any]) -> None:
+        """Rollout requests this process served (:class:`rlprof.request_records.RequestRecord`, times on the run's
+        clock), handed on with its step timings to the run's driver, which keeps them and their figures
+        (docs/engines.md, "Request records"). Call before the region that served them ends (then a step's
+        records are complete when its timings are). One list extend; nothing when the rollout is not timed."""
+        times = self._times
+        if times is not None and "rollout" in self.plan.timed:
+            times.requests.extend(records)
 
     def role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,

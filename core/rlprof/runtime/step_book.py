@@ -2,7 +2,7 @@
 
 A :class:`StepBook` lives with the run's driver: verl's trainer (:mod:`rlprof.integrations.verl.step_metrics`),
 the Ray controller (:class:`rlprof.integrations.ray.ProfilingController`), or, for a plain
-:class:`~rlprof.Profiler`, the profiling process itself (:func:`process_book`: one per run and process,
+:class:`~rlprof.Profiler`, the profiling process itself (:func:`rlprof.runtime.process_book.process_book`: one per run and process,
 its colocated Profilers together). It is told:
 
 * each step's **window** (``began``/``ended``, from the driver's own step calls; a plain Profiler's from its
@@ -14,7 +14,8 @@ its colocated Profilers together). It is told:
   thread; each says how far it is complete (``through_ns``);
 * each process's profiled steps' split (``Batch.splits``: its traces analysed as they are written,
   :mod:`rlprof.runtime.split_analyser`), combined per step (:meth:`pump`, the rule below), or a split
-  computed elsewhere (:meth:`split`).
+  computed elsewhere (:meth:`split`);
+* the rollout's request records (``Batch.requests``, or :meth:`requests`): :mod:`rlprof.runtime.step_requests`.
 
 **A profiled step's split** is written once per step, when the step's own line is (every process has sent
 what it did up to the step's end, so every file it captured in the step is announced) and every file
@@ -49,14 +50,15 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
 from rlprof.layout import release_held_dirs
-from rlprof.step_metrics import (FILE, PEAK, PROCESS_DIR, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
+from rlprof.runtime.step_requests import StepRequests, records_path
+from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
                                  add_region_figures, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
@@ -91,10 +93,11 @@ class StepBook:
     :param run_id: written in every line; the hook's ``run_id``.
     :param tools: the run's backends: those implementing ``step_metrics`` are called (None: no hook).
     :param own_windows: the windows come with the batches (a plain Profiler's process), not from a driver.
+    :param records_mb: the budget of the rollout's request records (``global_profiler.request_records_mb``; 0: no limit).
     """
 
     def __init__(self, path: Path | None, run_id: str, tools: Iterable[str] | None = (), *, own_windows: bool = False,
-                 root: Path | None = None):
+                 root: Path | None = None, records_mb: float = DEFAULT_REQUEST_RECORDS_MB):
         self.path = path
         self.run_id = run_id
         self.tools = tuple(tools or ())
@@ -105,9 +108,10 @@ class StepBook:
         """``(step, start_ns, profiled)`` the driver began, not taken into :attr:`_windows` yet (appended lock-free)."""
         self._ended: list[tuple[int, int]] = []
         self._windows: dict[int, list[Any]] = {}
-        """Step -> ``[start_ns, end_ns or None, profiled, timings]`` of steps not written yet."""
+        """Step -> ``[start_ns, end_ns or None, profiled, timings, request records]`` of steps not written yet."""
         self._loose: list[Timing] = []
         """Timings whose step's window has not begun or ended yet, oldest first."""
+        self.requests_kept = StepRequests(path and records_path(path, root or path.parent), root, records_mb)
         self._processes: dict[str, _Process] = {}
         self._expected = 0
         """How many processes the driver knows will report (:meth:`expect`): a step waits for that many to be
@@ -161,6 +165,7 @@ class StepBook:
                     self._began.append((step, start, profiled))
                     self._ended.append((step, end))
             self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
+            self.requests_kept.add(getattr(batch, "requests", ()))
             for step, figures in getattr(batch, "splits", ()):
                 self._part(batch.process, step, figures)
 
@@ -175,6 +180,11 @@ class StepBook:
         part[0] = max(0, part[0] - 1)
         for key, values in figures.items():  # the same region in two files of the step: it ran twice
             add_region_figures(part[1].setdefault(key, {}), values)
+
+    def requests(self, records: Iterable[Any]) -> None:
+        """Request records the driver has itself (a framework's per-sample metrics), taken as a batch's are."""
+        with self._lock:
+            self.requests_kept.add(records)
 
     def timing(self, rank: int, role: str, region: str, start_ns: int, end_ns: int) -> None:
         """A region the driver timed itself (verl's trainer: the rollout as it waited for it)."""
@@ -207,15 +217,21 @@ class StepBook:
         """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
         and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
         ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
-        step's end (another thread delivers them: :meth:`receive`)."""
+        step's end (another thread delivers them: :meth:`receive`), and, for a step of more request records
+        than :data:`~rlprof.runtime.step_requests.ON_CALLER` (their figures: 6 ms a thousand), for its line, whose
+        figures the delivering thread computes; past it they are computed here."""
         deadline = time.monotonic() + wait_s
         while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
             time.sleep(0.002)
+        if wait_s > 0 and self.requests_kept.many(self._windows.get(step)):
+            while all(f.step != step for f in reversed(self._recent)) and time.monotonic() < deadline:
+                time.sleep(0.002)
         with self._lock:
             self._assign()
             window = self._windows.get(step)
             done = next((f for f in reversed(self._recent) if f.step == step), None)
             timings = list(window[3]) if window is not None and done is None else None
+            records = list(window[4]) if window is not None and done is None else []
             start_ns, end_ns = (window[0], window[1]) if window is not None else (0, 0)
             split = self._splits.pop(0) if self._splits else None
             processes = len(self._processes)
@@ -223,7 +239,8 @@ class StepBook:
         if done is not None:
             out.update(done.metrics())
         elif timings is not None and end_ns is not None:
-            out.update(step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes).metrics())
+            out.update(step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes,
+                                    self.requests_kept.figures(step, records)).metrics())
         if split is not None:
             out.update(split[1])
         return out
@@ -238,20 +255,23 @@ class StepBook:
             self._assign()
             now = time.monotonic()
             for step in sorted(self._windows):
-                start_ns, end_ns, profiled, timings = self._windows[step]
+                start_ns, end_ns, profiled, timings, records = self._windows[step]
                 if closing and end_ns is None:  # never ended (the driver stopped inside it): no figures
                     del self._windows[step]
+                    self.requests_kept.written(step, None)
                     continue
                 if end_ns is None or not (closing or self._complete(end_ns, now)):
                     break
                 del self._windows[step]
-                completed.append((step, start_ns, end_ns, profiled, timings, len(self._processes)))
-        for step, start_ns, end_ns, profiled, timings, processes in completed:
-            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes)
+                self.requests_kept.written(step, end_ns)
+                completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
+        for step, start_ns, end_ns, profiled, timings, records, processes in completed:
+            requests, stored = self.requests_kept.keep(step, start_ns, records)
+            figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes, requests)
             self._recent.append(figures)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
-                                         _raw(timings, start_ns)))
+                                         _raw(timings, start_ns), stored))
         for step, split, processes in self._splits_ready(closing):
             if split:
                 self.split(step, split, processes)
@@ -306,7 +326,7 @@ class StepBook:
         for step, start_ns, profiled in self._began[:n]:
             window = self._windows.get(step)
             if window is None:
-                self._windows[step] = [start_ns, None, profiled, []]
+                self._windows[step] = [start_ns, None, profiled, [], []]
             else:  # colocated Profilers of one process each began it: the earliest start
                 window[0] = min(window[0], start_ns)
                 window[2] = window[2] or profiled
@@ -317,6 +337,7 @@ class StepBook:
             if window is not None:
                 window[1] = end_ns if window[1] is None else max(window[1], end_ns)
         del self._ended[:n]
+        self.requests_kept.assign(self._windows)
         if not self._loose or not self._windows:
             return
         ordered = sorted(self._windows.items(), key=lambda item: item[1][0])
@@ -370,6 +391,8 @@ class StepBook:
             return
         self.pump(closing=True)
         self.closed = True
+        with self._lock:
+            self.requests_kept.close()
         if self._writer is not None:
             self._writer.close()
             release_held_dirs()  # its last lines may come after the session released them: nothing stays open
@@ -433,57 +456,3 @@ def timed(config: Any) -> bool:
     a driver then keeps a book (the same rule as :attr:`rlprof.runtime.plan.ProcessPlan.timed`)."""
     g = config.global_
     return bool(g.tools and g.step_metrics and any(role.enable for role in config.roles.values()))
-
-
-# ------------------------------------------------------------------------------ a plain Profiler's
-
-
-_books: dict[tuple[str, int, int], tuple[StepBook, set[str]]] = {}
-"""(run id, rank, pid) -> the process's book and the processes (Profilers) still sending to it."""
-_books_lock = threading.Lock()
-
-
-def process_book(run: Any, tools: Iterable[str]) -> StepBook:
-    """The book of a plain Profiler's process (its colocated Profilers share it), on its own windows. A process
-    that is the whole run (``world_size`` 1) writes the run's file and calls the ``step_metrics`` hook; one of
-    several ranks that no driver combines writes its own figures under ``step_metrics/`` and calls no hook
-    (each rank's figures under the same names would overwrite one another in a sink)."""
-    key = (run.run_id, run.rank, os.getpid())
-    with _books_lock:
-        found = _books.get(key)
-        if found is None:
-            from rlprof.layout import process_tag
-
-            whole = run.world_size == 1
-            path = run.run_dir / FILE if whole else run.run_dir / PROCESS_DIR / f"{process_tag(run.rank, run.host, run.pid)}.jsonl"
-            found = _books[key] = (StepBook(path, run.run_id, tools if whole else None, own_windows=True, root=run.run_dir), set())
-        return found[0]
-
-
-class ProcessSink:
-    """A plain Profiler's sink: its process's :func:`process_book`, made at the first batch (never for a
-    Profiler whose timings an integration sends elsewhere). Each batch is pumped at once; when the last
-    Profiler of the process that sent to it is final, the book closes."""
-
-    def __init__(self, run: Any, tools: Iterable[str], process: str):
-        self.run, self.tools, self.process = run, tuple(tools), process
-        self.book: StepBook | None = None
-
-    def send(self, batch: Any) -> None:
-        key = (self.run.run_id, self.run.rank, os.getpid())
-        if self.book is None:
-            self.book = process_book(self.run, self.tools)
-            with _books_lock:
-                _books[key][1].add(id(self))
-        book = self.book
-        book.receive(batch)
-        book.pump()
-        if batch.final:
-            with _books_lock:
-                senders = _books[key][1] if key in _books else set()
-                senders.discard(id(self))
-                last = not senders
-                if last:
-                    _books.pop(key, None)
-            if last:
-                book.close()

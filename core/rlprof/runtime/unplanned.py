@@ -108,7 +108,7 @@ class Decider:
         self._decided: tuple[int, str | None] | None = None
         self.book = None
         """The driver's :class:`~rlprof.runtime.step_book.StepBook`, where step metrics reach it (the Ray
-        controller): each step's figures, read at step start for the ``late_rank`` trigger."""
+        controller): each step's figures, read at step start for the ``late_rank`` and ``rollout_tail`` triggers."""
         self._version = 0
         self._fed = 0
         self.stopped = False
@@ -188,9 +188,19 @@ class Decider:
 
     def figures(self, figures: Any) -> Grant | None:
         """A step's :class:`~rlprof.step_metrics.StepFigures` (where step metrics reach the driver): the
-        ``late_rank`` trigger."""
+        ``late_rank`` and ``rollout_tail`` triggers."""
         trigger = self.trigger
-        if trigger is None or trigger.late_rank is None:
+        if trigger is None or not trigger.reads_figures:
+            return None
+        requests = getattr(figures, "requests", None)
+        if trigger.rollout_tail is not None and requests is not None:
+            for replica, f in sorted(requests.replicas.items()):
+                if f.tail_share is not None and f.tail_share > trigger.rollout_tail:
+                    sentence = (f"replica {replica}'s rollout tail took {f.tail_share:.0%} of its generate window in step "
+                                f"{figures.step} ({f.tail_s:.3g} s after its running requests fell below half their peak "
+                                f"of {f.peak})")
+                    return self._fire(figures.step, sentence)
+        if trigger.late_rank is None:
             return None
         for (role, region), f in sorted(figures.regions.items()):
             if f.late_rank >= 0 and f.median_s > 0 and (self._latest is None or f.late_by_s / f.median_s > self._latest[0]):
@@ -205,7 +215,7 @@ class Decider:
     def _read_book(self) -> None:
         """Feed the figures of the steps completed since the last step start to :meth:`figures`."""
         book = self.book
-        if self.trigger is None or self.trigger.late_rank is None or book.version == self._version:
+        if self.trigger is None or not self.trigger.reads_figures or book.version == self._version:
             return
         self._version = book.version
         try:
@@ -214,7 +224,8 @@ class Decider:
                     self._fed = figures.step
                     self.figures(figures)
         except Exception as exc:  # never into training
-            log.warning("rlprof: the late_rank trigger could not read the step metrics (%s: %s)", type(exc).__name__, exc)
+            log.warning("rlprof: the late_rank/rollout_tail triggers could not read the step metrics (%s: %s)",
+                        type(exc).__name__, exc)
 
     def _fire(self, step: int, sentence: str) -> Grant | None:
         trigger = self.trigger

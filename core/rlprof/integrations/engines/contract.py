@@ -29,6 +29,21 @@ The core calls an adapter in this order, for one replica:
 4. on any exception from ``start``/``stop``: ``lost(exc)`` says whether the engine is gone (the capture
    is lost, an error record says so, no further capture is attempted on this replica) or the call
    merely failed (an error record; the next step tries again). Training goes on either way.
+
+**Request records, optional** (:class:`RequestSource`; no contract bump: an adapter without them works as
+before, and its replica has no request records). An adapter that has both methods supplies a record of every
+request its engine served, on every step whose rollout is timed, profiled or not (issue 48):
+
+5. ``request_kwargs()`` once, before the engine is built, wherever the rollout is timed: what to merge into the
+   engine's constructor arguments so that it keeps per-request stats (vLLM: ``disable_log_stats=False``);
+   ``request_engine(engine)``, optional within the optional part, once the engine is built (the first time the
+   replica is handed it: ``start``/``start_async``): what the constructor cannot say (vLLM: the stat loggers that
+   log stats also start are dropped, the stats kept);
+6. ``requests(outputs, context)`` after each generate call (or each finished request of an async engine), with
+   the engine's outputs as its caller got them: one :class:`~rlprof.request_records.RequestRecord` per finished
+   request, its times mapped with ``context.clock`` (:class:`~rlprof.request_records.EngineClock`); the core
+   fills in the replica and step, checks the clock mapping and hands the records on to the run's driver. Pure:
+   no I/O, about a microsecond or two a request (bench/bench_request_records.py).
 """
 
 from __future__ import annotations
@@ -37,10 +52,11 @@ import re
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Awaitable, Mapping, Protocol, runtime_checkable
+from typing import Any, Awaitable, Iterable, Mapping, Protocol, runtime_checkable
 
 from rlprof import installed, plugins
 from rlprof.errors import BackendError
+from rlprof.request_records import EngineClock, RequestRecord
 
 GROUP = "rlprof.engines"
 """The entry-point group engine adapters are found in."""
@@ -118,6 +134,40 @@ class EngineAdapter(Protocol):
 
     def lost(self, exc: BaseException) -> bool:
         """True when ``exc`` (raised by ``start`` or ``stop``) means the engine is dead."""
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What the core hands an adapter's ``requests``: whose requests they are and the clock to map them with."""
+
+    replica: int
+    """The replica's rank: every record's ``replica``."""
+    step: int | None
+    """The step (an async run's version) the replica is in, or None (the driver gives each its step by its arrival)."""
+    clock: EngineClock
+    """The engine's monotonic clock mapped to the run's (``clock.monotonic(ts)``; ``clock.wall(ts)`` for a
+    wall-clock time)."""
+
+
+@runtime_checkable
+class RequestSource(Protocol):
+    """The optional part of an adapter that supplies request records (see the module doc, steps 5 and 6)."""
+
+    def request_kwargs(self) -> Mapping[str, Any]:
+        """Engine constructor arguments that make the engine keep per-request stats. Pure."""
+
+    def requests(self, outputs: Any, context: RequestContext) -> Iterable[RequestRecord]:
+        """A record per finished request in ``outputs`` (what the engine's generate call returned)."""
+
+
+REQUEST_METHODS = ("request_kwargs", "requests")
+"""The optional methods of :class:`RequestSource`: an adapter has both, or supplies no records (``request_engine``,
+once the engine is built, is optional besides)."""
+
+
+def request_source(adapter: Any) -> RequestSource | None:
+    """``adapter`` when it supplies request records (both :data:`REQUEST_METHODS` callable), else None."""
+    return adapter if all(callable(getattr(adapter, name, None)) for name in REQUEST_METHODS) else None
 
 
 def discover() -> dict[str, metadata.EntryPoint]:

@@ -54,6 +54,7 @@ from rlprof.config.sections import ENGINE_TOOLS
 from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, load_engine
 from rlprof.integrations.engines.files import move_into, remove_empty, unwritable
 from rlprof.integrations.engines.plain_traces import PlainTraces
+from rlprof.integrations.engines.requests import ReplicaRequests
 from rlprof.integrations.engines.stand_in import EngineStandIn, Inert, engine_backends
 from rlprof.runtime.run_id import in_ray
 from rlprof.integrations.loops import FINALIZE_WAIT_S, wait_on_its_loop
@@ -139,6 +140,8 @@ class EngineReplica:
         """When the last deferred stop (:meth:`stop`) ended, for the wait of a call sent before it."""
         self.plain_traces = PlainTraces(self.profiler, engine, replica_rank, FINALIZE_WAIT_S)
         """The engine's plain JSON traces, compressed off the engine (:func:`~rlprof.integrations.engines.files.move_into`)."""
+        self.requests = ReplicaRequests(self.profiler, engine, replica_rank)
+        """Its request records, every step the rollout is timed (:meth:`served`)."""
         if not profiler.active and "rollout" in profiler.plan.armed:
             profiler.capture((), "armed")  # an armed run: the engine is built able to capture a step asked for later
         if profiler.active and "rollout" in profiler.plan.selected_roles:
@@ -193,8 +196,14 @@ class EngineReplica:
         return self._settings
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """What to merge into the engine's constructor arguments (empty when not profiled)."""
-        return dict(self._settings.engine_kwargs) if self._settings is not None else {}
+        """What to merge into the engine's constructor arguments: its profiler's settings where it profiles, its
+        per-request stats where the rollout is timed (empty when neither)."""
+        return {**self.requests.kwargs(), **(self._settings.engine_kwargs if self._settings is not None else {})}
+
+    def served(self, outputs: Any) -> int:
+        """The engine's outputs of this generate call: a request record each, for the step in progress (call before
+        :meth:`end`/:meth:`stop`). How many (0 where the adapter supplies none)."""
+        return self.requests.served(outputs)
 
     # ------------------------------------------------------------------ one generate call
 
@@ -244,6 +253,7 @@ class EngineReplica:
             self._waited(sent_ns, self._exported_ns, step)
         self._exported_ns = None
         self._engine = engine
+        self.requests.engine_ready(engine)
         try:
             return self.begin(step)
         except BaseException:
@@ -266,6 +276,7 @@ class EngineReplica:
         An export of the previous capture still running is awaited first: that wait is a
         ``profiling_wait`` record (profiling's cost, not the generate call's)."""
         await self.exported(step=step)
+        self.requests.engine_ready(engine)
         capture = self.begin(step)
         if capture is not None:
             await self._call_async("start", engine, capture)

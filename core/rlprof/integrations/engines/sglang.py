@@ -22,6 +22,15 @@ The facts it relies on (docs/engines-sglang-notes.md has the details and where e
   A window that closed by itself makes the later ``stop_profile`` raise "not in progress": that means done.
 - ``memory`` has no counterpart (SGLang's ``MEM`` activity is a CUDA allocator snapshot, not torch's
   ``profile_memory``; the seed guide and verl both drop it): a warning naming the key.
+
+Request records (the contract's optional part, :meth:`SglangEngine.requests`), from each response's ``meta_info``
+(the tokenizer manager's ``_handle_batch_output``, both releases): ``id``, ``prompt_tokens``, ``completion_tokens``,
+``finish_reason`` (``{"type": "length", ...}``), ``num_retractions`` (a retracted request is SGLang's preemption)
+always; the times only with ``enable_metrics`` on (``ServerArgs.enable_metrics``, what :meth:`SglangEngine.request_kwargs`
+asks for), every one already wall-clock (SGLang converts its ``perf_counter`` stamps with ``convert_time_to_realtime``):
+``request_received_ts`` (arrival), the scheduler's ``forward_entry_time`` (first scheduled) and ``queue_time``
+(its wait queue, so queued = scheduled - queue_time), ``prefill_finished_time`` (first token; 0.5.23 also gives
+``first_token_latency`` after arrival, preferred), ``request_finished_ts`` (last token).
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import asyncio
 import inspect
 import re
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Iterable, Mapping
 
-from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings
+from rlprof.integrations.engines.contract import EngineCapture, EngineRequest, EngineSettings, RequestContext
+from rlprof.request_records import RequestRecord
 
 TRACE_SUFFIX = ".trace.json.gz"
 PARALLEL_PARTS = ("DP", "PP", "EP")
@@ -175,6 +185,34 @@ class SglangEngine:
             kwargs["start_step"] = max(delay, 1)
             kwargs["num_steps"] = steps
         return kwargs
+
+    # ------------------------------------------------------------------ request records (optional)
+
+    def request_kwargs(self) -> Mapping[str, Any]:
+        """SGLang puts its requests' times into ``meta_info`` only with ``enable_metrics`` on."""
+        return {"enable_metrics": True}
+
+    def requests(self, outputs: Any, context: RequestContext) -> list[RequestRecord]:
+        """A record per finished response of ``outputs`` (``Engine.generate``'s dict or list of dicts, or the
+        tokenizer manager's last dict per request), from its ``meta_info`` (see the module doc)."""
+        wall = context.clock.wall
+        out = []
+        for response in [outputs] if isinstance(outputs, Mapping) else outputs:
+            meta = response.get("meta_info") or {}
+            reason = meta.get("finish_reason")
+            if reason is None:
+                continue  # not finished (a streamed chunk)
+            arrival = meta.get("request_received_ts")
+            scheduled = meta.get("forward_entry_time")
+            queue = meta.get("queue_time")
+            latency = meta.get("first_token_latency")
+            first = arrival + latency if arrival and latency is not None else meta.get("prefill_finished_time")
+            out.append(RequestRecord(
+                str(meta.get("id")), context.replica, context.step, wall(arrival),
+                wall(scheduled - queue) if scheduled and queue is not None else None, wall(scheduled), wall(first),
+                wall(meta.get("request_finished_ts")), meta.get("prompt_tokens"), meta.get("completion_tokens"),
+                reason.get("type") if isinstance(reason, Mapping) else str(reason), meta.get("num_retractions")))
+        return out
 
 
 def _profile_request(kwargs: dict[str, Any]) -> Any:

@@ -10,6 +10,13 @@ into ``.pt.trace.json.gz`` off the engine) and, for a CPU-only capture, ``<prefi
 suffix>.profiler_out.txt`` into ``torch_profiler_dir``; the rank suffix is ``rank<N>`` or
 ``dp…_pp…_tp…_…_rank<N>``.
 
+Request records (the contract's optional part): vLLM keeps per-request stats (``RequestOutput.metrics``, a
+``RequestStateStats``: ``arrival_time``, wall-clock, from the frontend; ``queued_ts``, ``scheduled_ts``,
+``first_token_ts``, ``last_token_ts``, the engine core's ``time.monotonic()``; ``num_generation_tokens``,
+``num_preemptions``) only with log stats on, which ``LLM`` turns off by default and verl turns off too:
+:meth:`VllmEngine.request_kwargs` turns them on (``disable_log_stats=False``), :meth:`VllmEngine.requests` reads
+them. An output with ``n > 1`` completions is one record (its request's stats, its completions' tokens together).
+
 Nothing here imports vLLM at module level: :meth:`VllmEngine.settings` runs where vLLM is not installed
 (``rlprof check``), and :meth:`VllmEngine.lost` names vLLM's exceptions by class name.
 """
@@ -18,9 +25,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Iterable, Mapping
 
-from rlprof.integrations.engines.contract import CONTRACT, EngineCapture, EngineRequest, EngineSettings
+from rlprof.integrations.engines.contract import CONTRACT, EngineCapture, EngineRequest, EngineSettings, RequestContext
+from rlprof.request_records import RequestRecord
 
 RANK_FILE = re.compile(r"(^|_)rank(\d+)\.")
 """What every file of a capture has after its prefix (vLLM's worker rank suffix ends in ``rank<N>``)."""
@@ -104,3 +112,47 @@ class VllmEngine:
     def lost(self, exc: BaseException) -> bool:
         """True for vLLM's engine-dead errors (by class name along the MRO: vLLM is not imported here)."""
         return any(cls.__name__ in DEAD for cls in type(exc).__mro__)
+
+    # ------------------------------------------------------------------ request records (optional)
+
+    def request_kwargs(self) -> Mapping[str, Any]:
+        """vLLM fills ``RequestOutput.metrics`` only with log stats on (``LLM`` and verl turn them off)."""
+        return {"disable_log_stats": False}
+
+    def request_engine(self, engine: Any) -> None:
+        """The stats stay, the stat loggers go: with log stats on vLLM always adds a Prometheus logger (and a logging
+        one), which observes histograms every engine step: a generate of the demo's tiny model took 1.046-1.056x with
+        them, 1.014x with the stats alone (bench/bench_vllm_log_stats.py). Dropped from an engine rlprof turned log
+        stats on for (``LLM``: its ``llm_engine``; ``AsyncLLM`` itself, and the reference its output loop reads)."""
+        inner = getattr(engine, "llm_engine", engine)
+        if getattr(inner, "logger_manager", None) is None:
+            return
+        inner.logger_manager = None
+        ref = getattr(inner, "_logger_ref", None)
+        if isinstance(ref, list) and ref:
+            ref[0] = None
+
+    def requests(self, outputs: Iterable[Any], context: RequestContext) -> list[RequestRecord]:
+        """A record per finished ``RequestOutput`` of ``outputs``: its stats' times on the run's clock (the engine
+        core's monotonic ones through ``context.clock``), its tokens, finish reason and preemptions. An output
+        without stats (log stats off) gives its id, tokens and finish reason only."""
+        clock, replica, step = context.clock, context.replica, context.step
+        mono, wall = clock.monotonic, clock.wall
+        out = []
+        for o in outputs:
+            if not getattr(o, "finished", True):
+                continue
+            completions = o.outputs or ()
+            prompt = o.prompt_token_ids
+            m = o.metrics
+            reason = completions[0].finish_reason if completions else None
+            if m is None or not hasattr(m, "scheduled_ts"):
+                out.append(RequestRecord(str(o.request_id), replica, step, prompt_tokens=len(prompt) if prompt is not None else None,
+                                         generated_tokens=sum(len(c.token_ids) for c in completions) if completions else None,
+                                         finish_reason=reason))
+                continue
+            out.append(RequestRecord(str(o.request_id), replica, step, wall(m.arrival_time), mono(m.queued_ts),
+                                     mono(m.scheduled_ts), mono(m.first_token_ts), mono(m.last_token_ts),
+                                     len(prompt) if prompt is not None else None, m.num_generation_tokens, reason,
+                                     m.num_preemptions))
+        return out

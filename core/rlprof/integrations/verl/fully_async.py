@@ -23,9 +23,19 @@ says which step is the last. What the drop-in adds, wherever verl's modules are 
 * **staleness**, every version, profiled or not: a ``staleness`` record (:class:`rlprof.manifest.StalenessRecord`)
   of the samples the step trained on (verl's ``trajectory_param_versions``; the trainer of step N holds
   version N - 1, so a sample of version w is N - 1 - w behind), in the trainer's controller manifest;
+* **every version's step metrics** (docs/analysis.md, issue 42's; profiled or not): the trainer's
+  :class:`~rlprof.integrations.verl.trainer_steps.StepTimer` (the run's step book and its decider, as the
+  synchronous trainer's) is told each version's window, from the ``fit_step`` that begins it to the end of the
+  weight sync that ends it (``_fit_update_weights``); the drivers' regions are timed on every version, the
+  workers' and the replica's request records reach the book as in the synchronous trainer, and verl's logger
+  gets the ``rlprof/`` figures with the version's aggregated metrics (logged after that sync);
+* **unplanned captures** (``rlprof capture``, the triggers): before the weight sync that ends version N
+  the decider is asked about version N + 1; a version it grants joins ``global_profiler.steps``, which verl
+  reads there (to start the replicas' profiling for the next version) and in the next ``fit_step`` (to start
+  the training workers'): one version captured on both sides, its reason told to every process first;
 * **the end**: when the trainer's ``fit`` returns, the run's profiling is over
   (:func:`rlprof.integrations.verl.run_signals.finish_run`), waited for while verl's actors are still
-  alive (Ray force-kills them once the task runner returns).
+  alive (Ray force-kills them once the task runner returns); the last versions' step metrics are written first.
 
 The replicas' own regions (generating, paused for a sync, loading, resuming) are the server's:
 :mod:`rlprof.integrations.verl.server_regions`.
@@ -139,20 +149,21 @@ def _patch_trainer(module: Any) -> None:
         async def fit_step(self, *args, **kwargs):
             version = self.current_param_version + 1
             profiled = _profiled(self, version)
-            driver = driver_profiler(self) if profiled else None
-            if driver is not None:
+            driver = driver_profiler(self)  # every version: its regions are timed, captured on profiled ones
+            _version_began(self, version, profiled)
+            if driver is not None and profiled:
                 driver.start(profile_step=version)
             try:
                 return await original(self, *args, **kwargs)
             finally:
-                if driver is not None:
+                if driver is not None and profiled:
                     driver.stop(run_command=False)
         return fit_step
 
     def get_samples(original):
         async def _get_samples_from_queue(self, *args, **kwargs):
             driver = self.__dict__.get("_rlprof_driver")
-            if driver is None or not driver._rlprof_live:
+            if driver is None or not driver._rlprof_enters:
                 return await original(self, *args, **kwargs)
             with driver.profiler.unsampled_role("actor", "wait_samples"):
                 return await original(self, *args, **kwargs)
@@ -173,12 +184,18 @@ def _patch_trainer(module: Any) -> None:
         async def _fit_update_weights(self, *args, **kwargs):
             from rlprof.integrations.verl.run_id import shared_run_id
 
+            syncing = self.local_trigger_step == 1  # verl syncs (and starts the next version) only then
+            if syncing:
+                _decide_next(self, self.current_param_version + 1)
             shared = shared_run_id()
             if shared and _profiled(self, self.current_param_version + 1):
                 from rlprof.runtime.run_id import run_id_for
 
                 run_signals.publish_step(run_id_for(shared), self.current_param_version + 1)
-            return await original(self, *args, **kwargs)
+            result = await original(self, *args, **kwargs)
+            if syncing:
+                _version_ended(self, self.current_param_version)
+            return result
         return _fit_update_weights
 
     def fit(original):
@@ -187,6 +204,7 @@ def _patch_trainer(module: Any) -> None:
             try:
                 return await original(self, *args, **kwargs)
             finally:
+                await asyncio.to_thread(_metrics_written)
                 await asyncio.to_thread(_end_of_run)
         return fit
 
@@ -195,6 +213,61 @@ def _patch_trainer(module: Any) -> None:
     _wrap(cls, "_collect_metrics_from_samples", collect)
     _wrap(cls, "_fit_update_weights", update_weights)
     _wrap(cls, "fit", fit)
+
+
+def _version_began(trainer: Any, version: int, profiled: bool) -> None:
+    """The trainer's first ``fit_step`` of ``version``: its window opens in the run's step book (see the module doc)."""
+    from rlprof.integrations.verl.trainer_steps import StepTimer
+
+    if trainer.__dict__.get("_rlprof_version") == version:  # a version of several fit_steps (trigger_parameter_sync_step)
+        return
+    try:
+        trainer._rlprof_version = version
+        StepTimer.of(trainer).begin(version, profiled)
+    except Exception as exc:  # never the step's failure
+        log_error("the fully async trainer's version was not timed", exc)
+
+
+def _version_ended(trainer: Any, version: int) -> None:
+    """The weight sync that ends ``version`` returned: its window closes."""
+    from rlprof.integrations.verl.trainer_steps import StepTimer
+
+    if trainer.__dict__.pop("_rlprof_version", None) != version:
+        return
+    try:
+        StepTimer.of(trainer).end(version)
+    except Exception as exc:
+        log_error("the fully async trainer's version was not timed", exc)
+
+
+def _decide_next(trainer: Any, version: int) -> None:
+    """Before the sync that starts ``version``: an unplanned capture of it (``rlprof capture``, a trigger) joins
+    verl's ``global_profiler.steps``, which verl reads to profile the replicas from this sync on and the training
+    workers in its ``fit_step``."""
+    from rlprof.integrations.verl.trainer_steps import StepTimer
+
+    if _profiled(trainer, version):
+        return
+    try:
+        if not StepTimer.of(trainer).unplanned(version):
+            return
+        section = field(trainer.config, "global_profiler")
+        steps = list(field(section, "steps") or ())
+        section.steps = sorted({*map(int, steps), version})
+    except Exception as exc:  # the capture is lost, never the run
+        log_error(f"the capture of version {version} could not be started", exc)
+
+
+def _metrics_written() -> None:
+    """The trainer's ``fit`` returned: the last versions' step metrics are taken and written, the book closed."""
+    from rlprof.integrations.verl import step_metrics
+
+    metrics, step_metrics.ACTIVE = step_metrics.ACTIVE, None
+    if metrics is not None:
+        try:
+            metrics.close()
+        except Exception as exc:
+            log_error("the fully async run's last step metrics were not written", exc)
 
 
 def _write_staleness(trainer: Any, batch: Any) -> None:
@@ -286,7 +359,7 @@ class HeldEvent(asyncio.Event):
 
     async def wait(self) -> bool:
         driver = self._rollouter.__dict__.get("_rlprof_driver")
-        if self.is_set() or driver is None or not driver._rlprof_live:
+        if self.is_set() or driver is None or not driver._rlprof_enters:
             return await super().wait()
         with driver.profiler.unsampled_role("rollout", "held"):
             return await super().wait()
@@ -300,6 +373,7 @@ def _patch_rollouter(module: Any) -> None:
     def init_async(original):
         def _init_async_objects(self, *args, **kwargs):
             result = original(self, *args, **kwargs)
+            driver_profiler(self, "rollout")  # its holds are timed on every version, captured on profiled ones
             held = HeldEvent(self)
             if self._resume_event.is_set():
                 held.set()

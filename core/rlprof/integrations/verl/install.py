@@ -38,8 +38,8 @@ _originals: dict[str, object] = {}
 
 def install() -> None:
     """Swap verl's profiler classes for rlprof's in this process (idempotent; see the module doc)."""
-    from rlprof.integrations.verl import (dist_profiler, extension, fully_async, global_keys, phases, rollout_profiler,
-                                         run_signals, step_metrics, trainer_steps, vllm_server)
+    from rlprof.integrations.verl import (agent_loop, dist_profiler, extension, fully_async, global_keys, phases,
+                                         rollout_profiler, run_signals, step_metrics, trainer_steps, vllm_server)
     from rlprof.runtime.run_id import export_run_id, in_ray
 
     os.environ[ENABLE_ENV] = "1"
@@ -49,6 +49,7 @@ def install() -> None:
     trainer_steps.watch()  # where the trainer runs (verl's TaskRunner actor): its unprofiled steps, timed there
     global_keys.watch()  # where the trainer is built: rlprof's own global_profiler keys, handed on to every worker
     fully_async.watch()  # verl's fully async trainer: parameter versions, its waits and weight sends, the run's end
+    agent_loop.watch()  # verl's agent loop: each sample's own metrics joined to its request's record
     import verl.utils.profiler as package
     import verl.utils.profiler.profile as module
 
@@ -90,10 +91,11 @@ def installed() -> bool:
 
 def uninstall() -> None:
     """Put verl's own classes back (tests; a process that switches profilers twice)."""
-    from rlprof.integrations.verl import (dist_profiler, extension, fully_async, global_keys, on_import, phases,
-                                         rollout_profiler, step_metrics, trainer_steps, vllm_server)
+    from rlprof.integrations.verl import (agent_loop, dist_profiler, extension, fully_async, global_keys, on_import,
+                                         phases, rollout_profiler, step_metrics, trainer_steps, vllm_server)
 
     on_import.forget(vllm_server.MODULE)
+    agent_loop.forget()
     trainer_steps.forget()
     fully_async.forget()
     step_metrics.forget()

@@ -43,6 +43,8 @@ TRAINERS = {
 phases of the steps its base class runs). ``main_ppo``'s ``TaskRunnerV1`` runs the ``v1`` trainers."""
 SOURCE = "verl timing_s"
 """What timed the phases, as the report names it."""
+STEP_PHASE = "step"
+"""The phase around the whole step (``timing_s/step``)."""
 
 
 class _Driver:
@@ -52,13 +54,29 @@ class _Driver:
         self.trainer: Any = None
         self._writer: Any = None
 
+    def entered(self, name: str, start_ns: int) -> None:
+        """The trainer's phase ``name`` began: the ``step`` phase opens the step's window in the step metrics."""
+        trainer = self.trainer
+        if trainer is None or name != STEP_PHASE:
+            return
+        try:
+            trainer_steps.StepTimer.of(trainer).phase_began(int(trainer.global_steps), start_ns)
+        except Exception as exc:  # the trainer's own timing must never fail because of rlprof
+            log.debug("rlprof: verl's step phase not timed: %s: %s", type(exc).__name__, exc)
+
     def record(self, name: str, start_ns: int, end_ns: int) -> None:
         """The trainer's phase ``name`` ran from ``start_ns`` to ``end_ns``: a record when its step is profiled."""
         trainer = self.trainer
         if trainer is None:
             return
-        if name == step_metrics.ROLLOUT_PHASE and step_metrics.ACTIVE is not None:  # the rollout, as the trainer waits for it
-            step_metrics.ACTIVE.book.timing(0, *step_metrics.ROLLOUT_REGION, start_ns, end_ns)
+        region = step_metrics.PHASE_REGIONS.get(name)
+        if region is not None and step_metrics.ACTIVE is not None:  # the rollout as the trainer waits for it; a switch
+            step_metrics.ACTIVE.book.timing(0, *region, start_ns, end_ns)
+        if name == STEP_PHASE:
+            try:
+                trainer_steps.StepTimer.of(trainer).phase_ended(int(trainer.global_steps), end_ns)
+            except Exception as exc:
+                log.debug("rlprof: verl's step phase not timed: %s: %s", type(exc).__name__, exc)
         try:
             step = int(trainer.global_steps)
             section = trainer.config.global_profiler
@@ -133,6 +151,7 @@ def _recorded(original):
     @functools.wraps(original)
     def marked_timer(name, timing_raw, *args, **kwargs):
         start = time.time_ns()
+        DRIVER.entered(name, start)
         try:
             with original(name, timing_raw, *args, **kwargs):
                 yield

@@ -37,11 +37,19 @@ at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhi
 runs of ``test_verl_run_end``'s runner-owned actors. If the loop cancels the pending close as the actor
 ends, the close runs then, on the loop's thread (:meth:`RolloutDistProfiler._close_after_answer`)."""
 
-class _Dropped:
-    """A sink that keeps nothing (a replica's timings: see :meth:`RolloutDistProfiler._send_timings`)."""
+class _RequestsOnly:
+    """A replica's sink (see :meth:`RolloutDistProfiler._send_timings`): its request records, and how far it has
+    sent, go on to the run's driver; its region timings and splits do not."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Any):
+        self.inner = inner
 
     def send(self, batch: Any) -> None:
-        pass
+        batch.timings = []
+        batch.splits = []
+        self.inner.send(batch)
 
 
 class RolloutDistProfiler(DistProfiler):
@@ -68,6 +76,9 @@ class RolloutDistProfiler(DistProfiler):
     _engine = None
     _engine_failed = False
     """The :class:`EngineReplica`, once the server asked for its engine's settings or started it, else None."""
+    _requests: Any = None
+    """The replica's own :class:`~rlprof.integrations.engines.requests.ReplicaRequests` where no engine participant
+    was built (:meth:`engine_requests`; False: it could not be made)."""
     _closing: "asyncio.Task | concurrent.futures.Future | None" = None
     """The step's close (the backend stops and writes its capture), pending after ``stop_profile``
     answered (:meth:`stop`): a task on the server's event loop, or the close handed to the server's
@@ -88,11 +99,74 @@ class RolloutDistProfiler(DistProfiler):
         super().__init__(*args, **kwargs)
 
     def _send_timings(self) -> None:
-        """None: verl tells a replica only of profiled steps, so its timings would say nothing of the others;
-        the trainer times the rollout as it waits for it (:mod:`rlprof.integrations.verl.step_metrics`)."""
+        """Its request records only (:meth:`record_requests`, :meth:`served`), every step, to the run's driver as a
+        training worker's timings go. Not its region timings: verl tells a replica only of profiled steps, so they
+        would say nothing of the others; the trainer times the rollout as it waits for it
+        (:mod:`rlprof.integrations.verl.step_metrics`)."""
         times = self._prof.timings
         if times is not None:
-            times.sink = _Dropped()
+            super()._send_timings()
+            times.sink = _RequestsOnly(times.sink)
+
+    # ------------------------------------------------------------------ request records
+
+    def record_requests(self, records: Any, version: int | None = None) -> None:
+        """Requests this replica's server served (:class:`rlprof.request_records.RequestRecord`, times on the run's
+        clock), handed on to the run's driver (docs/engines.md, "Request records"): where the rollout is timed,
+        every step. Each gets this replica's rank and, where it names no step, :meth:`step_of` ``version``. Call
+        before the generate call that served them returns. For a server that times its requests itself (the CPU
+        example's ``hf`` server); an engine's outputs go through :meth:`served`."""
+        step = self.step_of(version)
+        for record in records:
+            record.replica = self.rank
+            if record.step is None:
+                record.step = step
+        self._prof.record_requests(records)
+
+    def step_of(self, version: int | None) -> int | None:
+        """The step of a request generated with the weights of parameter ``version`` (the server's
+        ``global_steps``): ``version + 1``, the step those weights serve (verl's trainers sync the weights of step
+        N after it, for step N + 1; the fully async replica's step N + 1 runs on version N). Without a version,
+        the step in progress here (a profiled step), else None: the driver gives the request the step whose
+        window holds its arrival."""
+        if version is not None:
+            return int(version) + 1
+        return self._prof.current_step
+
+    def engine_requests(self) -> Any:
+        """The replica's :class:`~rlprof.integrations.engines.requests.ReplicaRequests` (its engine adapter's
+        records: the profiled replica's participant's, else its own, made once), or None without an engine."""
+        if self.engine is None:
+            return None
+        if self._engine is not None:
+            return self._engine.requests
+        if self._requests is None:
+            from rlprof.integrations.engines.requests import ReplicaRequests
+
+            try:
+                self._requests = ReplicaRequests(self._prof, self.engine, self.rank)
+            except Exception as exc:  # never the server's failure: it serves without records
+                self._engine_failed_requests(exc)
+        return self._requests or None
+
+    def _engine_failed_requests(self, exc: BaseException) -> None:
+        log.warning("rlprof: rollout replica %s: no request records from its %s engine (%s: %s)", self.rank,
+                    self.engine, type(exc).__name__, exc)
+        self._requests = False
+
+    def request_kwargs(self) -> dict[str, Any]:
+        """What the engine's constructor needs to keep per-request stats (vLLM: log stats on), wherever the rollout
+        is timed; empty elsewhere."""
+        requests = self.engine_requests()
+        return dict(requests.kwargs()) if requests else {}
+
+    def served(self, outputs: Any, version: int | None = None) -> int:
+        """The engine's ``outputs`` of a finished request (or a generate call): a record each, handed on
+        (:meth:`step_of` ``version``). How many."""
+        requests = self.engine_requests()
+        if not requests:
+            return 0
+        return requests.served(outputs, self.step_of(version) if version is not None else None)
 
     def _world_size(self, rank: int, config: Any, kwargs: Mapping[str, Any]) -> int:
         """No replica is told how many replicas there are (``WORLD_SIZE`` counts GPU ranks): at least

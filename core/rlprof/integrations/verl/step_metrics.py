@@ -13,7 +13,14 @@ worker's timings from the run's Ray mailbox (:mod:`rlprof.integrations.step_mail
 * the rollout is timed here, as the trainer waits for it: verl's ``gen`` phase (``marked_timer("gen")``,
   :mod:`rlprof.integrations.verl.phases`) is the region ``rollout_generate`` of rank 0, on every step. verl
   tells a rollout replica only of profiled steps (``start_profile``), so a replica cannot time the others;
-  per replica, ``rollout_generate`` is in each profiled step's capture and breakdown.
+  per replica, ``rollout_generate`` is in each profiled step's capture and breakdown, and every request it
+  served is a record every step (docs/engines.md, "Request records"; ``rlprof/requests/...``). The V1
+  separate_async trainer's switches (:data:`PHASE_REGIONS`) are regions of rank 0 the same way;
+* a V1 trainer's step (``trainer.use_v1``) calls ``_start_profiling`` inside its ``marked_timer("step")``, after
+  ``on_step_begin`` (where separate_async switches its replicas back to training), and ``_stop_profiling`` before
+  ``on_step_end`` (where it syncs the weights, and may switch them to rollout): the step's window is verl's own
+  ``step`` phase where that holds the two calls (:meth:`~rlprof.integrations.verl.trainer_steps.StepTimer.phase_began`),
+  so the tracker's step time is ``timing_s/step`` and what the step did at its edges is inside it;
 
 **The seam: ``verl.utils.tracking.Tracking.log``.** Every logger ``trainer.logger`` lists (console,
 file, wandb, mlflow, tensorboard, swanlab, clearml, ...) is fed by this one method, called by both
@@ -65,6 +72,16 @@ nothing is missing (the timings: a few ms), so only a worker that never answers 
 ROLLOUT_PHASE = "gen"
 """verl's phase (``timing_s/gen``) timed here as the rollout's region."""
 ROLLOUT_REGION = ("rollout", "rollout_generate")
+PHASE_REGIONS = {
+    ROLLOUT_PHASE: ROLLOUT_REGION,
+    # verl 0.9.1's V1 separate_async trainer lending its own (hybrid) replicas to generation
+    # (trainer.v1.separate_async.hybrid_rollout.enable_switch): its workers' switches, and its wait meanwhile
+    "switch_wait": ("actor", "actor_switch_wait"),
+    "switch_to_rollout": ("actor", "actor_switch_to_rollout"),
+    "switch_to_trainer": ("actor", "actor_switch_to_trainer"),
+}
+"""verl's phases (``timing_s/<phase>``) the trainer times here as regions of rank 0, every step (the trainer's
+workers hear nothing of them): the rollout as it waits for it, the V1 separate_async trainer's switches."""
 ROLE_SECTIONS = ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic")
 """Where verl keeps each role's ``profiler`` section."""
 

@@ -171,6 +171,10 @@ class StepTimer:
             self.metrics = step_metrics.TrainerMetrics.open(config, run_dir, run_id_for(shared))
             step_metrics.ACTIVE = self.metrics
         self.run_id = run_id_for(shared) if shared else None
+        self._window: int | None = None
+        """The step between ``_start_profiling`` and ``_stop_profiling`` now, else None."""
+        self._phase: int | None = None
+        """The step whose verl ``step`` phase runs now, else None (:meth:`phase_began`)."""
         self.captured: int | None = None
         """The step captured unplanned now (its ``_stop_profiling`` must stop the workers' capture too)."""
         self.decider = _decider(config, field(profiler, "save_path"), shared, self.metrics)
@@ -198,13 +202,28 @@ class StepTimer:
 
     def begin(self, step: int, profiled: bool = False) -> None:
         self._began = (step, self.clock_ns(), profiled)
+        self._window = step
         if self.metrics is not None:
             self.metrics.book.began(int(step), self.clock_ns(), profiled)
         if self.run_dir is not None and step not in self.profiled:
             self._open = (step, self.clock_ns())
 
-    def end(self, step: int) -> None:
+    def phase_began(self, step: int, start_ns: int) -> None:
+        """verl's ``step`` phase began (:mod:`rlprof.integrations.verl.phases`): the step's window in the step
+        metrics is the union of that phase and ``_start_profiling``..``_stop_profiling`` (the book takes the earliest
+        start and the latest end; each side ends the window only when the other is not open around it)."""
+        self._phase = step
         if self.metrics is not None:
+            self.metrics.book.began(int(step), start_ns)
+
+    def phase_ended(self, step: int, end_ns: int) -> None:
+        self._phase = None
+        if self.metrics is not None and self._window != step:
+            self.metrics.book.ended(int(step), end_ns)
+
+    def end(self, step: int) -> None:
+        self._window = None
+        if self.metrics is not None and self._phase != step:
             self.metrics.book.ended(int(step), self.clock_ns())
         if self.decider is not None and self._began is not None and self._began[0] == step:
             self.decider.step_ended(int(step), (self.clock_ns() - self._began[1]) / 1e9,

@@ -26,7 +26,13 @@ and through the replica participant it owns, :class:`rlprof.integrations.engines
   no engine stands in for (``nsys``: verl then builds the server's controller without a section, and
   rlprof reads the rollout's from the run's signals) the replica still records ``rollout_generate``
   and says, once, why its engine was not captured;
-* nothing is relocated: there is no per-replica folder beside the run.
+* nothing is relocated: there is no per-replica folder beside the run;
+* **every request is a record** (docs/engines.md, "Request records"), on every replica, every step, profiled or
+  not, where the rollout is timed: ``launch_server`` builds the engine with per-request stats kept
+  (``build_cli_args_from_config`` gets the adapter's ``request_kwargs()``: log stats on, which verl's
+  ``disable_log_stats`` default turns off), and each finished output of the engine's ``generate`` becomes a
+  record through the vLLM adapter (:meth:`RolloutDistProfiler.served`), of the step the server's weights serve
+  (its ``global_steps``, the parameter version, plus one), before verl's ``generate`` returns.
 
 A server whose controller is verl's own (rlprof switched off in that process) runs verl's code
 unchanged: every patched method checks the controller first. The patch reaches the module when it is
@@ -48,7 +54,8 @@ SERVER = "vLLMHttpServer"
 ENGINE = "vllm"
 """The engine adapter's name (entry-point group ``rlprof.engines``)."""
 METHODS = ("_should_profile", "launch_server", "start_profile", "stop_profile")
-"""The server's methods :func:`patch` wraps; each falls back to verl's when the controller is not rlprof's."""
+"""The server's methods :func:`patch` wraps; each falls back to verl's when the controller is not rlprof's (and the
+module's ``build_vllm_profiler_args``, ``build_rollout_dist_profiler`` and ``build_cli_args_from_config``)."""
 
 _launching: contextvars.ContextVar = contextvars.ContextVar("rlprof_vllm_launching", default=None)
 """The participant of the server whose ``launch_server`` is running in this task: verl calls
@@ -73,6 +80,7 @@ def patch(module: Any) -> None:
     originals = {name: vars(server)[name] for name in METHODS}
     originals["build_vllm_profiler_args"] = module.build_vllm_profiler_args
     originals["build_rollout_dist_profiler"] = module.build_rollout_dist_profiler
+    originals["build_cli_args_from_config"] = module.build_cli_args_from_config
     wrappers = {
         "_should_profile": _should_profile(originals["_should_profile"]),
         "launch_server": _launch_server(originals["launch_server"]),
@@ -84,6 +92,7 @@ def patch(module: Any) -> None:
     server._rlprof_originals = originals
     module.build_vllm_profiler_args = _profiler_args(originals["build_vllm_profiler_args"])
     module.build_rollout_dist_profiler = _rollout_profiler(originals["build_rollout_dist_profiler"])
+    module.build_cli_args_from_config = _cli_args(originals["build_cli_args_from_config"])
 
 
 def unpatch(module: Any) -> None:
@@ -96,6 +105,7 @@ def unpatch(module: Any) -> None:
         setattr(server, name, originals[name])
     module.build_vllm_profiler_args = originals["build_vllm_profiler_args"]
     module.build_rollout_dist_profiler = originals["build_rollout_dist_profiler"]
+    module.build_cli_args_from_config = originals["build_cli_args_from_config"]
     del server._rlprof_originals
 
 
@@ -132,13 +142,52 @@ def _should_profile(original):
 def _launch_server(original):
     @functools.wraps(original)
     async def launch_server(self, *args, **kwargs):
-        token = _launching.set(participant(self))
+        replica = participant(self)
+        token = _launching.set(replica)
         try:
-            return await original(self, *args, **kwargs)
+            result = await original(self, *args, **kwargs)
         finally:
             _launching.reset(token)
+        engine = getattr(self, "engine", None)  # node 0's engine (the other nodes run headless)
+        if replica is not None and engine is not None and replica.engine_requests() is not None:
+            engine.generate = _recording(engine.generate, self, replica)
+        return result
 
     return launch_server
+
+
+def _cli_args(original):
+    """The engine's arguments, as ``launch_server`` turns them into vLLM's command line: with the request stats the
+    replica's records need (log stats on) wherever the rollout is timed, profiled or not."""
+    @functools.wraps(original)
+    def build_cli_args_from_config(config):
+        replica = _launching.get()
+        if replica is not None and isinstance(config, dict):
+            config = {**config, **replica.request_kwargs()}
+        return original(config)
+
+    return build_cli_args_from_config
+
+
+def _recording(generate, server, replica):
+    """The engine's ``generate`` (an async generator of a request's outputs), its finished output a request record
+    of the replica, handed on before the caller gets it. Closing it closes the engine's (vLLM aborts the request)."""
+    @functools.wraps(generate)
+    async def generate_recorded(*args, **kwargs):
+        outputs = generate(*args, **kwargs)
+        try:
+            async for output in outputs:
+                if getattr(output, "finished", False):
+                    try:
+                        replica.served((output,), getattr(server, "global_steps", None))
+                    except Exception as exc:  # the request's record is lost, never the request
+                        log.debug("rlprof: a request record was lost: %s: %s", type(exc).__name__, exc)
+                yield output
+        finally:
+            await outputs.aclose()
+
+    generate_recorded.rlprof_recording = True
+    return generate_recorded
 
 
 def _profiler_args(original):
