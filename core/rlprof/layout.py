@@ -83,11 +83,13 @@ def steps_label(steps: tuple[int, ...]) -> str:
 
 
 MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR = "manifest", "budget", "breakdown", "requests"
-CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR)
+PEAK_DIR = "peak"
+CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR, PEAK_DIR)
 """The folders of a run directory the core writes itself, beside the captures: every process's manifest,
 each node's count of bytes written (:mod:`rlprof.runtime.budget`), on a Ray controller the breakdown
-rows its nodes shipped (:func:`shipped_rows_path`), and an armed run's capture requests and answers
-(:mod:`rlprof.runtime.unplanned`). No backend writes there."""
+rows its nodes shipped (:func:`shipped_rows_path`), an armed run's capture requests and answers
+(:mod:`rlprof.runtime.unplanned`), and each host's measured peak FLOP/s (:func:`rlprof.peak.run_peak`).
+No backend writes there."""
 
 
 ROWS_SUFFIX = ".rlprof-breakdown.json"

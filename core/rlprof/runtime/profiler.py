@@ -230,10 +230,13 @@ class Profiler:
             run_dir=Path(g.save_path).absolute() / run_id,
             roles=tuple(roles),
             replica_rank=replica_rank,
+            peak_tflops=g.peak_tflops,
         )
         from rlprof.runtime.finish_hook import FinishHook
 
         self._finish = FinishHook.for_process(self.config, self.plan, self.run)
+        self._tokens = None
+        """Its :class:`~rlprof.runtime.tokens.TokenCounter`, from the first ``record_tokens``."""
         self._times = None
         """This Profiler's region timings not sent yet (:mod:`rlprof.runtime.step_timings`), when some hosted
         role is timed (``plan.timed``); read it as :attr:`timings`."""
