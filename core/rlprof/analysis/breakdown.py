@@ -19,6 +19,8 @@ from collections import defaultdict
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Iterable, Mapping, Sequence
 
+from rlprof.analysis.achieved import counted, derive, names
+from rlprof.analysis.units import UNIT_TEXT as _UNIT_TEXT
 from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
 from rlprof.analysis.clocks import host_clocks
 from rlprof.layout import host_of
@@ -128,6 +130,14 @@ class TraceEvents:
     recorded no memory): torch's ``profile_memory`` samples, of the trace's device."""
     memory_allocated: array = field(default_factory=lambda: array("d"))
     """The bytes allocated after each of those changes."""
+    flop_starts: array | None = None
+    """Where the capture counted FLOPs (None: it did not): each counted operator's start (ms, in order)..."""
+    flop_counts: array = field(default_factory=lambda: array("d"))
+    """...and its FLOPs (:mod:`rlprof.analysis.op_flops`)."""
+    uncounted: list[tuple[float, str]] = field(default_factory=list)
+    """``(start, name)`` of each compute operator no formula counts (attention kernels...), in order."""
+    peak: Mapping[str, Any] | None = None
+    """The peak the capture recorded for its device (:class:`rlprof.peak.Peak` as a dict)."""
 
     def add(self, start: float, end: float, kind: int, launch: float = math.nan) -> None:
         self.starts.append(start)
@@ -176,6 +186,8 @@ _MERGES = {
     "first_known": lambda a, b: a if a is not None and a != "" else b,
     "last": lambda a, b: b,
     "max": lambda a, b: b if a is None else a if b is None else max(a, b),
+    "names": lambda a, b: names((a, b)),
+    "derived": lambda a, b: a,  # worked out again once added up (achieved.derive)
 }
 
 
@@ -227,11 +239,40 @@ class Row:
             "as it began, and every change inside it), where the capture recorded memory (torch's "
             "`profile_memory`, `contents: [memory]`); null where it did not.")
 
+    # What the compute achieved (rlprof.analysis.achieved; docs/analysis.md, "What the compute achieves")
+    flops: float | None = column("flops", listed=(BREAKDOWN,), merge="sum_known", unit="flop", default=None,
+                                 doc="The FLOPs counted in the region: the matrix products (`mm`, `addmm`, `bmm`, "
+                                     "`baddbmm`, `conv2d`) that began in it, by torch's formulas from their recorded "
+                                     "shapes; null where the capture did not count FLOPs.")
+    uncounted: str | None = column(merge="names", unit="", default=None,
+                                   doc="Compute operators no formula counts that ran in the region (attention "
+                                       "kernels, other convolutions...): its `flops` are a lower bound, no MFU is given.")
+    peak_tflops: float | None = column(merge="first_known", unit="", default=None,
+                                       doc="The peak TFLOP/s MFU is divided by (configured, the device's spec, or measured).")
+    measured_tflops: float | None = column(merge="first_known", unit="", default=None,
+                                           doc="What a matmul calibration measured on the device, once per run and host.")
+    peak_source: str | None = column(merge="first_known", unit="", default=None,
+                                     doc="Which peak, said whole: `spec 989.4 TFLOP/s (NVIDIA H100 80GB HBM3, bf16)`.")
+    flops_per_s_window: float | None = column(merge="derived", unit="flop/s", default=None, doc="flops / window.")
+    flops_per_s_compute: float | None = column(merge="derived", unit="flop/s", default=None,
+                                               doc="flops / compute: never below `flops_per_s_window`.")
+    mfu_window: float | None = column("MFU window", listed=(BREAKDOWN,), merge="derived", unit="frac", default=None,
+                                      doc="`flops_per_s_window` / the peak, 0 to 1; null where `mfu_note` says why.")
+    mfu_compute: float | None = column("MFU compute", listed=(BREAKDOWN, REPORT), merge="derived", unit="frac",
+                                       default=None, doc="`flops_per_s_compute` / the peak, 0 to 1: the kernels' own "
+                                                         "efficiency, the waiting left out.")
+    mfu_compute_measured: float | None = column(merge="derived", unit="frac", default=None,
+                                                doc="`flops_per_s_compute` / the measured peak.")
+    mfu_note: str | None = column(merge="derived", unit="", default=None,
+                                  doc="Why an MFU is not given: uncounted compute, nothing counted, no peak, or a "
+                                      "figure above 100% and what is inconsistent (the peak or the count).")
+
     def add(self, other: "Row") -> None:
         """Add ``other``, the same region of the same process in the same step seen again (it ran twice),
-        each column by its ``merge`` rule."""
+        each column by its ``merge`` rule, then the derived ones worked out again."""
         for f in _COLUMNS:
             setattr(self, f.name, _MERGES[f.metadata["merge"]](getattr(self, f.name), getattr(other, f.name)))
+        derive(self)
 
 
 _COLUMNS = fields(Row)
@@ -262,7 +303,7 @@ def cell(row: Row, name: str) -> str:
     value = getattr(row, name)
     if value is None:
         return "-"
-    return _bytes(value) if _UNITS[name] == "bytes" else format(value, ".2f")
+    return _UNIT_TEXT.get(_UNITS[name], lambda v: format(v, ".2f"))(value)
 
 
 def shown(rows: Iterable[Row], name: str) -> str:
@@ -272,7 +313,7 @@ def shown(rows: Iterable[Row], name: str) -> str:
     if _UNITS[name] == "ms":
         return f"{100 * statistics.median(getattr(r, name) / r.wall_ms if r.wall_ms > 0 else 0.0 for r in rows):.0f}%"
     known = [getattr(r, name) for r in rows if getattr(r, name) is not None]
-    return _bytes(statistics.median(known)) if known else "-"
+    return _UNIT_TEXT.get(_UNITS[name], str)(statistics.median(known)) if known else "-"
 
 
 _UNITS = {f.name: f.metadata["unit"] for f in _COLUMNS}
@@ -283,14 +324,6 @@ def known(rows: Iterable[Any], names: Sequence[str]) -> tuple[str, ...]:
     (``peak allocated``: only where a capture recorded memory) where some row knows it."""
     rows = list(rows)
     return tuple(n for n in names if _UNITS[n] == "ms" or any(getattr(r, n, None) is not None for r in rows))
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def row_reference() -> str:
@@ -372,10 +405,13 @@ def peak_allocated(trace: TraceEvents, start: float, end: float) -> float | None
 def _row(trace: TraceEvents, region: Region, window: tuple[float, float], *, compute: float, communication: float,
          memory: float, exposed_memory: float, overlap: float, busy: float) -> Row:
     window_ms = window[1] - window[0]
-    return Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
-               start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
-               compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
-               overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy))
+    row = Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
+              start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
+              compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
+              overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy),
+              **counted(trace, region.start, region.end))
+    derive(row)
+    return row
 
 
 @dataclass(frozen=True)
