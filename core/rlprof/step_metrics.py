@@ -55,14 +55,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from rlprof.noise import MARGIN, between_processes, others_medians, stands_clear
+from rlprof.step_work import Work, WorkFigures, work_figures
 
 PREFIX = "rlprof"
 STEP = "step"
 """The ``<role>`` segment of the step's own figures (no role has that name)."""
 REGION_FIGURES = ("slowest_s", "slowest_rank", "median_s", "spread_s", "late_rank", "late_by_s")
 """What every step says of each region, from every process's timing of it."""
-SPLIT_FIGURES = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac", "peak_allocated_bytes")
-"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`)."""
+SPLIT_FIGURES = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac", "peak_allocated_bytes",
+                 "mfu_compute")
+"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`); ``mfu_compute`` where its
+trace counted FLOPs (:mod:`rlprof.analysis.achieved`)."""
 STEP_FIGURES = ("time_s", "outside_regions_s")
 """What every step says of itself."""
 SPLIT_STEP = f"{PREFIX}/split/step"
@@ -153,9 +156,14 @@ class RegionFigures:
     late_rank: int
     """:data:`NO_RANK` when no rank entered clearly late."""
     late_by_s: float
+    work: WorkFigures | None = None
+    """Its analytic FLOPs, where its processes said how many tokens it processed (:mod:`rlprof.step_work`)."""
 
     def metrics(self) -> dict[str, float]:
-        return {metric_name(self.role, self.region, name): getattr(self, name) for name in REGION_FIGURES}
+        out = {metric_name(self.role, self.region, name): getattr(self, name) for name in REGION_FIGURES}
+        if self.work is not None:
+            out.update({metric_name(self.role, self.region, name): value for name, value in self.work.metrics().items()})
+        return out
 
 
 @dataclass(frozen=True)
@@ -182,7 +190,17 @@ class StepFigures:
                metric_name("", None, "outside_regions_s"): round(self.outside_regions_s, 6)}
         for figures in self.regions.values():
             out.update(figures.metrics())
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
+        return {k: rounded(v) if isinstance(v, float) else v for k, v in out.items()}
+
+    def work(self) -> dict[str, Any]:
+        """``"<role>/<region>"`` -> its analytic figures in full (:meth:`WorkFigures.as_dict`): the step line's ``work``."""
+        return {f"{role}/{region}": f.work.as_dict() for (role, region), f in self.regions.items() if f.work is not None}
+
+
+def rounded(value: float) -> float:
+    """A figure as the file and the tracker get it: to the microsecond (6 decimals), and to 6 significant digits
+    below 1 (an MFU or TFLOP/s of a small model on a CPU is well under a millionth)."""
+    return float(f"{value:.6g}") if abs(value) < 1 else round(value, 6)
 
 
 def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing],
@@ -192,7 +210,11 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     times: dict[tuple[str, str], dict[int, float]] = {}
     entries: dict[tuple[str, str], dict[int, float]] = {}
     intervals = []
+    works: dict[tuple[str, str], list[Work]] = {}
     for t in timings:
+        if isinstance(t, Work):  # tokens a process processed in the region, not a time in it
+            works.setdefault((t.role, t.region), []).append(t)
+            continue
         key = (t.role, t.region)
         times.setdefault(key, {})
         times[key][t.rank] = times[key].get(t.rank, 0.0) + (t.end_ns - t.start_ns) / 1e9
@@ -205,13 +227,13 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     regions = {}
     for key in sorted(times):
         history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
-        regions[key] = _region_figures(key, times[key], entries[key], history, step_ms)
+        regions[key] = _region_figures(key, times[key], entries[key], history, step_ms, works.get(key, ()))
     covered = _union_length(intervals)
     return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes)
 
 
 def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict[int, float],
-                    history: list[Mapping[int, float]], step_ms: float) -> RegionFigures:
+                    history: list[Mapping[int, float]], step_ms: float, works: Sequence[Work] = ()) -> RegionFigures:
     slowest = max(times, key=lambda rank: (times[rank], -rank))
     median = statistics.median(times.values())
     late, late_by = NO_RANK, 0.0
@@ -222,7 +244,7 @@ def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict
         if stands_clear(excess_ms, noise_ms, median * 1e3, MARGIN, step_ms):
             late, late_by = latest, excess_ms / 1e3
     return RegionFigures(key[0], key[1], dict(times), dict(entries), times[slowest], slowest, median,
-                         times[slowest] - min(times.values()), late, late_by)
+                         times[slowest] - min(times.values()), late, late_by, work_figures(works, times))
 
 
 def _union_length(intervals: list[tuple[int, int]]) -> float:
@@ -257,17 +279,59 @@ analysis of a trace sends it (:mod:`rlprof.analysis.step_split`) and a driver co
 (:func:`rlprof.runtime.step_book.combine`)."""
 
 
+FLOPS, UNCOUNTED = "flops", "uncounted"
+PEAK_KEYS = ("peak_tflops", "measured_tflops", "peak_source")
+"""A region's figures of one process that say its counted FLOPs, the compute no formula counts, its peak."""
+
+
 def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
-    """``values``, a region's figures of one process in one step (``compute_ms``, ... ``window_ms``, ``PEAK``),
-    added to ``kept``, the same region of the same process and step seen before (entered twice, or in two
-    files): the times add up, the peak is the larger of those known. The one rule, for a trace's analysis and
-    for a driver combining several files of a process."""
+    """``values``, a region's figures of one process in one step (``compute_ms``, ... ``window_ms``, ``PEAK``,
+    :data:`FLOPS`, :data:`UNCOUNTED`, :data:`PEAK_KEYS`), added to ``kept``, the same region of the same process
+    and step seen before (entered twice, or in two files): the times and the FLOPs add up (FLOPs stay None where
+    no capture counted them), the peak allocated is the larger of those known, the uncounted operators are
+    listed once each, the device's peak is the first known. The one rule, for a trace's analysis and for a
+    driver combining several files of a process."""
     for name, value in values.items():
         if name == PEAK:
             if value is not None and (kept.get(name) is None or value > kept[name]):
                 kept[name] = value
+        elif name == FLOPS:
+            kept[name] = kept.get(name) if value is None else (kept.get(name) or 0.0) + value
+        elif name == UNCOUNTED:
+            kept[name] = ", ".join(dict.fromkeys(n for v in (kept.get(name), value) if v for n in v.split(", "))) or None
+        elif name in PEAK_KEYS:
+            kept[name] = kept.get(name) if kept.get(name) is not None else value
         else:
             kept[name] = (kept.get(name) or 0.0) + (value or 0.0)
+
+
+def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
+    """One profiled step's split from each process's figures of it (``(role, region) -> compute_ms,
+    exposed_comm_ms, exposed_memory_ms, idle_ms, window_ms, peak_allocated_bytes``, FLOPs and peak): per region
+    the fractions of the process whose window was longest (parts over its window), the largest peak any process
+    recorded, and ``mfu_compute``: every process's counted FLOPs over its compute time x its device's peak
+    (none where some process ran compute no formula counts, or the figure would pass 100%)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key in sorted({key for figures in processes for key in figures}):
+        seen = [figures[key] for figures in processes if key in figures]
+        slowest = max(seen, key=lambda f: f.get("window_ms") or 0.0)
+        window = slowest.get("window_ms") or 0.0
+        values: dict[str, float] = {}
+        if window > 0:
+            for fraction, part in SPLIT_PARTS.items():
+                values[fraction] = (slowest.get(part) or 0.0) / window
+        peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
+        if peaks:
+            values[PEAK] = max(peaks)
+        counted = [f for f in seen if f.get(FLOPS) is not None and f.get("peak_tflops") and (f.get("compute_ms") or 0) > 0]
+        if counted and len(counted) == len(seen) and not any(f.get(UNCOUNTED) for f in seen):
+            capacity = sum(f["compute_ms"] / 1e3 * f["peak_tflops"] * 1e12 for f in counted)
+            mfu = sum(f[FLOPS] for f in counted) / capacity
+            if 0.0 <= mfu <= 1.0:
+                values["mfu_compute"] = mfu
+        if values:
+            out[key] = values
+    return out
 
 
 def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]]) -> dict[str, float]:
@@ -305,6 +369,10 @@ class StepMetricsRecord:
     its figures come from."""
     profiled: bool = False
     """Some process captured this step."""
+    work: dict[str, Any] = field(default_factory=dict)
+    """On a ``step`` line, each region whose processes said their tokens: ``{"<role>/<region>": {tokens, flops,
+    flops_per_token, formula, peak, tokens_per_s, model_tflops, mfu_window, mfu_window_measured, note,
+    processes}}`` (:mod:`rlprof.step_work`)."""
     timings: dict[str, Any] = field(default_factory=dict)
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a

@@ -20,7 +20,7 @@ CORE = Path(__file__).resolve().parents[2] / "core"
 LEAVES = {"rlprof.errors", "rlprof.roles", "rlprof.manifest", "rlprof.hookspecs", "rlprof.context",
           "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins",
           "rlprof.invocation", "rlprof.env_seconds", "rlprof.output_file", "rlprof.noise", "rlprof.step_metrics",
-          "rlprof.priority"}
+          "rlprof.priority", "rlprof.peak", "rlprof.mfu", "rlprof.model_flops", "rlprof.step_work"}
 MAY_IMPORT = {
     "leaf": {"leaf"},
     "config": {"leaf", "config"},

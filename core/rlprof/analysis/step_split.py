@@ -11,7 +11,8 @@ its interpreter lock or its heap.
 What it prints, on stdout, one JSON object: ``{"steps": {"<step>": [[role, region, figures], ...]}}``
 where ``figures`` holds the region's ``compute_ms``, ``exposed_comm_ms``, ``exposed_memory_ms``, ``idle_ms``,
 ``window_ms`` (the four parts add up to the window: :mod:`rlprof.analysis.breakdown`) and
-``peak_allocated_bytes`` (None where the trace recorded no memory); ``{"steps": {}, "skipped": "..."}``
+``peak_allocated_bytes`` (None where the trace recorded no memory), ``flops``, ``uncounted`` and the peak
+(``peak_tflops``, ``measured_tflops``, ``peak_source``) where the capture counted FLOPs; ``{"steps": {}, "skipped": "..."}``
 when no installed reader reads the file (it is no trace); ``{"error": "..."}`` (exit status 1) when reading
 it failed. Its rows are cached in the run's
 ``breakdown/`` folder (:func:`rlprof.analysis.breakdown_files.file_rows`), so a later ``rlprof report``
@@ -32,7 +33,7 @@ import sys
 from typing import Any, Iterable, Sequence
 
 from rlprof.priority import lowest
-from rlprof.step_metrics import PEAK, add_region_figures
+from rlprof.step_metrics import FLOPS, PEAK, PEAK_KEYS, UNCOUNTED, add_region_figures
 
 PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
          "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
@@ -61,7 +62,8 @@ def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int]
             continue
         figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {PEAK: None})
         add_region_figures(figures, {**{name: float(getattr(row, column) or 0.0) for name, column in PARTS.items()},
-                                     PEAK: getattr(row, PEAK, None)})  # a row of a reader without memory
+                                     PEAK: getattr(row, PEAK, None),  # a row of a reader without memory
+                                     **{name: getattr(row, name, None) for name in (FLOPS, UNCOUNTED, *PEAK_KEYS)}})
     return out
 
 

@@ -369,6 +369,22 @@ class Profiler:
         if times is not None and role in self.plan.timed:
             times.done.append((role, safe_name(f"{role}_{stage}" if stage else role), start_ns, end_ns))
 
+    def record_tokens(self, role: str, stage: str | None, tokens: int, *, model: Any = None, train: bool = False,
+                      sequences: Any = (), flops: float | None = None, formula: str | None = None) -> None:
+        """``role``'s region ``stage`` processed ``tokens`` tokens in this step: its analytic FLOPs (``model``'s by
+        :mod:`rlprof.model_flops`, ``train``: forward and backward; ``sequences``: each sequence's length, for
+        attention; or ``flops`` by a ``formula`` of the caller's) give the step's tokens/s, model TFLOP/s and MFU
+        over the region's window (:mod:`rlprof.runtime.tokens`). Call it at or after the region's end, in the step.
+        Nothing when the role is not timed."""
+        times = self._times
+        if times is not None and role in self.plan.timed:
+            if self._tokens is None:
+                from rlprof.runtime.tokens import TokenCounter
+
+                self._tokens = TokenCounter(self.run)
+            self._tokens.record(times, role, stage, tokens, model=model, train=train, sequences=sequences,
+                                flops=flops, formula=formula)
+
     def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,

@@ -56,8 +56,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlprof.layout import release_held_dirs
-from rlprof.step_metrics import (FILE, PEAK, PROCESS_DIR, NOISE_STEPS, SPLIT_PARTS, StepFigures, StepMetricsRecord, Timing,
-                                 add_region_figures, split_metrics, step_figures)
+from rlprof.step_work import Work
+from rlprof.step_metrics import (FILE, PROCESS_DIR, NOISE_STEPS, StepFigures, StepMetricsRecord, Timing,
+                                 add_region_figures, combine, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
 
@@ -161,6 +162,7 @@ class StepBook:
                     self._began.append((step, start, profiled))
                     self._ended.append((step, end))
             self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
+            self._loose.extend(Work(batch.rank, *work) for work in getattr(batch, "work", ()))  # a step's by its time
             for step, figures in getattr(batch, "splits", ()):
                 self._part(batch.process, step, figures)
 
@@ -251,7 +253,7 @@ class StepBook:
             self._recent.append(figures)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
-                                         _raw(timings, start_ns)))
+                                         figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns)))
         for step, split, processes in self._splits_ready(closing):
             if split:
                 self.split(step, split, processes)
@@ -391,27 +393,6 @@ class StepBook:
                 break
             time.sleep(0.02)
         self.close()
-
-
-def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
-    """One profiled step's split from each process's figures of it (``(role, region) -> compute_ms,
-    exposed_comm_ms, exposed_memory_ms, idle_ms, window_ms, peak_allocated_bytes``): per region the fractions of
-    the process whose window was longest (parts over its window), the largest peak any process recorded."""
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for key in sorted({key for figures in processes for key in figures}):
-        seen = [figures[key] for figures in processes if key in figures]
-        slowest = max(seen, key=lambda f: f.get("window_ms") or 0.0)
-        window = slowest.get("window_ms") or 0.0
-        values: dict[str, float] = {}
-        if window > 0:
-            for fraction, part in SPLIT_PARTS.items():
-                values[fraction] = (slowest.get(part) or 0.0) / window
-        peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
-        if peaks:
-            values[PEAK] = max(peaks)
-        if values:
-            out[key] = values
-    return out
 
 
 def _raw(timings: list[Timing], start_ns: int) -> dict[str, Any]:

@@ -57,6 +57,8 @@ class Batch:
     """Every region that ended before this wall-clock time is in this batch or an earlier one."""
     final: bool = False
     """The Profiler finalized: nothing more comes from it."""
+    work: list[tuple[str, str, int, int, float, str, Any]] = field(default_factory=list)
+    """``(role, region, at_ns, tokens, flops, formula, peak)`` per ``Profiler.record_tokens`` (:mod:`rlprof.step_work`)."""
     splits: list[tuple[int, Any]] = field(default_factory=list)
     """This process's profiled steps' split (:mod:`rlprof.runtime.split_analyser`), in order: ``(step, None)``
     announces one file of ``step`` to be analysed; ``(step, {(role, region): figures})`` is one file's answer
@@ -73,12 +75,14 @@ class RegionTimes:
     """One Profiler's timings not sent yet: ``done`` and ``windows`` are appended to by the training
     thread only, taken by the flusher only (see the module doc)."""
 
-    __slots__ = ("done", "windows", "splits", "run_id", "process", "rank", "sink", "outlives", "_last_sent", "_closed",
+    __slots__ = ("done", "windows", "work", "splits", "run_id", "process", "rank", "sink", "outlives", "_last_sent", "_closed",
                  "__weakref__")
 
     def __init__(self, run_id: str, process: str, rank: int, sink: Sink):
         self.done: list[tuple[str, str, int, int]] = []
         self.windows: list[tuple[int, int, int, bool]] = []
+        self.work: list[tuple[str, str, int, int, float, str, Any]] = []
+        """Appended to by the training thread's ``Profiler.record_tokens``, taken by the flusher."""
         self.splits: list[tuple[int, Any]] = []
         """Appended to by the process's split analyser (announcements on the training thread, answers on its
         own), taken by the flusher."""
@@ -95,15 +99,16 @@ class RegionTimes:
     def take(self, final: bool = False, now: Callable[[], float] = time.monotonic) -> Batch | None:
         """What was timed since the last call, as a batch; None when nothing was and no heartbeat is due."""
         through = time.time_ns()  # before taking: a region ending after this is left for the next batch
-        n, w, s = len(self.done), len(self.windows), len(self.splits)
-        if not (n or w or s or final) and now() - self._last_sent < HEARTBEAT_S:
+        n, w, s, k = len(self.done), len(self.windows), len(self.splits), len(self.work)
+        if not (n or w or s or k or final) and now() - self._last_sent < HEARTBEAT_S:
             return None
-        timings, windows, splits = self.done[:n], self.windows[:w], self.splits[:s]
+        timings, windows, splits, work = self.done[:n], self.windows[:w], self.splits[:s], self.work[:k]
         del self.done[:n]
         del self.windows[:w]
         del self.splits[:s]
+        del self.work[:k]
         self._last_sent = now()
-        return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, splits)
+        return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, work, splits)
 
     def add_splits(self, splits: list[tuple[int, Any]]) -> bool:
         """Append what the split analyser says (see :attr:`Batch.splits`); False once this Profiler's last
