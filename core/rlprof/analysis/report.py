@@ -160,7 +160,10 @@ def _cost_lines(report: RunReport) -> list[str]:
     lines = ["", "profiling cost (what each profiled step took beyond the median unprofiled step):"]
     for s in cost.steps:
         seen = f"writing {s.writing_ms:.1f} ms" + (f" + waits {s.waits_ms:.1f} ms" if s.waits_ms else "")
-        if s.unprofiled_ms is None:
+        if s.warmup:
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, the run's warm-up: profiling's cost cannot be told apart "
+                         f"from warm-up (rlprof's records saw {seen})")
+        elif s.unprofiled_ms is None:
             lines.append(f"  step {s.step}: {s.total_ms:.1f} ms, of which profiling at least {s.profiling_ms:.1f} ms "
                          f"({_pct(s.share)}: {seen}; no unprofiled step to compare with)")
         else:
