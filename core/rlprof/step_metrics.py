@@ -341,7 +341,7 @@ def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]
     for (role, region), values in sorted(split.items()):
         for name in SPLIT_FIGURES:
             if values.get(name) is not None:
-                out[metric_name(role, region, name)] = round(values[name], 6) if isinstance(values[name], float) else values[name]
+                out[metric_name(role, region, name)] = rounded(values[name]) if isinstance(values[name], float) else values[name]
     return out
 
 
@@ -377,6 +377,9 @@ class StepMetricsRecord:
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a
     process was in the region; ``{"left_out": n}`` for a step of more than 4096 timings."""
+    late: bool = False
+    """A ``split`` line written after its run by :mod:`rlprof.analysis.late_split` (some of its traces were
+    still being analysed as their processes ended)."""
 
 
 def metrics_files(run_dir: Path) -> list[Path]:

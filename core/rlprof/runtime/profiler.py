@@ -35,7 +35,7 @@ from rlprof.context import RunInfo
 from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
-from rlprof.runtime.run_id import in_ray, run_id_for
+from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
 
 log = logging.getLogger("rlprof")
@@ -549,11 +549,11 @@ class Profiler:
             if self._times is not None:
                 final = not self._times.outlives
                 splits = self._session.splits if self._session is not None else None
-                # the last traces' split goes with the last batch; not in a Ray actor, which ends when its owner
-                # does (verl's rollout replicas when the trainer's task returns): one killed inside this wait
-                # never tells the run it finalized (verl's run end then waits 30 s for it)
-                if final and splits is not None and reason == "end" and not in_ray():
-                    splits.wait()
+                # the process's last traces still being analysed for the step metrics are handed on, never
+                # waited for: the split is finished outside it (rlprof.analysis.late_split) and written to the
+                # step metrics file after the run; it goes with this last batch
+                if splits is not None and self._session.finished:
+                    splits.hand_off()
                 self._times.flush(final=final)
             if self._finish is not None:
                 self._finish.wait()

@@ -14,7 +14,10 @@ its colocated Profilers together). It is told:
   thread; each says how far it is complete (``through_ns``);
 * each process's profiled steps' split (``Batch.splits``: its traces analysed as they are written,
   :mod:`rlprof.runtime.split_analyser`), combined per step (:meth:`pump`, the rule below), or a split
-  computed elsewhere (:meth:`split`).
+  computed elsewhere (:meth:`split`). A file its process handed on as it ended (``hand_off``) is not waited
+  for: once the step's other files are answered, the step's figures so far and the files handed on go to a
+  program of their own (:mod:`rlprof.analysis.late_split`, in ``<run>/late_splits/``) that writes the step's
+  ``split`` line after the run (``late: true``; no hook call, no tracker: the run has ended).
 
 **A profiled step's split** is written once per step, when the step's own line is (every process has sent
 what it did up to the step's end, so every file it captured in the step is announced) and every file
@@ -55,7 +58,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from rlprof.layout import release_held_dirs
+from rlprof.layout import LATE_DIR, release_held_dirs
+from rlprof.runtime.split_analyser import is_late, start_late
 from rlprof.step_work import Work
 from rlprof.step_metrics import (FILE, PROCESS_DIR, NOISE_STEPS, StepFigures, StepMetricsRecord, Timing,
                                  add_region_figures, combine, split_metrics, step_figures)
@@ -170,11 +174,14 @@ class StepBook:
         """One announcement (``figures`` None) or one file's answer of ``process`` for ``step`` (under the lock)."""
         if step in self._split_done:
             return
-        part = self._parts.setdefault(step, {}).setdefault(process, [0, {}])
+        part = self._parts.setdefault(step, {}).setdefault(process, [0, {}, []])
         if figures is None:
             part[0] += 1
             return
         part[0] = max(0, part[0] - 1)
+        if is_late(figures):  # the process handed the file on: analysed outside it (pump starts that)
+            part[2].append(list(figures[1:]))
+            return
         for key, values in figures.items():  # the same region in two files of the step: it ran twice
             add_region_figures(part[1].setdefault(key, {}), values)
 
@@ -255,7 +262,10 @@ class StepBook:
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns)))
         for step, split, processes in self._splits_ready(closing):
-            if split:
+            if isinstance(split, list):  # some of its files were handed on: their split is finished outside
+                start_late({"step": step, "run": self.run_id, "metrics": str(self.path), "processes": split},
+                           self._root / LATE_DIR, self._root)
+            elif split:
                 self.split(step, split, processes)
         return len(completed)
 
@@ -274,6 +284,10 @@ class StepBook:
                 del self._parts[step]
                 self._parts_since.pop(step, None)
                 self._split_done.add(step)
+                if self.path is not None and self._root is not None and any(part[2] for part in parts.values()):
+                    ready.append((step, [{"figures": [[*key, values] for key, values in part[1].items()], "late": part[2]}
+                                         for part in parts.values()], len(parts)))
+                    continue
                 answered = [part[1] for part in parts.values() if part[1]]
                 ready.append((step, combine(answered), len(answered)))
         return ready

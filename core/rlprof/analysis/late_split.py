@@ -1,0 +1,99 @@
+"""``python -m rlprof.analysis.late_split JOB``: a profiled step's split finished after its processes ended.
+
+Why: the end of a run waits for nothing it does not need (issue 49). A process that ends while its last traces
+are still being analysed for the step metrics (a plain Profiler's last profiled step is written at finalize; a
+100k-event trace takes seconds to read) hands them on (:meth:`rlprof.runtime.split_analyser.SplitAnalyser.hand_off`)
+instead of waiting; the step's book (:class:`rlprof.runtime.step_book.StepBook`, the process's own or the run's
+driver) writes a job file in ``<run>/late_splits/`` and starts this program, in a session of its own at the
+lowest priority, not ended with the process that started it.
+
+The job (JSON): ``step``, ``run``, ``metrics`` (the step metrics file), ``processes``: per process, the
+``figures`` its files already answered (``[[role, region, figures], ...]``) and the files handed on (``late``:
+``[[path, roles], ...]``). Each file is analysed as in the run (:func:`rlprof.analysis.step_split.analyse`: its
+rows cached in the run's ``breakdown/``, where ``rlprof report`` reads them), the figures combined by the run's
+one rule (:func:`rlprof.step_metrics.combine`), and the step's ``split`` line appended to the metrics file,
+marked ``late``. The job file is removed last: a file left there names a split that was not finished (its
+traces are still in the run; ``rlprof report`` splits them itself). Nothing goes to the ``step_metrics`` hook
+or a tracker: the run has ended.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlprof.priority import lowest
+from rlprof.step_metrics import StepMetricsRecord, add_region_figures, combine, split_metrics
+
+
+def finish(job: dict[str, Any], root: Path) -> dict[str, Any] | None:
+    """The ``split`` line's fields for ``job`` (see the module doc), appended to its metrics file; None when no
+    process has figures for the step."""
+    from rlprof.analysis.step_split import NotATrace, analyse
+    from rlprof.manifest import ManifestWriter, record_fields
+
+    step = int(job["step"])
+    processes = []
+    for process in job["processes"]:
+        figures: dict[tuple[str, str], dict] = {(role, region): dict(values) for role, region, values in process["figures"]}
+        for path, roles in process["late"]:
+            try:
+                found = analyse(path, roles, [step]).get(step, {})
+            except (NotATrace, OSError, ValueError, EOFError):
+                found = {}
+            for key, values in found.items():
+                add_region_figures(figures.setdefault(key, {}), values)
+        if figures:
+            processes.append(figures)
+    split = combine(processes)
+    if not split:
+        return None
+    record = StepMetricsRecord("split", step, split_metrics(step, split), processes=len(processes), late=True)
+    writer = ManifestWriter(Path(job["metrics"]), {"run": job["run"]}, root=root)
+    writer.write(record.TYPE, **record_fields(record))
+    writer.close()
+    return record_fields(record)
+
+
+def pending(run_dir: Path) -> list[Path]:
+    """The jobs of a run not finished yet (their splits still to come, or their program ended first)."""
+    from rlprof.layout import LATE_DIR
+
+    return sorted((Path(run_dir) / LATE_DIR).glob("step*.json"))
+
+
+def wait(run_dir: Path, timeout_s: float = 120.0) -> bool:
+    """Wait until the run's late splits are written (or ``timeout_s`` passed): True when none is pending. For a
+    caller that reads the step metrics file right after a run (tests, a script), not for the run itself."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while pending(run_dir):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m rlprof.analysis.late_split JOB", file=sys.stderr)
+        return 2
+    lowest(outlive_parent=True)  # beside whatever runs now; it must outlive the process that started it
+    job_path = Path(args[0])
+    try:
+        job = json.loads(job_path.read_text())
+        root = job_path.parent.parent  # <run>/late_splits/JOB
+        finish(job, root)
+    except Exception as exc:  # one line, never a traceback: the report splits the traces itself
+        print(f"rlprof: the late split of {job_path.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    job_path.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
