@@ -153,8 +153,8 @@ def test_warm_up_is_left_out_of_the_baseline_and_never_blamed_on_profiling():
         return {"type": "step", "_manifest": "rank0", "step": n, "start_ns": n * 10_000 * ms,
                 "end_ns": (n * 10_000 + took) * ms, "closed_ns": (n * 10_000 + took + closed) * ms}
 
-    plain = {"type": "unprofiled_steps", "_manifest": "rank0", "steps": [1, 3, 4],
-             "start_ns": [10_000 * ms, 30_000 * ms, 40_000 * ms], "end_ns": [10_900 * ms, 30_300 * ms, 40_300 * ms]}
+    plain = {"type": "unprofiled_steps", "_manifest": "rank0", "steps": [1, 3],
+             "start_ns": [10_000 * ms, 30_000 * ms], "end_ns": [10_900 * ms, 30_300 * ms]}
     (second,) = profiling_cost([step(2, 300, closed=212), plain]).steps
     assert second.unprofiled_ms == 300.0 and second.profiling_ms == 212.0  # not 0: version 1's 900 ms is left out
     cost = profiling_cost([step(1, 9000, closed=600), step(2, 300, closed=212), plain])
