@@ -36,6 +36,7 @@ from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
 from rlprof.analysis.breakdown import known, shown
+from rlprof.analysis.compute import compute_html
 from rlprof.analysis.inside import COMPONENTS, LABELS, SHOWN, Waited
 from rlprof.analysis.overlap import MISSING_NOTE
 from rlprof.analysis.runs import RunReport, size_text
@@ -108,6 +109,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(_heat_map(anatomy, report.inside.waits if report.inside else []))
         parts.append(_stragglers(anatomy))
         parts.append(_inside(report))
+        parts.append(compute_html(report))
         parts.append(_overlap(report))
         parts.append(_step_tables(anatomy, report.run_id))
     else:

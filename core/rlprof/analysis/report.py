@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from rlprof.analysis.compute import add_compute, compute_lines
 from rlprof.analysis.cost import ProfilingCost
 from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
 from rlprof.analysis.details import DETAILS_HOOK, add_details
@@ -71,6 +72,7 @@ def render(report: RunReport) -> str:
     lines += series_lines(report.series)
     lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures))
     lines += inside_lines(report)
+    lines += compute_lines(report)
     lines += overlap_lines(report.overlap)
     lines += _file_lines(report.files)
     lines += _cost_lines(report)
@@ -437,6 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_details(reports, warn=lambda line: print(line, file=sys.stderr))
     if not opts.no_traces:
         add_inside(reports, warn=lambda line: print(line, file=sys.stderr))
+    add_compute(reports)
     if opts.html:
         from rlprof.analysis.html import render_page
 

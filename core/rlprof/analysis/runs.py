@@ -149,6 +149,8 @@ class RunReport:
     :mod:`rlprof.analysis.overlap`); None for a run without its regions."""
     series: StepSeries = field(default_factory=StepSeries)
     """Step time over every step of the run, its captures marked (:mod:`rlprof.analysis.step_series`)."""
+    compute: Any = None
+    """What the compute achieved (:class:`rlprof.analysis.compute.Compute`, set by ``add_compute``); None until asked."""
 
     @property
     def budget_skipped(self) -> list[dict[str, Any]]:
@@ -216,6 +218,7 @@ class RunReport:
             "budget_skipped": self.budget_skipped,
             "overlap": self.overlap.as_dict() if self.overlap is not None else None,
             "step_series": self.series.as_dict(),
+            "compute": self.compute.as_dict() if self.compute is not None else None,
         }
 
 
