@@ -357,7 +357,8 @@ class StepMetricsRecord:
 
     TYPE: ClassVar[str] = "step_metrics"
     kind: str
-    """``step`` (a step's timings) or ``split`` (an analysed profiled step's split)."""
+    """``step`` (a step's timings), ``split`` (an analysed profiled step's split) or ``framework`` (the trainer's
+    own figures rlprof's stand beside: verl's ``perf/mfu/*``, with its peak in ``work``)."""
     step: int
     metrics: dict[str, Any] = field(default_factory=dict)
     """Tracker name -> value (:func:`metric_name`)."""

@@ -199,6 +199,11 @@ class StepBook:
             self._splits.append((step, metrics))
         self._emit(StepMetricsRecord("split", step, metrics, processes=processes))
 
+    def framework(self, step: int, metrics: dict[str, float], details: dict[str, Any] | None = None) -> None:
+        """The trainer's own figures of ``step`` that rlprof's stand beside (verl's ``perf/mfu/*``): one
+        ``framework`` line, for the report (never to the hook: they are the trainer's, already in its tracker)."""
+        self._emit(StepMetricsRecord("framework", step, dict(metrics), work=dict(details or {})), hook=False)
+
     # ------------------------------------------------------------------ outputs
 
     @property
@@ -351,7 +356,7 @@ class StepBook:
                 kept.append(timing)  # its window may not have begun yet (the driver's call comes later)
         self._loose = kept
 
-    def _emit(self, record: StepMetricsRecord) -> None:
+    def _emit(self, record: StepMetricsRecord, hook: bool = True) -> None:
         """One line of the file and one hook call (off the training thread)."""
         from rlprof.manifest import record_fields
 
@@ -361,7 +366,7 @@ class StepBook:
 
                 self._writer = ManifestWriter(self.path, {"run": self.run_id}, root=self._root or self.path.parent)
             self._writer.write(record.TYPE, **record_fields(record))
-        backends = self._hook_backends()
+        backends = self._hook_backends() if hook else None
         if backends is not None:
             backends.call("step_metrics", step=record.step, metrics=dict(record.metrics), run_id=self.run_id)
 
