@@ -58,6 +58,8 @@ BUILTIN = (
             "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.analysis.breakdown_files:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
             "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.analysis.compare:main"),
+    Command("peak", "the peak FLOP/s a plain matmul reaches on this device and dtype (what MFU is divided by)",
+            "[--device D] [--dtype D] [--json]", "rlprof.peak_cli:main"),
 )
 
 

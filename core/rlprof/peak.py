@@ -137,9 +137,11 @@ def resolve(device: str, dtype: str, configured: float | None = None, measured: 
 
 CALIBRATION_S = 0.2
 """How long :func:`calibrate` runs by default (its rounds, after a warm-up)."""
-SIZES = {"cpu": 512, "cuda": 4096, "npu": 4096}
+SIZES = {"cpu": 1024, "cuda": 4096, "npu": 4096}
 """The side of the square matrices multiplied, per device type: large enough that one product is mostly
-arithmetic (on this 2-core VM fp32 products of 512 and 1024 reach the same rate), small enough for a quick round."""
+arithmetic (on this 2-core VM fp32 products of 512 and 1024 reach the same rate when it is quiet; beside busy
+processes 512 reached a quarter of 1024's: each product's threads wait for a core more often), small enough for
+a quick round (1024 fp32: about 10 ms here)."""
 
 
 def device_name(device: str) -> str:
@@ -192,12 +194,12 @@ def calibrate(device: str = "cpu", dtype: str = "fp32", seconds: float = CALIBRA
         torch.set_float32_matmul_precision("high")
     try:
         flops = 2.0 * n ** 3
+        torch.mm(a, b)  # the first product sets up what later ones reuse: not timed
         began = time.perf_counter()
-        for _ in range(2):
-            torch.mm(a, b)
+        torch.mm(a, b)
         if sync:
             sync()
-        first = max(time.perf_counter() - began, 1e-6) / 2
+        first = max(time.perf_counter() - began, 1e-6)
         per_round = max(1, int(seconds / 8 / first))
         best, deadline = 0.0, time.perf_counter() + seconds
         while True:
