@@ -270,3 +270,27 @@ def run_peak(run_dir: Any, host: str, device: str, dtype: str | None = None, con
         say_once(f"peak refused: {peak.refused}", logging.getLogger("rlprof"), "rlprof: %s; MFU is divided by the %s "
                  "peak instead (%s)", peak.refused, peak.source, peak.said)
     return peak
+
+
+def recorded_peak(trace_path: Any, accelerator: bool = True) -> Peak | None:
+    """The peak of a trace whose capture wrote none itself (torch_npu's trace view): the calibration its host recorded
+    in the trace's run (``<run>/peak/<host>-...json``, an accelerator's, or the CPU's), resolved against the spec
+    table; a configured ``peak_tflops`` is not known here. None when the run recorded none."""
+    import json
+    from pathlib import Path
+
+    from rlprof.layout import MANIFEST_DIR, PEAK_DIR, host_of, safe_name
+
+    path = Path(trace_path).resolve()
+    run_dir = next((p for p in path.parents if (p / MANIFEST_DIR).is_dir() and (p / PEAK_DIR).is_dir()), None)
+    host = host_of(path)
+    if run_dir is None or host is None:
+        return None
+    for found in sorted((run_dir / PEAK_DIR).glob(f"{safe_name(host)}-*.json")):
+        try:
+            raw = json.loads(found.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and (raw.get("dtype") != "fp32") == accelerator:
+            return resolve(str(raw.get("device")), str(raw.get("dtype")), None, raw.get("tflops"))
+    return None
