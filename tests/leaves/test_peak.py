@@ -40,9 +40,11 @@ def test_the_calibration_is_measured_once_per_run_and_host(tmp_path, monkeypatch
     calls = []
     monkeypatch.setattr(peak_module, "calibrate", lambda device, dtype: calls.append((device, dtype)) or 0.5)
     monkeypatch.setattr(peak_module, "_resolved", {})
+    monkeypatch.setattr(peak_module, "_measured", {})
     first = run_peak(tmp_path, "host-a", "cpu")
     assert (first.tflops, first.source, first.measured_tflops) == (0.5, MEASURED, 0.5) and calls == [("cpu", "fp32")]
     monkeypatch.setattr(peak_module, "_resolved", {})  # as another process of the host would start
+    monkeypatch.setattr(peak_module, "_measured", {})
     assert run_peak(tmp_path, "host-a", "cpu").measured_tflops == 0.5 and len(calls) == 1  # read, not measured
     [written] = (tmp_path / "peak").glob("host-a-*-fp32.json")
     assert json.loads(written.read_text())["tflops"] == 0.5

@@ -19,6 +19,7 @@ MODEL_PARAMETERS = 8 * 16 + 16 * 4
 def calibrated(monkeypatch):
     """The calibration stands at ``value`` TFLOP/s (set it before the run)."""
     monkeypatch.setattr(peak_module, "_resolved", {})
+    monkeypatch.setattr(peak_module, "_measured", {})
     measured = {"tflops": 1.0}
     monkeypatch.setattr(peak_module, "calibrate", lambda device, dtype: measured["tflops"])
     return measured
