@@ -11,7 +11,7 @@ Lifecycle
 ---------
 
 The core decides *what* is profiled and *when* a capture opens and closes (the capture state machine,
-:mod:`rlprof.runtime.capture`); a backend decides only *how* to capture. For one process, on a rank where at
+:mod:`rlprof.runtime.capture_machine`); a backend decides only *how* to capture. For one process, on a rank where at
 least one hosted role is selected, the calls are::
 
     validate_tool_config          once per section that names this backend (global_tool_config.<name>,
@@ -90,11 +90,12 @@ role, rank, host and pid. Write only under ``ctx.output_dir()``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pluggy
+
+from rlprof.hook_values import CHROME_VIEWER, CliCommand, TraceReader  # noqa: F401  (what a backend imports from here)
 
 if TYPE_CHECKING:  # the context classes, for readers and type checkers (no import cost at run time)
     from rlprof.context import FinalizeContext, IterationContext, RoleContext, RuntimeEnvContext, StepContext
@@ -298,19 +299,6 @@ def after_exit(run_dirs: Sequence[Path]) -> int:
     """
 
 
-@dataclass(frozen=True)
-class CliCommand:
-    """One command a backend adds to ``rlprof`` (the values :func:`cli_commands` returns)."""
-
-    summary: str
-    """One line shown by ``rlprof --help`` next to the command's name."""
-    run: Callable[[list[str]], int]
-    """Runs the command with the arguments after its name; returns the exit status (0 ok, 1 failed,
-    2 invalid usage). It parses its own arguments (and its own ``--help``)."""
-    usage: str = "[...]"
-    """The synopsis after ``rlprof <name>`` in ``rlprof --help``."""
-
-
 @_hookspec
 def cli_commands() -> Mapping[str, CliCommand]:
     """Commands this backend adds to the ``rlprof`` command line.
@@ -337,28 +325,6 @@ def cli_commands() -> Mapping[str, CliCommand]:
     """
 
 
-@dataclass(frozen=True)
-class TraceReader:
-    """How the analysis reads the trace files of one backend (the value :func:`trace_reader` returns)."""
-
-    patterns: tuple[str, ...]
-    """File name patterns (``fnmatch``, on the name only) of the files it reads, e.g. ``("*.json", "*.json.gz")``.
-    When two backends' patterns match one file, the pattern with more literal characters wins
-    (``trace_view.json`` over ``*.json``)."""
-    target: str
-    """``"module:function"``: the function takes a file's path (``str``) and returns its
-    :class:`rlprof.analysis.breakdown.TraceEvents`, raising on a file it cannot read (the message is the
-    one line the user sees). Named, not passed, so it is picklable: it runs in the worker processes of a
-    pool, and is imported only when a file of its format is read."""
-    format: str = ""
-    """The format in a few words (``Kineto JSON``), for messages."""
-    not_traces: tuple[str, ...] = ()
-    """File name patterns of what this backend writes beside its traces that is not a trace (metadata,
-    summaries: torch_npu's ``profiler_info_*.json``). A folder walk names such a file as skipped, saying
-    whose it is, rather than handing it to another reader whose broader pattern matches (``*.json``);
-    the same rule of the more literal pattern decides between a claim and this."""
-
-
 @_hookspec
 def trace_reader() -> TraceReader | None:
     """How the breakdown analysis reads the trace files this backend writes.
@@ -368,7 +334,7 @@ def trace_reader() -> TraceReader | None:
     before any file is read. Keep it cheap: return names, import nothing heavy; the reader itself runs in
     other processes (docs/analysis.md, "Inside a region").
 
-    ``TraceReader(patterns, target, format="", not_traces=())``: ``target`` is a function taking a
+    ``TraceReader(patterns, target, format="", not_traces=(), chrome=False, viewer="")``: ``target`` is a function taking a
     file's path and returning :class:`rlprof.analysis.breakdown.TraceEvents` (its device events, host
     ops, regions and collective calls; docs/analysis.md, "Inside a region", says what each class
     means). ``rlprof breakdown DIR`` walks a folder with the patterns, asking every installed reader
@@ -378,7 +344,9 @@ def trace_reader() -> TraceReader | None:
     not one (rlprof-npu: ``profiler_info*.json``): a folder walk passes such a file over, saying whose
     it is, rather than handing it to a reader with a broader pattern (rlprof-torch's ``*.json``). A
     reader raising on a file costs one line naming the file and the message; the other files are
-    still read.
+    still read. These patterns are the only list of trace file names: ``rlprof timeline --with-traces``
+    merges the files a backend's own reader claims where it says ``chrome=True`` (Chrome trace-event JSON),
+    and the demo's hints name where to open them (``viewer``).
 
     :returns: a :class:`TraceReader`, or None when this backend's files cannot be split into compute,
         communication, copies and idle. Raising, or a target that fails to import, costs one line naming
@@ -391,7 +359,8 @@ def trace_reader() -> TraceReader | None:
         class TorchBackend:
             @rlprof.hookimpl
             def trace_reader(self):
-                return TraceReader(("*.json", "*.json.gz"), "rlprof_torch.kineto_reader:read_trace", "Kineto JSON")
+                return TraceReader(("*.json", "*.json.gz"), "rlprof_torch.kineto_reader:read_trace", "Kineto JSON",
+                                   chrome=True)
     """
 
 
@@ -444,53 +413,3 @@ OUTSIDE_A_RUN: tuple[str, ...] = ("report_details", "after_exit", "cli_commands"
 HOOKS: tuple[str, ...] = tuple(name for name, spec in list(globals().items()) if hasattr(spec, f"{PROJECT}_spec"))
 """Every hook of this spec, in the order written above (the lifecycle's order): the one list the
 registry, the testing kit and the docs test read."""
-
-
-def hook_reference(hooks: Sequence[str]) -> str:
-    """The sections of docs/writing-a-backend.md for ``hooks``, generated from this module (a test keeps
-    the page equal to it): per hook its name, the first line of its docstring quoted, its exact
-    signature and the rest of the docstring, in Markdown. One source: a hook added here is documented
-    by regenerating the page, never by writing it twice."""
-    import inspect
-    import re
-
-    def markdown(text: str) -> str:
-        text = re.sub(r":\w+:`~rlprof\.context\.(\w+)`", lambda m: f"[`{m.group(1)}`](#{m.group(1).lower()})", text)
-        text = re.sub(r":\w+:`~[\w.]*?(\w+)`", r"`\1`", text)  # :func:`~rlprof.Profiler` -> `Profiler`
-        text = re.sub(r":\w+:`([^`]+)`", r"`\1`", text)
-        return text.replace("``", "`")
-
-    sections = []
-    for hook in hooks:
-        spec = globals()[hook]
-        lines = inspect.getdoc(spec).splitlines()
-        body: list[str] = []
-        code = False
-        for line in lines[1:]:
-            field = re.match(r":(param (\w+)|returns|raises ([\w.]+)):\s*(.*)", line)
-            if code and (line.startswith("    ") or not line.strip()):
-                body.append(line[4:])  # the example, as written
-                continue
-            if code:
-                body[-1:] = ["```", ""] if not body[-1] else [*body[-1:], "```"]
-                code = False
-            if field:
-                name = field.group(2) and f"`{field.group(2)}`" or field.group(3) and f"raises `{field.group(3)}`" or "returns"
-                body.append(f"* {name}: {markdown(field.group(4))}")
-            elif line.startswith("    ") and body and body[-1].startswith("* "):
-                body[-1] += " " + markdown(line.strip())  # a field's continuation
-            elif line.rstrip().endswith("::"):  # an example follows, indented
-                body += [markdown(line.rstrip()[:-3] if line.rstrip().endswith(" ::") else line.rstrip()[:-1]), "", "```python"]
-                code = True
-            else:
-                body.append(markdown(line))
-        while body and not body[-1].strip():
-            body.pop()
-        while body and not body[0].strip():
-            body.pop(0)
-        if code:
-            body.append("```")
-        text = "\n".join(line for i, line in enumerate(body) if not (line == "" and i > 0 and body[i - 1] == "```python"))
-        signature = str(inspect.signature(spec)).replace("'", "")
-        sections.append(f"### {hook}\n\n> {markdown(lines[0])}\n\n```python\ndef {hook}{signature}\n```\n\n{text}\n")
-    return "\n".join(sections)

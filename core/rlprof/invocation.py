@@ -25,9 +25,10 @@ def rlprof_command(argv0: str | None = None) -> str:
     """The shell words that start rlprof the way this process was started (``sys.argv[0]`` unless given)."""
     typed = sys.argv[0] if argv0 is None else argv0
     path = Path(typed)
-    if path.parent.name == NAME and path.name in ("__main__.py", "cli.py"):  # python -m rlprof[.cli]
-        module = NAME if path.name == "__main__.py" else f"{NAME}.cli"
-        return f"{_python()} -m {module}"
+    if path.name == "__main__.py" and path.parent.name == NAME:  # python -m rlprof
+        return f"{_python()} -m {NAME}"
+    if path.name == "__main__.py" and path.parent.name == "cli" and path.parent.parent.name == NAME:  # -m rlprof.cli
+        return f"{_python()} -m {NAME}.cli"
     if path.name == NAME and os.sep in typed:
         return NAME if _on_path_is(typed) else shlex.quote(typed)
     if shutil.which(NAME):

@@ -54,18 +54,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
+from rlprof.intervals import length, union
 from rlprof.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.step_work import Work, WorkFigures, work_figures
+from rlprof.row_model import PART_NAMES, merge_rule
 
 PREFIX = "rlprof"
 STEP = "step"
 """The ``<role>`` segment of the step's own figures (no role has that name)."""
 REGION_FIGURES = ("slowest_s", "slowest_rank", "median_s", "spread_s", "late_rank", "late_by_s")
 """What every step says of each region, from every process's timing of it."""
-SPLIT_FIGURES = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac", "peak_allocated_bytes",
-                 "mfu_compute")
-"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`); ``mfu_compute`` where its
-trace counted FLOPs (:mod:`rlprof.analysis.achieved`)."""
+PEAK = "peak_allocated_bytes"
+"""The split's memory figure: the :class:`~rlprof.row_model.Row` column of the same name."""
+SPLIT_FIGURES = tuple(f"{part}_frac" for part in PART_NAMES.values()) + (PEAK, "mfu_compute")
+"""What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`): each part of the window
+(:data:`rlprof.row_model.WINDOW_PARTS`, named as the row model names it for the step metrics) as a fraction, the
+peak, and ``mfu_compute`` where its trace counted FLOPs (:func:`combine`)."""
 STEP_FIGURES = ("time_s", "outside_regions_s")
 """What every step says of itself."""
 SPLIT_STEP = f"{PREFIX}/split/step"
@@ -228,7 +232,7 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     for key in sorted(times):
         history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
         regions[key] = _region_figures(key, times[key], entries[key], history, step_ms, works.get(key, ()))
-    covered = _union_length(intervals)
+    covered = length(union(intervals)) / 1e9
     return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes)
 
 
@@ -247,19 +251,6 @@ def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict
                          times[slowest] - min(times.values()), late, late_by, work_figures(works, times))
 
 
-def _union_length(intervals: list[tuple[int, int]]) -> float:
-    """Seconds covered by the union of ``intervals`` (ns)."""
-    total, end = 0, None
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total / 1e9
-
-
 def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], start_ns: int) -> int | None:
     """The step whose window (``(step, start_ns, end_ns)``, ordered by start, ``starts`` their starts) holds
     ``start_ns``, or None: how a driver gives a step to a region whose process was told none."""
@@ -272,37 +263,31 @@ def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], st
 # ------------------------------------------------------------------------------------------ the split
 
 
-PEAK = "peak_allocated_bytes"
-SPLIT_PARTS = {figure: figure.removesuffix("_frac") + "_ms" for figure in SPLIT_FIGURES if figure.endswith("_frac")}
-"""Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as the
-analysis of a trace sends it (:mod:`rlprof.analysis.step_split`) and a driver combines it
-(:func:`rlprof.runtime.step_book.combine`)."""
-
-
+WINDOW = "window_ms"
 FLOPS, UNCOUNTED = "flops", "uncounted"
 PEAK_KEYS = ("peak_tflops", "measured_tflops", "peak_source")
-"""A region's figures of one process that say its counted FLOPs, the compute no formula counts, its peak."""
+"""A region's figures of one process that say its counted FLOPs, the compute no formula counts, its device's peak
+(the :class:`~rlprof.row_model.Row` columns of the same names: FLOPs add up, names are listed once, the peak is the first known)."""
+FIGURE_COLUMNS = ({f"{part}_ms": column for column, part in PART_NAMES.items()} | {WINDOW: WINDOW, PEAK: PEAK}
+                  | {name: name for name in (FLOPS, UNCOUNTED, *PEAK_KEYS)})
+"""A process's figures of one region in one step, as the analysis of a trace sends them (:mod:`rlprof.analysis.step_split`,
+run as :mod:`rlprof.cli.step_split`: ``compute_ms``, ``exposed_comm_ms``, ...) -> the :class:`~rlprof.row_model.Row`
+column each is read from."""
+SPLIT_TIMES = {f"{part}_frac": f"{part}_ms" for part in PART_NAMES.values()}
+"""Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as a driver
+combines it (:func:`rlprof.runtime.step_book.combine`)."""
+
+
 
 
 def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
-    """``values``, a region's figures of one process in one step (``compute_ms``, ... ``window_ms``, ``PEAK``,
-    :data:`FLOPS`, :data:`UNCOUNTED`, :data:`PEAK_KEYS`), added to ``kept``, the same region of the same process
-    and step seen before (entered twice, or in two files): the times and the FLOPs add up (FLOPs stay None where
-    no capture counted them), the peak allocated is the larger of those known, the uncounted operators are
-    listed once each, the device's peak is the first known. The one rule, for a trace's analysis and for a
-    driver combining several files of a process."""
+    """``values``, a region's figures of one process in one step (:data:`FIGURE_COLUMNS`), added to ``kept``,
+    the same region of the same process and step seen before (entered twice, or in two files), each by its
+    column's merge rule (:func:`rlprof.row_model.merge_rule`: the times add up, the peak is the larger of those
+    known): the rule a :class:`~rlprof.row_model.Row` follows, for a trace's analysis and a driver combining
+    several files of a process."""
     for name, value in values.items():
-        if name == PEAK:
-            if value is not None and (kept.get(name) is None or value > kept[name]):
-                kept[name] = value
-        elif name == FLOPS:
-            kept[name] = kept.get(name) if value is None else (kept.get(name) or 0.0) + value
-        elif name == UNCOUNTED:
-            kept[name] = ", ".join(dict.fromkeys(n for v in (kept.get(name), value) if v for n in v.split(", "))) or None
-        elif name in PEAK_KEYS:
-            kept[name] = kept.get(name) if kept.get(name) is not None else value
-        else:
-            kept[name] = (kept.get(name) or 0.0) + (value or 0.0)
+        kept[name] = merge_rule(FIGURE_COLUMNS.get(name, WINDOW))(kept.get(name), value)  # another figure: a time
 
 
 def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
@@ -318,7 +303,7 @@ def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str
         window = slowest.get("window_ms") or 0.0
         values: dict[str, float] = {}
         if window > 0:
-            for fraction, part in SPLIT_PARTS.items():
+            for fraction, part in SPLIT_TIMES.items():
                 values[fraction] = (slowest.get(part) or 0.0) / window
         peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
         if peaks:

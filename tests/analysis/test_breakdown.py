@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlprof.analysis import intervals
+from rlprof import intervals
 from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, MEMORY, TRACE_REGION, Collective, Region, TraceEvents,
                                        apportion_waits, split)
 

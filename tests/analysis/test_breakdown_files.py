@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis import breakdown_files
+from rlprof.analysis import breakdown_files, rows_cache
 from rlprof.layout import CORE_DIRS, ROWS_SUFFIX, rows_path
 
 pytest.importorskip("rlprof_torch")
@@ -200,4 +200,4 @@ def test_rows_kept_by_the_previous_version_are_made_again(torch_run, rlprof_cli,
     monkeypatch.setattr(breakdown_files, "_load", lambda target: read.append(target) or real_load(target))
     out = json.loads(rlprof_cli("breakdown", trace, "--json", "--workers", "1").stdout)
     assert read and all(row["memory_ms"] == 0 and "exposed_memory_ms" in row for row in out["rows"])
-    assert json.loads(kept.read_text())["key"]["version"] == breakdown_files.CACHE_VERSION
+    assert json.loads(kept.read_text())["key"]["version"] == rows_cache.CACHE_VERSION

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from rlprof.analysis.compare import STEP_ROW, main
+from rlprof.analysis.compare import STEP_ROW
+from rlprof.cli.compare import main
 from rlprof.testing.generated_run import RegionSpec, generate_run
 
 A, B = "20261122-050000-aaaaaa", "20261122-060000-bbbbbb"
@@ -184,7 +185,7 @@ def test_every_text_line_shows_the_verdict_json_gives_it(tmp_path, capsys, monke
     the row's verdict (two identical demo runs read ``+52.6%  moved most: compute +0.36 ms`` while
     ``--json`` said "inside the noise"). Both are rendered here from the same runs, with traces that
     say a part moved in every region; each text line holds its row's verdict and note, as JSON gives them."""
-    import rlprof.analysis.compare as compare
+    import rlprof.cli.compare as compare
 
     monkeypatch.setattr(compare, "add_inside", lambda reports, warn=None: None)
     monkeypatch.setattr(compare, "moved", lambda a, b, region, name=None: "compute +0.36 ms")

@@ -32,7 +32,7 @@ def split(step, rank, flops, window_ms, compute_ms, **extra):
               exposed_communication_ms=window_ms - compute_ms, exposed_memory_ms=0.0, idle_ms=0.0, memory_ms=0.0,
               overlap_ms=0.0, communication_ms=window_ms - compute_ms, flops=flops, peak_tflops=0.1,
               measured_tflops=0.1, peak_source=PEAK, **extra)
-    from rlprof.analysis.achieved import derive
+    from rlprof.row_model import derive
 
     derive(row)
     return row

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.html import PALETTE, _heat
-from rlprof.analysis.report import main
+from rlprof.analysis.html_charts import PALETTE, heat_colour
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import RegionSpec, generate_run
 
 RUN = "20261122-050000-aaaaaa"
@@ -135,7 +135,7 @@ def test_chromium_screenshot_is_not_blank_and_shows_the_plots(page, tmp_path):
         colours[p] = colours.get(p, 0) + 1
     white = colours.get((255, 255, 255), 0)
     assert white < 0.97 * width * height, "the page rendered (nearly) blank"
-    for colour, what in ((PALETTE[0], "the first region's bars"), (_heat(1.6), "the straggler's heat-map cell")):
+    for colour, what in ((PALETTE[0], "the first region's bars"), (heat_colour(1.6), "the straggler's heat-map cell")):
         rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
         near = sum(n for c, n in colours.items() if max(abs(a - b) for a, b in zip(c, rgb)) <= 3)
         assert near > 200, f"{what} ({colour}) not on the screenshot"

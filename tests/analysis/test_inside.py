@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.breakdown import Row, TraceEvents
-from rlprof.analysis.breakdown_files import CACHE_VERSION, FileRows, rows_document
+from rlprof.analysis.breakdown import TraceEvents
+from rlprof.row_model import Row
+from rlprof.analysis.rows_cache import CACHE_VERSION, FileRows, rows_document
 from rlprof.analysis.inside import add_inside
 from rlprof.layout import shipped_rows_path
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import LABELS, SHOWN, inside_of, moved
-from rlprof.analysis.report import build_reports, main, render
+from rlprof.analysis.report import build_reports, render
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import generate_run
 
 

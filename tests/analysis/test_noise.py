@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from rlprof.analysis.breakdown import Row
+from rlprof.row_model import Row
 from rlprof.analysis.compare import compare, mann_whitney
 from rlprof.analysis.inside import inside_of
 from rlprof.analysis.noise import floor_ms, spread, stands_clear

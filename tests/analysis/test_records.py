@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rlprof.analysis.report import main as report_main
+from rlprof.cli.report import main as report_main
 from rlprof.analysis.runs import REQUIRED, Process, build_reports
 from rlprof.manifest import CaptureRecord, ProcessRecord, read_record, record_fields, required
 

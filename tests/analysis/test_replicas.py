@@ -14,9 +14,10 @@ import subprocess
 
 import pytest
 
-from rlprof.analysis.compare import main as compare
-from rlprof.analysis.report import build_reports, main as report
-from rlprof.analysis.timeline import main as timeline
+from rlprof.cli.compare import main as compare
+from rlprof.analysis.report import build_reports
+from rlprof.cli.report import main as report
+from rlprof.cli.timeline import main as timeline
 from rlprof.testing.generated_run import RegionSpec, generate_run
 
 RUN = "20261122-050000-aaaaaa"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from rlprof.manifest import ManifestWriter, read_records
-from rlprof.analysis.report import build_report, build_reports, main, render, verdict
+from rlprof.analysis.report import build_report, build_reports, render, verdict
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import RegionSpec, generate_run
 
 RUN = "20261122-050000-aaaaaa"
@@ -290,7 +291,7 @@ def test_a_damaged_manifest_never_gives_a_traceback(tmp_path, capsys):
     update = next(r for r in data["runs"][0]["steps"][0]["regions"] if r["region"] == "actor_update")
     assert [p["ms"] for p in update["per_rank"]] == [30.0, 30.0]  # the damaged records were left out
     out = tmp_path / "t.json"
-    from rlprof.analysis.timeline import main as timeline
+    from rlprof.cli.timeline import main as timeline
 
     assert timeline([str(tmp_path), "-o", str(out)]) == 0
 

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from rlprof.analysis.report import main
+from rlprof.cli.report import main
 from rlprof.testing.generated_run import generate_run
 
 RUN = "20261122-050000-aaaaaa"

@@ -1,4 +1,4 @@
-"""One row model: every column of the breakdown is declared once (``rlprof.analysis.breakdown.Row``), and
+"""One row model: every column of the breakdown is declared once (``rlprof.row_model.Row``), and
 ``rlprof breakdown``'s table, the report's text, JSON and HTML, the rows cache and docs/analysis.md all
 read that declaration, so a column added there reaches each of them without another edit."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from rlprof.analysis import breakdown
-from rlprof.analysis.breakdown import BREAKDOWN, LABELS, REPORT, Row, column, columns, row_reference
-from rlprof.analysis.breakdown_files import _table
+from rlprof import row_model
+from rlprof.row_model import BREAKDOWN, LABELS, REPORT, Row, column, columns, row_reference
+from rlprof.cli.breakdown import _table
 from rlprof.analysis.html import render_page
 from rlprof.analysis.inside import Split, inside_of
 from rlprof.analysis.report import render
@@ -22,7 +22,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
 def test_the_docs_list_every_column_as_declared():
     text = DOCS.read_text(encoding="utf-8")
     generated = text.split("<!-- rows: begin -->\n", 1)[1].split("<!-- rows: end -->", 1)[0]
-    assert generated == row_reference(), "regenerate the table with rlprof.analysis.breakdown.row_reference()"
+    assert generated == row_reference(), "regenerate the table with rlprof.row_model.row_reference()"
 
 
 def test_every_reader_lists_the_columns_the_model_lists_there(tmp_path):
@@ -64,6 +64,6 @@ def test_the_rows_cache_version_follows_the_columns(monkeypatch):
     class Wider(Row):
         new_ms: float = column("new", listed=(BREAKDOWN,), default=0.0, doc="a column added later")
 
-    before = breakdown.rows_version()
-    monkeypatch.setattr(breakdown, "_COLUMNS", dataclasses.fields(Wider))
-    assert breakdown.rows_version() != before and breakdown.rows_version().startswith(f"{breakdown.DEFINITIONS}.")
+    before = row_model.rows_version()
+    monkeypatch.setattr(row_model, "_COLUMNS", dataclasses.fields(Wider))
+    assert row_model.rows_version() != before and row_model.rows_version().startswith(f"{row_model.DEFINITIONS}.")

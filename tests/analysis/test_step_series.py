@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.html import CLIP, MARK_COLOURS, ROLE_COLOURS, STEP_LINE
-from rlprof.analysis.report import main
+from rlprof.analysis.html_charts import CLIP, MARK_COLOURS, ROLE_COLOURS, STEP_LINE
+from rlprof.cli.report import main
 from rlprof.analysis.step_series import NO_FILE
 from rlprof.step_metrics import FILE, read_step_metrics
 from test_html_report import chromium, needs_chromium, read_png  # tests/analysis/test_html_report.py

@@ -1,4 +1,4 @@
-"""Issue 42: ``python -m rlprof.analysis.step_split`` turns one trace's breakdown rows into the step metrics'
+"""Issue 42: ``python -m rlprof.cli.step_split`` turns one trace's breakdown rows into the step metrics'
 split per step and role region: only rlprof's role regions, each under its role, a region seen twice adding
 up, a row of no step given to the capture's one step, the peak the largest where the trace recorded memory."""
 
@@ -44,7 +44,7 @@ def test_the_program_answers_in_one_json_line_and_a_bad_file_is_one_reason(tmp_p
     bad.write_bytes(b"not gzip")
     other = tmp_path / "snapshot.pickle"
     other.write_bytes(b"x")
-    run = lambda path: subprocess.run([sys.executable, "-m", "rlprof.analysis.step_split", str(path), "--roles", "actor",
+    run = lambda path: subprocess.run([sys.executable, "-m", "rlprof.cli.step_split", str(path), "--roles", "actor",
                                        "--steps", "1"], capture_output=True, text=True, timeout=120)
     failed = run(bad)
     assert failed.returncode == 1 and failed.stderr == ""

@@ -14,7 +14,7 @@ import pytest
 
 from rlprof.manifest import ManifestWriter
 from rlprof.testing.generated_run import START_NS, RegionSpec, generate_run
-from rlprof.analysis.timeline import main, parse_steps
+from rlprof.cli.timeline import main, parse_steps
 from rlprof.analysis.traces import clock_offset_ns
 
 RUN = "20261122-050000-aaaaaa"

@@ -48,9 +48,9 @@ def test_writing_that_overlaps_a_region_is_counted_once():
 def test_the_html_step_bar_shows_writing_apart_and_adds_up_to_the_step():
     import re
 
-    from rlprof.analysis.html import _step_bars
+    from rlprof.analysis.html_charts import step_bars
 
-    svg = _step_bars(step_anatomy(records(closed_ms=70)))
+    svg = step_bars(step_anatomy(records(closed_ms=70)))
     assert 'class="segment writing"' in svg and "30.00 ms writing captures" in svg
     widths = [float(w) for w in re.findall(r'class="segment[^"]*"[^>]*? width="([0-9.]+)"', svg)]
     scale = 760 / 100.0  # the 100 ms window is the longest bar

@@ -27,7 +27,7 @@ FACTS: dict[str, tuple[str, frozenset[str]]] = {
         "runtime/profiler.py", frozenset({"_step", "_this_step", "_STARTED", "_steps_started"})),
     "step number when the trainer gives none": ("runtime/profiler.py", frozenset({"_starts", "_begins"})),
     "step the Ray controller fans out": ("integrations/ray.py", frozenset({"_step", "_last_step"})),
-    "open capture": ("runtime/capture.py", frozenset({"open_capture", "_capture"})),
+    "open capture": ("runtime/capture_machine.py", frozenset({"open_capture", "_capture"})),
     "Profiler finalized": ("runtime/profiler.py", frozenset({"_finalized"})),
     "process session ended": ("runtime/session.py", frozenset({"finished"})),
     "what became of each Ray worker": (
@@ -88,7 +88,7 @@ def test_only_the_run_id_owner_decides_a_run_id():
     """A run id is worked out in one place: explicit > ``RLPROF_RUN_ID`` > the Ray job (verl) > a new one."""
     offenders = []
     for module, tree in _modules().items():
-        if module in (RUN_ID_OWNER, "layout.py"):  # layout.new_run_id is the id's spelling, called by the owner
+        if module in (RUN_ID_OWNER, "layout/paths.py"):  # layout.new_run_id is the id's spelling, called by the owner
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):

@@ -232,7 +232,7 @@ def test_backends_columns_align_for_long_names(tmp_path, cli, monkeypatch):
 
 
 def test_report_counts_one_profiling_process_in_the_singular(tmp_path, capsys):
-    from rlprof.analysis.report import main as report_main
+    from rlprof.cli.report import main as report_main
     from rlprof.testing.generated_run import generate_run
 
     generate_run(tmp_path, run_id="20260101-000000-abcdef", ranks=1, steps=(1,))

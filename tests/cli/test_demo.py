@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rlprof.config import load_config
-from rlprof.demo.command import config_from_flags, parser
+from rlprof.cli.demo import parser
+from rlprof.demo.command import config_from_flags
 
 
 def flags(*argv):
@@ -61,22 +62,24 @@ def test_rollout_vllm_draws_no_warning_about_its_own_config():
 def test_slow_in_needs_a_slow_rank_and_a_region_the_ranks_run(tmp_path, capsys):
     """``--slow-in`` slows ``--slow-rank`` inside a region; without a rank, or in generation that vLLM
     replicas run, it is refused before Ray starts, naming what is allowed."""
+    from rlprof.cli.demo import main
     from rlprof.demo import command
 
-    assert command.main(["--slow-in", "rollout_generate", "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
+    assert main(["--slow-in", "rollout_generate", "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
     assert "--slow-in rollout_generate: needs --slow-rank" in capsys.readouterr().err
-    assert command.main(["--slow-rank", "0", "--slow-in", "rollout_generate", "--rollout", "vllm",
+    assert main(["--slow-rank", "0", "--slow-in", "rollout_generate", "--rollout", "vllm",
                          "--save-path", str(tmp_path / "d")]) == command.EXIT_REFUSED
     assert "allowed: ref_compute_log_prob, actor_compute_log_prob" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
 
 
 def test_rollout_vllm_refuses_impossible_replicas_before_ray_starts(tmp_path):
+    from rlprof.cli.demo import main
     from rlprof.demo import command
 
-    code = command.main(["--rollout", "vllm", "--replicas", "0", "--save-path", str(tmp_path / "d")])
+    code = main(["--rollout", "vllm", "--replicas", "0", "--save-path", str(tmp_path / "d")])
     assert code == command.EXIT_REFUSED
-    code = command.main(["--rollout", "vllm", "--replicas", "2", "--save-path", str(tmp_path / "d"),
+    code = main(["--rollout", "vllm", "--replicas", "2", "--save-path", str(tmp_path / "d"),
                          "actor_rollout_ref.rollout.profiler.ranks=[2]"])
     assert code == command.EXIT_REFUSED and not (tmp_path / "d").exists()
 
@@ -234,7 +237,7 @@ def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
 
     proc, save = default_demo
     monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
-    monkeypatch.setattr(sys, "argv", [rlprof.cli.__file__])  # started as the demo was: its next: lines say python -m rlprof.cli
+    monkeypatch.setattr(sys, "argv", [str(Path(rlprof.cli.__file__).with_name("__main__.py"))])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
     add_inside([report])
@@ -406,7 +409,7 @@ def test_each_profiled_steps_split_reaches_the_runs_step_metrics(default_demo):
     """Issue 42: each worker analyses its own traces as they are written and sends the split over Ray with its
     timings; the controller writes one ``split`` line per profiled step, each region's fractions those of the
     worker whose window was longest (the breakdown's rows, left in the run's breakdown/ cache)."""
-    from rlprof.analysis.breakdown_files import _cached
+    from rlprof.analysis.rows_cache import _cached
     from rlprof.step_metrics import read_step_metrics
 
     from rlprof.analysis.late_split import wait

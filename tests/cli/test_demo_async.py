@@ -8,7 +8,8 @@ import asyncio
 import pytest
 
 from rlprof.config import load_config
-from rlprof.demo.command import config_from_flags, main, parser, steps_flag
+from rlprof.cli.demo import main, parser
+from rlprof.demo.command import config_from_flags, steps_flag
 from rlprof.demo.samples import Group, SampleQueue, StalenessLimit
 
 

@@ -63,7 +63,7 @@ def test_bare_rlprof_only_when_path_finds_the_same_program(bin_dir, tmp_path, mo
 
 def test_started_with_python_m(monkeypatch):
     monkeypatch.setenv("PATH", "/nowhere")
-    for argv0, module in (("/site/rlprof/__main__.py", "rlprof"), ("/site/rlprof/cli.py", "rlprof.cli")):
+    for argv0, module in (("/site/rlprof/__main__.py", "rlprof"), ("/site/rlprof/cli/__main__.py", "rlprof.cli")):
         assert rlprof_command(argv0) == f"{sys.executable} -m {module}"
 
 

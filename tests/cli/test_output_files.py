@@ -1,7 +1,7 @@
 """Files rlprof's commands write where the user works (issue 40): never a file the user did not name as
 replaceable. ``-o FILE`` that exists is refused (exit 2, the path, how to say yes: ``--force``); without ``-o``
 a command names its file itself and writes the next free numbered name beside a taken one. One rule,
-:mod:`rlprof.output_file`, for every command that writes a file."""
+:mod:`rlprof.cli.output_file`, for every command that writes a file."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.cli import BUILTIN, _plugin_commands
-from rlprof.output_file import OutputRefused, choose
+from rlprof.cli.output_file import OutputRefused, choose
 from rlprof.testing.generated_run import generate_run
 
 # (command and its arguments before the output, the file it names itself)
@@ -66,7 +66,7 @@ def test_without_o_the_command_names_its_file_and_never_replaces_one(name, run, 
 
 def test_every_command_that_takes_an_output_file_follows_the_rule(rlprof_cli):
     """A command added later (built in, or a plugin's ``cli_commands``) that writes a file named with -o
-    says --force in its help: the rule's arguments come from :func:`rlprof.output_file.add_arguments`."""
+    says --force in its help: the rule's arguments come from :func:`rlprof.cli.output_file.add_arguments`."""
     names = [c.name for c in BUILTIN] + [c.name for c in _plugin_commands()]
     takes_o = []
     for name in names:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.breakdown_files import shipped
+from rlprof.analysis.rows_cache import shipped
 from rlprof.integrations.node_rows import NodeRows, analyse_here
 from rlprof.integrations.nodes import ManifestBatch
 from rlprof.layout import rows_path, shipped_rows_path

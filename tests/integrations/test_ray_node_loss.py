@@ -4,7 +4,8 @@ step, and ``rlprof report`` says the node was lost. Its own cluster: the node do
 
 import pytest
 
-from rlprof.analysis.report import build_reports, main
+from rlprof.analysis.report import build_reports
+from rlprof.cli.report import main
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
 from rlprof.testing.ray_worker import ScriptedWorker
 

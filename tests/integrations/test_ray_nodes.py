@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from rlprof.analysis.report import build_reports, main
+from rlprof.analysis.report import build_reports
+from rlprof.cli.report import main
 from rlprof.integrations.nodes import pinned, simulated_cluster
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
 from rlprof.testing.ray_worker import ScriptedWorker

@@ -5,7 +5,8 @@ runtime_env, each node keeps only its own files, and ``rlprof report`` merges th
 import pytest
 
 from rlprof.ray import HYBRID_ENGINE_STAGES, ProfilingController, WorkerSpec
-from rlprof.analysis.report import build_reports, main
+from rlprof.analysis.report import build_reports
+from rlprof.cli.report import main
 from rlprof.testing.ray_worker import ScriptedWorker
 
 ray = pytest.importorskip("ray")

@@ -17,7 +17,7 @@ import re
 import pytest
 
 from rlprof import plugins
-from rlprof.analysis.report import main as report_main
+from rlprof.cli.report import main as report_main
 from rlprof.cli import main
 from rlprof.errors import BackendError
 from rlprof.integrations.after_exit import NodeAgent, after_exit_steps
@@ -128,7 +128,7 @@ def test_hook_cli_commands(test_plugins, capsys, caplog):
 def test_hook_trace_reader(test_plugins, tmp_path, rlprof_cli):
     """rlprof breakdown reads a file through the reader its backend names (in the worker pool); the more
     literal pattern wins a file two backends match; a broken backend costs one line in the loader's shape."""
-    from rlprof.analysis.breakdown_files import reader_for, readers
+    from rlprof.analysis.trace_readers import reader_for, readers
 
     answers, problems = readers()
     assert answers["outside"].format == "outside's own" and answers["torch"].format == "Kineto JSON"

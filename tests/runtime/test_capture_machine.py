@@ -1,6 +1,6 @@
 """The capture state machine as a table: pure, no backends, no files.
 
-Each case drives :class:`rlprof.runtime.capture.CaptureMachine` the way a trainer drives a Profiler and
+Each case drives :class:`rlprof.runtime.capture_machine.CaptureMachine` the way a trainer drives a Profiler and
 compares the hook calls it decides with the expected ones, written compactly:
 ``start_role:actor_update+@step1.actor_update`` (``+`` opens the capture named after ``@``, ``-``
 closes it, ``(late)`` is a close after the step already ended).
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from rlprof.runtime.capture import (TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, CaptureStateError, Event,
+from rlprof.runtime.capture_machine import (TRANSITIONS, UNREACHABLE, ActionLog, CaptureMachine, CaptureStateError, Event,
                                     Holder, OpenCapture, OpenRegion)
 from rlprof.runtime.plan import step_runs
 from rlprof.config.schedule import Schedule

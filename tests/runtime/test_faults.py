@@ -167,7 +167,7 @@ def loop(prof, steps=(1, 2, 3)):
 
 
 def test_a_full_disk_never_stops_training_and_is_recorded_once_writing_works(test_backends, save_path, caplog, monkeypatch):
-    from rlprof import manifest
+    from rlprof.manifest import writer as manifest
 
     prof = recorder_profiler(save_path)
     session = prof._session

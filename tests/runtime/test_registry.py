@@ -8,7 +8,7 @@ import pytest
 import rlprof
 from rlprof import context, hookspecs
 from rlprof.context import Capture, RunInfo
-from rlprof.runtime.capture import OpenRegion
+from rlprof.runtime.capture_state import OpenRegion
 from rlprof.runtime.registry import CONTEXT_CLASSES, HOOKS, LIFECYCLE, Backends
 from rlprof.testing.recorder import hook_function
 

@@ -137,7 +137,6 @@ def test_a_file_handed_on_is_not_waited_for_and_its_step_goes_to_the_late_split(
     assert (job["step"], job["run"], job["metrics"], folder, root) == (2, "run", str(book.path), tmp_path / "late_splits", tmp_path)
     (process,) = job["processes"]
     assert process["late"] == [["/r/rank0.pt.trace.json.gz", ["actor"]]]
-    answered = {k: v for k, v in figures(60.0, 20.0, 0.0, 20.0).items() if v is not None}
-    assert process["figures"] == [["actor", "actor_update", answered]]
+    assert process["figures"] == [["actor", "actor_update", figures(60.0, 20.0, 0.0, 20.0)]]
     book.close()
     assert len(started) == 1 and splits(book) == []

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import rlprof
-from rlprof.capture import main as capture_main
+from rlprof.cli.capture import main as capture_main
 from rlprof.config.schema import load_config
 from rlprof.errors import ConfigError
 from rlprof.runtime.plan import armed

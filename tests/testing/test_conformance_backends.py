@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rlprof.installed import OUR_PACKAGES, discover
-from rlprof.testing.conformance import PARTS, Conformance
+from rlprof.testing.conformance import SUITE_PARTS, Conformance
 
 INSTALLED = discover()
 BACKENDS = sorted(set(OUR_PACKAGES) | set(INSTALLED))
@@ -23,7 +23,7 @@ def small_torch_work():
     torch.ones(64, 64) @ torch.ones(64, 64)
 
 
-@pytest.mark.parametrize("part", PARTS)
+@pytest.mark.parametrize("part", SUITE_PARTS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_keeps_the_contract(backend, part, tmp_path):
     if backend not in INSTALLED:

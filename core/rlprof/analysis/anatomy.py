@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from rlprof.analysis.noise import bar_ms, between_processes, others_medians
+from rlprof.analysis.outside_regions import GAP_FLOOR_MS, Gap, by_phase, gaps_outside, is_phase  # noqa: F401  (GAP_FLOOR_MS re-exported)
+from rlprof.intervals import clip, length, union
 from rlprof.roles import ROLES
 
 STRAGGLER_PCT = 25.0
@@ -59,8 +61,6 @@ STRAGGLER_PCT = 25.0
 GAPS = 3
 """How many of a step's largest gaps outside regions are named."""
 
-GAP_FLOOR_MS = 0.1
-"""Gaps shorter than this are noise between two calls, not named."""
 
 
 def process_name(rank: int, replica_rank: int | None) -> str:
@@ -153,27 +153,6 @@ class RegionTime:
             "share_of_step": None if self.share_of_step is None else round(self.share_of_step, 4),
             "stragglers": [t.name for t in self.stragglers], "errors": self.errors, "iterations": self.iterations,
         }
-
-
-@dataclass
-class Gap:
-    """A stretch of a step that no region covers (module doc, "What outside regions holds")."""
-
-    ms: float
-    offset_ms: float
-    """Where it begins, from the step window's start."""
-    after: str | None
-    """The region that ended last before it: ``"rank 0 actor_update"``; None at the window's start."""
-    before: str | None
-    """The region that began first after it; None at the window's end."""
-
-    def line(self) -> str:
-        where = [f"after {self.after}"] if self.after else ["at the step's start"]
-        where += [f"before {self.before}"] if self.before else ["at the step's end"]
-        return f"{self.ms:.1f} ms {', '.join(where)}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"ms": _r(self.ms), "offset_ms": _r(self.offset_ms), "after": self.after, "before": self.before}
 
 
 @dataclass
@@ -336,7 +315,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
     for r in records:
         kind = r.get("type")
         if kind == "phase":
-            if checked or _phase_record(r):
+            if checked or is_phase(r):
                 phases.setdefault(r["step"], []).append((r["start_ns"], r["end_ns"], r["name"], str(r.get("source") or "")))
             continue
         if (kind != "step" and kind != "region") or not (checked or timing_record(r)):
@@ -403,10 +382,10 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
         written = 0.0
         if start is not None and step in writing:
             written = _covered_ns(intervals.get(step, []) + writing[step], start, end) / 1e6 - covered
-        stretches = _gaps(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
+        stretches = gaps_outside(labels.get(step, []), writing.get(step, []), start, end) if start is not None and regions else []
         named = [g for g in stretches if g.ms >= GAP_FLOOR_MS]
         gaps = sorted(named, key=lambda g: -g.ms)[:GAPS]
-        outside = _by_phase(phases.get(step, []), stretches, start) if stretches else []
+        outside = by_phase(phases.get(step, []), stretches, start) if stretches else []
         source = phases[step][0][3] if outside else None
         steps.append(StepTime(step, spread, regions, start, end, covered, written, gaps, outside, source))
     return Anatomy(steps, _summaries(steps, order, shape), stragglers)
@@ -414,60 +393,7 @@ def step_anatomy(records: Iterable[dict[str, Any]], straggler_pct: float = STRAG
 
 def _covered_ns(intervals: list[tuple[int, int]], start: int, end: int) -> int:
     """How much of ``[start, end]`` the union of ``intervals`` covers (overlaps counted once)."""
-    covered, reached = 0, start
-    for begin, finish in sorted(intervals):
-        begin, finish = max(begin, reached), min(finish, end)
-        if finish > begin:
-            covered += finish - begin
-            reached = finish
-    return covered
-
-
-def _gaps(regions: list[tuple[int, int, str]], writing: list[tuple[int, int]], start: int, end: int) -> list[Gap]:
-    """Every stretch of ``[start, end]`` that neither ``regions`` nor ``writing`` cover, in time order,
-    each with the region that ended last before it and the one that began first after it (a capture
-    written after a region covers time, and leaves that region the neighbour)."""
-    spans = sorted([*regions, *((a, b, None) for a, b in writing)])  # writing covers; its region is the neighbour
-    found: list[Gap] = []
-    reached, last = start, None
-    for begin, finish, label in [*spans, (end, end, None)]:
-        begin = min(max(begin, start), end)
-        if begin > reached:
-            found.append(Gap((begin - reached) / 1e6, (reached - start) / 1e6, last, label if begin < end else None))
-        if finish >= reached:
-            reached = max(reached, min(finish, end))
-            last = label or last
-    return found
-
-
-def _by_phase(phases: list[tuple[int, int, str, str]], gaps: list[Gap], start: int) -> list[tuple[str, float]]:
-    """The gaps' time per driver phase: innermost (shortest) phase first, then what is left to the next;
-    ``(no phase)`` for what none covers. Empty without phases."""
-    if not phases:
-        return []
-    left = [(start + g.offset_ms * 1e6, start + (g.offset_ms + g.ms) * 1e6) for g in gaps]
-    shares: dict[str, float] = {}
-    for begin, finish, name, _ in sorted(phases, key=lambda p: p[1] - p[0]):
-        rest = []
-        for a, b in left:
-            lo, hi = max(a, begin), min(b, finish)
-            if hi <= lo:
-                rest.append((a, b))
-                continue
-            shares[name] = shares.get(name, 0.0) + (hi - lo) / 1e6
-            rest += [(x, y) for x, y in ((a, lo), (hi, b)) if y > x]
-        left = rest
-    unnamed = sum(b - a for a, b in left) / 1e6
-    if unnamed >= GAP_FLOOR_MS:
-        shares["(no phase)"] = unnamed
-    return sorted(((n, ms) for n, ms in shares.items() if ms >= GAP_FLOOR_MS), key=lambda p: -p[1])
-
-
-def _phase_record(record: dict[str, Any]) -> bool:
-    """A ``phase`` record with the fields the anatomy reads, well typed."""
-    start, end = record.get("start_ns"), record.get("end_ns")
-    return (type(record.get("step")) is int and type(record.get("name")) is str and type(start) is int
-            and type(end) is int and end >= start)
+    return length(clip(union(intervals), start, end))
 
 
 def _noise_ms(region_times: dict[tuple[int, str], dict[tuple, RankTime]]) -> dict[str, dict[int, float]]:

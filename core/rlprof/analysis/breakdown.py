@@ -5,25 +5,24 @@ trace's clock, each event already classed by :func:`device_kind` or :func:`is_ho
 :func:`split` turns that into one :class:`Row` per region, and :func:`apportion_waits` splits each
 row's communication into waiting for the last rank and transfer, from the collectives of every
 rank's trace. The definitions are written once, in docs/analysis.md ("Inside a region"); every
-figure is a length of a union of intervals (:mod:`rlprof.analysis.intervals`), never a sum of durations.
+figure is a length of a union of intervals (:mod:`rlprof.intervals`), never a sum of durations. Each column of a
+row is declared once, in the row model (:mod:`rlprof.row_model`).
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import math
-import statistics
 from array import array
 from collections import defaultdict
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from rlprof.analysis.achieved import counted, derive, names
-from rlprof.analysis.units import UNIT_TEXT as _UNIT_TEXT
-from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
+from rlprof.analysis.achieved import counted
 from rlprof.analysis.clocks import host_clocks
+from rlprof.intervals import Union, clip, difference, intersection, length, union
 from rlprof.layout import host_of
+from rlprof.row_model import Row, derive
 
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 """The classes of work (stored in a byte array, one per event)."""
@@ -146,197 +145,6 @@ class TraceEvents:
         self.launches.append(launch)
 
 
-DEFINITIONS = 2
-"""The version of the split's definitions (docs/analysis.md, "Inside a region"): raised when a figure is
-measured another way while :class:`Row`'s columns stay the same (2: ``memory_ms`` became every copy's time,
-``exposed_memory_ms`` the part no kernel covers). With the columns it makes :func:`rows_version`."""
-
-BREAKDOWN, REPORT = "breakdown", "report"
-"""Where a column is listed (:func:`column`'s ``listed``): ``rlprof breakdown``'s table (per trace, its
-value), the report's and the HTML page's table of each region (per process, ms as a share of the wall time)."""
-
-
-def column(label: str = "", *, doc: str, listed: tuple[str, ...] = (), part: bool = False, merge: str = "sum",
-           unit: str = "ms", default: Any = MISSING) -> Any:
-    """Declare a column of :class:`Row`: the one place a figure of the breakdown is named, documented and
-    placed. Everything that lists rows reads these declarations, in the order :class:`Row` declares them:
-    ``rlprof breakdown`` (text and ``--json``), the report's inside-regions table, its ``--json`` and the
-    HTML page (:mod:`rlprof.analysis.inside`), the reference in docs/analysis.md (:func:`row_reference`),
-    and the rows cache's version (:func:`rows_version`).
-
-    :param label: its name in tables (none: not in any table; still in every JSON).
-    :param doc: what it holds (the reference's text).
-    :param listed: the tables that show it (:data:`BREAKDOWN`, :data:`REPORT`).
-    :param part: one of the parts that add up to the window (compute + exposed communication + exposed
-        memory + idle): skew, the stacked bars and ``rlprof compare`` weigh these.
-    :param merge: how a region that ran twice in a step on one process adds up: ``sum``, ``sum_known``
-        (None until a row knows it), ``first``, ``first_known``, ``last``, ``max``.
-    :param unit: ``ms`` (the report shows it as a share of the region's wall time), or ``bytes``.
-    """
-    if merge not in _MERGES:
-        raise ValueError(f"column merge: got {merge!r}; allowed: {', '.join(_MERGES)}")
-    metadata = {"label": label, "doc": doc, "listed": listed, "part": part, "merge": merge, "unit": unit}
-    return field(default=default, metadata=metadata)
-
-
-_MERGES = {
-    "sum": lambda a, b: a + b,
-    "sum_known": lambda a, b: a if b is None else (a or 0.0) + b,
-    "first": lambda a, b: a,
-    "first_known": lambda a, b: a if a is not None and a != "" else b,
-    "last": lambda a, b: b,
-    "max": lambda a, b: b if a is None else a if b is None else max(a, b),
-    "names": lambda a, b: names((a, b)),
-    "derived": lambda a, b: a,  # worked out again once added up (achieved.derive)
-}
-
-
-@dataclass(kw_only=True)
-class Row:
-    """One (trace or process, step, region): the schema of docs/analysis.md, every time in ms. Each field
-    is a :func:`column`; tables list the labelled ones in this order."""
-
-    path: str = column(merge="first", unit="", doc="The trace file.")
-    rank: int | None = column(merge="first", unit="", doc="The trace's rank (from rlprof's layout; null when unknown).")
-    step: int | None = column(merge="first", unit="", doc="The step whose range holds the region's start (null: none).")
-    region: str = column(merge="first", unit="", doc="`ProfilerStep#N`, an annotation (rlprof's role regions, a user's "
-                                                    "`record_function`), or `(trace)`: the whole trace.")
-    device: str = column(merge="first", unit="", doc="`cuda`, `npu` or `cpu` (a trace without device events: its host ops).")
-    start_ms: float = column(merge="first", doc="The region's start, on the trace's clock (the window begins here).")
-    end_ms: float = column(merge="last", doc="The region's end (the window may go on to the end of its last device event).")
-    wall_ms: float = column(doc="The region itself: end − start.")
-    window_ms: float = column("window", listed=(BREAKDOWN,), doc="Region start to max(region end, end of its last "
-                              "device event); the `(trace)` row: first to last device event.")
-    compute_ms: float = column("compute", listed=(BREAKDOWN, REPORT), part=True, doc="|C|: the union of the compute "
-                               "kernels (host ops other than collectives, less communication, on a CPU-only trace).")
-    exposed_communication_ms: float = column("exposed comm", listed=(BREAKDOWN, REPORT), part=True,
-                                             doc="|K| − |C ∩ K|: communication no compute covers.")
-    exposed_memory_ms: float = column("exposed memory", listed=(BREAKDOWN, REPORT), part=True,
-                                      doc="|M − (C ∪ K)|: copies no kernel covers, the time the device only copied.")
-    idle_ms: float = column("idle", listed=(BREAKDOWN, REPORT), part=True, doc="window − |C ∪ K ∪ M|.")
-    memory_ms: float = column("memory", listed=(BREAKDOWN, REPORT), doc="|M|: the copies' union, hidden under a kernel or "
-                              "not (not a part: its hidden share is inside compute or exposed communication).")
-    overlap_ms: float = column("overlap", listed=(BREAKDOWN,), doc="|C ∩ K|: compute and communication at once.")
-    communication_ms: float = column(doc="|K|: the union of the collectives.")
-    communication_wait_ms: float | None = column(
-        "comm wait", listed=(BREAKDOWN,), merge="sum_known", default=None,
-        doc="Time in collectives before the last rank arrived; null when no other rank's trace was given.")
-    communication_transfer_ms: float | None = column(merge="sum_known", default=None, doc="communication − wait.")
-    waited_for_rank: int | None = column(merge="first_known", unit="", default=None,
-                                         doc="The rank that arrived last in the collective the region waited longest for.")
-    waited_in: str | None = column(merge="first_known", unit="", default=None,
-                                   doc="That collective's name (`c10d::allreduce_`, `ncclDevKernel_AllReduce...`).")
-    clock_offset_ms: float | None = column(merge="first", default=None,
-                                           doc="Ranks on several hosts: what was added to this trace's host clock to "
-                                               "align it on the reference host's (null on one host).")
-    clock_residual_ms: float | None = column(merge="first", default=None,
-                                             doc="How far those clocks still disagree after aligning (the waits are good "
-                                                 "to about this).")
-
-    peak_allocated_bytes: float | None = column(
-        "peak allocated", listed=(BREAKDOWN, REPORT), merge="max", unit="bytes", default=None,
-        doc="The most memory allocated on the trace's device at any moment of the region (what was allocated "
-            "as it began, and every change inside it), where the capture recorded memory (torch's "
-            "`profile_memory`, `contents: [memory]`); null where it did not.")
-
-    # What the compute achieved (rlprof.analysis.achieved; docs/analysis.md, "What the compute achieves")
-    flops: float | None = column("flops", listed=(BREAKDOWN,), merge="sum_known", unit="flop", default=None,
-                                 doc="The FLOPs counted in the region: the matrix products (`mm`, `addmm`, `bmm`, "
-                                     "`baddbmm`, `conv2d`) that began in it, by torch's formulas from their recorded "
-                                     "shapes; null where the capture did not count FLOPs.")
-    uncounted: str | None = column(merge="names", unit="", default=None,
-                                   doc="Compute operators no formula counts that ran in the region (attention "
-                                       "kernels, other convolutions...): its `flops` are a lower bound, no MFU is given.")
-    peak_tflops: float | None = column(merge="first_known", unit="", default=None,
-                                       doc="The peak TFLOP/s MFU is divided by (configured, the device's spec, or measured).")
-    measured_tflops: float | None = column(merge="first_known", unit="", default=None,
-                                           doc="What a matmul calibration measured on the device, once per run and host.")
-    peak_source: str | None = column(merge="first_known", unit="", default=None,
-                                     doc="Which peak, said whole: `spec 989.4 TFLOP/s (NVIDIA H100 80GB HBM3, bf16)`.")
-    flops_per_s_window: float | None = column(merge="derived", unit="flop/s", default=None, doc="flops / window.")
-    flops_per_s_compute: float | None = column(merge="derived", unit="flop/s", default=None,
-                                               doc="flops / compute: never below `flops_per_s_window`.")
-    mfu_window: float | None = column("MFU window", listed=(BREAKDOWN,), merge="derived", unit="frac", default=None,
-                                      doc="`flops_per_s_window` / the peak, 0 to 1; null where `mfu_note` says why.")
-    mfu_compute: float | None = column("MFU compute", listed=(BREAKDOWN, REPORT), merge="derived", unit="frac",
-                                       default=None, doc="`flops_per_s_compute` / the peak, 0 to 1: the kernels' own "
-                                                         "efficiency, the waiting left out.")
-    mfu_compute_measured: float | None = column(merge="derived", unit="frac", default=None,
-                                                doc="`flops_per_s_compute` / the measured peak.")
-    mfu_note: str | None = column(merge="derived", unit="", default=None,
-                                  doc="Why an MFU is not given: uncounted compute, nothing counted, no peak, or a "
-                                      "figure above 100% and what is inconsistent (the peak or the count).")
-
-    def add(self, other: "Row") -> None:
-        """Add ``other``, the same region of the same process in the same step seen again (it ran twice),
-        each column by its ``merge`` rule, then the derived ones worked out again."""
-        for f in _COLUMNS:
-            setattr(self, f.name, _MERGES[f.metadata["merge"]](getattr(self, f.name), getattr(other, f.name)))
-        derive(self)
-
-
-_COLUMNS = fields(Row)
-
-
-def columns(listed: str | None = None, *, part: bool | None = None) -> tuple[str, ...]:
-    """The names of :class:`Row`'s columns, in declaration order: those a table lists (``listed``), the
-    parts of the window (``part=True``)."""
-    return tuple(f.name for f in _COLUMNS if (listed is None or listed in f.metadata["listed"])
-                 and (part is None or f.metadata["part"] == part))
-
-
-PARTS = columns(part=True)
-"""The four parts of a region's window (they add up to it), in the order every listing shows them."""
-LABELS = {f.name: f.metadata["label"] for f in _COLUMNS if f.metadata["label"]}
-"""Each listed column's name in tables."""
-
-
-def rows_version() -> str:
-    """The version of rows as :class:`Row` makes them: :data:`DEFINITIONS` and a digest of the columns' names.
-    A cache of rows made by another version is made again, so a new column needs no version bumped by hand."""
-    names = ",".join(f.name for f in _COLUMNS)
-    return f"{DEFINITIONS}.{hashlib.sha256(names.encode()).hexdigest()[:12]}"
-
-
-def cell(row: Row, name: str) -> str:
-    """A column's value in ``rlprof breakdown``'s table: ms to the hundredth, bytes in binary units, ``-`` when unknown."""
-    value = getattr(row, name)
-    if value is None:
-        return "-"
-    return _UNIT_TEXT.get(_UNITS[name], lambda v: format(v, ".2f"))(value)
-
-
-def shown(rows: Iterable[Row], name: str) -> str:
-    """A column of the report's table for one or more processes (their median): ms as a share of each
-    one's wall time (``32%``), bytes in binary units."""
-    rows = list(rows)
-    if _UNITS[name] == "ms":
-        return f"{100 * statistics.median(getattr(r, name) / r.wall_ms if r.wall_ms > 0 else 0.0 for r in rows):.0f}%"
-    known = [getattr(r, name) for r in rows if getattr(r, name) is not None]
-    return _UNIT_TEXT.get(_UNITS[name], str)(statistics.median(known)) if known else "-"
-
-
-_UNITS = {f.name: f.metadata["unit"] for f in _COLUMNS}
-
-
-def known(rows: Iterable[Any], names: Sequence[str]) -> tuple[str, ...]:
-    """Of ``names``, those worth a table's column for ``rows``: every time, and a figure that may be unknown
-    (``peak allocated``: only where a capture recorded memory) where some row knows it."""
-    rows = list(rows)
-    return tuple(n for n in names if _UNITS[n] == "ms" or any(getattr(r, n, None) is not None for r in rows))
-
-
-def row_reference() -> str:
-    """The columns table of docs/analysis.md, generated from :class:`Row` (a test keeps the page equal to it)."""
-    lines = ["| column | listed in | meaning |", "|---|---|---|"]
-    for f in _COLUMNS:
-        where = ", ".join(f"{w} ({f.metadata['label']})" for w in f.metadata["listed"]) or "JSON only"
-        part = " One of the window's parts." if f.metadata["part"] else ""
-        doc = f.metadata["doc"].replace("|", "\\|")  # a union's length, |C|, is not a cell's end
-        lines.append(f"| `{f.name}` | {where} | {doc}{part} |")
-    return "\n".join(lines) + "\n"
-
-
 def split(trace: TraceEvents) -> list[Row]:
     """One row per region of ``trace`` plus the whole-trace row, ordered as the regions are."""
     if trace.device == "cpu":
@@ -406,9 +214,9 @@ def _row(trace: TraceEvents, region: Region, window: tuple[float, float], *, com
          memory: float, exposed_memory: float, overlap: float, busy: float) -> Row:
     window_ms = window[1] - window[0]
     row = Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
-              start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
-              compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
-              overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy),
+               start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
+               compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
+               overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy),
               **counted(trace, region.start, region.end))
     derive(row)
     return row

@@ -1,162 +1,31 @@
-"""``rlprof breakdown PATH...``: the breakdown rows of trace files, read in a process pool (with ``--address``,
-on the nodes of a Ray cluster that hold them), cached where the layout says (never beside a file).
+"""The breakdown rows of trace files, read in a pool of worker processes, each file from its cache when current.
 
-Each file goes to the reader of the backend that writes its format (each backend names it through the
-``trace_reader`` hook, :func:`readers`), in a pool of
-worker processes; a worker returns only the rows and the file's collective calls (kilobytes),
-which are matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that
-cannot be read costs one line naming it and the reason; every other file is still reported.
+``rlprof breakdown PATH...`` (:mod:`rlprof.cli.breakdown`) reads them here, or with ``--address`` on the nodes of
+a Ray cluster that hold them (:mod:`rlprof.cli.breakdown_cluster`, which runs :func:`read_here` on each node).
 
-The rows of a file are cached, keyed to the file's size and mtime, so a second run reads no trace:
-in its run's own ``breakdown/`` folder, or for a file in no run in the cache folder
-(:func:`rlprof.layout.rows_path`); never beside the file, whose folder holds only what the backends
-wrote. On a Ray run the node that holds a trace writes that cache, and the same bytes are shipped to the controller
-(:func:`rlprof.layout.shipped_rows_path`); :func:`shipped` reads them there when the trace is not.
+Each file goes to the reader of the backend that writes its format (:mod:`rlprof.analysis.trace_readers`), in a
+pool of worker processes; a worker returns only the rows and the file's collective calls (kilobytes), which are
+matched across ranks here (:func:`rlprof.analysis.breakdown.apportion_waits`). A file that cannot be read costs
+one line naming it and the reason; every other file is still reported. The rows are kept where the layout says
+(:mod:`rlprof.analysis.rows_cache`), so a second run reads no trace; a folder is walked by
+:mod:`rlprof.analysis.trace_walk`.
 """
 
 from __future__ import annotations
 
-import argparse
-import fnmatch
 import importlib
-import json
-import logging
-import os
-import socket
-import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from rlprof.analysis.breakdown import (BREAKDOWN, LABELS, TRACE_REGION, Collective, Row, TraceEvents, apportion_waits, cell,
-                                      row_fields, rows_version, split)
-from rlprof.analysis.breakdown import columns as breakdown_columns
-from rlprof import plugins
-from rlprof.errors import EXIT_FAILED, EXIT_OK
+from rlprof.analysis.breakdown import TraceEvents, apportion_waits, split
+from rlprof.analysis.rows_cache import FileRows, _cached, _store, _without_events
+from rlprof.analysis.trace_readers import claim, readers
+from rlprof.analysis.trace_walk import collect
 from rlprof.hookspecs import TraceReader
-from rlprof.layout import CORE_DIRS, MANIFEST_DIR, ROWS_SUFFIX, new_file, rows_path
+from rlprof.row_model import Row
 
-def readers(names: Iterable[str] | None = None) -> tuple[dict[str, TraceReader], list[str]]:
-    """Backend name -> its :class:`TraceReader`, asked through the ``trace_reader`` hook of the installed
-    backends (only ``names`` when given: the backends whose files are being read), and one line, in the
-    plugin loader's shape, for each backend that failed to answer."""
-    found, problems = plugins.implementations("trace_reader", names)
-    answers: dict[str, TraceReader] = {}
-    lines = [line for _, line in problems]
-    for implementation in found:
-        try:
-            reader = implementation.call()
-        except Exception as exc:
-            lines.append(implementation.problem(f"trace_reader raised {type(exc).__name__}: {exc}"))
-            continue
-        if isinstance(reader, TraceReader):
-            answers[implementation.owner] = reader
-        elif reader is not None:
-            lines.append(implementation.problem(f"trace_reader returned {reader!r}, not a rlprof.hookspecs.TraceReader"))
-    return answers, lines
-
-
-CACHE_SUFFIX = ROWS_SUFFIX
-CACHE_VERSION = rows_version()
-"""The rows' columns and definitions (:func:`rlprof.analysis.breakdown.rows_version`); rows made by another
-version are made again: a column added to the row model, or a definition changed, invalidates old caches by itself."""
 WORKERS = 2
-
-
-@dataclass
-class FileRows:
-    """What a worker sends back for one file: its rows and what matching its collectives needs."""
-
-    trace: TraceEvents
-    """Without its event columns: path, rank, device, group, clock and collectives only."""
-    rows: list[Row]
-
-
-def reader_for(path: Path, answers: Mapping[str, TraceReader]) -> str | None:
-    """The target of the reader that claims ``path`` (:func:`claim`), or None."""
-    return claim(path, answers)[0]
-
-
-NO_READER = "no installed reader reads this kind of file"
-OWN_MARK = ".rlprof-"
-"""What rlprof's own derived files carry in their names (:data:`rlprof.layout.ROWS_SUFFIX`, rlprof-nsys's
-export suffix); an older rlprof kept them beside the traces."""
-
-
-def claim(path: Path, answers: Mapping[str, TraceReader]) -> tuple[str | None, str]:
-    """Which reader reads ``path``, asked of every installed reader's own patterns (pytest's collector asks
-    each plugin the same way): ``(target, "")``, or ``(None, why no reader reads it)``.
-
-    Among the patterns that match the file's name, the one with the most literal characters wins
-    (``trace_view.json`` over ``*.json``); a backend's :attr:`~rlprof.hookspecs.TraceReader.not_traces`
-    compete the same way, so ``profiler_info_0.json`` is torch_npu's metadata, not a Kineto trace."""
-    if OWN_MARK in path.name:
-        return None, "rlprof's own file (an older rlprof kept its caches beside the traces; safe to delete)"
-    best: tuple[int, int, str | None, str] | None = None
-    for backend, reader in answers.items():
-        for pattern in reader.patterns:
-            if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 1, reader.target, ""))
-        for pattern in reader.not_traces:
-            if fnmatch.fnmatch(path.name, pattern):
-                best = max(best or (-1, 0, None, ""), (_literal(pattern), 0, None,
-                                                       f"{backend} writes it beside its traces ({pattern}): not a trace"))
-    if best is None:
-        return None, NO_READER
-    return best[2], best[3]
-
-
-def _literal(pattern: str) -> int:
-    return len(pattern.replace("*", "").replace("?", ""))
-
-
-@dataclass
-class Collected:
-    """What :func:`collect` found: the files to read, and each file or folder passed over with the reason."""
-
-    files: list[Path]
-    skipped: list[tuple[str, str]]
-
-
-def collect(paths: Sequence[str], answers: Mapping[str, TraceReader]) -> Collected:
-    """The files named, and every file inside the folders named that an installed reader claims
-    (:func:`claim`: the readers' own patterns, a plugin's new kind included), each once. Every other
-    file in those folders is named with the reason it is passed over, and so are a run's own folders
-    (``manifest/``, ``budget/``, ``breakdown/``: rlprof's records and caches, not traces), links to
-    folders (not followed) and a folder with no file at all: nothing is passed over in silence."""
-    files: list[Path] = []
-    skipped: list[tuple[str, str]] = []
-    for name in paths:
-        path = Path(name)
-        if not path.is_dir():
-            files.append(path)  # named: read, or its reason said by breakdown()
-            continue
-        seen = 0
-        for directory, folders, names in os.walk(path):
-            here = Path(directory)
-            own = set(CORE_DIRS) if MANIFEST_DIR in folders else set()  # a run directory
-            for folder in sorted(folders):
-                if folder in own:
-                    skipped.append((str(here / folder), f"rlprof's own folder ({folder}), not traces"))
-                elif (here / folder).is_symlink():
-                    skipped.append((str(here / folder), "a link to a folder, not followed"))
-            folders[:] = sorted(f for f in folders if f not in own and not (here / f).is_symlink())
-            for file in sorted(names):
-                seen += 1
-                target, why = claim(here / file, answers)
-                if target is not None:
-                    files.append(here / file)
-                else:
-                    skipped.append((str(here / file), why))
-        if not seen:
-            skipped.append((str(path), "no file in this folder"))
-    return Collected(list(dict.fromkeys(files)), skipped)
-
-
-def readers_line(answers: Mapping[str, TraceReader]) -> str:
-    """What the installed readers read, in one line (said once when a file no reader reads was passed over)."""
-    return "; ".join(f"{backend}: {', '.join(reader.patterns)}" for backend, reader in sorted(answers.items()))
 
 
 def file_rows(path: str, target: str) -> FileRows:
@@ -196,18 +65,6 @@ def breakdown(paths: Sequence[Path], workers: int = WORKERS, answers: Mapping[st
     return [row for result in results for row in result.rows], errors
 
 
-def shipped(rows_file: Path, trace: str, size: int) -> FileRows | None:
-    """The rows a node shipped for ``trace`` (its path there), read from ``rows_file`` on this disk;
-    None when there are none, or they were made from a file of another size than ``size`` (the
-    manifest's record of the trace; 0: unknown) or by another version of this analysis."""
-    data = _rows_data(str(rows_file))
-    if data is None or data.get("key", {}).get("version") != CACHE_VERSION:
-        return None
-    if size and data["key"].get("size") != size:
-        return None  # the trace changed after its node read it: its rows would be stale
-    return _file_rows(data, trace)
-
-
 def _run(jobs: list[tuple[str, str]], workers: int) -> list[FileRows | str]:
     if len(jobs) <= 1 or workers <= 1:
         return [_attempt(path, target) for path, target in jobs]
@@ -231,203 +88,8 @@ def _load(target: str) -> Callable[[str], TraceEvents]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _without_events(trace: TraceEvents) -> TraceEvents:
-    return TraceEvents(path=trace.path, rank=trace.rank, device=trace.device, group=trace.group,
-                       clock_ms=trace.clock_ms, collectives=trace.collectives)
-
-
-def _key(path: str) -> dict[str, int]:
-    stat = os.stat(path)
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "version": CACHE_VERSION}
-
-
-def _cached(path: str) -> FileRows | None:
-    kept = rows_path(path)
-    data = _rows_data(str(kept)) if kept is not None else None
-    if data is None or data.get("key") != _key(path):
-        return None  # no cache, another version's, or the file changed since: read the trace again
-    return _file_rows(data, path)
-
-
-def _rows_data(rows_file: str) -> dict | None:
-    try:
-        with open(rows_file, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _file_rows(data: dict, path: str) -> FileRows | None:
-    """A rows file's content as the :class:`FileRows` of the trace at ``path``; None when damaged."""
-    try:
-        meta = data["trace"]
-        trace = TraceEvents(path=path, rank=meta["rank"], device=meta["device"], group=meta["group"],
-                            clock_ms=meta["clock_ms"], collectives=[Collective(*c) for c in meta["collectives"]])
-        rows = [Row(**{**row, "path": path}) for row in data["rows"]]
-    except (KeyError, TypeError, ValueError):
-        return None
-    return FileRows(trace, rows)
-
-
-def rows_document(result: FileRows, key: dict[str, int]) -> dict:
-    """A trace's rows file (its cache, :func:`rlprof.layout.rows_path`; the same bytes travel from its node to a Ray
-    controller): ``key`` (the file's size, mtime and :data:`CACHE_VERSION`), the trace's rank, device,
-    group, clock and collective calls (for the waits across ranks), and its rows."""
-    trace = result.trace
-    return {"key": key, "trace": {"rank": trace.rank, "device": trace.device, "group": trace.group,
-                                  "clock_ms": trace.clock_ms,
-                                  "collectives": [[c.name, c.ordinal, c.start, c.end, c.launch] for c in trace.collectives]},
-            "rows": [vars(row) for row in result.rows]}
-
-
-def _store(path: str, result: FileRows) -> None:
-    """Keep the rows where the layout says (:func:`rlprof.layout.rows_path`: the run's own ``breakdown/``
-    folder, else the cache folder), never beside the trace; nothing where there is no such place or it
-    cannot be written (a run on a read-only disk, a link planted as the folder: never followed)."""
-    target = rows_path(path)
-    if target is None:
-        return
-    data = json.dumps(rows_document(result, _key(path))).encode()
-    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        with new_file(temporary, target.parent) as handle:
-            handle.write(data)
-        os.replace(temporary, target)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-
-
-def _chosen(rows: list[Row], steps: bool, regions: bool) -> list[Row]:
-    """``--steps``: the ``ProfilerStep#N`` rows; ``--regions``: the other named regions; neither: all rows."""
-    if not steps and not regions:
-        return rows
-    is_step = lambda row: row.region.startswith("ProfilerStep#")  # noqa: E731
-    return [row for row in rows if (steps and is_step(row)) or (regions and not is_step(row) and row.region != TRACE_REGION)]
-
-
-def _table(rows: list[Row]) -> str:
-    """The text table: the columns :class:`~rlprof.analysis.breakdown.Row` lists for ``rlprof breakdown``."""
-    columns = breakdown_columns(BREAKDOWN)
-    heads = [LABELS[c] for c in columns]
-    widths = [max(12, len(h) + 2) for h in heads]
-    lines = []
-    for path in dict.fromkeys(row.path for row in rows):
-        mine = [row for row in rows if row.path == path]
-        lines.append(f"{path} (rank {mine[0].rank}, {mine[0].device})")
-        width = max(len(row.region) for row in mine) + 2
-        lines.append(f"  {'region':<{width}}{'step':>5}" + "".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
-        for row in mine:
-            cells = "".join(f"{cell(row, c):>{w}}" for c, w in zip(columns, widths))
-            lines.append(f"  {row.region:<{width}}{'' if row.step is None else row.step:>5}{cells}")
-    return "\n".join(lines)
-
-
-class ClusterUnreachable(RuntimeError):
-    """``--address`` names no Ray cluster this process can join (the message is the user's one line)."""
-
-
-def on_cluster(address: str, paths: Sequence[str],
-               timeout_s: float = 600.0) -> tuple[list[Row], list[tuple[str, str]], list[tuple[str, str]]]:
-    """``rlprof breakdown --address``: each path read on the node of a running Ray cluster that holds it
-    (a task pinned there with ``NodeAffinitySchedulingStrategy``, on no CPU a job reserved), so only its
-    rows come back; waits are then matched across every node's files here. Which node holds a path is
-    asked of the nodes themselves (one ``os.path.exists`` task each): a path is where it is, whatever
-    a manifest once said. A path no node holds costs one line. Returns the rows, ``(path, reason)`` of
-    each file that could not be read, and of each file or folder a node's walk passed over (:func:`collect`).
-
-    :raises ClusterUnreachable: Ray is not installed, or no cluster answers at ``address``.
-    """
-    try:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    except ImportError:
-        raise ClusterUnreachable("--address needs Ray (pip install 'ray[default]')") from None
-    unreachable = _unreachable(address)
-    if unreachable:
-        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {unreachable}")
-    try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, a bad address (ValueError), Ray's own errors
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ClusterUnreachable(f"cannot reach a Ray cluster at {address}: {reason}") from None
-    try:
-        def on(node: str):
-            return {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
-
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-        held = dict(zip(nodes, _answers([ray.remote(_held_here).options(**on(n)).remote(list(paths)) for n in nodes],
-                                        timeout_s)))
-        where: dict[str, list[str]] = {}
-        errors = []
-        for path in paths:
-            node = next((n for n in nodes if isinstance(held[n], set) and path in held[n]), None)
-            if node is None:
-                errors.append((path, "on no node of the cluster"))
-            else:
-                where.setdefault(node, []).append(path)
-        answers = _answers([ray.remote(_read_here).options(**on(n)).remote(mine) for n, mine in where.items()], timeout_s)
-    finally:
-        ray.shutdown()
-    results, skipped = [], []
-    for mine, answer in zip(where.values(), answers):
-        if isinstance(answer, str):
-            errors += [(path, answer) for path in mine]
-        else:
-            results += answer[0]
-            errors += answer[1]
-            skipped += answer[2]
-    apportion_waits([(result.trace, result.rows) for result in results])
-    return [row for result in results for row in result.rows], errors, skipped
-
-
-def _answers(refs: list, timeout_s: float) -> list:
-    """Each task's value, or one line saying why there is none (a node's failure costs its files only)."""
-    import ray
-
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
-    found = []
-    for ref in refs:
-        if ref not in ready:
-            found.append(f"no answer from its node within {timeout_s:.0f} s")
-            continue
-        try:
-            found.append(ray.get(ref))
-        except Exception as exc:
-            found.append(f"the task on its node failed: {type(exc).__name__}")
-    return found
-
-
-CONNECT_S = 5.0
-"""How long ``--address host:port`` is given to accept a connection before it is called unreachable."""
-
-
-def _unreachable(address: str) -> str | None:
-    """Why nothing listens at ``address``'s ``host:port`` (None: something does, or the address is
-    ``auto``, which Ray resolves itself and fails fast on). Asked first because ``ray.init`` retries
-    an address where nothing listens for ever, printing a warning every few seconds."""
-    host, _, port = address.rpartition("://")[2].rpartition(":")
-    if not host:
-        return None
-    try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_S):
-            return None
-    except ValueError:
-        return f"{port!r} is not a port number"
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-
-
-def _held_here(paths: list[str]) -> set[str]:
-    """On one node: which of ``paths`` are there."""
-    return {path for path in paths if os.path.exists(path)}
-
-
-def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
-    """On the node holding ``paths``: their rows (one file at a time, from each one's cache when it
+def read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]], list[tuple[str, str]]]:
+    """On the node holding ``paths`` (one task of ``rlprof breakdown --address``): their rows (one file at a time, from each one's cache when it
     is current), the reason for each file that has none, and what the walk of its folders passed over."""
     answers, _ = readers()
     collected = collect(paths, answers)
@@ -442,44 +104,3 @@ def _read_here(paths: list[str]) -> tuple[list[FileRows], list[tuple[str, str]],
     return results, errors, collected.skipped
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="rlprof breakdown",
-        description="Inside each region of trace files: compute, exposed communication, copies and idle "
-                    "(ms; definitions in docs/analysis.md, 'Inside a region').")
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or directories holding them")
-    parser.add_argument("--json", action="store_true", help='print {"rows": [...], "errors": [...], "skipped": [...]}')
-    parser.add_argument("--steps", action="store_true", help="only the ProfilerStep#N rows")
-    parser.add_argument("--regions", action="store_true", help="only the named regions (annotations, role regions)")
-    parser.add_argument("--workers", type=int, default=WORKERS, help=f"processes reading files (default {WORKERS})")
-    parser.add_argument("--address", metavar="ADDR",
-                        help="a running Ray cluster (host:port, or auto): each file is read on the node that holds it, "
-                             "only its rows come back")
-    args = parser.parse_args(argv)
-    answers, problems = readers()
-    if args.address:
-        try:
-            rows, errors, skipped = on_cluster(args.address, args.paths)
-        except ClusterUnreachable as exc:
-            print(f"rlprof breakdown: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-    else:
-        for line in problems:
-            print(f"rlprof breakdown: {line}", file=sys.stderr)
-        collected = collect(args.paths, answers)
-        skipped = collected.skipped
-        rows, errors = breakdown(collected.files, workers=args.workers, answers=answers)
-    rows = _chosen(rows, args.steps, args.regions)
-    for path, reason in errors:
-        print(f"rlprof breakdown: {path}: {reason}", file=sys.stderr)
-    for path, reason in skipped:
-        print(f"rlprof breakdown: {path}: skipped: {reason}", file=sys.stderr)
-    if any(reason == NO_READER for _, reason in skipped):
-        print(f"rlprof breakdown: the installed readers read {readers_line(answers)}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({"rows": [row_fields(row) for row in rows],
-                          "errors": [{"path": path, "reason": reason} for path, reason in errors],
-                          "skipped": [{"path": path, "reason": reason} for path, reason in skipped]}, indent=1))
-    elif rows:
-        print(_table(rows))
-    return EXIT_OK if rows or not (errors or skipped) else EXIT_FAILED

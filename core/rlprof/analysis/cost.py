@@ -44,7 +44,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Iterable
 
-from rlprof.analysis.intervals import length, union
+from rlprof.intervals import length, union
 
 COST_WARN_SHARE = 0.20
 """Profiling taking more than this share of a profiled step is worth a warning."""

@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from rlprof.analysis.anatomy import REPLICAS_AFTER, RankTime, process_name
-from rlprof.analysis.breakdown import LABELS, PARTS, REPORT, Row, columns, known, shown
-from rlprof.analysis.breakdown_files import FileRows, breakdown, reader_for, readers, shipped
+from rlprof.row_model import LABELS, WINDOW_PARTS, REPORT, Row, columns, known, shown
+from rlprof.analysis.rows_cache import FileRows, shipped
+from rlprof.analysis.breakdown_files import breakdown
+from rlprof.analysis.trace_readers import reader_for, readers
 from rlprof.analysis.noise import MARGIN, between_processes, others_medians, stands_clear
 from rlprof.analysis.runs import File, RunReport
 from rlprof.layout import shipped_rows_path
 
-COMPONENTS = PARTS
-"""The four parts of a region's window (they add up to it), in the order every listing shows them."""
 SHOWN = columns(REPORT)
-"""What the report's table and the HTML page show per region (the :class:`~rlprof.analysis.breakdown.Row`
+"""What the report's table and the HTML page show per region (the :class:`~rlprof.row_model.Row`
 columns listed there: the parts, then every copy's time)."""
 
 SKEW_FLAG = MARGIN
@@ -55,7 +55,7 @@ WAIT_SHOWN = 0.05
 class Split(Row):
     """One process in one region in one step: the rows of its trace(s) for that region, added up when the
     region ran twice (:meth:`Row.add`); ``rank`` and ``step`` are the manifest's. Every column of
-    :class:`~rlprof.analysis.breakdown.Row` is here: a column added there reaches the report's JSON,
+    :class:`~rlprof.row_model.Row` is here: a column added there reaches the report's JSON,
     text and HTML without a word here."""
 
     replica_rank: int | None = None
@@ -210,14 +210,14 @@ def _skews(splits: list[Split], step_ms: dict[int, float]) -> list[Skew]:
     steps: dict[tuple[str, str], list[dict[str, float]]] = {}
     """(region, component) -> per step, each process's value"""
     for (_, region), members in cells.items():
-        for component in COMPONENTS:
+        for component in WINDOW_PARTS:
             steps.setdefault((region, component), []).append({s.name: getattr(s, component) for s in members})
     noise = {key: between_processes(values) for key, values in steps.items()}
     skews = []
     for (step, region), members in cells.items():
         if len(members) < 2:
             continue
-        for component in COMPONENTS:
+        for component in WINDOW_PARTS:
             values = {s.name: getattr(s, component) for s in members}
             mean = statistics.fmean(values.values())
             if mean > 0:
@@ -293,7 +293,7 @@ def components(report: RunReport, region: str, name: str | None = None) -> dict[
     if not per_process:
         return None
     return {c: statistics.median(statistics.median(getattr(s, c) for s in splits) for splits in per_process.values())
-            for c in COMPONENTS}
+            for c in WINDOW_PARTS}
 
 
 def moved(a: RunReport, b: RunReport, region: str, name: str | None = None) -> str | None:
@@ -302,7 +302,7 @@ def moved(a: RunReport, b: RunReport, region: str, name: str | None = None) -> s
     before, after = components(a, region, name), components(b, region, name)
     if before is None or after is None:
         return None
-    component = max(COMPONENTS, key=lambda c: abs(after[c] - before[c]))
+    component = max(WINDOW_PARTS, key=lambda c: abs(after[c] - before[c]))
     change = after[component] - before[component]
     return f"{LABELS[component]} {change:+.2f} ms" if abs(change) >= 0.005 else None
 

@@ -1,11 +1,11 @@
-"""``python -m rlprof.analysis.late_split JOB``: a profiled step's split finished after its processes ended.
+"""A profiled step's split finished after its processes ended (``python -m rlprof.cli.late_split JOB`` runs it).
 
 Why: the end of a run waits for nothing it does not need (issue 49). A process that ends while its last traces
 are still being analysed for the step metrics (a plain Profiler's last profiled step is written at finalize; a
 100k-event trace takes seconds to read) hands them on (:meth:`rlprof.runtime.split_analyser.SplitAnalyser.hand_off`)
 instead of waiting; the step's book (:class:`rlprof.runtime.step_book.StepBook`, the process's own or the run's
-driver) writes a job file in ``<run>/late_splits/`` and starts this program, in a session of its own at the
-lowest priority, not ended with the process that started it.
+driver) writes a job file in ``<run>/late_splits/`` and starts its program (:mod:`rlprof.cli.late_split`, which calls
+:func:`run_job`), in a session of its own at the lowest priority, not ended with the process that started it.
 
 The job (JSON): ``step``, ``run``, ``metrics`` (the step metrics file), ``processes``: per process, the
 ``figures`` its files already answered (``[[role, region, figures], ...]``) and the files handed on (``late``:
@@ -20,11 +20,9 @@ or a tracker: the run has ended.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from rlprof.priority import lowest
 from rlprof.step_metrics import StepMetricsRecord, add_region_figures, combine, split_metrics
 
 
@@ -77,23 +75,11 @@ def wait(run_dir: Path, timeout_s: float = 120.0) -> bool:
     return True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m rlprof.analysis.late_split JOB", file=sys.stderr)
-        return 2
-    lowest(outlive_parent=True)  # beside whatever runs now; it must outlive the process that started it
-    job_path = Path(args[0])
-    try:
-        job = json.loads(job_path.read_text())
-        root = job_path.parent.parent  # <run>/late_splits/JOB
-        finish(job, root)
-    except Exception as exc:  # one line, never a traceback: the report splits the traces itself
-        print(f"rlprof: the late split of {job_path.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+def run_job(job_path: Path) -> None:
+    """Finish the split of the job file at ``job_path`` and remove it (left in place when finishing failed: the
+    split was not written).
+
+    :raises Exception: reading the job or writing the line failed (the caller says it in one line)."""
+    job = json.loads(job_path.read_text())
+    finish(job, job_path.parent.parent)  # <run>/late_splits/JOB
     job_path.unlink(missing_ok=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
 from rlprof.analysis.anatomy import process_name, replica_ranks, timing_record
-from rlprof.analysis.intervals import Union, clip, difference, intersection, length, union
+from rlprof.intervals import Union, clip, difference, intersection, length, union
 from rlprof.manifest import (FRAMEWORK_IDLE_RECORD, STALENESS_RECORD, FrameworkIdleRecord, StalenessRecord, read_record,
                              record_fields, required)
 

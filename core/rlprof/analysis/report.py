@@ -1,4 +1,4 @@
-"""``rlprof report RUN [RUN ...] [--run ID] [--json] [--html [-o FILE] [--force]]``: what a run captured and where its steps' time went.
+"""A run's report as text: what it captured and where its steps' time went (``rlprof report``, :mod:`rlprof.cli.report`).
 
 Use it after a run, on one machine or over every node's ``save_path`` at once (save paths are
 node-local; each process wrote its own manifest, so directories copied from several nodes merge).
@@ -18,38 +18,32 @@ cached in the run's ``breakdown/`` folder, never beside a trace; ``--no-traces``
 * the **verdict** (:func:`verdict`): what the plan expected but did not get — a step x role a
   backend wrote nothing for, fewer capture windows than planned, processes that never finalized,
   backend errors, workers the Ray controller lost — and, when nothing was captured at all, why.
-
-Exit status: 0 every run is ok, 1 a run captured nothing or misses something, 2 no manifests / usage.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Sequence
 
-from rlprof.analysis.compute import add_compute, compute_lines
+from rlprof.analysis.compute import compute_lines
 from rlprof.analysis.cost import ProfilingCost
-from rlprof.analysis.anatomy import STRAGGLER_PCT, Anatomy, RankTime, process_name
-from rlprof.analysis.details import DETAILS_HOOK, add_details
-from rlprof.analysis.inside import add_inside, inside_lines
+from rlprof.analysis.anatomy import Anatomy, RankTime, process_name
+from rlprof.analysis.details import add_details
+from rlprof.analysis.inside import inside_lines
 from rlprof.analysis.overlap import MISSING_NOTE, Overlap
 from rlprof.analysis.timeline import DEFAULT_OUTPUT as TIMELINE_DEFAULT
 from rlprof.analysis.step_series import series_lines
-from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index, size_text
-from rlprof.analysis.traces import is_chrome_trace
-from rlprof.analysis.verdict import Verdict, problem_lines, report_dict, verdict, verdict_lines
+from rlprof.analysis.runs import File, RunReport, build_report, build_reports, role_index
+from rlprof.analysis.traces import TraceFiles
+from rlprof.analysis.verdict import Verdict, problem_lines, verdict, verdict_lines
 from rlprof.invocation import rlprof_command
 from rlprof.manifest import short_node
-from rlprof.output_file import OutputRefused, add_arguments as add_output_arguments, choose as choose_output
+from rlprof.sizes import size_text
 
-__all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "main", "problem_lines", "render",
+__all__ = ["RunReport", "Verdict", "add_details", "build_report", "build_reports", "problem_lines", "render",
            "role_index", "size_text", "verdict", "verdict_lines"]
 
-EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 HTML_DEFAULT = "report.html"
 """Where ``--html`` writes without ``-o`` (in the working directory; ``report.1.html``... when taken)."""
 FILES_SHOWN = 24
@@ -84,7 +78,8 @@ def render(report: RunReport) -> str:
         rlprof = rlprof_command()  # as this user started it, so the lines run when pasted
         lines.append("")
         # No -o: each command names its file itself and never replaces one (timeline.1.json when pasted again).
-        if any(is_chrome_trace(Path(f.path)) for f in report.files):  # only what the selected backends wrote
+        traces = TraceFiles(f.backend for f in report.files)
+        if any(traces.is_chrome(f.backend, Path(f.path)) for f in report.files):  # only what the selected backends wrote
             lines.append(f"next: {rlprof} timeline {run} --with-traces   (writes {TIMELINE_DEFAULT}: every rank on one timeline, ui.perfetto.dev)")
         else:
             lines.append(f"next: {rlprof} timeline {run}   (writes {TIMELINE_DEFAULT}: every rank's regions on one timeline, ui.perfetto.dev)")
@@ -396,65 +391,3 @@ def _list(values: Sequence[int]) -> str:
 def _shown(path: str) -> str:
     relative = os.path.relpath(path)
     return relative if not relative.startswith("..") else path
-
-
-# ----------------------------------------------------------------------------------- command
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof report", description="Where each profiled step's time went, per region and rank, and what the run captured or missed.")
-    parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
-    parser.add_argument("--run", default=None, help="only the run with this id (or unique prefix); default: every run found, newest first")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--html", action="store_true", help="write a self-contained HTML page (to -o FILE, else report.html)")
-    add_output_arguments(parser, default=HTML_DEFAULT, what="where --html writes")
-    parser.add_argument("--straggler-pct", type=float, default=STRAGGLER_PCT,
-                        help=f"flag a rank more than this many percent over the other ranks' median in a region, beyond the "
-                             f"run's own noise (default {STRAGGLER_PCT:g}; docs/analysis.md, \"Noise\")")
-    parser.add_argument("--no-details", action="store_true", help=f"do not ask backends for per-file details (their {DETAILS_HOOK} hook)")
-    parser.add_argument("--no-traces", action="store_true",
-                        help="do not read the run's traces for the split inside each region (compute / exposed comm / memory / idle)")
-    opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if opts.output is not None and not opts.html:
-        parser.error("-o FILE is where --html writes: add --html")
-    if opts.html:
-        try:
-            target = choose_output(opts.output, default=HTML_DEFAULT, force=opts.force)
-        except OutputRefused as refused:
-            print(f"rlprof report: {refused}", file=sys.stderr)
-            return EXIT_USAGE
-    absent = [p for p in opts.paths if not Path(p).exists()]
-    if absent:
-        print(f"rlprof report: not found: {', '.join(absent)}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        reports = build_reports(opts.paths, run=opts.run, straggler_pct=opts.straggler_pct)
-    except LookupError as exc:
-        print(f"rlprof report: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if not reports:
-        print(f"rlprof report: no rlprof manifests under {', '.join(opts.paths)}: nothing was profiled there", file=sys.stderr)
-        return EXIT_USAGE
-    if not opts.no_details:
-        add_details(reports, warn=lambda line: print(line, file=sys.stderr))
-    if not opts.no_traces:
-        add_inside(reports, warn=lambda line: print(line, file=sys.stderr))
-    add_compute(reports)
-    if opts.html:
-        from rlprof.analysis.html import render_page
-
-        try:
-            with target.writing() as handle:
-                handle.write(render_page(reports))
-        except OutputRefused as refused:  # the name was taken while the page was built
-            print(f"rlprof report: {refused}", file=sys.stderr)
-            return EXIT_USAGE
-        except OSError as exc:
-            print(f"rlprof report: cannot write {target.path}: {exc}", file=sys.stderr)
-            return EXIT_PROBLEMS
-        print(f"rlprof report: wrote {target.said()} ({len(reports)} run{'s' if len(reports) != 1 else ''})", file=sys.stderr)
-    if opts.json:
-        print(json.dumps({"runs": [report_dict(r) for r in reports]}, indent=1))
-    elif not opts.html:
-        print("\n\n".join(render(r) for r in reports))
-    return EXIT_OK if all(r.ok for r in reports) else EXIT_PROBLEMS

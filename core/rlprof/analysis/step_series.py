@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from rlprof.intervals import length, union
 from rlprof.step_metrics import FILE, PREFIX, STEP, metrics_files, read_step_metrics
 
 KINDS = ("profiled", "requested", "triggered")
@@ -147,7 +148,7 @@ def _role_times(timings: Mapping[str, Any], metrics: Mapping[str, Any]) -> tuple
                 continue
         out: dict[str, float] = {}
         for (role, _rank), spans in intervals.items():
-            out[role] = max(out.get(role, 0.0), _union(spans))
+            out[role] = max(out.get(role, 0.0), length(union(spans)))
         return out, True
     out = {}
     for name, value in metrics.items():
@@ -155,16 +156,6 @@ def _role_times(timings: Mapping[str, Any], metrics: Mapping[str, Any]) -> tuple
         if len(parts) == 4 and parts[0] == PREFIX and parts[1] != STEP and parts[3] == "slowest_s" and isinstance(value, (int, float)):
             out[parts[1]] = max(out.get(parts[1], 0.0), float(value))
     return out, not out
-
-
-def _union(spans: list[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    for a, b in sorted(s for s in spans if s[1] > s[0]):
-        if end is None or a > end:
-            total, end = total + b - a, b
-        elif b > end:
-            total, end = total + b - end, b
-    return total
 
 
 def _marks(captures: Sequence[Mapping[str, Any]], profiled: set[int], breakdown: set[int]) -> tuple[Mark, ...]:

@@ -1,9 +1,8 @@
-"""``python -m rlprof.analysis.step_split TRACE --roles actor,ref --steps 2``: one trace's split per step and
-role region, for the step metrics while the run goes on (issue 42).
+"""One trace's split per step and role region, for the step metrics while the run goes on (issue 42).
 
-Why a module run as a program: a profiled step's split (compute, exposed communication, exposed memory, idle,
-and the peak memory allocated where the capture recorded memory) reaches the experiment tracker during the
-run, so a process that profiles has its own traces analysed as they are written
+The program ``python -m rlprof.cli.step_split TRACE --roles actor,ref --steps 2`` prints it. Why a program:
+a profiled step's split (compute, exposed communication, exposed memory, idle, and the peak memory allocated
+where the capture recorded memory) reaches the experiment tracker during the run, so a process that profiles has its own traces analysed as they are written
 (:mod:`rlprof.runtime.split_analyser`). Reading a trace takes seconds of CPU and the memory of its events;
 in a process of its own at the lowest priority (:mod:`rlprof.priority`) that cost never lands on the training thread,
 its interpreter lock or its heap.
@@ -27,18 +26,14 @@ A region seen twice in a step (entered twice) adds up.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from typing import Any, Iterable, Sequence
 
-from rlprof.priority import lowest
-from rlprof.step_metrics import FLOPS, PEAK, PEAK_KEYS, UNCOUNTED, add_region_figures
+from rlprof.step_metrics import FIGURE_COLUMNS, FLOPS, PEAK, PEAK_KEYS, UNCOUNTED, add_region_figures
 
-PARTS = {"compute_ms": "compute_ms", "exposed_comm_ms": "exposed_communication_ms",
-         "exposed_memory_ms": "exposed_memory_ms", "idle_ms": "idle_ms", "window_ms": "window_ms"}
-"""A process figure -> the :class:`~rlprof.analysis.breakdown.Row` column it sums (the parts a driver divides by
-``window_ms``: :data:`rlprof.step_metrics.SPLIT_PARTS`)."""
+TIMES = tuple(name for name in FIGURE_COLUMNS if name not in (PEAK, FLOPS, UNCOUNTED, *PEAK_KEYS))
+"""The figures that are times (the window's parts and the window), each read from its
+:class:`~rlprof.row_model.Row` column (:data:`rlprof.step_metrics.FIGURE_COLUMNS`); the others are the peak
+allocated, the counted FLOPs, the uncounted operators and the device's peak."""
 
 
 class NotATrace(ValueError):
@@ -60,8 +55,8 @@ def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int]
         step = row.step if row.step is not None else default
         if role is None or step is None:
             continue
-        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(PARTS, 0.0) | {PEAK: None})
-        add_region_figures(figures, {**{name: float(getattr(row, column) or 0.0) for name, column in PARTS.items()},
+        figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(TIMES, 0.0) | {PEAK: None})
+        add_region_figures(figures, {**{name: float(getattr(row, FIGURE_COLUMNS[name]) or 0.0) for name in TIMES},
                                      PEAK: getattr(row, PEAK, None),  # a row of a reader without memory
                                      **{name: getattr(row, name, None) for name in (FLOPS, UNCOUNTED, *PEAK_KEYS)}})
     return out
@@ -73,7 +68,8 @@ def analyse(path: str, roles: Sequence[str], steps: Sequence[int] = ()) -> dict[
     :raises NotATrace: no installed reader reads it (the reason)."""
     from pathlib import Path
 
-    from rlprof.analysis.breakdown_files import claim, file_rows, readers
+    from rlprof.analysis.trace_readers import claim, readers
+    from rlprof.analysis.breakdown_files import file_rows
 
     answers, _ = readers()
     target, why = claim(Path(path), answers)
@@ -82,29 +78,3 @@ def analyse(path: str, roles: Sequence[str], steps: Sequence[int] = ()) -> dict[
     return step_figures(file_rows(path, target).rows, roles, steps)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlprof.analysis.step_split",
-                                     description="One trace's split per step and role region, as JSON (the step metrics).")
-    parser.add_argument("trace", help="a trace file an installed reader reads")
-    parser.add_argument("--roles", required=True, help="the process's roles, comma-separated (actor,ref)")
-    parser.add_argument("--steps", default="", help="the capture's steps, comma-separated (a row of no step: the one step)")
-    args = parser.parse_args(argv)
-    lowest()  # beside training: only a core nothing else wants (rlprof.priority)
-    roles = [r for r in args.roles.split(",") if r]
-    try:
-        steps = [int(s) for s in args.steps.split(",") if s]
-        found = analyse(args.trace, roles, steps)
-    except NotATrace as exc:
-        print(json.dumps({"steps": {}, "skipped": str(exc)}))
-        return 0
-    except Exception as exc:  # one line for the caller's log, never a traceback
-        reason = str(exc).splitlines()[0] if str(exc) else ""
-        print(json.dumps({"error": f"{type(exc).__name__}: {reason}"[:300]}))
-        return 1
-    print(json.dumps({"steps": {str(step): [[role, region, figures] for (role, region), figures in sorted(regions.items())]
-                                for step, regions in sorted(found.items())}}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

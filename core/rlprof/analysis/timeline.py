@@ -1,4 +1,4 @@
-"""``rlprof timeline RUN [-o FILE [--force]] [--with-traces] [--steps 1,2] [--run ID]``: one trace for the whole run.
+"""One Chrome trace for a whole run, from its manifests (``rlprof timeline``, :mod:`rlprof.cli.timeline`).
 
 Use it to see every rank of a run side by side in Perfetto (https://ui.perfetto.dev),
 chrome://tracing or Holistic Trace Analysis, instead of opening one file per rank per capture.
@@ -16,36 +16,28 @@ From the manifests alone it writes a Chrome trace-event JSON file with
   window, a slice per weight sync end to end, a marker where each version begins, and an arrow from the
   trainer's ``actor_weight_send`` to each replica's ``rollout_weight_load`` of the version.
 
-``--with-traces`` also merges the events of the Chrome traces the backends wrote (rlprof-torch's
-``*.pt.trace.json.gz``) for the steps asked, each under its rank's process on tracks named
+``--with-traces`` also merges the events of the Chrome traces the backends wrote (the files each backend's
+own reader claims as Chrome traces: rlprof-torch's ``*.pt.trace.json.gz``, a plugin's own kind) for the steps asked, each under its rank's process on tracks named
 ``torch · <thread>``, placed on the manifest's clock (:mod:`rlprof.analysis.traces` explains the alignment).
 Times in the file are microseconds since the run's first recorded step (``otherData.rlprof.origin_ns``).
 
-Without ``-o`` it writes ``timeline.json`` in the working directory, or ``timeline.1.json``... when that
-exists; an existing ``-o FILE`` is replaced only with ``--force`` (:mod:`rlprof.output_file`).
-
-Exit status: 0 written; 1 nothing to draw (no timings in the manifest) or the file cannot be written;
-2 usage (no manifests, unknown run, ``-o`` names a file that exists and ``--force`` was not given).
+Without ``-o`` the command writes ``timeline.json`` (:data:`DEFAULT_OUTPUT`) in the working directory, or
+``timeline.1.json``... when that exists; an existing ``-o FILE`` is replaced only with ``--force``
+(:mod:`rlprof.cli.output_file`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from rlprof.analysis.anatomy import process_name, process_order, replica_ranks, timing_record
-from rlprof.manifest import read_records
-from rlprof.output_file import OutputRefused, Target, add_arguments as add_output_arguments, choose as choose_output
 from rlprof.analysis.overlap import LOAD, SEND, VersionOverlap, overlap_of
-from rlprof.analysis.runs import locate, role_index, without_copies
-from rlprof.analysis.traces import chrome_traces, clock_offset_ns, load_trace
+from rlprof.analysis.runs import role_index
+from rlprof.analysis.traces import TraceFiles, clock_offset_ns, load_trace
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 STEPS_TID = 0
 """The ``steps`` track of every process; roles follow at ``1 + role index``; merged trace tracks from :data:`TRACE_TID`."""
 TRACE_TID = 1000
@@ -207,12 +199,16 @@ def _merged_trace_events(records, processes, origin, wanted, warn) -> Iterator[d
             per_capture = anchors.setdefault((_key(r), r.get("capture")), {})
             per_capture[r["region"]] = min(per_capture.get(r["region"], r["start_ns"]), r["start_ns"])
     seen: set[str] = set()
-    for file_index, a in enumerate(r for r in records if r.get("type") == "artifact"):
+    artifacts = [r for r in records if r.get("type") == "artifact"]
+    files = TraceFiles(str(a.get("backend")) for a in artifacts)
+    for line in files.problems:
+        warn(line)
+    for file_index, a in enumerate(artifacts):
         proc = processes.get(_key(a))
         steps = set(a.get("steps") or [])
         if proc is None or (wanted is not None and not steps & wanted):
             continue
-        for path in chrome_traces(Path(a["_run_dir"]) / a["path"]):
+        for path in files.chrome_traces(str(a.get("backend")), Path(a["_run_dir"]) / a["path"]):
             if str(path) in seen:
                 continue
             seen.add(str(path))
@@ -282,95 +278,15 @@ DEFAULT_OUTPUT = "timeline.json"
 """Where the timeline goes without ``-o`` (in the working directory; ``timeline.1.json``... when taken)."""
 
 
-def write_timeline(events: Iterable[dict[str, Any]], output: Target, other: dict[str, Any]) -> int:
-    """Stream the events into ``output`` (through a temporary file: an interrupted write leaves
-    nothing half-written, :meth:`rlprof.output_file.Target.writing`); returns how many."""
+def write_timeline(events: Iterable[dict[str, Any]], handle: IO[str], other: dict[str, Any]) -> int:
+    """Stream the events into ``handle`` as one trace-event JSON document (the command opens it so that an
+    interrupted write leaves nothing half-written: :meth:`rlprof.cli.output_file.Target.writing`); returns how many."""
     count = 0
-    with output.writing() as handle:
-        handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
-        for event in events:
-            handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
-            count += 1
-        handle.write("\n]}\n")
+    handle.write('{"displayTimeUnit": "ms", "otherData": {"rlprof": ' + json.dumps(other) + '}, "traceEvents": [\n')
+    for event in events:
+        handle.write((",\n" if count else "") + json.dumps(event, separators=(",", ":")))
+        count += 1
+    handle.write("\n]}\n")
     return count
 
 
-def parse_steps(text: str) -> list[int]:
-    """``1,3,5-7`` -> ``[1, 3, 5, 6, 7]``. :raises ValueError: anything else."""
-    steps: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        first, dash, last = part.partition("-")
-        steps += list(range(int(first), int(last) + 1)) if dash else [int(first)]
-    if not steps:
-        raise ValueError(text)
-    return steps
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlprof timeline", description="One Chrome/Perfetto trace of a whole run: a process per rank, a track per role, every profiled step's regions.")
-    parser.add_argument("paths", nargs="+", metavar="RUN", help="save paths (one per node), run directories or manifest files")
-    add_output_arguments(parser, default=DEFAULT_OUTPUT, what="the trace to write (.json)")
-    parser.add_argument("--run", default=None, help="the run id (or unique prefix); default: the newest run found")
-    parser.add_argument("--steps", default=None, metavar="1,2,5-7", help="only these profiled steps (default: all)")
-    parser.add_argument("--with-traces", action="store_true", help="also merge the backends' Chrome traces of those steps, aligned on the manifest's clock")
-    opts = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        steps = parse_steps(opts.steps) if opts.steps is not None else None
-    except ValueError:
-        print(f"rlprof timeline: --steps: got {opts.steps!r}; allowed: comma-separated step numbers or ranges, e.g. 1,3,5-7", file=sys.stderr)
-        return EXIT_USAGE
-    absent = [p for p in opts.paths if not Path(p).exists()]
-    if absent:
-        print(f"rlprof timeline: not found: {', '.join(absent)}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        output = choose_output(opts.output, default=DEFAULT_OUTPUT, force=opts.force)
-    except OutputRefused as refused:
-        print(f"rlprof timeline: {refused}", file=sys.stderr)
-        return EXIT_USAGE
-    by_run: dict[str, list[dict[str, Any]]] = {}
-    for record in without_copies(read_records(opts.paths)):
-        by_run.setdefault(str(record.get("run")), []).append(record)
-    if not by_run:
-        print(f"rlprof timeline: no rlprof manifests under {', '.join(opts.paths)}", file=sys.stderr)
-        return EXIT_USAGE
-    if opts.run is not None:
-        chosen = [r for r in by_run if r == opts.run] or [r for r in by_run if r.startswith(opts.run)]
-        if len(chosen) != 1:
-            print(f"rlprof timeline: --run {opts.run!r} matches {len(chosen) or 'no'} runs; runs found: {', '.join(sorted(by_run, reverse=True))}", file=sys.stderr)
-            return EXIT_USAGE
-        run_id = chosen[0]
-    else:
-        run_id = max(by_run)
-        if len(by_run) > 1:
-            print(f"rlprof timeline: {len(by_run)} runs found; drawing the newest, {run_id} (--run ID for another)", file=sys.stderr)
-    records = by_run[run_id]
-    locate(records)  # traces on other nodes, or gathered to the controller
-    warnings: list[str] = []
-    try:
-        events = build_timeline(records, steps=steps, with_traces=opts.with_traces, warn=warnings.append)
-        first = next(events)
-    except ValueError as exc:
-        print(f"rlprof timeline: run {run_id}: nothing to draw: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    origin = min(r["start_ns"] for r in records if timing_record(r) and (steps is None or r["step"] in steps))
-    other = {"run": run_id, "origin_ns": origin, "steps": steps, "with_traces": opts.with_traces}
-    try:
-        count = write_timeline(_chain(first, events), output, other)
-    except OutputRefused as refused:  # the name was taken while the timeline was built
-        print(f"rlprof timeline: {refused}", file=sys.stderr)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"rlprof timeline: cannot write {output.path}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    for line in warnings:
-        print(f"rlprof timeline: warning: {line}", file=sys.stderr)
-    print(f"rlprof timeline: wrote {output.said()} ({count} events, run {run_id}); open it in https://ui.perfetto.dev or chrome://tracing")
-    return EXIT_OK
-
-
-def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    yield first
-    yield from rest

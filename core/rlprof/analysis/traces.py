@@ -1,7 +1,9 @@
-"""Chrome traces written by backends, read for ``rlprof timeline --with-traces``: events and their wall clock.
+"""Chrome traces written by backends, read for ``rlprof timeline --with-traces``: which files, their events and wall clock.
 
-Only the timeline reads traces (``rlprof report`` never does). What it needs is where each
-event lies on the clock the manifest uses (``time.time_ns()``, shared by the processes of a host):
+Which files are Chrome traces is each backend's own reader's word (:class:`TraceFiles`: the patterns of its
+``trace_reader`` hook, where it says ``chrome=True``), so a trace kind a plugin adds is merged too and no
+second list of file names exists. Where each event lies on the clock the manifest uses
+(``time.time_ns()``, shared by the processes of a host):
 
 * Kineto (torch.profiler >= 2.1) writes ``baseTimeNanoseconds`` at the top of the trace and every
   ``ts`` in microseconds relative to it: wall ns = ``baseTimeNanoseconds + ts * 1000``.
@@ -15,30 +17,44 @@ event lies on the clock the manifest uses (``time.time_ns()``, shared by the pro
 
 from __future__ import annotations
 
-import fnmatch
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-TRACE_PATTERNS = ("*.trace.json.gz", "*.trace.json", "trace_view.json")
-"""File names of Chrome traces (torch.profiler ``*.pt.trace.json.gz``, torch_npu ``trace_view.json``)."""
+from rlprof.analysis.trace_readers import claimant, readers
+from rlprof.hookspecs import TraceReader
 
 EPOCH_US = 1e14
 """``ts`` values above this (1973 in microseconds since the epoch) are absolute wall-clock times."""
 
 
-def is_chrome_trace(path: Path) -> bool:
-    return any(fnmatch.fnmatch(path.name, pattern) for pattern in TRACE_PATTERNS)
+class TraceFiles:
+    """What the backends of a run say of the files they wrote: which are traces their own reader claims (by
+    the patterns of their ``trace_reader`` hook, :func:`rlprof.analysis.trace_readers.claim`'s rule), which
+    of those are Chrome traces, and where a person opens them. Only each file's own backend is asked: a
+    profile another tool wrote (py-spy's ``*.speedscope.json``) is nobody's trace."""
 
+    def __init__(self, backends: Iterable[str]):
+        self.readers, self.problems = readers(sorted(set(backends)))
 
-def chrome_traces(path: Path, limit: int = 64) -> list[Path]:
-    """The Chrome traces an artifact holds: itself, or up to ``limit`` inside it when it is a directory."""
-    if path.is_file():
-        return [path] if is_chrome_trace(path) else []
-    if not path.is_dir():
-        return []
-    return [p for p in sorted(path.rglob("*")) if p.is_file() and is_chrome_trace(p)][:limit]
+    def claimed(self, backend: str, path: Path) -> tuple[TraceReader, str] | None:
+        """``(reader, pattern)`` when ``backend``'s reader claims the file ``path``, else None."""
+        reader = self.readers.get(backend)
+        found = claimant(path, {backend: reader}) if reader is not None else None
+        return (reader, found[1]) if found is not None else None
+
+    def is_chrome(self, backend: str, path: Path) -> bool:
+        found = self.claimed(backend, path)
+        return found is not None and found[0].chrome
+
+    def chrome_traces(self, backend: str, path: Path, limit: int = 64) -> list[Path]:
+        """The Chrome traces an artifact of ``backend`` holds: itself, or up to ``limit`` inside it when it is a directory."""
+        if path.is_file():
+            return [path] if self.is_chrome(backend, path) else []
+        if not path.is_dir():
+            return []
+        return [p for p in sorted(path.rglob("*")) if p.is_file() and self.is_chrome(backend, p)][:limit]
 
 
 def load_trace(path: Path) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from typing import Iterable
 
 from rlprof.analysis.cost import COST_WARN_SHARE, ProfilingCost, StepCost
 from rlprof.analysis.noise import spread, stands_clear
-from rlprof.analysis.runs import File, RunReport, build_reports, role_index, size_text
+from rlprof.analysis.runs import File, RunReport, build_reports, role_index
+from rlprof.sizes import size_text
 
 @dataclass
 class Verdict:

@@ -3,7 +3,8 @@
 * :mod:`rlprof.demo.grpo`    — the tiny policy and GRPO's pieces (plain torch)
 * :mod:`rlprof.demo.worker`  — one hybrid-engine rank (actor + rollout + ref) as a Ray actor
 * :mod:`rlprof.demo.trainer` — the single controller's loop, profiled through :mod:`rlprof.ray`
-* :mod:`rlprof.demo.command` — flags to config, the run, the report, the files to open
+* :mod:`rlprof.demo.command` — flags to config, the run, the report, the files to open (the flags
+  themselves: :mod:`rlprof.cli.demo`)
 * ``--async``, verl's fully async policy in small: :mod:`rlprof.demo.async_trainer` (the controller),
   :mod:`rlprof.demo.async_worker` (a trainer rank), :mod:`rlprof.demo.async_replica` (a rollout replica
   generating beside it), :mod:`rlprof.demo.samples` (the bounded queue and its staleness limit)
@@ -11,10 +12,3 @@
 Needs ``ray`` and ``torch`` (``pip install rlprof[ray] rlprof-torch``).
 """
 
-from __future__ import annotations
-
-
-def main(argv=None) -> int:
-    from rlprof.demo.command import main as run
-
-    return run(argv)

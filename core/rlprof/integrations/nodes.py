@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlprof.manifest import NODE_RECORD, ManifestWriter, short_node
+from rlprof.manifest import ManifestWriter, NodeRecord, short_node
 
 log = logging.getLogger("rlprof")
 
@@ -160,7 +160,7 @@ class RunCollector:
             if batch.path not in self._targets:
                 writer = ManifestWriter(target, {"run": batch.run, "rank": batch.rank, "host": batch.host,
                                                  "pid": batch.pid}, root=self.run_dir)
-                written = writer.write(NODE_RECORD, node=batch.node, node_run_dir=batch.run_dir, node_manifest=batch.path)
+                written = writer.write_record(NodeRecord(node=batch.node, node_run_dir=batch.run_dir, node_manifest=batch.path))
                 writer.close()
                 if not written:
                     raise OSError(f"cannot write {target}")

@@ -68,7 +68,8 @@ from rlprof.integrations.ray_options import HYBRID_ENGINE_STAGES, ProfilerArgs, 
 from rlprof.integrations.ray_run_end import NodeFinishHooks, move_after_exit, worker_sources
 from rlprof.integrations.ray_worker import ProfiledWorker
 from rlprof.layout import hostname
-from rlprof.manifest import FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, phase_record, plain_steps_record, short_node
+from rlprof.manifest import (FAILURE_RECORD, NODE_LOST_RECORD, PHASE_RECORD, NodeLostRecord, phase_record, plain_steps_record,
+                             record_fields, short_node)
 from rlprof.runtime.plan import armed
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.session import PLAIN_STEPS_BUFFERED
@@ -410,7 +411,8 @@ class ProfilingController:
         last = max((s for s in (self._workers[w].last_step for w in on_node) if s is not None), default=None)
         log.error("rlprof: node %s (%s) was lost with workers %s; its records up to step %s are in %s",
                   short_node(node), info.get("host"), ", ".join(on_node), last if last is not None else 0, self.run_dir)
-        self.write(NODE_LOST_RECORD, node=node, node_host=str(info.get("host")), workers=on_node, step=last)
+        self.write(NODE_LOST_RECORD, **record_fields(NodeLostRecord(node=node, node_host=str(info.get("host")), workers=on_node,
+                                                                    step=last)))
 
     def _record(self, failure: WorkerFailure) -> None:
         """Append the failure to the run's manifest so ``rlprof report`` shows it next to the artifacts."""

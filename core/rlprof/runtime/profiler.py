@@ -16,150 +16,30 @@ Use it the way a trainer's worker runs a step::
 
 ``role`` also decorates functions (``@prof.role("actor", "update")``). Everything about *what* is
 captured was decided by :func:`rlprof.runtime.plan.resolve_plan`; *when* a capture opens and closes is decided
-by the capture state machine (:mod:`rlprof.runtime.capture`); the process session (:mod:`rlprof.runtime.session`)
+by the capture state machine (:mod:`rlprof.runtime.capture_machine`); the process session (:mod:`rlprof.runtime.session`)
 turns those decisions into isolated hook calls, shares backends between colocated Profilers and keeps
 the manifest; :mod:`rlprof.runtime.exits` finalizes at process exit. This module is the public surface.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
 from rlprof.layout import hostname, safe_name
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
+from rlprof.runtime.regions import IdleRegion, Iteration, ProfiledRegion, TimedRegion
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
 
 log = logging.getLogger("rlprof")
 _NOTHING: frozenset = frozenset()
-
-
-class _Region:
-    """The result of ``prof.role(role, stage)`` while its role is profiled now: a context manager
-    and a decorator, one object per (role, stage) of a Profiler. See :class:`_TimedRegion` and
-    :class:`_IdleRegion` for the other states; ``live`` (profiled) and ``enters`` (does something on
-    entry: profiled or timed) tell them apart."""
-
-    __slots__ = ("_prof", "role", "region", "_open", "_schedule", "_configs", "module", "_done")
-    live = True
-    enters = True
-
-    def __init__(self, prof: "Profiler", role: str, stage: str | None, *, sampled: bool):
-        self._prof = prof
-        self.role = role
-        self.region = safe_name(f"{role}_{stage}" if stage else role)
-        self._open: list = []
-        """The session's records of this region's entries still open (nested or re-entered: a stack)."""
-        planned = prof.plan.roles.get(role) if sampled else None
-        self._schedule = planned.schedule if planned is not None else None
-        self._configs = prof.tool_configs.get(role)
-        """The role's sampling schedule and validated tool configs, looked up once, not per entry."""
-        self.module: Any = None
-        """The model this region runs (``prof.role(..., module=model)``), handed to backends as
-        ``RoleContext.module``; the last one given wins. None: the caller named none."""
-        times = prof._times
-        self._done = times.done if times is not None and role in prof.plan.timed else None
-        """The list this region's timings go to (its Profiler's :class:`~rlprof.runtime.step_timings.RegionTimes`),
-        or None when its role is not timed (``global_profiler.step_metrics``, docs/analysis.md)."""
-
-    def __enter__(self):
-        prof = self._prof
-        self._open.append(prof._session.enter(prof, self.role, self.region, self._schedule, self._configs, self.module))
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if self._open:
-            opened = self._open.pop()
-            self._prof._session.exit(opened, exc)
-            if self._done is not None and opened.end_ns:  # a profiled step's region is timed too: the session's own times
-                self._done.append((self.role, self.region, opened.start_ns, opened.end_ns))
-        return False
-
-    def __call__(self, fn: Callable) -> Callable:
-        region = self
-
-        @functools.wraps(fn)
-        def profiled(*args, **kwargs):
-            if region.enters:  # a class attribute: follows the region's class, set by Profiler._set_live
-                with region:
-                    return fn(*args, **kwargs)
-            return fn(*args, **kwargs)
-
-        return profiled
-
-
-class _TimedRegion(_Region):
-    """The same region object while its role is timed but not profiled (an unprofiled step, an unselected
-    rank, between steps): entering takes the time, leaving appends ``(role, region, start_ns, end_ns)`` to
-    its Profiler's timings (:mod:`rlprof.runtime.step_timings`), which a thread of rlprof sends on. No hook,
-    no lock, no record: two clock reads, a list append and a tuple (bench/bench_step_metrics.py)."""
-
-    __slots__ = ()
-    live = False
-
-    def __enter__(self):
-        self._open.append(_now())
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if self._open:
-            start = self._open.pop()
-            if start.__class__ is int:  # not an OpenRegion left by a profiled step that ended inside it
-                self._done.append((self.role, self.region, start, _now()))
-        return False
-
-
-class _IdleRegion(_Region):
-    """The same region object while its role is not profiled (unselected rank, step or role).
-
-    The Profiler switches a region's class between :class:`_Region` and this one at step start and
-    end (:meth:`Profiler._set_live`), so an idle ``with prof.role(...)`` runs no Python code of ours:
-    ``__enter__``/``__exit__`` are C callables that are not descriptors, so the with-statement calls
-    them without ``self`` — ``NoneType()`` returns None, ``"".format(*exc_info)`` returns ``""``
-    (falsy: exceptions propagate). The ``as`` target of an idle region is None.
-
-    Why a class switch and not a plainer ``if self.live:`` inside ``__enter__``/``__exit__``: measured
-    with bench/bench_core.py (same host, interleaved repeats), the plain region cost 1.52x and 1.60x the
-    cheapest Python context manager in two runs, over the 1.3x the idle path may cost: ``prof.role(...)``
-    is a Python call the floor does not make, and two Python-level methods come on top of it. The class
-    switch costs 0.96-0.99x. The decorator needs no such trick: testing ``live`` costs 1.08-1.20x the
-    cheapest pass-through decorator, so decorated functions simply test it.
-    """
-
-    __slots__ = ()
-    live = False
-    enters = False
-    __enter__ = type(None)
-    __exit__ = "".format
-
-
-class _Iteration:
-    """The result of ``prof.iteration()``: marks one iteration of the innermost open sampled region."""
-
-    __slots__ = ("_prof",)
-
-    def __init__(self, prof: "Profiler"):
-        self._prof = prof
-
-    def __enter__(self):
-        session = self._prof._session
-        if session is not None and self._prof._live:
-            session.iteration_begins()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        session = self._prof._session
-        if session is not None and self._prof._live:
-            session.iteration_ends(exc)  # an iteration that raised ends its window with the error
-        return False
 
 
 class Profiler:
@@ -203,9 +83,9 @@ class Profiler:
         )
         self.stages = stages
         self._live: frozenset = _NOTHING
-        self._regions: dict[str, dict[str | None, _Region]] = {}
+        self._regions: dict[str, dict[str | None, ProfiledRegion]] = {}
         """role -> stage -> its region object (nested: cheaper to look up than a (role, stage) key)."""
-        self._iteration_cm = _Iteration(self)
+        self._iteration_cm = Iteration(self)
         self._step: int | None = None
         """The step this Profiler began and has not ended (profiled or not): its own, since colocated
         Profilers each call start_step/step_boundary; the process session owns the shared step. The one
@@ -255,7 +135,8 @@ class Profiler:
             from rlprof.runtime.checking import require_usable_save_path
 
             require_usable_save_path(self.config)  # a ConfigError naming global_profiler.save_path, before any write
-            from rlprof.runtime.session import Participant, join
+            from rlprof.runtime.participants import Participant
+            from rlprof.runtime.session import join
 
             self._session, self.tool_configs = join(
                 Participant(self, went_idle=self._went_idle, step_written=self._step_written), backends)
@@ -385,7 +266,7 @@ class Profiler:
             self._tokens.record(times, role, stage, tokens, model=model, train=train, sequences=sequences,
                                 flops=flops, formula=formula)
 
-    def role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
+    def role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
         ``generate``): use as ``with prof.role(...)`` or ``@prof.role(...)``. One object per (role,
         stage), whose class switches between live and idle with the step; when the role is not
@@ -403,13 +284,13 @@ class Profiler:
         region.module = module
         return region
 
-    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> _Region:
+    def _new_region(self, role: str, stage: str | None, key: Any, *, sampled: bool) -> ProfiledRegion:
         """The cached region object of ``role`` under ``key``, live, timed or idle as the role is now."""
         region = self._region_class(role)(self, role, stage, sampled=sampled)
         self._regions.setdefault(role, {})[key] = region
         return region
 
-    def unsampled_role(self, role: str, stage: str | None = None, module: Any = None) -> _Region:
+    def unsampled_role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """Like :meth:`role`, but the role's ``schedule`` does not sample this region: it is captured
         whole. For callers that schedule one stage of a role only (verl samples the update loop,
         ``annotate(scheduled=True)``, and keeps the role's log-prob stages whole)."""
@@ -422,7 +303,7 @@ class Profiler:
             region.module = module
         return region
 
-    def iteration(self) -> _Iteration:
+    def iteration(self) -> Iteration:
         """Mark one iteration (micro-batch, forward pass, decode step) of the innermost region:
         ``with prof.iteration(): ...``. Drives the role's ``schedule``; free when there is none."""
         return self._iteration_cm
@@ -482,7 +363,8 @@ class Profiler:
         """Join the process session with the plan's armed roles selected (:meth:`ProcessPlan.unplanned`)."""
         from rlprof.runtime import exits
         from rlprof.runtime.checking import require_usable_save_path
-        from rlprof.runtime.session import Participant, join
+        from rlprof.runtime.participants import Participant
+        from rlprof.runtime.session import join
 
         require_usable_save_path(self.config)
         self.plan = self.plan.unplanned()
@@ -589,8 +471,8 @@ class Profiler:
     def _region_class(self, role: str) -> type:
         """Live while ``role`` is profiled now; else timed when the plan times it; else idle."""
         if role in self._live:
-            return _Region
+            return ProfiledRegion
         times = self._times
         timed = times is not None and role in self.plan.timed and (not self._finalized or times.outlives)
-        return _TimedRegion if timed else _IdleRegion
+        return TimedRegion if timed else IdleRegion
 

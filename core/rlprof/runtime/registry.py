@@ -199,7 +199,7 @@ class Backends:
 
     # ------------------------------------------------------------------ the typed lifecycle facade
     #
-    # One method per hook the capture state machine calls (rlprof.runtime.capture: it is the machine's
+    # One method per hook the capture state machine calls (rlprof.runtime.capture_machine: it is the machine's
     # hooks object). Each builds every called backend's context with the constructor of the class the
     # spec names, the class's own fields by keyword; :meth:`_callees` says whom to call and
     # :meth:`_call` calls one. ``region`` is the machine's OpenRegion (its role, name and the role's

@@ -5,7 +5,7 @@ may build one Profiler per worker class. Profilers created in one process with t
 rank are *participants* of one :class:`ProcessSession`:
 
 * one instance per backend (so one torch.profiler session at a time: two at once crash torch's
-  trace export), one capture state machine (:mod:`rlprof.runtime.capture`), one manifest file;
+  trace export), one capture state machine (:mod:`rlprof.runtime.capture_machine`), one manifest file;
 * a step's capture opens at the first participant's ``start_step(N)`` and closes after the last
   participant that started N called ``step_boundary()``; every participant's regions are ranges in it;
 * backends' ``finalize`` runs once, when the last participant finalizes (or at exit);
@@ -30,10 +30,13 @@ A participant is a Profiler seen through :class:`Participant`: its public ``plan
 ``config`` and ``stages``, and the two callbacks it hands over at :func:`join` (its regions go idle;
 a step's captures are written), all held weakly. The session never touches a Profiler's private state.
 
-The session also turns the machine's :class:`~rlprof.runtime.capture.Action` objects into calls of the typed
+The session also turns the machine's :class:`~rlprof.runtime.capture_state.Action` objects into calls of the typed
 backend facade (:class:`rlprof.runtime.registry.Backends`), releases a backend that raised (the closing calls
 for what it had open, then its ``finalize``, recorded as a ``cleanup``), lists artifacts and keeps
 the timing records (``step``, ``region``), buffered per step and written at its end.
+
+Its parts: this module (the session: its steps, regions and iterations, its end), who takes part
+(:mod:`rlprof.runtime.participants`) and what its backends produce, as records (:mod:`rlprof.runtime.session_records`).
 """
 
 from __future__ import annotations
@@ -43,17 +46,17 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from rlprof.runtime.budget import CaptureBudget, Refusal
-from rlprof.runtime.capture import CaptureMachine, CaptureStateError, OpenCapture, OpenRegion
 from rlprof.context import Capture
-from rlprof.errors import ConfigError
-from rlprof.notices import say_once
 from rlprof.layout import capture_directory, process_tag
-from rlprof.manifest import (CaptureRecord, ManifestWriter, artifact_record, cleanup_fields, note_records, describe_error, error_record,
-                             plain_steps_record, process_record, record_fields, region_record, step_record, wait_record)
+from rlprof.manifest import ManifestWriter, error_record, step_record, wait_record
+from rlprof.notices import say_once
+from rlprof.runtime.budget import CaptureBudget, Refusal
+from rlprof.runtime.capture_machine import CaptureMachine
+from rlprof.runtime.capture_state import CaptureStateError, OpenRegion
+from rlprof.runtime.participants import Disagreement, Membership, Participant
+from rlprof.runtime.session_records import SessionRecords
 
 log = logging.getLogger("rlprof")
 
@@ -65,40 +68,6 @@ _sessions_lock = threading.Lock()
 _new_region = object.__new__
 PLAIN_STEPS_BUFFERED = 64
 """Unprofiled steps' timing records written in one go at most this many steps apart."""
-
-
-class Participant:
-    """How the session sees one Profiler: the Profiler itself (read through its public ``plan``,
-    ``run``, ``config``, ``stages``) and what the session calls back, under its lock. Everything is
-    held weakly, so a Profiler nobody finalized can still be garbage-collected (its session then ends)."""
-
-    __slots__ = ("_profiler", "_went_idle", "_step_written", "__weakref__")
-
-    def __init__(self, profiler: Any, went_idle: Callable[[], None], step_written: Callable[[int], None]):
-        self._profiler = weakref.ref(profiler)
-        self._went_idle = weakref.WeakMethod(went_idle)
-        """The profiler's part in the profiled step ended (its own step_boundary, or colocated Profilers
-        disagreed on the step): its regions go idle."""
-        self._step_written = weakref.WeakMethod(step_written)
-        """A profiled step ended and the backends wrote its captures (the finish hook may start)."""
-
-    @property
-    def profiler(self) -> Any:
-        return self._profiler()
-
-    def went_idle(self) -> None:
-        callback = self._went_idle()
-        if callback is not None:
-            callback()
-
-    def step_written(self, step: int) -> None:
-        callback = self._step_written()
-        if callback is not None:
-            callback(step)
-
-
-class Disagreement(ConfigError):
-    """A Profiler's config disagrees with the live session of its process (see the module docstring)."""
 
 
 def join(participant: Participant, instances: Mapping[str, Any] | None = None
@@ -144,7 +113,7 @@ def _open_session(key: tuple[str, int, int]) -> "ProcessSession | None":
     return session if session is not None and not session.finished else None
 
 
-class ProcessSession:
+class ProcessSession(Membership, SessionRecords):
     """Backends, capture machine, manifest and timings of one process (see the module docstring)."""
 
     clock_ns: Callable[[], int] = time.time_ns
@@ -218,96 +187,6 @@ class ProcessSession:
         self.backends.start_watchdog()
         self.machine = CaptureMachine(discrete=self.plan.discrete, run_of=self.plan.run_of,
                                       make_capture=self._make_capture, hooks=self.backends)
-
-    # ------------------------------------------------------------------ participants
-
-    @property
-    def participants(self) -> list[Any]:
-        """The Profilers taking part now, in joining order."""
-        return list(self._members)
-
-    def add(self, participant: Participant) -> dict[str, dict[str, Mapping[str, Any]]]:
-        """Join a Profiler: check it agrees with the session, validate its tool configs (returned),
-        write its ``process`` record."""
-        prof = participant.profiler
-        with self.lock:
-            if self._members:
-                self._check_agrees(prof)
-            tool_configs = self._validated_tool_configs(prof)
-            if not self._members:
-                self._primary = self.backends.primary = tool_configs.get(prof.plan.selected_roles[0], {})
-                self._check_environment()
-            self._members[prof] = participant
-            roles = tuple(dict.fromkeys(r for p in self._members for r in p.run.roles))
-            if roles != self.run.roles:
-                self.run = self.backends.run = replace(self.run, roles=roles)
-            self._analyse_for(prof, roles)
-            self.manifest.write_record(process_record(prof, self.environment))
-            return tool_configs
-
-    def _analyse_for(self, prof: Any, roles: tuple[str, ...]) -> None:
-        """A participant whose roles are timed: this process's traces are analysed for the step metrics, their
-        split sent with its timings (:mod:`rlprof.runtime.split_analyser`)."""
-        times = prof.timings
-        if times is None:
-            return
-        if self.splits is None:
-            from rlprof.runtime.split_analyser import SplitAnalyser
-
-            self.splits = SplitAnalyser(roles)
-            self._readers = frozenset(impl.backend for impl in self.backends.impls.get("trace_reader", ()))
-        self.splits.roles = roles
-        self.splits.add(times)
-
-    def _check_agrees(self, prof: Any) -> None:
-        first = next(iter(self._members))
-        mine, theirs = first.plan, prof.plan
-        checks = (
-            ("global_profiler.tool", "tools", mine.tools, theirs.tools),
-            ("global_profiler.steps", "profiled steps (steps, profile_continuous_steps)", (mine.runs, mine.every_step),
-             (theirs.runs, theirs.every_step)),
-            ("global_profiler.save_path", "save_path", first.run.run_dir, prof.run.run_dir),
-            (None, "mode (tool_config.<tool>.discrete)", "discrete" if mine.discrete else "end-to-end",
-             "discrete" if theirs.discrete else "end-to-end"),
-        )
-        for key, what, a, b in checks:
-            if a != b:
-                if key is None:
-                    role = theirs.selected_roles[0]
-                    key = f"{prof.config.roles[role].key_path}.tool_config.{theirs.tools[0]}.discrete"
-                raise Disagreement(
-                    f"{key}: colocated Profilers of run {self.run.run_id} rank {self.run.rank} disagree on the {what}: "
-                    f"the one hosting {'+'.join(first.run.roles)} has {_shown(a)}, the one hosting "
-                    f"{'+'.join(prof.run.roles)} has {_shown(b)}; allowed: the same value for every Profiler of one "
-                    f"process (they share one capture per backend)", key=key)
-
-    def disagreed(self, prof: Any, exc: Disagreement) -> None:
-        """``prof`` disagrees with this session: say so once per process, record it, and let it stay idle."""
-        message = (f"{exc}. The later Profiler stays idle (profiling goes on with the first one's config); finalize "
-                   f"the first Profiler before building one with another config, or give them the same")
-        run_id, rank, pid = self.key
-        say_once(f"colocated: run {run_id} rank {rank} pid {pid}: {exc}", log, "rlprof: %s", message)
-        with self.lock:
-            self.manifest.write("warning", kind="colocated", key=exc.key, message=message,
-                                roles=list(prof.run.roles))
-
-    def _validated_tool_configs(self, prof: Any) -> dict[str, dict[str, Mapping[str, Any]]]:
-        """``global_tool_config.<tool>`` on its own key path first, then each selected role's section."""
-        backends = self.backends
-        for tool in self.plan.tools:
-            backends.validated_global_section(tool, prof.config)
-        return {name: {b: backends.validated_tool_config(b, prof.config.roles[name]) for b in self.plan.tools}
-                for name in prof.plan.selected_roles}
-
-    def _check_environment(self) -> None:
-        """Ask each backend what it lacks here (no CUDA, no CANN...): warn once, keep it for the
-        ``process`` records. A check that raised is also an ``error`` record (kind ``environment``)."""
-        for backend in self.plan.tools:
-            problems = self.backends.check_environment(backend)
-            if problems:
-                self.environment[backend] = problems
-            for problem in problems:
-                log.warning("rlprof: backend %r on rank %d: %s", backend, self.run.rank, problem)
 
     # ------------------------------------------------------------------ steps
 
@@ -536,101 +415,6 @@ class ProcessSession:
 
         exits.unregister(self)
 
-    # ------------------------------------------------------------------ dispatch
-
-    def _release(self, backend: str) -> None:
-        """Release a backend right after its first failure (the machine's state is the one of the call
-        that failed): close what it had open, innermost first, then call its ``finalize`` once; record a
-        ``cleanup``. A backend that failed in ``finalize`` itself was already finalized once."""
-        backends = self.backends
-        if backends.failed.get(backend) == "finalize":
-            return
-        errors_before = len(self.errors)
-        closed = []
-        for action in self.machine.release_actions():
-            if action.hook == "stop_role":
-                backends.stop_role(action.region, action.step, action.capture, action.closes, action.iterations,
-                                   action.error, backend)
-            else:
-                backends.step_boundary(action.step, action.capture, action.closes, action.ends_step, backend)
-            if action.closes and action.capture is not None:
-                closed.append(action.capture.capture_id)
-        finalize_errors = len(self.errors)
-        backends.finalize("released", tuple(self.profiled_steps), self.config.global_.relocate_results, backend)
-        finalized = len(self.errors) == finalize_errors
-        problems = [e["error"] for e in self.errors[errors_before:]]
-        log.warning("rlprof: backend %r released after it failed: closed %s, finalize %s", backend,
-                    ", ".join(closed) or "nothing", "ran" if finalized else "raised")
-        self.manifest.write("cleanup", **cleanup_fields(backend, closed, finalized, problems))
-
-    def _collect(self, backend: str, hook: str, ctx: Any, result: Any) -> None:
-        """List what a call produced; a result that is not a path (or list of paths) is an ``error``
-        record of kind ``return``, never an exception in training."""
-        produced = list(ctx._artifacts or ())
-        if result is not None:
-            paths = _paths(result)
-            if paths is None:
-                message = (f"{hook} returned {result!r} ({type(result).__name__}); a hook returns None, a path "
-                           "(str or os.PathLike) or a list of paths")
-                log.error("rlprof: backend %r on rank %d: %s", backend, self.run.rank, message)
-                self._record_error(error_record(backend, hook, "return", message))
-            else:
-                produced.extend((p, "file", {}) for p in paths)
-        selected = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
-        for path, kind, extra in produced:
-            entry = artifact_record(backend, ctx, path, kind, extra, run_dir=self.run.run_dir,
-                                    world_size=self.run.world_size, mode="discrete" if self.plan.discrete else "e2e",
-                                    selected_roles=selected)
-            self.artifacts.append(entry)
-            if self._held is not None:
-                self._held.append(("artifact", entry))
-            else:
-                self.manifest.write("artifact", **entry)
-            self.budget.add_artifact(entry)
-            if self.splits is not None and backend in self._readers:  # a backend that writes traces it reads
-                self.splits.offer(path, entry)
-        if ctx._notes:  # what the backend said (ctx.warn, ctx.skip)
-            self.manifest.write_many(note_records(backend, hook, ctx, selected))
-
-    def _hook_failed(self, backend: str, hook: str, exc: BaseException, kind: str) -> None:
-        self._record_error(error_record(backend, hook, kind, describe_error(exc)))
-
-    def _timed_out(self, backend: str, hook: str, rank: int, elapsed_s: float, stack: str) -> None:
-        """The watchdog's report (from its own thread, while training waits for the hook): never takes the lock."""
-        log.error("rlprof: backend %r has been running %s for %.1f s on rank %d (RLPROF_HOOK_TIMEOUT_S); training "
-                  "waits for it. Its stack:\n%s", backend, hook, elapsed_s, rank, stack)
-        self._record_error(error_record(backend, hook, "timeout", f"{hook} still running after {elapsed_s:.1f} s",
-                                        elapsed_s=round(elapsed_s, 3), stack=stack))
-
-    def record_error(self, source: str | None, hook: str | None, kind: str, error: str, **details: Any) -> None:
-        """Record a contained failure that did not happen inside a hook call (a rollout engine that could
-        not start its profiler, or died): an ``error`` record the report and the verdict show."""
-        with self.lock:
-            self._record_error(error_record(source, hook, kind, error, **details))
-
-    def record_warning(self, source: str, message: str, **details: Any) -> None:
-        """Record a warning about something rlprof drives outside the hooks (an engine setting it cannot
-        honour): a ``warning`` record of kind ``backend``, shown by the report and the verdict."""
-        with self.lock:
-            self.manifest.write("warning", kind="backend", backend=source, message=message, **details)
-
-    def record_wait(self, source: str, start_ns: int, end_ns: int, **details: Any) -> None:
-        """Record a wait of training on profiling outside the hooks: a ``profiling_wait`` record."""
-        with self.lock:
-            self.manifest.write("profiling_wait", **wait_record(source, start_ns, end_ns, **details))
-
-    def _record_error(self, entry: dict[str, Any]) -> None:
-        self.errors.append(entry)
-        self.manifest.write("error", **entry)
-
-    def _flush_regions(self, *first: tuple[str, dict[str, Any]]) -> None:
-        """Write the buffered timing records (after ``first``) in one go."""
-        closed, self._closed = self._closed, []
-        sized, self._sized = self._sized, []
-        plain, self._plain_steps = self._plain_steps, []
-        if plain:
-            first = (("unprofiled_steps", plain_steps_record(plain)), *first)
-        self.manifest.write_many([*first, *sized, *(("region", region_record(region)) for region in closed)])
 
     def _make_capture(self, capture_id: str, steps: tuple[int, ...], regions: tuple[str, ...]) -> Capture:
         run = self.run
@@ -648,40 +432,6 @@ class ProcessSession:
         if opened is not None and self.machine.open_capture is not opened:
             self._capture_closed(opened)
 
-    def _capture_closed(self, opened: OpenCapture) -> None:
-        """A capture closed: the bytes its artifacts measured, as a ``capture`` record (step, roles, region,
-        bytes), written with the step's timing records; the budget counts them."""
-        capture = opened.capture
-        if opened.region is not None:
-            roles, region = (opened.region.role,), opened.region.name
-        else:
-            roles = tuple(dict.fromkeys(r for p in self._members for r in p.plan.selected_roles)) or self.plan.selected_roles
-            region = None
-        size = self.budget.closed(capture.capture_id, roles)
-        step = capture.steps[0] if capture.steps else None
-        record = CaptureRecord(capture=capture.capture_id, step=step, steps=list(capture.steps), roles=list(roles),
-                               region=region, bytes=size, reason=self.unplanned.get(step, "planned"))
-        self._sized.append((record.TYPE, record_fields(record)))
-
     def _machine_failed(self, exc: CaptureStateError) -> None:
         log.error("rlprof: %s (a bug in rlprof; please report it). Training goes on.", exc)
         self._record_error(error_record(None, None, "core", str(exc)))
-
-
-def _paths(result: Any) -> list[Any] | None:
-    """The paths a hook returned, or None when it returned something else."""
-    if isinstance(result, (str, os.PathLike)):
-        return [result]
-    if isinstance(result, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in result):
-        return list(result)
-    return None
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bool):
-        runs, every = value
-        return "the steps the caller profiles" if every else (
-            "steps " + ", ".join("-".join(map(str, (r[0], r[-1]))) if len(r) > 1 else str(r[0]) for r in runs) if runs else "no steps")
-    if isinstance(value, tuple):
-        return "[" + ", ".join(map(str, value)) + "]"
-    return str(value)

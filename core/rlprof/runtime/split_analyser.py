@@ -14,7 +14,8 @@ joins it):
   dump's or a test backend's files cost no child and no warning), :meth:`SplitAnalyser.offer` **announces** it: one ``(step, None)`` per step it holds, appended to the
   timings (a list append on the training thread, nothing else), so the driver knows to wait for its figures;
 * once the file is complete (``written``, or listed without a state) it is queued; one daemon thread runs
-  ``python -m rlprof.analysis.step_split FILE`` (:mod:`rlprof.analysis.step_split`) for each, one at a
+  ``python -m rlprof.cli.step_split FILE`` (:mod:`rlprof.cli.step_split`, the figures of
+  :mod:`rlprof.analysis.step_split`) for each, one at a
   time, at the lowest priority (:mod:`rlprof.priority`: a session of its own, nice 19 and ``SCHED_IDLE``), bounded by :data:`ANALYSIS_TIMEOUT_S`;
 * the answer, ``(step, {(role, region): figures})`` per step the file holds (empty figures when the file
   is no trace an installed reader reads, or its analysis failed: then one log line), goes out with the
@@ -38,15 +39,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from rlprof.priority import SPAWN
 
 log = logging.getLogger("rlprof")
 
-MODULE = "rlprof.analysis.step_split"
-"""The program that analyses one trace (run by name: the runtime never imports the analysis)."""
+MODULE = "rlprof.cli.step_split"
+"""The program that analyses one trace (run by name, as a command is: the runtime never imports the analysis)."""
 ANALYSIS_TIMEOUT_S = 600.0
 """The longest one trace's analysis may take; past it the child is killed and the file answers empty."""
 FINAL_WAIT_S = 10.0
@@ -179,7 +179,7 @@ def is_late(answer: Any) -> bool:
     return isinstance(answer, (tuple, list)) and len(answer) == 3 and answer[0] == LATE
 
 
-LATE_MODULE = "rlprof.analysis.late_split"
+LATE_MODULE = "rlprof.cli.late_split"
 """The program that finishes a step's split after the run (run by name, in a session of its own)."""
 
 

@@ -39,20 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from rlprof.config.trigger import Trigger
-from rlprof.layout import REQUESTS_DIR, ensure_dir, open_file
+from rlprof.layout import ensure_dir
+from rlprof.runtime.capture_requests import ANSWER, LISTENING, REQUESTS, write_json
 
 log = logging.getLogger("rlprof")
-
-REQUESTS = REQUESTS_DIR
-"""The directory of a run (``<run>/requests``) where ``rlprof capture`` leaves requests and the driver answers."""
-LISTENING = "driver.json"
 
 SETTLE_STEPS = 2
 """Steps after a captured one that ``slow_step`` leaves out: a demo run whose request captured step 5 fired
 the trigger at step 7 (1.6x the median) while step 5's trace was still being written on a 2-core machine."""
-"""Written there by an armed run's driver when it starts: who answers (host, pid, since); the CLI finds running
-runs by it."""
-ANSWER = ".answer.json"
 AHEAD = 2
 """How many steps on a plain Profiler's rank 0 grants a capture: the other ranks read the answer at their next
 step start, and may already be one step on."""
@@ -208,7 +202,7 @@ class Decider:
         made = self.grant((first,), f"{TRIGGERED}: {sentence}")
         if self.answers and self.ahead:  # other ranks follow the answers (a plain run's)
             try:
-                _write_json(self.requests / f"trigger-{first}{ANSWER}", {"steps": [first], "reason": made.reason}, self.root)
+                write_json(self.requests / f"trigger-{first}{ANSWER}", {"steps": [first], "reason": made.reason}, self.root)
             except OSError as exc:
                 log.warning("rlprof: cannot tell the other ranks of the triggered capture (%s)", exc)
         return made
@@ -220,7 +214,7 @@ class Decider:
             from rlprof.layout import hostname
 
             ensure_dir(self.requests, self.root)
-            _write_json(self.requests / LISTENING, {"host": hostname(), "pid": os.getpid(), "since": time.time(),
+            write_json(self.requests / LISTENING, {"host": hostname(), "pid": os.getpid(), "since": time.time(),
                                                     "refuse": self.refuse}, self.root)
         except OSError as exc:
             log.warning("rlprof: cannot listen for capture requests in %s (%s); rlprof capture will not reach this run",
@@ -237,7 +231,7 @@ class Decider:
             path = self.requests / LISTENING
             info = json.loads(path.read_text(encoding="utf-8"))
             info["ended"] = time.time()
-            _write_json(path, info, self.root)
+            write_json(path, info, self.root)
         except (OSError, ValueError):
             pass
 
@@ -282,7 +276,7 @@ class Decider:
                 answer = {"id": request_id, "steps": list(made.steps), "reason": made.reason, "asked_at_step": step}
                 log.warning("rlprof: capture request %s: capturing step%s %s", request_id, "s" if count > 1 else "",
                             ", ".join(map(str, made.steps)))
-        _write_json(self.requests / f"{request_id}{ANSWER}", answer, self.root)
+        write_json(self.requests / f"{request_id}{ANSWER}", answer, self.root)
 
 
 def refusal(config: Any, *, launched: bool, backends: Any = None) -> str | None:
@@ -322,12 +316,3 @@ def process_decider(run: Any, trigger: Trigger | None) -> Decider:
         decider = _DECIDERS[key] = Decider(run.run_dir, trigger if lead else None, ahead=AHEAD if run.world_size > 1 else 0,
                                            answers=lead)
     return decider
-
-
-def _write_json(path: Path, value: Any, root: Path) -> None:
-    """Write ``value`` to ``path`` whole (a reader never sees half a file): a new temporary name, then a
-    rename; never through a link planted at or under the run directory ``root`` (:func:`rlprof.layout.open_file`)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    with open_file(temporary, root, "w") as handle:
-        handle.write(json.dumps(value))
-    os.replace(temporary, path)

@@ -17,7 +17,7 @@ or, in a pytest file, one test per part of the suite::
         region_s = 0.3                    # optional: each region lasts at least this long (sampling profilers)
         module = model                    # optional: the model every region runs (ctx.module); work calls it
 
-The parts (:data:`PARTS`): the static checks of the backend object, then one scripted run per
+The parts (:data:`SUITE_PARTS`): the static checks of the backend object, then one scripted run per
 scenario in :data:`SCENARIOS` — end-to-end, continuous steps, discrete, sampling windows in both
 modes, a region that raises and the trainer goes on, a region that raises inside a sampling window,
 a region that raises and the process exits, nested regions in both modes, a continuous run entered
@@ -73,7 +73,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 )}
 """The scripted runs every backend goes through, by name."""
 
-PARTS = tuple(STATIC_CHECKS) + tuple(SCENARIOS)
+SUITE_PARTS = tuple(STATIC_CHECKS) + tuple(SCENARIOS)
 """Every part of the suite by name: what :meth:`Conformance.check` and the tests of
 :class:`BackendConformance` run one at a time."""
 
@@ -214,14 +214,14 @@ class Conformance:
         return problems
 
     def check(self, part: str, workdir: Path | None = None) -> ConformanceReport:
-        """Run one part of the suite (a name from :data:`PARTS`); the report is not raised."""
+        """Run one part of the suite (a name from :data:`SUITE_PARTS`); the report is not raised."""
         report = ConformanceReport(backend=self.name, workdir=workdir)
         if part in STATIC_CHECKS:
             self.check_static(part, report)
         elif part in SCENARIOS:
             self.check_scenario(part, self._workdir(workdir), report)
         else:
-            raise ValueError(f"conformance part: got {part!r}; allowed: {', '.join(PARTS)}")
+            raise ValueError(f"conformance part: got {part!r}; allowed: {', '.join(SUITE_PARTS)}")
         return report
 
     def check_all(self, workdir: Path | None = None, scenarios: Any = None) -> ConformanceReport:

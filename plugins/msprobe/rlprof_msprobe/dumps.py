@@ -97,13 +97,14 @@ def details(path: Path | str) -> list[str]:
         sizes = [t.nbytes for t in tensors]
         known = sum(s for s in sizes if s is not None)
         unknown = sum(1 for s in sizes if s is None)
-        size = size_text(known) + (f" (+{unknown} of unknown dtype)" if unknown else "")
+        size = _tensor_bytes(known) + (f" (+{unknown} of unknown dtype)" if unknown else "")
         lines.append(f"{where}: {len(tensors)} tensors dumped, {size} of tensor data, {len(dump.calls)} calls "
                      f"(msprobe task {dump.task}, level {dump.level})")
     return lines
 
 
-def size_text(n: float) -> str:
+def _tensor_bytes(n: float) -> str:
+    """msprobe's own words for a size (KB, MB: the units its summaries use)."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -63,7 +63,7 @@ class NpuBackend:
         (rank and metadata files, HCCL's summaries, CANN's own ``msprof_*.json`` timeline) are named as
         not traces, so a folder walk passes them over instead of reading them as Kineto."""
         return TraceReader(patterns=("trace_view.json",), target="rlprof_npu.trace_reader:read_trace",
-                           format="torch_npu trace view", not_traces=NOT_TRACES)
+                           format="torch_npu trace view", not_traces=NOT_TRACES, chrome=True)
 
     # ------------------------------------------------------------------ configuration and environment
 

@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from rlprof.analysis import breakdown_files
+from rlprof.analysis import breakdown_files, trace_readers, trace_walk
+from rlprof.cli.breakdown import main as breakdown_command
 from trace_view_standin import HARDWARE, PYTHON, meta, op, trace_view
 
 
@@ -33,7 +34,7 @@ def test_the_worked_example_splits_from_the_trace_view(tmp_path):
 
 def test_two_ranks_are_matched_and_the_late_one_is_named(tmp_path):
     paths = [trace_view(tmp_path, 0, comm_enter=6), trace_view(tmp_path, 1, comm_enter=8)]
-    collected = breakdown_files.collect([str(tmp_path)], breakdown_files.readers()[0])
+    collected = trace_walk.collect([str(tmp_path)], trace_readers.readers()[0])
     rows, errors = breakdown_files.breakdown(collected.files, workers=1)
     assert errors == [] and {row.path for row in rows} == {str(p) for p in paths}
     # torch_npu's rank files are its own, not Kineto traces: passed over, saying whose they are
@@ -58,7 +59,7 @@ def test_a_bad_trace_view_costs_one_line_naming_it_and_the_others_are_reported(t
     bad = tmp_path / "bad" / "trace_view.json"
     bad.parent.mkdir()
     bad.write_text(content)
-    code = breakdown_files.main([str(good), str(bad), "--json", "--workers", "1"])
+    code = breakdown_command([str(good), str(bad), "--json", "--workers", "1"])
     out, err = capsys.readouterr()
     assert code == 0
     lines = err.strip().splitlines()
@@ -67,7 +68,7 @@ def test_a_bad_trace_view_costs_one_line_naming_it_and_the_others_are_reported(t
 
 
 def test_a_trace_view_is_never_read_as_a_kineto_trace(tmp_path):
-    assert breakdown_files.reader_for(trace_view(tmp_path, 0), breakdown_files.readers()[0]) == "rlprof_npu.trace_reader:read_trace"
+    assert trace_readers.reader_for(trace_view(tmp_path, 0), trace_readers.readers()[0]) == "rlprof_npu.trace_reader:read_trace"
 
 
 def test_flops_torch_npu_computed_and_its_hook_marked_are_counted_per_region(tmp_path):

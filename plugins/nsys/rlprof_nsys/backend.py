@@ -188,7 +188,7 @@ class NsysBackend:
         """``nsys export --type sqlite`` output, or a report exported once beside itself
         (:mod:`rlprof_nsys.sqlite_reader`)."""
         return TraceReader(patterns=("*.sqlite", "*.nsys-rep"), target="rlprof_nsys.sqlite_reader:read_trace",
-                           format="Nsight Systems SQLite export")
+                           format="Nsight Systems SQLite export", viewer="Nsight Systems (nsys-ui)")
 
     # ------------------------------------------------------------------ windows
 

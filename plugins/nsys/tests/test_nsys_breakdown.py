@@ -17,6 +17,7 @@ import pytest
 
 from nsys_export_standin import Export, record_cpu_report, write_export
 from rlprof.analysis import breakdown_files
+from rlprof.cli.breakdown import main as breakdown_command
 from rlprof_nsys import sqlite_reader
 
 NSYS = shutil.which("nsys")
@@ -67,7 +68,7 @@ def test_a_folder_of_exports_is_read_not_passed_over_in_silence(tmp_path, capsys
     folder = tmp_path / "exports"
     good = write_export(folder / "rank0.sqlite", WORKED_EXAMPLE)
     other = write_export(folder / "deeper" / "other.sqlite", Export(schema_major="4", kernels=WORKED_EXAMPLE.kernels))
-    code = breakdown_files.main([str(folder), "--json", "--workers", "1"])
+    code = breakdown_command([str(folder), "--json", "--workers", "1"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert {(row["path"], row["region"]) for row in out["rows"]} == {(str(good), r) for r in ("step3", "actor_update", "(trace)")}
@@ -77,7 +78,7 @@ def test_a_folder_of_exports_is_read_not_passed_over_in_silence(tmp_path, capsys
 def test_an_export_of_another_schema_version_costs_one_line(tmp_path, capsys):
     good = write_export(tmp_path / "good.sqlite", WORKED_EXAMPLE)
     other = write_export(tmp_path / "other.sqlite", Export(schema_major="4", kernels=WORKED_EXAMPLE.kernels))
-    code = breakdown_files.main([str(good), str(other), "--json", "--workers", "1"])
+    code = breakdown_command([str(good), str(other), "--json", "--workers", "1"])
     out, err = capsys.readouterr()
     assert code == 0
     assert err.strip().splitlines() == [
@@ -139,7 +140,7 @@ def test_a_real_report_is_exported_into_the_cache_folder_and_its_nvtx_ranges_are
 
 
 def test_a_real_cpu_only_report_costs_one_line_saying_it_has_no_device_events(cpu_report, capsys):
-    code = breakdown_files.main([str(cpu_report)])
+    code = breakdown_command([str(cpu_report)])
     _, err = capsys.readouterr()
     assert code == 1
     assert err.strip().splitlines() == [

@@ -83,7 +83,7 @@ class TorchBackend:
         """Kineto JSON (``rlprof_torch.kineto_reader``): this backend's traces, and vLLM's and SGLang's
         engine traces, which are Kineto too."""
         return TraceReader(patterns=("*.json", "*.json.gz"), target="rlprof_torch.kineto_reader:read_trace",
-                           format="Kineto JSON")
+                           format="Kineto JSON", chrome=True)
 
     @hookimpl
     def check_environment(self):

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from rlprof.analysis import breakdown_files
-from rlprof.analysis.breakdown import Region, Row, split
-from rlprof.analysis.breakdown_files import CACHE_SUFFIX, breakdown, main
+from rlprof.analysis.breakdown import Region, split
+from rlprof.row_model import Row
+from rlprof.analysis.rows_cache import CACHE_SUFFIX
+from rlprof.analysis.breakdown_files import breakdown
+from rlprof.cli.breakdown import main
 from rlprof.layout import rows_path
 from rlprof_torch.kineto_reader import read_trace
 

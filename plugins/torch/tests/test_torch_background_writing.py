@@ -18,7 +18,7 @@ import time
 import pytest
 
 import rlprof
-from rlprof import layout
+from rlprof.layout import reserved
 from rlprof.cli import main as rlprof_cli
 from rlprof.manifest import read_records
 from rlprof.runtime import trace_writer
@@ -118,7 +118,7 @@ def test_a_trace_that_cannot_be_written_is_an_error_and_listed_failed(make_confi
     def disk_full(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(layout, "place", disk_full)
+    monkeypatch.setattr(reserved, "place", disk_full)  # where a reserved name is placed
     prof = rlprof.Profiler(make_config(steps=(1,)), roles=("actor", "ref"))
     prof.start_step(1)
     with prof.role("actor", "update"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlprof.analysis.breakdown_files import _cached
+from rlprof.analysis.rows_cache import _cached
 from rlprof.analysis.late_split import pending, wait
 from rlprof.step_metrics import SPLIT_STEP, read_step_metrics
 

@@ -30,7 +30,7 @@ MISSING = "???"
 
 PROFILER_KEYS = ("enable", "all_ranks", "ranks", "discrete")
 """Keys of verl's role section that go to each hosted role's ``profiler`` section."""
-GLOBAL_KEYS = tuple(sorted(mirrored_keys(GlobalConfig) - {"tool"})) + ("global_tool_config",)
+ROLE_SECTION_GLOBALS = tuple(sorted(mirrored_keys(GlobalConfig) - {"tool"})) + ("global_tool_config",)
 """Keys of verl's role section that are global in rlprof: those verl mirrors into every role (declared
 ``mirrored``; ``tool`` is read apart, as a list) and ``global_tool_config``, a field of verl's
 ``ProfilerConfig`` that its config leaves unset. rlprof's other global keys come from the trainer
@@ -154,7 +154,7 @@ def rlprof_source(config: Any, tool_config: Any, roles: tuple[str, ...],
             tool_configs[tools[0]] = explicit
     role_section["tool_config"] = {name: section for name, section in tool_configs.items() if section}
     global_section: dict[str, Any] = {"tool": tools or None}
-    for key in GLOBAL_KEYS:
+    for key in ROLE_SECTION_GLOBALS:
         value = field(config, key)
         if value is not None:
             global_section[key] = plain(value)

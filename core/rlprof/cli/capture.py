@@ -14,81 +14,11 @@ the driver answers it at its next step start); 2 no armed running run there.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import secrets
 import sys
-import time
 from pathlib import Path
 
 from rlprof.errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK
-from rlprof.runtime.unplanned import ANSWER, LISTENING, REQUESTS, _write_json
-
-
-def running_run(path: Path) -> tuple[Path | None, str]:
-    """The run directory ``path`` means (itself, or the newest run under it whose driver listens and has not
-    ended), or None and why not."""
-    path = Path(path)
-    if (path / REQUESTS / LISTENING).is_file():
-        info = _info(path)
-        if info.get("ended"):
-            return None, f"{path}: this run has ended"
-        return path, ""
-    candidates = []
-    if path.is_dir():
-        for child in path.iterdir():
-            listening = child / REQUESTS / LISTENING
-            if listening.is_file():
-                info = _info(child)
-                if not info.get("ended") and _alive(info):
-                    candidates.append((info.get("since", 0), child))
-    if not candidates:
-        return None, (f"{path}: no running armed run here (a run directory, or a save_path holding one, whose driver "
-                      f"writes {REQUESTS}/{LISTENING}: a tool set, a role enabled, global_profiler.on_demand not false)")
-    return max(candidates)[1], ""
-
-
-def _info(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / REQUESTS / LISTENING).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
-def _alive(info: dict) -> bool:
-    """The driver's process still runs (when it is on this host; elsewhere it cannot be told: assumed)."""
-    from rlprof.layout import hostname
-
-    if info.get("host") != hostname() or not isinstance(info.get("pid"), int):
-        return True
-    try:
-        os.kill(info["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def request(run_dir: Path, steps: int = 1) -> str:
-    """Leave a request for ``steps`` steps in ``run_dir``; its id."""
-    request_id = time.strftime("r%Y%m%d-%H%M%S-") + secrets.token_hex(2)
-    _write_json(Path(run_dir) / REQUESTS / f"{request_id}.json", {"steps": steps, "asked": time.time()}, Path(run_dir))
-    return request_id
-
-
-def answer(run_dir: Path, request_id: str, wait_s: float) -> dict | None:
-    """The driver's answer to ``request_id``, waiting at most ``wait_s``; None when none came."""
-    path = Path(run_dir) / REQUESTS / f"{request_id}{ANSWER}"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.1)
+from rlprof.runtime.capture_requests import answer, listening, request, running_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     if run_dir is None:
         print(f"rlprof capture: {why}", file=sys.stderr)
         return EXIT_INVALID
-    refused = _info(run_dir).get("refuse")
+    refused = listening(run_dir).get("refuse")
     if refused:
         print(f"rlprof capture: run {run_dir.name} refuses captures mid-run: {refused}", file=sys.stderr)
         return EXIT_FAILED

@@ -1,9 +1,10 @@
-"""Time as sets of intervals: the arithmetic every figure of the breakdown is made of.
+"""Time as sets of intervals: the one union of intervals every figure of the breakdown, the anatomy and the step metrics is made of.
 
 A *union* is a sorted list of disjoint, non-empty ``(start, end)`` pairs. Time that two events
 share is counted once, which is why the breakdown measures unions and never adds durations: two
 kernels on two streams for the same 3 ms cover 3 ms of wall time, not 6 (docs/analysis.md,
-"Inside a region").
+"Inside a region"). A leaf, so the step metrics of a running job and the analysis after it count covered
+time with the same functions.
 """
 
 from __future__ import annotations
