@@ -114,6 +114,7 @@ def main() -> None:
         child(save, on == "on", int(micro))
         return
     sys.path.insert(0, str(HERE))
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # no profiler_start/stop lines (rlprof_torch.session.quiet_kineto)
     micro_batches = micro_batches_for(opts.events)
     print(f"{micro_batches} micro-batches of the tiny MLP in the profiled step: about {opts.events} events")
     block("quiet", opts.trials, micro_batches)
