@@ -228,6 +228,8 @@ def compute_lines(report: Any) -> list[str]:
                          f"{len(analytic)} steps; {analytic[0].formula})")
             notes = sorted({r.note for r in analytic if r.note})
             lines += [f"    {note}" for note in notes]
+        elif any(r.counted_flops is not None for r in steps):
+            lines.append(f"  {region}: no tokens said (profiled steps' counts only)")
         for r in steps:
             if r.counted_flops is None:
                 continue
