@@ -184,7 +184,9 @@ def check_mfu(by_step: dict, run: dict) -> None:
     for step, data in by_step.items():
         assert 0 < data["rlprof/actor/update/mfu_window"] <= 1 and data["rlprof/actor/update/tokens_per_s"] > 0, step
         assert mfu[step]["value"] == pytest.approx(data["perf/mfu/actor"]) and mfu[step]["rlprof_mfu_window"] is not None
-        assert "peaks x" in mfu[step]["why"] and "FLOP/s x" in mfu[step]["why"], mfu[step]
+        # the example's CPU device is 'cpu' to verl, which its peak table lacks: verl divides by infinity (MFU 0)
+        said = "verl knows no peak for this device" if mfu[step]["value"] == 0 else "peaks x"
+        assert said in mfu[step]["why"], mfu[step]
     counted = {r["step"]: r for r in run["compute"]["regions"] if r["region"] == "actor_update" and r["counted_flops"]}
     assert sorted(counted) == PROFILED and all(r["difference"] is not None for r in counted.values()), counted
 
