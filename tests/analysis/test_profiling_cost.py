@@ -65,12 +65,12 @@ def report_with_a_wait(save_path, monkeypatch, *, step: int, ms: float):
     return report
 
 
-def test_a_wait_on_a_replicas_export_is_shown_and_the_cost_is_the_time_beyond_the_median(save_path, monkeypatch):
-    """The wait is what rlprof saw; the step's cost is still what it took beyond the unprofiled median (the
-    wait record here lengthened no step: 50 ms, not 75)."""
+def test_a_wait_on_a_replicas_export_is_shown_and_the_cost_is_never_less_than_what_rlprof_saw(save_path, monkeypatch):
+    """The wait is what rlprof saw; the step took 50 ms beyond the unprofiled median, but rlprof's records saw
+    profiling take 75 ms of it (writing and the wait): the cost is never less than that (issue 49)."""
     report = report_with_a_wait(save_path, monkeypatch, step=3, ms=25.0)
     (third,) = [s for s in report.cost.steps if s.step == 3]
-    assert (third.writing_ms, third.waits_ms, third.seen_ms, third.profiling_ms) == (50.0, 25.0, 75.0, 50.0)
+    assert (third.writing_ms, third.waits_ms, third.seen_ms, third.beyond_ms, third.profiling_ms) == (50.0, 25.0, 75.0, 50.0, 75.0)
     assert "writing 50.0 ms + waits 25.0 ms" in render(report)
 
 
@@ -157,6 +157,10 @@ def test_warm_up_is_left_out_of_the_baseline_and_never_blamed_on_profiling():
              "start_ns": [10_000 * ms, 30_000 * ms], "end_ns": [10_900 * ms, 30_300 * ms]}
     (second,) = profiling_cost([step(2, 300, closed=212), plain]).steps
     assert second.unprofiled_ms == 300.0 and second.profiling_ms == 212.0  # not 0: version 1's 900 ms is left out
+    # the run's last unprofiled version slower than the profiled one (it drains the run): still what rlprof saw
+    slow_end = {**plain, "end_ns": [10_900 * ms, 31_500 * ms]}
+    (second,) = profiling_cost([step(2, 300, closed=212), slow_end]).steps
+    assert second.beyond_ms < 0 and second.profiling_ms == 212.0
     cost = profiling_cost([step(1, 9000, closed=600), step(2, 300, closed=212), plain])
     first = cost.steps[0]
     assert first.warmup and first.profiling_ms is None and first.share is None
