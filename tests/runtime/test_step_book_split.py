@@ -134,8 +134,9 @@ def test_a_file_handed_on_is_not_waited_for_and_its_step_goes_to_the_late_split(
     book.receive(batch("rank0", done, [(2, ("late", "/r/rank0.pt.trace.json.gz", ["actor"]))]))
     assert splits(book) == []  # nothing partial
     ((job, folder, root),) = started
-    assert (job["step"], job["run"], job["metrics"], folder, root) == (2, "run", str(book.path), tmp_path / "late_splits", tmp_path)
-    (process,) = job["processes"]
+    assert (job["run"], job["metrics"], folder, root) == ("run", str(book.path), tmp_path / "late_splits", tmp_path)
+    ((step, process),) = [(entry["step"], p) for entry in job["steps"] for p in entry["processes"]]
+    assert step == 2
     assert process["late"] == [["/r/rank0.pt.trace.json.gz", ["actor"]]]
     assert process["figures"] == [["actor", "actor_update", figures(60.0, 20.0, 0.0, 20.0)]]
     book.close()

@@ -7,9 +7,9 @@ instead of waiting; the step's book (:class:`rlprof.runtime.step_book.StepBook`,
 driver) writes a job file in ``<run>/late_splits/`` and starts its program (:mod:`rlprof.cli.late_split`, which calls
 :func:`run_job`), in a session of its own at the lowest priority, not ended with the process that started it.
 
-The job (JSON): ``step``, ``run``, ``metrics`` (the step metrics file), ``processes``: per process, the
-``figures`` its files already answered (``[[role, region, figures], ...]``) and the files handed on (``late``:
-``[[path, roles], ...]``). Each file is analysed as in the run (:func:`rlprof.analysis.step_split.analyse`: its
+The job (JSON): ``run``, ``metrics`` (the step metrics file) and ``steps``, in step order, each a ``step`` and its
+``processes``: per process, the ``figures`` its files already answered (``[[role, region, figures], ...]``) and the
+files handed on (``late``: ``[[path, roles], ...]``). Each file is analysed as in the run (:func:`rlprof.analysis.step_split.analyse`: its
 rows cached in the run's ``breakdown/``, where ``rlprof report`` reads them), the figures combined by the run's
 one rule (:func:`rlprof.step_metrics.combine`), and the step's ``split`` line appended to the metrics file,
 marked ``late``. The job file is removed last: a file left there names a split that was not finished (its
@@ -26,15 +26,29 @@ from typing import Any
 from rlprof.step_metrics import StepMetricsRecord, add_region_figures, combine, split_metrics
 
 
-def finish(job: dict[str, Any], root: Path) -> dict[str, Any] | None:
-    """The ``split`` line's fields for ``job`` (see the module doc), appended to its metrics file; None when no
-    process has figures for the step."""
-    from rlprof.analysis.step_split import NotATrace, analyse
+def finish(job: dict[str, Any], root: Path) -> list[dict[str, Any]]:
+    """The ``split`` lines of ``job``'s steps (see the module doc), appended to its metrics file in step order; a
+    step no process has figures for writes none."""
     from rlprof.manifest import ManifestWriter, record_fields
 
-    step = int(job["step"])
-    processes = []
-    for process in job["processes"]:
+    writer = ManifestWriter(Path(job["metrics"]), {"run": job["run"]}, root=root)
+    written = []
+    try:
+        for entry in job["steps"]:
+            record = _split_line(int(entry["step"]), entry["processes"])
+            if record is not None:
+                writer.write(record.TYPE, **record_fields(record))
+                written.append(record_fields(record))
+    finally:
+        writer.close()
+    return written
+
+
+def _split_line(step: int, processes: list[dict[str, Any]]) -> StepMetricsRecord | None:
+    from rlprof.analysis.step_split import NotATrace, analyse
+
+    figures_of = []
+    for process in processes:
         figures: dict[tuple[str, str], dict] = {(role, region): dict(values) for role, region, values in process["figures"]}
         for path, roles in process["late"]:
             try:
@@ -44,15 +58,11 @@ def finish(job: dict[str, Any], root: Path) -> dict[str, Any] | None:
             for key, values in found.items():
                 add_region_figures(figures.setdefault(key, {}), values)
         if figures:
-            processes.append(figures)
-    split = combine(processes)
+            figures_of.append(figures)
+    split = combine(figures_of)
     if not split:
         return None
-    record = StepMetricsRecord("split", step, split_metrics(step, split), processes=len(processes), late=True)
-    writer = ManifestWriter(Path(job["metrics"]), {"run": job["run"]}, root=root)
-    writer.write(record.TYPE, **record_fields(record))
-    writer.close()
-    return record_fields(record)
+    return StepMetricsRecord("split", step, split_metrics(step, split), processes=len(figures_of), late=True)
 
 
 def pending(run_dir: Path) -> list[Path]:

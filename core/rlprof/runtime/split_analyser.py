@@ -191,7 +191,7 @@ def start_late(job: dict[str, Any], folder: Path, root: Path) -> Path | None:
 
     try:
         ensure_dir(folder, root)
-        path = folder / f"step{job['step']}-{os.getpid()}-{time.time_ns()}.json"
+        path = folder / f"step{job['steps'][0]['step']}-{os.getpid()}-{time.time_ns()}.json"
         with open_file(path, root, "w") as out:
             out.write(json.dumps(job))
         subprocess.Popen([sys.executable, "-m", LATE_MODULE, str(path)], stdin=subprocess.DEVNULL,
@@ -200,8 +200,9 @@ def start_late(job: dict[str, Any], folder: Path, root: Path) -> Path | None:
     except Exception as exc:
         from rlprof.notices import say_once
 
-        say_once(f"late split: {type(exc).__name__}", log, "rlprof: the split of step %s is left to rlprof report "
-                 "(its late analysis could not start: %s: %s)", job.get("step"), type(exc).__name__, exc)
+        say_once(f"late split: {type(exc).__name__}", log, "rlprof: the split of steps %s is left to rlprof report "
+                 "(its late analysis could not start: %s: %s)", [s.get("step") for s in job.get("steps", [])],
+                 type(exc).__name__, exc)
         return None
 
 

@@ -133,6 +133,8 @@ class StepBook:
         self._backends: Any = None
         self._hooked = self.tools == ()
         self.closed = False
+        self.sending = threading.Lock()
+        """Held by a process's sink while it hands the book a batch (:class:`ProcessSink`)."""
 
     # ------------------------------------------------------------------ inputs
 
@@ -266,12 +268,14 @@ class StepBook:
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns)))
+        late = []
         for step, split, processes in self._splits_ready(closing):
             if isinstance(split, list):  # some of its files were handed on: their split is finished outside
-                start_late({"step": step, "run": self.run_id, "metrics": str(self.path), "processes": split},
-                           self._root / LATE_DIR, self._root)
+                late.append({"step": step, "processes": split})
             elif split:
                 self.split(step, split, processes)
+        if late:  # one program for the steps ready now: their lines in step order
+            start_late({"run": self.run_id, "metrics": str(self.path), "steps": late}, self._root / LATE_DIR, self._root)
         return len(completed)
 
     def _splits_ready(self, closing: bool) -> list[tuple[int, dict[tuple[str, str], dict[str, float]], int]]:
@@ -476,14 +480,17 @@ class ProcessSink:
             with _books_lock:
                 _books[key][1].add(id(self))
         book = self.book
-        book.receive(batch)
-        book.pump()
-        if batch.final:
-            with _books_lock:
-                senders = _books[key][1] if key in _books else set()
-                senders.discard(id(self))
-                last = not senders
+        with book.sending:  # the flusher's batch and finalize's last one, one at a time: nothing after the close
+            if book.closed:
+                return
+            book.receive(batch)
+            book.pump()
+            if batch.final:
+                with _books_lock:
+                    senders = _books[key][1] if key in _books else set()
+                    senders.discard(id(self))
+                    last = not senders
+                    if last:
+                        _books.pop(key, None)
                 if last:
-                    _books.pop(key, None)
-            if last:
-                book.close()
+                    book.close()
