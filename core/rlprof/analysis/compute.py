@@ -223,8 +223,11 @@ def compute_lines(report: Any) -> list[str]:
         if analytic:
             median = lambda name: statistics.median([getattr(r, name) for r in analytic if getattr(r, name) is not None] or [0.0])
             mfu = [r.mfu_window for r in analytic if r.mfu_window is not None]
+            measured = [r.mfu_window_measured for r in analytic if r.mfu_window_measured is not None]
+            beside = (f" (measured peak: {_pct(statistics.median(measured))})"
+                      if measured and [r.mfu_window_measured for r in analytic] != [r.mfu_window for r in analytic] else "")
             lines.append(f"  {region}: {median('tokens_per_s'):.4g} tokens/s, {median('model_tflops'):.4g} TFLOP/s per "
-                         f"process, MFU over the window {_pct(statistics.median(mfu)) if mfu else '-'} (median of "
+                         f"process, MFU over the window {_pct(statistics.median(mfu)) if mfu else '-'}{beside} (median of "
                          f"{len(analytic)} steps; {analytic[0].formula})")
             notes = sorted({r.note for r in analytic if r.note})
             lines += [f"    {note}" for note in notes]
