@@ -20,7 +20,10 @@ meaning within a hook contract (:data:`rlprof.hookspecs.CONTRACT`), wherever the
 * reading traces for the breakdown (a ``trace_reader`` target): :class:`TraceEvents`, :class:`Region`,
   :data:`COMPUTE`, :data:`COMMUNICATION`, :data:`MEMORY`, :func:`device_kind`, :func:`is_host_collective`,
   :func:`numbered_collectives`, :func:`regions_in_steps`, and :class:`BoundedTokens` (a JSON stream read with a
-  bound on one token).
+  bound on one token);
+* FLOPs in a trace: :func:`op_flops` (an operator's counted FLOPs), :func:`is_uncounted` and
+  :data:`COUNTED` (compute no count covers, shown as such, never as a low MFU), :func:`recorded_peak` (the peak a
+  run recorded, for MFU).
 
 Importing it costs nothing: each name loads its module when first used (no torch, Ray or NVTX in any of them), so
 a backend's hooks never pull in the analysis its trace reader uses; docs/writing-a-backend.md lists the same names.
@@ -46,6 +49,8 @@ _WHERE = {
     "device_kind": "rlprof.analysis.breakdown", "is_host_collective": "rlprof.analysis.breakdown",
     "numbered_collectives": "rlprof.analysis.breakdown", "regions_in_steps": "rlprof.analysis.breakdown",
     "BoundedTokens": "rlprof.analysis.streams",
+    "COUNTED": "rlprof.analysis.op_flops", "is_uncounted": "rlprof.analysis.op_flops", "op_flops": "rlprof.analysis.op_flops",
+    "recorded_peak": "rlprof.peak",
 }
 """Each name -> the module that holds it today. A name is imported when first asked for, so a training process that
 imports a backend (its hooks, its writer) never imports the analysis a trace reader uses in another process."""
@@ -64,11 +69,13 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # for readers and type checkers: the same names, imported eagerly
     from rlprof.analysis.breakdown import (COMMUNICATION, COMPUTE, MEMORY, Region, TraceEvents, device_kind,  # noqa: F401
                                           is_host_collective, numbered_collectives, regions_in_steps)
+    from rlprof.analysis.op_flops import COUNTED, is_uncounted, op_flops  # noqa: F401
     from rlprof.analysis.streams import BoundedTokens  # noqa: F401
     from rlprof.config.schema import load_config  # noqa: F401
     from rlprof.env_seconds import seconds_from_env  # noqa: F401
     from rlprof.hookspecs import CHROME_VIEWER, CliCommand, TraceReader  # noqa: F401
     from rlprof.manifest import artifacts, manifest_files, read_records, record_relocation  # noqa: F401
     from rlprof.notices import mark_said, say_once  # noqa: F401
+    from rlprof.peak import recorded_peak  # noqa: F401
     from rlprof.runtime.trace_writer import Export, TraceWriter, process_writer  # noqa: F401
     from rlprof.tool_config import check_keys, parse_bool, parse_contents  # noqa: F401

@@ -33,6 +33,16 @@ class RunInfo:
     """The roles this process hosts (selected or not), e.g. ``("actor", "ref")``."""
     replica_rank: int | None = None
     """Rollout replica index in agent-loop mode (what ``rollout.profiler.ranks`` counts), else None."""
+    peak_tflops: float | None = None
+    """``global_profiler.peak_tflops`` (None: not configured): ask :meth:`peak` rather than read it."""
+
+    def peak(self, device: str, dtype: str | None = None, measure: bool = True) -> Any:
+        """The :class:`rlprof.peak.Peak` this process's FLOP figures on ``device`` (``cpu``, ``cuda:0``) are divided
+        by: the configured one, the device's spec or the calibration, which is measured once per run and host
+        (:func:`rlprof.peak.run_peak`: a fraction of a second, the first time any process of the host asks)."""
+        from rlprof.peak import run_peak
+
+        return run_peak(self.run_dir, self.host, device, dtype, self.peak_tflops, measure=measure)
 
 
 @dataclass(frozen=True)

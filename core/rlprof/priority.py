@@ -36,8 +36,10 @@ def command(module: str, *args: str) -> list[str]:
     return [sys.executable, "-c", launch, *args]
 
 
-def lowest() -> None:
-    """In the helper process, before its work: the lowest priority this system grants (see the module doc)."""
+def lowest(outlive_parent: bool = False) -> None:
+    """In the helper process, before its work: the lowest priority this system grants (see the module doc).
+    ``outlive_parent``: not killed with its parent (a split finished after its process ended:
+    :mod:`rlprof.analysis.late_split`, which ends by itself once its traces are read)."""
     try:
         with open("/proc/self/autogroup", "w", encoding="ascii") as group:  # this session's group, new with it
             group.write(str(NICE))
@@ -51,6 +53,8 @@ def lowest() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         pass
+    if outlive_parent:
+        return
     try:
         import ctypes
 

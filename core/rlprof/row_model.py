@@ -64,6 +64,8 @@ MERGES = {
     "first_known": lambda a, b: a if a is not None and a != "" else b,
     "last": lambda a, b: b,
     "max": lambda a, b: b if a is None else a if b is None else max(a, b),
+    "names": lambda a, b: names((a, b)),
+    "derived": lambda a, b: a,  # worked out again once added up (derive)
 }
 """Each ``merge`` rule of :func:`column`: (the value kept, the same figure seen again) -> the value kept now."""
 
@@ -116,11 +118,41 @@ class Row:
             "as it began, and every change inside it), where the capture recorded memory (torch's "
             "`profile_memory`, `contents: [memory]`); null where it did not.")
 
+    # What the compute achieved (docs/analysis.md, "What the compute achieves"): the counted FLOPs and the peak
+    # come from the trace (rlprof.analysis.achieved.counted); the rest follows from them (derive)
+    flops: float | None = column("flops", listed=(BREAKDOWN,), merge="sum_known", unit="flop", default=None,
+                                 doc="The FLOPs counted in the region: the matrix products (`mm`, `addmm`, `bmm`, "
+                                     "`baddbmm`, `conv2d`) that began in it, by torch's formulas from their recorded "
+                                     "shapes; null where the capture did not count FLOPs.")
+    uncounted: str | None = column(merge="names", unit="", default=None,
+                                   doc="Compute operators no formula counts that ran in the region (attention "
+                                       "kernels, other convolutions...): its `flops` are a lower bound, no MFU is given.")
+    peak_tflops: float | None = column(merge="first_known", unit="", default=None,
+                                       doc="The peak TFLOP/s MFU is divided by (configured, the device's spec, or measured).")
+    measured_tflops: float | None = column(merge="first_known", unit="", default=None,
+                                           doc="What a matmul calibration measured on the device, once per run and host.")
+    peak_source: str | None = column(merge="first_known", unit="", default=None,
+                                     doc="Which peak, said whole: `spec 989.4 TFLOP/s (NVIDIA H100 80GB HBM3, bf16)`.")
+    flops_per_s_window: float | None = column(merge="derived", unit="flop/s", default=None, doc="flops / window.")
+    flops_per_s_compute: float | None = column(merge="derived", unit="flop/s", default=None,
+                                               doc="flops / compute: never below `flops_per_s_window`.")
+    mfu_window: float | None = column("MFU window", listed=(BREAKDOWN,), merge="derived", unit="frac", default=None,
+                                      doc="`flops_per_s_window` / the peak, 0 to 1; null where `mfu_note` says why.")
+    mfu_compute: float | None = column("MFU compute", listed=(BREAKDOWN, REPORT), merge="derived", unit="frac",
+                                       default=None, doc="`flops_per_s_compute` / the peak, 0 to 1: the kernels' own "
+                                                         "efficiency, the waiting left out.")
+    mfu_compute_measured: float | None = column(merge="derived", unit="frac", default=None,
+                                                doc="`flops_per_s_compute` / the measured peak.")
+    mfu_note: str | None = column(merge="derived", unit="", default=None,
+                                  doc="Why an MFU is not given: uncounted compute, nothing counted, no peak, or a "
+                                      "figure above 100% and what is inconsistent (the peak or the count).")
+
     def add(self, other: "Row") -> None:
         """Add ``other``, the same region of the same process in the same step seen again (it ran twice),
-        each column by its ``merge`` rule."""
+        each column by its ``merge`` rule, then the derived ones worked out again (:func:`derive`)."""
         for f in _COLUMNS:
             setattr(self, f.name, MERGES[f.metadata["merge"]](getattr(self, f.name), getattr(other, f.name)))
+        derive(self)
 
 
 _COLUMNS = fields(Row)
@@ -162,7 +194,7 @@ def cell(row: Row, name: str) -> str:
     value = getattr(row, name)
     if value is None:
         return "-"
-    return size_text(value) if _UNITS[name] == "bytes" else format(value, ".2f")
+    return _UNIT_TEXT.get(_UNITS[name], lambda v: format(v, ".2f"))(value)
 
 
 def shown(rows: Iterable[Row], name: str) -> str:
@@ -172,9 +204,21 @@ def shown(rows: Iterable[Row], name: str) -> str:
     if _UNITS[name] == "ms":
         return f"{100 * statistics.median(getattr(r, name) / r.wall_ms if r.wall_ms > 0 else 0.0 for r in rows):.0f}%"
     known = [getattr(r, name) for r in rows if getattr(r, name) is not None]
-    return size_text(statistics.median(known)) if known else "-"
+    return _UNIT_TEXT.get(_UNITS[name], str)(statistics.median(known)) if known else "-"
 
 
+def flops_text(n: float) -> str:
+    """``2.56 MFLOP``."""
+    for unit in ("", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000 or unit == "P":
+            return f"{n:.3g} {unit}FLOP"
+        n /= 1000
+    return f"{n} FLOP"
+
+
+_UNIT_TEXT = {"bytes": size_text, "flop": flops_text, "flop/s": lambda v: flops_text(v) + "/s",
+              "frac": lambda v: f"{100 * v:.1f}%"}
+"""How a figure of each unit but ms reads in a table."""
 _UNITS = {f.name: f.metadata["unit"] for f in _COLUMNS}
 _MERGE_OF = {f.name: f.metadata["merge"] for f in _COLUMNS}
 
@@ -195,3 +239,47 @@ def row_reference() -> str:
         doc = f.metadata["doc"].replace("|", "\\|")  # a union's length, |C|, is not a cell's end
         lines.append(f"| `{f.name}` | {where} | {doc}{part} |")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ what the compute achieved
+
+DERIVED = ("flops_per_s_window", "flops_per_s_compute", "mfu_window", "mfu_compute", "mfu_compute_measured", "mfu_note")
+"""The columns :func:`derive` writes (their ``merge`` is ``derived``: worked out again, never added)."""
+
+
+def derive(row: Row) -> None:
+    """Fill ``row``'s :data:`DERIVED` columns from its ``flops``, times and peak: FLOP/s over the window and over
+    compute, MFU over each against the peak (over compute against the measured peak too), and ``mfu_note`` where an
+    MFU is not given: compute no formula counts ran in it, no counted operator ran in its compute, no peak is known,
+    or the figure passed 100% (:mod:`rlprof.mfu` names what is inconsistent). Nothing where nothing was counted."""
+    from rlprof.mfu import fraction, inconsistency, shown as within, why_not_shown
+
+    for name in DERIVED:
+        setattr(row, name, None)
+    flops = row.flops
+    if flops is None:
+        return
+    window_s, compute_s = row.window_ms / 1e3, row.compute_ms / 1e3
+    row.flops_per_s_window = flops / window_s if window_s > 0 else None
+    row.flops_per_s_compute = flops / compute_s if compute_s > 0 else None
+    if row.uncounted:
+        row.mfu_note = f"compute no formula counts ran in it ({row.uncounted}): its FLOPs are a lower bound"
+        return
+    if flops <= 0 and row.compute_ms > 0:
+        row.mfu_note = "no operator whose FLOPs are counted ran in its compute"
+        return
+    if not row.peak_tflops:
+        row.mfu_note = "no peak known for its device"
+        return
+    on_window, on_compute = fraction(flops, window_s, row.peak_tflops), fraction(flops, compute_s, row.peak_tflops)
+    if on_compute is not None and on_compute > 1.0:
+        wrong = inconsistency(row.flops_per_s_compute, row.peak_tflops, row.measured_tflops, analytic=False)
+        row.mfu_note = why_not_shown(wrong, row.peak_source)
+    row.mfu_window, row.mfu_compute = within(on_window), within(on_compute)
+    row.mfu_compute_measured = within(fraction(flops, compute_s, row.measured_tflops))
+
+
+def names(values: Iterable[str | None]) -> str | None:
+    """Operator names as one cell: ``aten::a, aten::b`` (each once, in order), None for none."""
+    seen = list(dict.fromkeys(n for value in values if value for n in value.split(", ")))
+    return ", ".join(seen) or None

@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from rlprof.intervals import length, union
 from rlprof.noise import MARGIN, between_processes, others_medians, stands_clear
+from rlprof.step_work import Work, WorkFigures, work_figures
 from rlprof.row_model import PART_NAMES, merge_rule
 
 PREFIX = "rlprof"
@@ -65,9 +66,10 @@ REGION_FIGURES = ("slowest_s", "slowest_rank", "median_s", "spread_s", "late_ran
 """What every step says of each region, from every process's timing of it."""
 PEAK = "peak_allocated_bytes"
 """The split's memory figure: the :class:`~rlprof.row_model.Row` column of the same name."""
-SPLIT_FIGURES = tuple(f"{part}_frac" for part in PART_NAMES.values()) + (PEAK,)
+SPLIT_FIGURES = tuple(f"{part}_frac" for part in PART_NAMES.values()) + (PEAK, "mfu_compute")
 """What an analysed profiled step adds to each region (with :data:`SPLIT_STEP`): each part of the window
-(:data:`rlprof.row_model.WINDOW_PARTS`, named as the row model names it for the step metrics) as a fraction, and the peak."""
+(:data:`rlprof.row_model.WINDOW_PARTS`, named as the row model names it for the step metrics) as a fraction, the
+peak, and ``mfu_compute`` where its trace counted FLOPs (:func:`combine`)."""
 STEP_FIGURES = ("time_s", "outside_regions_s")
 """What every step says of itself."""
 SPLIT_STEP = f"{PREFIX}/split/step"
@@ -162,9 +164,14 @@ class RegionFigures:
     late_rank: int
     """:data:`NO_RANK` when no rank entered clearly late."""
     late_by_s: float
+    work: WorkFigures | None = None
+    """Its analytic FLOPs, where its processes said how many tokens it processed (:mod:`rlprof.step_work`)."""
 
     def metrics(self) -> dict[str, float]:
-        return {metric_name(self.role, self.region, name): getattr(self, name) for name in REGION_FIGURES}
+        out = {metric_name(self.role, self.region, name): getattr(self, name) for name in REGION_FIGURES}
+        if self.work is not None:
+            out.update({metric_name(self.role, self.region, name): value for name, value in self.work.metrics().items()})
+        return out
 
 
 @dataclass(frozen=True)
@@ -196,7 +203,17 @@ class StepFigures:
             out.update(figures.metrics())
         if self.requests is not None:
             out.update(self.requests.metrics())
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
+        return {k: rounded(v) if isinstance(v, float) else v for k, v in out.items()}
+
+    def work(self) -> dict[str, Any]:
+        """``"<role>/<region>"`` -> its analytic figures in full (:meth:`WorkFigures.as_dict`): the step line's ``work``."""
+        return {f"{role}/{region}": f.work.as_dict() for (role, region), f in self.regions.items() if f.work is not None}
+
+
+def rounded(value: float) -> float:
+    """A figure as the file and the tracker get it: to the microsecond (6 decimals), and to 6 significant digits
+    below 1 (an MFU or TFLOP/s of a small model on a CPU is well under a millionth)."""
+    return float(f"{value:.6g}") if abs(value) < 1 else round(value, 6)
 
 
 def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing],
@@ -207,7 +224,11 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     times: dict[tuple[str, str], dict[int, float]] = {}
     entries: dict[tuple[str, str], dict[int, float]] = {}
     intervals = []
+    works: dict[tuple[str, str], list[Work]] = {}
     for t in timings:
+        if isinstance(t, Work):  # tokens a process processed in the region, not a time in it
+            works.setdefault((t.role, t.region), []).append(t)
+            continue
         key = (t.role, t.region)
         times.setdefault(key, {})
         times[key][t.rank] = times[key].get(t.rank, 0.0) + (t.end_ns - t.start_ns) / 1e9
@@ -220,13 +241,13 @@ def step_figures(step: int, start_ns: int, end_ns: int, timings: Sequence[Timing
     regions = {}
     for key in sorted(times):
         history = [f.regions[key].entries_s for f in recent[-NOISE_STEPS:] if key in f.regions]
-        regions[key] = _region_figures(key, times[key], entries[key], history, step_ms)
+        regions[key] = _region_figures(key, times[key], entries[key], history, step_ms, works.get(key, ()))
     covered = length(union(intervals)) / 1e9
     return StepFigures(step, start_ns, end_ns, regions, max(0.0, (end_ns - start_ns) / 1e9 - covered), processes, requests)
 
 
 def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict[int, float],
-                    history: list[Mapping[int, float]], step_ms: float) -> RegionFigures:
+                    history: list[Mapping[int, float]], step_ms: float, works: Sequence[Work] = ()) -> RegionFigures:
     slowest = max(times, key=lambda rank: (times[rank], -rank))
     median = statistics.median(times.values())
     late, late_by = NO_RANK, 0.0
@@ -237,7 +258,7 @@ def _region_figures(key: tuple[str, str], times: dict[int, float], entries: dict
         if stands_clear(excess_ms, noise_ms, median * 1e3, MARGIN, step_ms):
             late, late_by = latest, excess_ms / 1e3
     return RegionFigures(key[0], key[1], dict(times), dict(entries), times[slowest], slowest, median,
-                         times[slowest] - min(times.values()), late, late_by)
+                         times[slowest] - min(times.values()), late, late_by, work_figures(works, times))
 
 
 def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], start_ns: int) -> int | None:
@@ -253,13 +274,20 @@ def in_window(starts: Sequence[int], windows: Sequence[tuple[int, int, int]], st
 
 
 WINDOW = "window_ms"
-FIGURE_COLUMNS = {f"{part}_ms": column for column, part in PART_NAMES.items()} | {WINDOW: WINDOW, PEAK: PEAK}
+FLOPS, UNCOUNTED = "flops", "uncounted"
+PEAK_KEYS = ("peak_tflops", "measured_tflops", "peak_source")
+"""A region's figures of one process that say its counted FLOPs, the compute no formula counts, its device's peak
+(the :class:`~rlprof.row_model.Row` columns of the same names: FLOPs add up, names are listed once, the peak is the first known)."""
+FIGURE_COLUMNS = ({f"{part}_ms": column for column, part in PART_NAMES.items()} | {WINDOW: WINDOW, PEAK: PEAK}
+                  | {name: name for name in (FLOPS, UNCOUNTED, *PEAK_KEYS)})
 """A process's figures of one region in one step, as the analysis of a trace sends them (:mod:`rlprof.analysis.step_split`,
 run as :mod:`rlprof.cli.step_split`: ``compute_ms``, ``exposed_comm_ms``, ...) -> the :class:`~rlprof.row_model.Row`
 column each is read from."""
 SPLIT_TIMES = {f"{part}_frac": f"{part}_ms" for part in PART_NAMES.values()}
 """Each fraction of a split -> the time one process's region spent so (its part of ``window_ms``), as a driver
 combines it (:func:`rlprof.runtime.step_book.combine`)."""
+
+
 
 
 def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
@@ -272,6 +300,35 @@ def add_region_figures(kept: dict[str, Any], values: Mapping[str, Any]) -> None:
         kept[name] = merge_rule(FIGURE_COLUMNS.get(name, WINDOW))(kept.get(name), value)  # another figure: a time
 
 
+def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
+    """One profiled step's split from each process's figures of it (``(role, region) -> compute_ms,
+    exposed_comm_ms, exposed_memory_ms, idle_ms, window_ms, peak_allocated_bytes``, FLOPs and peak): per region
+    the fractions of the process whose window was longest (parts over its window), the largest peak any process
+    recorded, and ``mfu_compute``: every process's counted FLOPs over its compute time x its device's peak
+    (none where some process ran compute no formula counts, or the figure would pass 100%)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key in sorted({key for figures in processes for key in figures}):
+        seen = [figures[key] for figures in processes if key in figures]
+        slowest = max(seen, key=lambda f: f.get("window_ms") or 0.0)
+        window = slowest.get("window_ms") or 0.0
+        values: dict[str, float] = {}
+        if window > 0:
+            for fraction, part in SPLIT_TIMES.items():
+                values[fraction] = (slowest.get(part) or 0.0) / window
+        peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
+        if peaks:
+            values[PEAK] = max(peaks)
+        counted = [f for f in seen if f.get(FLOPS) is not None and f.get("peak_tflops") and (f.get("compute_ms") or 0) > 0]
+        if counted and len(counted) == len(seen) and not any(f.get(UNCOUNTED) for f in seen):
+            capacity = sum(f["compute_ms"] / 1e3 * f["peak_tflops"] * 1e12 for f in counted)
+            mfu = sum(f[FLOPS] for f in counted) / capacity
+            if 0.0 <= mfu <= 1.0:
+                values["mfu_compute"] = mfu
+        if values:
+            out[key] = values
+    return out
+
+
 def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]]) -> dict[str, float]:
     """An analysed profiled step's split figures under their tracker names, with :data:`SPLIT_STEP`:
     ``split`` maps (role, region) to :data:`SPLIT_FIGURES` values (those known)."""
@@ -279,7 +336,7 @@ def split_metrics(step: int, split: Mapping[tuple[str, str], Mapping[str, float]
     for (role, region), values in sorted(split.items()):
         for name in SPLIT_FIGURES:
             if values.get(name) is not None:
-                out[metric_name(role, region, name)] = round(values[name], 6) if isinstance(values[name], float) else values[name]
+                out[metric_name(role, region, name)] = rounded(values[name]) if isinstance(values[name], float) else values[name]
     return out
 
 
@@ -295,7 +352,8 @@ class StepMetricsRecord:
 
     TYPE: ClassVar[str] = "step_metrics"
     kind: str
-    """``step`` (a step's timings) or ``split`` (an analysed profiled step's split)."""
+    """``step`` (a step's timings), ``split`` (an analysed profiled step's split) or ``framework`` (the trainer's
+    own figures rlprof's stand beside: verl's ``perf/mfu/*``, with its peak in ``work``)."""
     step: int
     metrics: dict[str, Any] = field(default_factory=dict)
     """Tracker name -> value (:func:`metric_name`)."""
@@ -307,6 +365,10 @@ class StepMetricsRecord:
     its figures come from."""
     profiled: bool = False
     """Some process captured this step."""
+    work: dict[str, Any] = field(default_factory=dict)
+    """On a ``step`` line, each region whose processes said their tokens: ``{"<role>/<region>": {tokens, flops,
+    flops_per_token, formula, peak, tokens_per_s, model_tflops, mfu_window, mfu_window_measured, note,
+    processes}}`` (:mod:`rlprof.step_work`)."""
     timings: dict[str, Any] = field(default_factory=dict)
     """The step's raw timings on a ``step`` line, for analyses that need the intervals: ``{"<role>/<region>":
     {"rank": [...], "start_s": [...], "end_s": [...]}}``, seconds after ``start_ns``, one item per time a
@@ -314,6 +376,9 @@ class StepMetricsRecord:
     request_records: int = 0
     """How many of the step's rollout request records (``rlprof/requests/count``) the run's records file holds of it
     (:mod:`rlprof.request_records`; fewer: the budget left them out)."""
+    late: bool = False
+    """A ``split`` line written after its run by :mod:`rlprof.analysis.late_split` (some of its traces were
+    still being analysed as their processes ended)."""
 
 
 def metrics_files(run_dir: Path) -> list[Path]:

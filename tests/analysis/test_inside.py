@@ -118,8 +118,9 @@ def test_copies_show_as_every_copy_and_as_the_part_no_kernel_covers_in_text_json
     assert sum(first[c] for c in ("compute_ms", "exposed_communication_ms", "exposed_memory_ms", "idle_ms")) == 10.0
     text = render(report).splitlines()
     head = next(i for i, line in enumerate(text) if line.startswith("inside regions"))
-    # the columns the row model lists in the report, in its order (no peak: these captures recorded no memory)
-    labels = [LABELS[c] for c in SHOWN if c != "peak_allocated_bytes"]
+    # the columns the row model lists in the report, in its order (no peak: these captures recorded no memory;
+    # no MFU: nor counted FLOPs)
+    labels = [LABELS[c] for c in SHOWN if c not in ("peak_allocated_bytes", "mfu_compute")]
     assert text[head + 1].split() == ["step", "region", "procs", *" ".join(labels).split()]
     assert labels[:5] == ["compute", "exposed comm", "exposed memory", "idle", "memory"]
     assert text[head + 2].split()[:8] == ["1", "actor_update", "2", "60%", "20%", "10%", "10%", "30%"]

@@ -128,3 +128,13 @@ def test_the_demo_prints_each_versions_phases_then_the_report(run_dir):
     assert sum(1 for line in own if line.startswith("version ")) == 4 * 3
     assert printed[-1].startswith("rlprof demo: ok in ")
     assert any(line.startswith("async overlap per parameter version") for line in printed)
+
+
+def test_a_profiled_versions_cost_is_never_zero_where_closing_its_captures_took_time(facts):
+    """Issue 49: the async demo said 'profiling cost 0.0 ms (0%)' beside 211.7 ms of writing: its baseline held
+    version 1's wait for the first samples (warm-up, now left out), and the last version drains the run. The cost
+    is never less than what rlprof saw profiling take."""
+    steps = [s for s in facts["profiling_cost"]["steps"] if not s["warmup"]]
+    assert [s["step"] for s in steps] == [2, 3]
+    for s in steps:
+        assert s["writing_ms"] > 0 and s["profiling_ms"] >= s["writing_ms"], s

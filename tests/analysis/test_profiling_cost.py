@@ -44,11 +44,11 @@ def test_each_profiled_step_shows_its_cost_beside_unprofiled_steps(save_path, mo
     (report,) = build_reports([save_path])
     cost = report.cost
     assert [(s.step, s.total_ms, s.profiling_ms) for s in cost.steps] == [(2, 150.0, 50.0), (3, 150.0, 50.0)]
-    assert (cost.unprofiled_ms, cost.unprofiled_count) == (100.0, 3)
+    assert (cost.unprofiled_ms, cost.unprofiled_count) == (100.0, 2)  # steps 4 and 5: step 1 is warm-up (issue 49)
     text = render(report)
     assert "step 2: 150.0 ms (from opening its captures to the last one written, rlprof step records) against 100.0 ms " \
            "unprofiled: profiling cost 50.0 ms (33%); rlprof's records saw writing 50.0 ms" in text
-    assert "unprofiled steps: median 100.0 ms over 3 steps" in text
+    assert "unprofiled steps: median 100.0 ms over 2 steps" in text
     assert "warning: profiling took 33% of profiled step 2 (50.0 of 150.0 ms; step 3: 33%), closing its captures after the step" in text
 
 
@@ -101,12 +101,12 @@ def report_with_a_wait(save_path, monkeypatch, *, step: int, ms: float):
     return report
 
 
-def test_a_wait_on_a_replicas_export_is_shown_and_the_cost_is_the_time_beyond_the_median(save_path, monkeypatch):
-    """The wait is what rlprof saw; the step's cost is still what it took beyond the unprofiled median (the
-    wait record here lengthened no step: 50 ms, not 75)."""
+def test_a_wait_on_a_replicas_export_is_shown_and_the_cost_is_never_less_than_what_rlprof_saw(save_path, monkeypatch):
+    """The wait is what rlprof saw; the step took 50 ms beyond the unprofiled median, but rlprof's records saw
+    profiling take 75 ms of it (writing and the wait): the cost is never less than that (issue 49)."""
     report = report_with_a_wait(save_path, monkeypatch, step=3, ms=25.0)
     (third,) = [s for s in report.cost.steps if s.step == 3]
-    assert (third.writing_ms, third.waits_ms, third.seen_ms, third.profiling_ms) == (50.0, 25.0, 75.0, 50.0)
+    assert (third.writing_ms, third.waits_ms, third.seen_ms, third.beyond_ms, third.profiling_ms) == (50.0, 25.0, 75.0, 50.0, 75.0)
     assert "writing 50.0 ms + waits 25.0 ms" in render(report)
 
 
@@ -115,18 +115,23 @@ def test_without_unprofiled_steps_the_cost_is_what_rlprof_saw_and_said_so():
     from rlprof.analysis.report import _cost_lines
 
     ms = 1_000_000
-    step = {"type": "step", "_manifest": "rank0", "step": 1, "start_ns": 0, "end_ns": 100 * ms, "closed_ns": 130 * ms}
-    cost = profiling_cost([step])
-    (only,) = cost.steps
-    assert (only.total_ms, only.unprofiled_ms, only.profiling_ms) == (130.0, None, 30.0)
+    steps = [{"type": "step", "_manifest": "rank0", "step": step, "start_ns": step * 1000 * ms,
+              "end_ns": (step * 1000 + 100) * ms, "closed_ns": (step * 1000 + 130) * ms} for step in (1, 2)]
+    cost = profiling_cost(steps)
+    (warmup, second) = cost.steps
+    assert (second.total_ms, second.unprofiled_ms, second.profiling_ms) == (130.0, None, 30.0)
+    assert warmup.warmup and warmup.profiling_ms is None  # the run's first step: warm-up, no figure (issue 49)
 
     class Report:
         pass
 
     report = Report()
     report.cost = cost
-    assert "step 1: 130.0 ms (from opening its captures to the last one written, rlprof step records), of which " \
-           "profiling at least 30.0 ms (23%: writing 30.0 ms; no unprofiled step to compare with)" in "\n".join(_cost_lines(report))
+    text = "\n".join(_cost_lines(report))
+    assert "step 2: 130.0 ms (from opening its captures to the last one written, rlprof step records), of which " \
+           "profiling at least 30.0 ms (23%: writing 30.0 ms; no unprofiled step to compare with)" in text
+    assert "step 1: 130.0 ms (from opening its captures to the last one written, rlprof step records), the run's warm-up: profiling's cost cannot " \
+           "be told apart from warm-up (rlprof's records saw writing 30.0 ms)" in text
 
 
 def test_no_warning_when_profiling_is_cheap(save_path, monkeypatch):
@@ -162,12 +167,40 @@ def test_an_unprofiled_step_is_timed_over_every_process_that_timed_it():
     from rlprof.analysis.cost import profiling_cost
 
     ms = 1_000_000
-    controller = {"type": "unprofiled_steps", "_manifest": "controller", "steps": [1, 3],
-                  "start_ns": [0, 1000 * ms], "end_ns": [100 * ms, 1104 * ms]}
-    replica = {"type": "unprofiled_steps", "_manifest": "replica0", "steps": [1, 3],
-               "start_ns": [10 * ms, 1010 * ms], "end_ns": [40 * ms, 1040 * ms]}
+    controller = {"type": "unprofiled_steps", "_manifest": "controller", "steps": [1, 2, 3],  # step 1: warm-up, left out
+                  "start_ns": [0, 1000 * ms, 2000 * ms], "end_ns": [900 * ms, 1100 * ms, 2104 * ms]}
+    replica = {"type": "unprofiled_steps", "_manifest": "replica0", "steps": [1, 2, 3],
+               "start_ns": [10 * ms, 1010 * ms, 2010 * ms], "end_ns": [40 * ms, 1040 * ms, 2040 * ms]}
     cost = profiling_cost([controller, replica])
     assert (cost.unprofiled_ms, cost.unprofiled_count) == (102.0, 2)
+
+
+def test_warm_up_is_left_out_of_the_baseline_and_never_blamed_on_profiling():
+    """Issue 49. The async demo's version 1 waited for its first samples (unprofiled, 900 ms): in the baseline it
+    made a profiled step's 211.7 ms of writing cost 0.0 ms. verl's example with step 1 profiled warned profiling
+    took 83% of a step that is as slow unprofiled. Warm-up is out of the median, and a profiled warm-up step says
+    its cost cannot be told."""
+    from rlprof.analysis.cost import profiling_cost
+    from rlprof.analysis.verdict import cost_lines
+
+    ms = 1_000_000
+
+    def step(n, took, closed=0):
+        return {"type": "step", "_manifest": "rank0", "step": n, "start_ns": n * 10_000 * ms,
+                "end_ns": (n * 10_000 + took) * ms, "closed_ns": (n * 10_000 + took + closed) * ms}
+
+    plain = {"type": "unprofiled_steps", "_manifest": "rank0", "steps": [1, 3],
+             "start_ns": [10_000 * ms, 30_000 * ms], "end_ns": [10_900 * ms, 30_300 * ms]}
+    (second,) = profiling_cost([step(2, 300, closed=212), plain]).steps
+    assert second.unprofiled_ms == 300.0 and second.profiling_ms == 212.0  # not 0: version 1's 900 ms is left out
+    # the run's last unprofiled version slower than the profiled one (it drains the run): still what rlprof saw
+    slow_end = {**plain, "end_ns": [10_900 * ms, 31_500 * ms]}
+    (second,) = profiling_cost([step(2, 300, closed=212), slow_end]).steps
+    assert second.beyond_ms < 0 and second.profiling_ms == 212.0
+    cost = profiling_cost([step(1, 9000, closed=600), step(2, 300, closed=212), plain])
+    first = cost.steps[0]
+    assert first.warmup and first.profiling_ms is None and first.share is None
+    assert "step 1" not in " ".join(cost_lines(cost))  # no warning blames profiling for warm-up
 
 
 def test_a_wait_paid_in_an_unprofiled_step_is_shown(save_path, monkeypatch):

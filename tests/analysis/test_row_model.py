@@ -30,8 +30,9 @@ def test_every_reader_lists_the_columns_the_model_lists_there(tmp_path):
     files = {f.rank: f for f in report.files}
     rows = [row(files[rank].path, rank, "actor_update", 10.0, 6.0, 3.0, 1.0) for rank in (0, 1)]
     without_memory = inside_of(report, rows, {f.path: f for f in report.files})
-    for r in rows:  # a capture that recorded memory: its peak is known
+    for r in rows:  # a capture that recorded memory and counted FLOPs: its peak and its MFU are known
         r.peak_allocated_bytes = 3 * 2**20
+        r.mfu_compute = 0.25
     table = _table(rows).splitlines()[1]
     assert [LABELS[c] for c in columns(BREAKDOWN)] == [c for c in (LABELS[c] for c in columns(BREAKDOWN)) if c in table]
     report.inside = inside_of(report, rows, {f.path: f for f in report.files})
@@ -42,6 +43,7 @@ def test_every_reader_lists_the_columns_the_model_lists_there(tmp_path):
     report.inside = without_memory  # no capture recorded memory: the report has no column of unknown peaks
     head = next(line for line in render(report).splitlines() if line.lstrip().startswith("step  region"))
     assert LABELS["peak_allocated_bytes"] not in head and LABELS["peak_allocated_bytes"] not in render_page([report])
+    assert LABELS["mfu_compute"] not in head  # nor of MFU where no capture counted FLOPs
     assert {f.name for f in dataclasses.fields(Row)} <= set(first)  # the JSON holds every column, listed or not
 
 

@@ -26,7 +26,8 @@ LEAVES = {"rlprof.errors", "rlprof.roles", "rlprof.manifest", "rlprof.hookspecs"
           "rlprof.tool_config", "rlprof.layout", "rlprof.installed", "rlprof.notices", "rlprof.plugins",
           "rlprof.invocation", "rlprof.env_seconds", "rlprof.noise", "rlprof.step_metrics",
           "rlprof.priority", "rlprof.intervals", "rlprof.row_model", "rlprof.sizes", "rlprof.hook_values",
-          "rlprof.hook_docs", "rlprof.request_records", "rlprof.request_figures"}
+          "rlprof.hook_docs", "rlprof.request_records", "rlprof.request_figures", "rlprof.peak", "rlprof.mfu",
+          "rlprof.model_flops", "rlprof.step_work"}
 MAY_IMPORT = {
     "leaf": {"leaf"},
     "config": {"leaf", "config"},

@@ -614,7 +614,7 @@ def test_the_trainers_unprofiled_steps_are_timed_in_the_driver_and_reported_besi
     records = [r for r in read_records([run_dir]) if r["type"] == "unprofiled_steps"]
     assert [r["steps"] for r in records] == [[1], [3], [4]] and {r["rank"] for r in records} == {None}
     (report,) = build_reports([run_dir])
-    assert report.cost.unprofiled_count == 3 and report.cost.unprofiled_ms >= 20
+    assert report.cost.unprofiled_count == 2 and report.cost.unprofiled_ms >= 20  # 3 and 4: step 1 is warm-up
     assert "unprofiled steps: median" in render(report)
     trainer_steps.unwrap(RayPPOTrainer)
     assert not getattr(RayPPOTrainer._start_profiling, "rlprof_wrapped", False)

@@ -82,3 +82,37 @@ def test_a_file_the_processs_writer_places_is_answered_once_placed_and_once_only
         analyser.offer(target.path, {"step": 4, "steps": [4], "state": "written"})  # the owner's next hook call
         assert analyser.wait(0) and times.splits == [(4, None), (4, {})]
     assert len([r for r in caplog.records if "is left out of the step metrics" in r.getMessage()]) == 1
+
+
+def test_at_the_end_files_not_answered_are_handed_on_never_waited_for(tmp_path, monkeypatch):
+    """Issue 49: finalize hands the files still queued on (a ``late`` answer naming each, for the book to have them
+    analysed outside the process); one written after that is handed on at once; an analysis that finishes after
+    the hand-off sends nothing (its file was handed on)."""
+    import threading
+
+    from rlprof.runtime import split_analyser
+
+    release = threading.Event()
+    started = threading.Event()
+
+    def slow(path, roles, steps):
+        started.set()
+        release.wait(30)
+        return {steps[0]: {("actor", "actor_update"): {"compute_ms": 1.0}}}
+
+    monkeypatch.setattr(split_analyser, "analyse", slow)
+    times = RegionTimes("run", "rank0", 0, Kept())
+    analyser = SplitAnalyser(("actor",))
+    analyser.add(times)
+    for step, name in ((1, "a"), (2, "b")):
+        analyser.offer(tmp_path / name, {"step": step, "steps": [step], "state": "written"})
+    assert started.wait(30)  # "a" is being analysed, "b" waits its turn
+    analyser.hand_off()
+    analyser.offer(tmp_path / "c", {"step": 3, "steps": [3], "state": "written"})
+    release.set()
+    assert analyser.wait(30)
+    late = [(step, answer) for step, answer in times.splits if split_analyser.is_late(answer)]
+    assert sorted((step, answer[1]) for step, answer in late) == [(1, str(tmp_path / "a")), (2, str(tmp_path / "b")),
+                                                                   (3, str(tmp_path / "c"))]
+    assert all(answer[2] == ["actor"] for _, answer in late)
+    assert not [a for _, a in times.splits if isinstance(a, dict)]  # "a"'s answer came after the hand-off: not sent

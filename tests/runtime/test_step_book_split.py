@@ -118,3 +118,26 @@ def test_at_close_whatever_came_is_written_and_a_step_with_no_figures_has_no_lin
 def test_combine_leaves_out_what_no_process_knows():
     got = combine([{UPDATE: figures(0.0, 0.0, 0.0, 0.0)}, {("ref", "ref"): {**figures(1.0, 0.0, 0.0, 1.0), "peak_allocated_bytes": None}}])
     assert got == {("ref", "ref"): {"compute_frac": 0.5, "exposed_comm_frac": 0.0, "exposed_memory_frac": 0.0, "idle_frac": 0.5}}
+
+
+def test_a_file_handed_on_is_not_waited_for_and_its_step_goes_to_the_late_split(tmp_path, monkeypatch):
+    """Issue 49: the book starts the late split of a step some of whose files were handed on, with the figures
+    already answered and the files to analyse; it writes no partial split line itself."""
+    started = []
+    monkeypatch.setattr(step_book, "start_late", lambda job, folder, root: started.append((job, folder, root)))
+    book = StepBook(tmp_path / "step_metrics.jsonl", "run", (), root=tmp_path)
+    start = time.time_ns() - 10 * S
+    a_step(book, 2, start)
+    done = start + 2 * S
+    book.receive(batch("rank0", done, [(2, None), (2, None)]))
+    book.receive(batch("rank0", done, [(2, {UPDATE: figures(60.0, 20.0, 0.0, 20.0)})]))
+    book.receive(batch("rank0", done, [(2, ("late", "/r/rank0.pt.trace.json.gz", ["actor"]))]))
+    assert splits(book) == []  # nothing partial
+    ((job, folder, root),) = started
+    assert (job["run"], job["metrics"], folder, root) == ("run", str(book.path), tmp_path / "late_splits", tmp_path)
+    ((step, process),) = [(entry["step"], p) for entry in job["steps"] for p in entry["processes"]]
+    assert step == 2
+    assert process["late"] == [["/r/rank0.pt.trace.json.gz", ["actor"]]]
+    assert process["figures"] == [["actor", "actor_update", figures(60.0, 20.0, 0.0, 20.0)]]
+    book.close()
+    assert len(started) == 1 and splits(book) == []

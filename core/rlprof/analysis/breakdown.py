@@ -16,12 +16,13 @@ import math
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from rlprof.analysis.achieved import counted
 from rlprof.analysis.clocks import host_clocks
 from rlprof.intervals import Union, clip, difference, intersection, length, union
 from rlprof.layout import host_of
-from rlprof.row_model import Row
+from rlprof.row_model import Row, derive
 
 COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2
 """The classes of work (stored in a byte array, one per event)."""
@@ -128,6 +129,14 @@ class TraceEvents:
     recorded no memory): torch's ``profile_memory`` samples, of the trace's device."""
     memory_allocated: array = field(default_factory=lambda: array("d"))
     """The bytes allocated after each of those changes."""
+    flop_starts: array | None = None
+    """Where the capture counted FLOPs (None: it did not): each counted operator's start (ms, in order)..."""
+    flop_counts: array = field(default_factory=lambda: array("d"))
+    """...and its FLOPs (:mod:`rlprof.analysis.op_flops`)."""
+    uncounted: list[tuple[float, str]] = field(default_factory=list)
+    """``(start, name)`` of each compute operator no formula counts (attention kernels...), in order."""
+    peak: Mapping[str, Any] | None = None
+    """The peak the capture recorded for its device (:class:`rlprof.peak.Peak` as a dict)."""
 
     def add(self, start: float, end: float, kind: int, launch: float = math.nan) -> None:
         self.starts.append(start)
@@ -204,10 +213,13 @@ def peak_allocated(trace: TraceEvents, start: float, end: float) -> float | None
 def _row(trace: TraceEvents, region: Region, window: tuple[float, float], *, compute: float, communication: float,
          memory: float, exposed_memory: float, overlap: float, busy: float) -> Row:
     window_ms = window[1] - window[0]
-    return Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
+    row = Row(peak_allocated_bytes=peak_allocated(trace, *window), path=trace.path, rank=trace.rank, step=region.step, region=region.name, device=trace.device,
                start_ms=region.start, end_ms=region.end, wall_ms=region.end - region.start, window_ms=window_ms,
                compute_ms=compute, communication_ms=communication, memory_ms=memory, exposed_memory_ms=exposed_memory,
-               overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy))
+               overlap_ms=overlap, exposed_communication_ms=communication - overlap, idle_ms=max(0.0, window_ms - busy),
+              **counted(trace, region.start, region.end))
+    derive(row)
+    return row
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlprof.analysis.anatomy import Anatomy, RankTime, StepTime, process_name, process_order
+from rlprof.analysis.compute import compare_lines
 from rlprof.analysis.noise import MARGIN, spread, stands_clear
 from rlprof.analysis.rollout_requests import request_samples
 from rlprof.analysis.runs import RunReport
@@ -310,6 +311,7 @@ def render(a: RunReport, b: RunReport, changes: Sequence[Change], per_rank: bool
     told_rows = [c.told for c in changes if c.told]
     if told_rows and all(t == TOO_FEW for t in told_rows):
         lines += ["", "too few samples to tell any change from noise (5 a side at least): profile more steps or compare more processes"]
+    lines += compare_lines(a, b)
     return "\n".join(lines)
 
 

@@ -5,7 +5,10 @@ time of the run's unprofiled steps, both by one measure (:attr:`StepCost.profili
 where it timed every step (verl's ``timing_s/step``, recorded as the ``step`` phase), else rlprof's step
 records. That is the time the user lost, wherever profiling made the step wait: the captures being
 written, a replica's export, and what no record names a wait (a trainer's weight sync held up by a
-replica whose profiler held its GIL, a core busy with a stop). Its share of the step is what the
+replica whose profiler held its GIL, a core busy with a stop). It is never less than what rlprof's own
+records saw profiling take in the step (below): a median of a few unprofiled steps can be slower than the
+profiled step itself (the async demo's last version drains the run: 820 ms against a profiled version's 526 ms,
+of which 404 ms closing its captures), and profiling then did not cost nothing. Its share of the step is what the
 verdict warns about (more than :data:`COST_WARN_SHARE`). The phases that grew are named beside it (the
 trainer's phases in this step beside their unprofiled medians, :class:`PhaseCost`): where the time went.
 
@@ -21,6 +24,12 @@ What rlprof saw of it, shown beside the figure:
   replica still exporting its trace when the next ``generate`` arrives), counted in the step it names:
   the union of their ``start_ns``..``end_ns`` (replicas waited on at once cost the step once), plus the
   ``duration_ms`` of any without those.
+
+**Warm-up is not profiling.** The run's first step is slow whether profiled or not (allocators, kernels,
+compilation, connections: verl's CPU example's step 1 took 13.5 s more than the others, unprofiled too), so it
+is left out of the unprofiled median (:data:`WARMUP_STEPS`), and a profiled step that is warm-up has no cost
+figure: its profiling cannot be told apart from its warm-up (:attr:`StepCost.warmup`; the report says so, the
+verdict never warns about it, and what rlprof's records saw is still shown).
 
 A run without unprofiled steps has no median to compare with: then the figure is what rlprof saw
 (writing + waits), a lower bound, and :attr:`StepCost.unprofiled_ms` is None.
@@ -45,6 +54,8 @@ from rlprof.intervals import length, union
 
 COST_WARN_SHARE = 0.20
 """Profiling taking more than this share of a profiled step is worth a warning."""
+WARMUP_STEPS = 1
+"""The run's first steps that are warm-up: left out of the unprofiled median, their own cost not told."""
 
 
 STEP_PHASE = "step"
@@ -86,6 +97,8 @@ class StepCost:
     opening_ms: float = 0.0
     """Its captures opening, before the step's own start (the step records' ``opened_ns``; a first torch.profiler
     start takes a second on a CPU)."""
+    warmup: bool = False
+    """One of the run's first :data:`WARMUP_STEPS` steps: its profiling cannot be told apart from its warm-up."""
 
     @property
     def seen_ms(self) -> float:
@@ -98,19 +111,24 @@ class StepCost:
         return None if self.unprofiled_ms is None else self.total_ms - self.unprofiled_ms
 
     @property
-    def profiling_ms(self) -> float:
-        """Profiling's cost to this step: what it took beyond its unprofiled median (never below 0), or, with
-        no unprofiled step to compare with, what rlprof saw (:attr:`seen_ms`)."""
+    def profiling_ms(self) -> float | None:
+        """Profiling's cost to this step: what it took beyond its unprofiled median, never less than what rlprof
+        saw it take (:attr:`seen_ms`), which is the figure with no unprofiled step to compare with; None for a
+        warm-up step."""
+        if self.warmup:
+            return None
         beyond = self.beyond_ms
-        return self.seen_ms if beyond is None else max(beyond, 0.0)
+        return self.seen_ms if beyond is None else max(beyond, self.seen_ms)
 
     @property
-    def share(self) -> float:
-        return self.profiling_ms / self.total_ms if self.total_ms > 0 else 0.0
+    def share(self) -> float | None:
+        cost = self.profiling_ms
+        return None if cost is None else cost / self.total_ms if self.total_ms > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        beyond = self.beyond_ms
-        return {**asdict(self), "profiling_ms": round(self.profiling_ms, 3), "share": round(self.share, 4),
+        beyond, cost, share = self.beyond_ms, self.profiling_ms, self.share
+        return {**asdict(self), "profiling_ms": None if cost is None else round(cost, 3),
+                "share": None if share is None else round(share, 4),
                 "seen_ms": round(self.seen_ms, 3), "beyond_ms": None if beyond is None else round(beyond, 3),
                 "phases": [{**asdict(p), "extra_ms": round(p.extra_ms, 3)} for p in self.phases]}
 
@@ -137,7 +155,7 @@ class ProfilingCost:
 
     @property
     def costly(self) -> list[StepCost]:
-        return [s for s in self.steps if s.share > COST_WARN_SHARE]
+        return [s for s in self.steps if (s.share or 0.0) > COST_WARN_SHARE]
 
     def as_dict(self) -> dict[str, Any]:
         return {"steps": [s.as_dict() for s in self.steps], "unprofiled_ms": self.unprofiled_ms,
@@ -212,7 +230,11 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
         elif step in plain:
             span = plain[step]
             span[0], span[1] = min(span[0], start), max(span[1], end)
-    usual = _unprofiled_phases(phases, profiled=window.keys())
+    warmup = set(sorted({*window, *plain, *phases})[:WARMUP_STEPS])
+    for step in warmup:  # the baseline leaves warm-up out
+        plain.pop(step, None)
+    usual = _unprofiled_phases({step: named for step, named in phases.items() if step not in warmup},
+                               profiled=window.keys())
     plain_ms = [(end - start) / 1e6 for start, end in plain.values()]
     plain_median = round(statistics.median(plain_ms), 3) if plain_ms else None
     steps = []
@@ -222,10 +244,10 @@ def profiling_cost(records: Iterable[dict[str, Any]], background: Collection[str
             total, median, timed_by = round(phases[step][STEP_PHASE], 3), round(usual[STEP_PHASE], 3), trainer_source
         steps.append(StepCost(step, total, round(length(union(writing.get(step, ()))) / 1e6, 3),
                               round(waits.get(step, 0.0), 3), _beside(phases.get(step, {}), usual), median, timed_by,
-                              round(length(union(opening.get(step, ()))) / 1e6, 3)))
+                              round(length(union(opening.get(step, ()))) / 1e6, 3), step in warmup))
     paid_unprofiled = {step: round(ms, 3) for step, ms in sorted(waits.items()) if step not in window and ms > 0}
     trainer_plain = [named[STEP_PHASE] for step, named in sorted(phases.items())
-                     if step not in window and STEP_PHASE in named]
+                     if step not in window and step not in warmup and STEP_PHASE in named]
     if trainer_plain:  # the steps and their median by the measure the profiled steps are told in
         return ProfilingCost(steps, round(statistics.median(trainer_plain), 3), len(trainer_plain), paid_unprofiled,
                              tuple(round(ms, 3) for ms in trainer_plain), trainer_source)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlprof.analysis.anatomy import Anatomy, process_name
+from rlprof.analysis.compute import compute_html
 from rlprof.analysis.html_charts import (escaped, heat_map, inside_bars, overlap_chart, series_chart, step_bars, stragglers,
                                          step_anchor)
 from rlprof.analysis.rollout_requests_html import requests_section
@@ -104,6 +105,7 @@ def _run_section(report: RunReport) -> str:
         parts.append(heat_map(anatomy, report.inside.waits if report.inside else []))
         parts.append(stragglers(anatomy))
         parts.append(inside_bars(report))
+        parts.append(compute_html(report))
         parts.append(overlap_chart(report))
         parts.append(requests_section(report))
         parts.append(_step_tables(anatomy, report.run_id))

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from rlprof.analysis.compute import compute_lines
 from rlprof.analysis.cost import RLPROF_TIMING, ProfilingCost
 from rlprof.analysis.anatomy import Anatomy, RankTime, process_name
 from rlprof.analysis.details import add_details
@@ -66,6 +67,7 @@ def render(report: RunReport) -> str:
     lines += series_lines(report.series)
     lines += _anatomy_lines(report.anatomy, report.cost, _unplanned(report.captures), report.series.driver_ms())
     lines += inside_lines(report)
+    lines += compute_lines(report)
     lines += overlap_lines(report.overlap)
     lines += request_lines(report.requests)
     lines += _file_lines(report.files)
@@ -163,7 +165,10 @@ def _cost_lines(report: RunReport) -> list[str]:
         # what the figure measures, said with it: the step's time differs by what each place counts
         measure = (f"from opening its captures to the last one written, {s.timed_by}" if s.timed_by == RLPROF_TIMING
                    else f"the trainer's own step, {s.timed_by}")
-        if s.unprofiled_ms is None:
+        if s.warmup:
+            lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}), the run's warm-up: profiling's cost cannot be "
+                         f"told apart from warm-up (rlprof's records saw {seen})")
+        elif s.unprofiled_ms is None:
             lines.append(f"  step {s.step}: {s.total_ms:.1f} ms ({measure}), of which profiling at least {s.profiling_ms:.1f} ms "
                          f"({_pct(s.share)}: {seen}; no unprofiled step to compare with)")
         else:
@@ -415,5 +420,3 @@ def _list(values: Sequence[int]) -> str:
 def _shown(path: str) -> str:
     relative = os.path.relpath(path)
     return relative if not relative.startswith("..") else path
-
-

@@ -142,6 +142,8 @@ class RunReport:
     """What the driver of an armed run said its captures nobody planned came to (``armed`` records: ``tools``,
     ``mode``, ``trigger``, ``steps``, ``captured``, ``outcome``): the run's tools and mode where no process
     profiled, and why nothing was captured."""
+    compute: Any = None
+    """What the compute achieved (:class:`rlprof.analysis.compute.Compute`, set by ``add_compute``); None until asked."""
 
     @property
     def modes(self) -> list[str]:
@@ -221,4 +223,5 @@ class RunReport:
             "step_series": self.series.as_dict(),
             "armed": self.armed,
             "requests": self.requests.as_dict() if self.requests is not None else None,
+            "compute": self.compute.as_dict() if self.compute is not None else None,
         }

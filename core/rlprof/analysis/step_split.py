@@ -10,7 +10,8 @@ its interpreter lock or its heap.
 What it prints, on stdout, one JSON object: ``{"steps": {"<step>": [[role, region, figures], ...]}}``
 where ``figures`` holds the region's ``compute_ms``, ``exposed_comm_ms``, ``exposed_memory_ms``, ``idle_ms``,
 ``window_ms`` (the four parts add up to the window: :mod:`rlprof.analysis.breakdown`) and
-``peak_allocated_bytes`` (None where the trace recorded no memory); ``{"steps": {}, "skipped": "..."}``
+``peak_allocated_bytes`` (None where the trace recorded no memory), ``flops``, ``uncounted`` and the peak
+(``peak_tflops``, ``measured_tflops``, ``peak_source``) where the capture counted FLOPs; ``{"steps": {}, "skipped": "..."}``
 when no installed reader reads the file (it is no trace); ``{"error": "..."}`` (exit status 1) when reading
 it failed. Its rows are cached in the run's
 ``breakdown/`` folder (:func:`rlprof.analysis.breakdown_files.file_rows`), so a later ``rlprof report``
@@ -27,11 +28,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from rlprof.step_metrics import FIGURE_COLUMNS, PEAK, add_region_figures
+from rlprof.step_metrics import FIGURE_COLUMNS, FLOPS, PEAK, PEAK_KEYS, UNCOUNTED, add_region_figures
 
-TIMES = tuple(name for name in FIGURE_COLUMNS if name != PEAK)
+TIMES = tuple(name for name in FIGURE_COLUMNS if name not in (PEAK, FLOPS, UNCOUNTED, *PEAK_KEYS))
 """The figures that are times (the window's parts and the window), each read from its
-:class:`~rlprof.row_model.Row` column (:data:`rlprof.step_metrics.FIGURE_COLUMNS`)."""
+:class:`~rlprof.row_model.Row` column (:data:`rlprof.step_metrics.FIGURE_COLUMNS`); the others are the peak
+allocated, the counted FLOPs, the uncounted operators and the device's peak."""
 
 
 class NotATrace(ValueError):
@@ -55,7 +57,8 @@ def step_figures(rows: Iterable[Any], roles: Sequence[str], steps: Sequence[int]
             continue
         figures = out.setdefault(step, {}).setdefault((role, row.region), dict.fromkeys(TIMES, 0.0) | {PEAK: None})
         add_region_figures(figures, {**{name: float(getattr(row, FIGURE_COLUMNS[name]) or 0.0) for name in TIMES},
-                                     PEAK: getattr(row, PEAK, None)})  # a row of a reader without memory
+                                     PEAK: getattr(row, PEAK, None),  # a row of a reader without memory
+                                     **{name: getattr(row, name, None) for name in (FLOPS, UNCOUNTED, *PEAK_KEYS)}})
     return out
 
 

@@ -95,7 +95,8 @@ def costly_steps(cost: ProfilingCost | None) -> list[StepCost]:
     if cost is None:
         return []
     noise = spread(cost.unprofiled_steps_ms)
-    return [s for s in cost.steps if stands_clear(s.profiling_ms, noise, s.total_ms, COST_WARN_SHARE, cost.unprofiled_ms)]
+    return [s for s in cost.steps if s.profiling_ms is not None  # a warm-up step's cost is not told
+            and stands_clear(s.profiling_ms, noise, s.total_ms, COST_WARN_SHARE, cost.unprofiled_ms)]
 
 
 def cost_lines(cost: ProfilingCost | None) -> list[str]:

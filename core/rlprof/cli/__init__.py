@@ -2,8 +2,8 @@
 
 Each built-in command is one module of this package, exposing ``main(argv) -> int``: it parses its own
 arguments, then calls into its layer (``check``, ``backends``, ``capture``, ``demo``, ``report``,
-``timeline``, ``breakdown``, ``compare``; ``step_split`` is the program a profiling process runs in a
-child, not a command). Nothing below this package parses arguments or joins a Ray cluster for a command:
+``timeline``, ``breakdown``, ``compare``, ``peak``; ``step_split`` is the program a profiling process runs in a
+child, and ``late_split`` the one a step's book starts for a split finished after the run, not commands). Nothing below this package parses arguments or joins a Ray cluster for a command:
 the analysis and the runtime take plain values. Backends add commands through their ``cli_commands`` hook
 (:func:`rlprof.hookspecs.cli_commands`: name -> :class:`~rlprof.hookspecs.CliCommand`, its own
 one-line help and a function of the remaining arguments returning an exit status), e.g.
@@ -59,6 +59,8 @@ BUILTIN = (
             "PATH [PATH ...] [--json] [--steps] [--regions] [--address ADDR]", "rlprof.cli.breakdown:main"),
     Command("compare", "compare the region timings of two runs (--fail-above PCT for CI)",
             "RUN_A RUN_B [--ranks] [--json] [--fail-above PCT]", "rlprof.cli.compare:main"),
+    Command("peak", "the peak FLOP/s a plain matmul reaches on this device and dtype (what MFU is divided by)",
+            "[--device D] [--dtype D] [--json]", "rlprof.cli.peak:main"),
 )
 
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from rlprof.analysis.anatomy import STRAGGLER_PCT
 from rlprof.analysis.details import DETAILS_HOOK, add_details
+from rlprof.analysis.compute import add_compute
 from rlprof.analysis.inside import add_inside
 from rlprof.analysis.rollout_requests import add_request_curves
 from rlprof.analysis.report import HTML_DEFAULT, render
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not opts.no_traces:
         add_inside(reports, warn=lambda line: print(line, file=sys.stderr))
     add_request_curves(reports)  # the rollout's requests of the steps listed and drawn: their curves and slowest ids
+    add_compute(reports)
     if opts.html:
         from rlprof.analysis.html import render_page
 

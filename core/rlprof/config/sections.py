@@ -27,9 +27,9 @@ from rlprof.config.schedule import Schedule, parse_schedule
 from rlprof.config.trigger import Trigger, parse_trigger
 from rlprof.config.values import (DEFAULT_CAPTURE_BUDGET_MB, DEFAULT_GATHER_BUDGET_GB, DEFAULT_REQUEST_RECORDS_MB,
                                   DEFAULT_RUN_BUDGET_GB, DEFAULT_SAVE_PATH, parse_capture_budget, parse_command,
-                                  parse_gather, parse_gather_budget, parse_optional_bool, parse_optional_ranks, parse_ranks,
-                                  parse_request_records_budget, parse_run_budget, parse_save_path, parse_steps,
-                                  parse_tool_sections, parse_tools)
+                                  parse_gather, parse_gather_budget, parse_optional_bool, parse_optional_ranks,
+                                  parse_peak_tflops, parse_ranks, parse_request_records_budget, parse_run_budget,
+                                  parse_save_path, parse_steps, parse_tool_sections, parse_tools)
 from rlprof.tool_config import parse_bool
 
 VERL_TOOLS = ("nsys", "npu", "torch", "torch_memory", "precision_debugger")
@@ -153,6 +153,12 @@ class GlobalConfig:
             "half of its generate window; `window` (default 20, at least 3), "
             "`max_captures` (the most triggered captures in a run, default 3), `cooldown_steps` (steps after a "
             "triggered capture that trigger nothing, default 10). The capture budgets hold. `null`: no trigger.")
+    peak_tflops: float | None = key(
+        parse_peak_tflops, recorded=True,
+        doc="The peak TFLOP/s of each profiling process's device, for MFU, where its spec is not the one to use "
+            "(a power-capped card, a device the spec table lacks); `null`: the spec table's (by device name and "
+            "dtype), else a short matmul calibration measured once per run and host. A figure below what the "
+            "calibration measures is refused with the reason (docs/analysis.md, \"What the compute achieves\").")
     finish_hook_cmd: str | None = key(
         parse_command, mirrored=True,
         doc="A shell command run once after the last profiled step; `null`: none.")

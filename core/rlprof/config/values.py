@@ -178,6 +178,20 @@ def parse_budget(value: Any, key: str, *, default: float, unit: str) -> float:
     return float(value)
 
 
+MAX_PEAK_TFLOPS = 1e6
+"""No device comes near a million TFLOP/s: a larger ``peak_tflops`` is a unit mistake (FLOP/s given as TFLOP/s)."""
+
+
+def parse_peak_tflops(value: Any, key: str) -> float | None:
+    """``global_profiler.peak_tflops``: a device's peak in TFLOP/s (a number > 0); ``null``: none configured."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_PEAK_TFLOPS:
+        raise fail(key, value, f"a peak in TFLOP/s (a number > 0 and at most {MAX_PEAK_TFLOPS:g}, e.g. 989.4 for an "
+                               "H100's bf16; null: the spec table's, else measured)")
+    return float(value)
+
+
 def parse_capture_budget(value: Any, key: str) -> float:
     """``global_profiler.capture_budget_mb``: MB per capture; ``null`` is :data:`DEFAULT_CAPTURE_BUDGET_MB`."""
     return parse_budget(value, key, default=DEFAULT_CAPTURE_BUDGET_MB, unit="MB")

@@ -187,11 +187,13 @@ def run(opts: argparse.Namespace) -> int:
 
 def _print_outcome(run) -> bool:
     """Print the run's report (this node's save path), then the verdict; True when it is ok."""
+    from rlprof.analysis.compute import add_compute
     from rlprof.analysis.inside import add_inside
     from rlprof.analysis.report import build_reports, render, verdict
 
     reports = build_reports([run.run_dir])
     add_inside(reports, warn=lambda line: print(line, file=sys.stderr))  # the split inside regions, and who waited for whom
+    add_compute(reports)  # what the compute achieved: FLOPs and MFU
     shown = render(reports[0]) if reports else ""
     if shown:
         print()

@@ -2,7 +2,8 @@
 
 Each public method is one phase of a GRPO step, called by the controller (:mod:`rlprof.demo.trainer`)
 and wrapped in the role region it belongs to, exactly as a verl worker would be, naming the model the
-region runs (``module=``: the policy, or the reference copy) for backends that dump it (``precision_debugger``). The batch stays on
+region runs (``module=``: the policy, or the reference copy) for backends that dump it (``precision_debugger``),
+and saying after it how many tokens it ran the model on (``record_tokens``: the step's tokens/s and MFU). The batch stays on
 the worker between phases; only prompts, responses and advantages travel.
 """
 
@@ -73,6 +74,8 @@ class PolicyWorker(ProfiledWorker):
                                  token_times)
             self.profiler.record_requests(batch_records(self.rank, self.steps, began, token_times, prompts.shape))
             self._slow("rollout_generate")
+        # the prompt's forward, then one token per decode step (the last one's forward included)
+        self.profiler.record_tokens("rollout", "generate", responses.numel() + prompts.numel(), model=self.policy)
         self.batch = {"prompts": prompts, "responses": responses}
         return responses
 
@@ -86,12 +89,14 @@ class PolicyWorker(ProfiledWorker):
         with self.profiler.role("ref", "compute_log_prob", module=self.ref), torch.no_grad():
             self.batch["ref_log_probs"] = self._log_probs(self.ref)
             self._slow("ref_compute_log_prob")
+        self.profiler.record_tokens("ref", "compute_log_prob", self._scored_tokens(), model=self.ref)
 
     def compute_log_prob(self) -> None:
         """The actor's log-probs before the update (GRPO's "old" policy)."""
         with self.profiler.role("actor", "compute_log_prob", module=self.policy), torch.no_grad():
             self.batch["old_log_probs"] = self._log_probs(self.policy)
             self._slow("actor_compute_log_prob")
+        self.profiler.record_tokens("actor", "compute_log_prob", self._scored_tokens(), model=self.policy)
 
     def update_actor(self, advantages: torch.Tensor) -> dict[str, float]:
         """One optimiser step over all micro-batches (one iteration each), gradients averaged over ranks."""
@@ -111,7 +116,13 @@ class PolicyWorker(ProfiledWorker):
                     kls.append(kl.item())
             average_gradients(self.policy, self.world_size)
             self.optimizer.step()
+        self.profiler.record_tokens("actor", "update", self._scored_tokens(), model=self.policy, train=True)
         return {"loss": sum(losses) / len(losses), "kl": sum(kls) / len(kls)}
+
+    def _scored_tokens(self) -> int:
+        """The tokens a log-prob pass runs the policy on: every sequence but its last token (prompt + response - 1)."""
+        prompts, responses = self.batch["prompts"], self.batch["responses"]
+        return prompts.shape[0] * (prompts.shape[1] + responses.shape[1] - 1)
 
     def _slow(self, region: str) -> None:
         """Inside ``region``: spend ``late_ms`` more in it when it is the one this rank is slow in (``--slow-in``)."""

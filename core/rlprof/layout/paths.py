@@ -62,11 +62,13 @@ def steps_label(steps: tuple[int, ...]) -> str:
 
 
 MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR = "manifest", "budget", "breakdown", "requests"
-CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR)
+PEAK_DIR, LATE_DIR = "peak", "late_splits"
+CORE_DIRS = (MANIFEST_DIR, BUDGET_DIR, BREAKDOWN_DIR, REQUESTS_DIR, PEAK_DIR, LATE_DIR)
 """The folders of a run directory the core writes itself, beside the captures: every process's manifest,
 each node's count of bytes written (:mod:`rlprof.runtime.budget`), on a Ray controller the breakdown
-rows its nodes shipped (:func:`shipped_rows_path`), and an armed run's capture requests and answers
-(:mod:`rlprof.runtime.unplanned`). No backend writes there."""
+rows its nodes shipped (:func:`shipped_rows_path`), an armed run's capture requests and answers
+(:mod:`rlprof.runtime.unplanned`), each host's measured peak FLOP/s (:func:`rlprof.peak.run_peak`), and the
+splits a process handed on as it ended, until written (:mod:`rlprof.analysis.late_split`). No backend writes there."""
 
 
 ROWS_SUFFIX = ".rlprof-breakdown.json"

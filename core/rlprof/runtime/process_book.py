@@ -54,14 +54,17 @@ class ProcessSink:
             with _books_lock:
                 _books[key][1].add(id(self))
         book = self.book
-        book.receive(batch)
-        book.pump()
-        if batch.final:
-            with _books_lock:
-                senders = _books[key][1] if key in _books else set()
-                senders.discard(id(self))
-                last = not senders
+        with book.sending:  # the flusher's batch and finalize's last one, one at a time: nothing after the close
+            if book.closed:
+                return
+            book.receive(batch)
+            book.pump()
+            if batch.final:
+                with _books_lock:
+                    senders = _books[key][1] if key in _books else set()
+                    senders.discard(id(self))
+                    last = not senders
+                    if last:
+                        _books.pop(key, None)
                 if last:
-                    _books.pop(key, None)
-            if last:
-                book.close()
+                    book.close()

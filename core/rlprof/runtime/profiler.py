@@ -115,10 +115,13 @@ class Profiler:
             run_dir=Path(g.save_path).absolute() / run_id,
             roles=tuple(roles),
             replica_rank=replica_rank,
+            peak_tflops=g.peak_tflops,
         )
         from rlprof.runtime.finish_hook import FinishHook
 
         self._finish = FinishHook.for_process(self.config, self.plan, self.run)
+        self._tokens = None
+        """Its :class:`~rlprof.runtime.tokens.TokenCounter`, from the first ``record_tokens``."""
         self._times = None
         """This Profiler's region timings not sent yet (:mod:`rlprof.runtime.step_timings`), when some hosted
         role is timed (``plan.timed``); read it as :attr:`timings`."""
@@ -261,6 +264,22 @@ class Profiler:
         times = self._times
         if times is not None and "rollout" in self.plan.timed:
             times.requests.extend(records)
+
+    def record_tokens(self, role: str, stage: str | None, tokens: int, *, model: Any = None, train: bool = False,
+                      sequences: Any = (), flops: float | None = None, formula: str | None = None) -> None:
+        """``role``'s region ``stage`` processed ``tokens`` tokens in this step: its analytic FLOPs (``model``'s by
+        :mod:`rlprof.model_flops`, ``train``: forward and backward; ``sequences``: each sequence's length, for
+        attention; or ``flops`` by a ``formula`` of the caller's) give the step's tokens/s, model TFLOP/s and MFU
+        over the region's window (:mod:`rlprof.runtime.tokens`). Call it at or after the region's end, in the step.
+        Nothing when the role is not timed."""
+        times = self._times
+        if times is not None and role in self.plan.timed:
+            if self._tokens is None:
+                from rlprof.runtime.tokens import TokenCounter
+
+                self._tokens = TokenCounter(self.run)
+            self._tokens.record(times, role, stage, tokens, model=model, train=train, sequences=sequences,
+                                flops=flops, formula=formula)
 
     def role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
@@ -413,9 +432,9 @@ class Profiler:
 
         The steps, in order (:data:`FINALIZE_STEPS`): stop listening for unplanned captures, close the window of
         the step it ends inside, leave the process session (the last one out ends it: backends write, the
-        manifest closes), let its regions go idle, send its last timings (at the run's end, after the last
-        traces' analysis, unless ``wait_for_analysis`` is False: a caller in a process that may be killed
-        while it waits, such as a Ray actor, says so), wait for the finish hook."""
+        manifest closes), let its regions go idle, send its last timings (the last traces' analysis is handed
+        on, never waited for: :meth:`rlprof.runtime.split_analyser.SplitAnalyser.hand_off`), wait for the finish
+        hook. ``wait_for_analysis`` is kept for callers that pass it (a Ray actor passed False); it changes nothing now."""
         with self._lock:
             if self._finalized:
                 return self.artifacts
@@ -448,8 +467,11 @@ class Profiler:
             return
         final = not self._times.outlives
         splits = self._session.splits if self._session is not None else None
-        if final and splits is not None and reason == "end" and wait:  # the last traces' split goes with the last batch
-            splits.wait()
+        # the process's last traces still being analysed for the step metrics are handed on, never waited for
+        # (issue 49): the split is finished outside it (rlprof.analysis.late_split) and written to the step
+        # metrics file after the run; the hand-off goes with this last batch
+        if splits is not None and self._session.finished:
+            splits.hand_off()
         self._times.flush(final=final)
 
     def _wait_finish_hook(self, reason: str, wait: bool) -> None:

@@ -27,8 +27,10 @@ joins it):
   next batch.
   A file that failed to be written (``failed``) answers empty at once.
 
-``Profiler.finalize`` (a process whose timings end with it) waits up to :data:`FINAL_WAIT_S` for the files
-still queued (:meth:`SplitAnalyser.wait`): the last profiled step's trace is often written only at finalize.
+``Profiler.finalize`` waits for none of it (issue 49: a 100k-event trace took 4 s to read, and a loaded machine
+made finalize wait out its 10 s and drop the split): the files still queued or being analysed are handed on
+(:meth:`SplitAnalyser.hand_off`), each step answered :func:`late`, and the step's book starts
+:mod:`rlprof.analysis.late_split` for them, outside the process, which writes the step's split after the run.
 Never raises into training.
 """
 
@@ -54,10 +56,7 @@ MODULE = "rlprof.cli.step_split"
 ANALYSIS_TIMEOUT_S = 600.0
 """The longest one trace's analysis may take; past it the child is killed and the file answers empty."""
 FINAL_WAIT_S = 10.0
-"""The longest ``Profiler.finalize`` waits for the traces still queued for analysis: a process's end is not
-held up for long (verl's run end counts a process not finalized after 30 s; a rollout replica's two 6.8 MB
-captures, analysed at the lowest priority while the trainer finished, once kept its finalize past that with
-60 s here). A split not ready by then is left out of the step metrics (its trace and ``rlprof report`` have it)."""
+"""The default bound of :meth:`SplitAnalyser.wait` (tests and benchmarks; ``Profiler.finalize`` waits for nothing)."""
 ANALYSED_STATES = (None, "written")
 """The ``state`` of an artifact record whose file is complete (None: listed once, written already)."""
 
@@ -78,6 +77,10 @@ class SplitAnalyser:
         self._announced: set[str] = set()
         self._queued: set[str] = set()
         """Files queued for analysis (once each: when placed, or when listed complete, whichever comes first)."""
+        self._unanswered: dict[str, tuple[int, ...]] = {}
+        """Files queued or being analysed, and their steps (under the lock): what :meth:`hand_off` hands on."""
+        self._handed = False
+        """The process is done with its analysis: what is left goes on outside it (:meth:`hand_off`)."""
         self.seconds: list[float] = []
         """Wall seconds each analysis took (the child's start included), for benchmarks and tests."""
 
@@ -105,9 +108,24 @@ class SplitAnalyser:
         elif state in ANALYSED_STATES or placed is not None:
             self._queued.add(key)
             with self._lock:
+                if self._handed:  # written after the hand-off: it goes on outside the process too
+                    self._send([(step, late(key, self.roles)) for step in steps])
+                    return
                 self._busy += 1
+                self._unanswered[key] = steps
             self._queue.put((key, steps, placed))
             self._start()
+
+    def hand_off(self) -> None:
+        """The process is ending (``Profiler.finalize``): every file not answered yet is handed on instead of
+        waited for: its steps get a :func:`late` answer naming it, and whoever combines them (the process's
+        book, the run's driver) has it analysed outside the process, after the run if need be
+        (:mod:`rlprof.analysis.late_split`). An analysis still running goes on while the process lives (its
+        rows cached, which the late one reads); its answer is not sent. Never waits."""
+        with self._lock:
+            self._handed = True
+            pending, self._unanswered = self._unanswered, {}
+            self._send([(step, late(path, self.roles)) for path, steps in pending.items() for step in steps])
 
     def wait(self, wait_s: float = FINAL_WAIT_S) -> bool:
         """Wait until every file queued is analysed and its answer handed on, at most ``wait_s``. True when done."""
@@ -134,7 +152,12 @@ class SplitAnalyser:
         while True:
             path, steps, placed = self._queue.get()
             try:
-                self._send(self._answer(path, steps) if self._written(path, placed) else [(step, {}) for step in steps])
+                if path not in self._unanswered:  # handed on before its turn
+                    continue
+                answer = self._answer(path, steps) if self._written(path, placed) else [(step, {}) for step in steps]
+                with self._lock:
+                    if self._unanswered.pop(path, None) is not None:  # not handed on meanwhile
+                        self._send(answer)
             except Exception as exc:  # never kill the thread
                 log.warning("rlprof: the split of %s is left out of the step metrics (%s: %s)", path, type(exc).__name__, exc)
             finally:
@@ -165,6 +188,46 @@ class SplitAnalyser:
         for times in self._targets:
             if times.add_splits(splits):
                 return
+
+
+LATE = "late"
+
+
+def late(path: str, roles: tuple[str, ...]) -> tuple[str, str, list[str]]:
+    """A step's answer that says: the file at ``path`` (of a process hosting ``roles``) is analysed outside the
+    process (:meth:`SplitAnalyser.hand_off`)."""
+    return (LATE, str(path), list(roles))
+
+
+def is_late(answer: Any) -> bool:
+    return isinstance(answer, (tuple, list)) and len(answer) == 3 and answer[0] == LATE
+
+
+LATE_MODULE = "rlprof.cli.late_split"
+"""The program that finishes a step's split after the run (run by name, in a session of its own)."""
+
+
+def start_late(job: dict[str, Any], folder: Path, root: Path) -> Path | None:
+    """Write ``job`` (:mod:`rlprof.analysis.late_split`'s input) under ``folder`` and start its program, not
+    waited for and not ended with this process: it removes the file once the split is written. None when it
+    could not be started (said once)."""
+    from rlprof.layout import ensure_dir, open_file
+
+    try:
+        ensure_dir(folder, root)
+        path = folder / f"step{job['steps'][0]['step']}-{os.getpid()}-{time.time_ns()}.json"
+        with open_file(path, root, "w") as out:
+            out.write(json.dumps(job))
+        subprocess.Popen([sys.executable, "-m", LATE_MODULE, str(path)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, **SPAWN)
+        return path
+    except Exception as exc:
+        from rlprof.notices import say_once
+
+        say_once(f"late split: {type(exc).__name__}", log, "rlprof: the split of steps %s is left to rlprof report "
+                 "(its late analysis could not start: %s: %s)", [s.get("step") for s in job.get("steps", [])],
+                 type(exc).__name__, exc)
+        return None
 
 
 def analyse(path: str, roles: tuple[str, ...], steps: tuple[int, ...] = ()) -> dict[int, dict[tuple[str, str], dict]]:

@@ -14,7 +14,10 @@ its colocated Profilers together). It is told:
   thread; each says how far it is complete (``through_ns``);
 * each process's profiled steps' split (``Batch.splits``: its traces analysed as they are written,
   :mod:`rlprof.runtime.split_analyser`), combined per step (:meth:`pump`, the rule below), or a split
-  computed elsewhere (:meth:`split`);
+  computed elsewhere (:meth:`split`). A file its process handed on as it ended (``hand_off``) is not waited
+  for: once the step's other files are answered, the step's figures so far and the files handed on go to a
+  program of their own (:mod:`rlprof.analysis.late_split`, in ``<run>/late_splits/``) that writes the step's
+  ``split`` line after the run (``late: true``; no hook call, no tracker: the run has ended).
 * the rollout's request records (``Batch.requests``, or :meth:`requests`): :mod:`rlprof.runtime.step_requests`.
 
 **A profiled step's split** is written once per step, when the step's own line is (every process has sent
@@ -56,10 +59,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rlprof.config.values import DEFAULT_REQUEST_RECORDS_MB
-from rlprof.layout import release_held_dirs
+from rlprof.layout import LATE_DIR, release_held_dirs
+from rlprof.runtime.split_analyser import is_late, start_late
 from rlprof.runtime.step_requests import StepRequests, records_path
+from rlprof.step_work import Work
 from rlprof.step_metrics import (PEAK, NOISE_STEPS, SPLIT_TIMES, StepFigures, StepMetricsRecord, Timing,
-                                 add_region_figures, split_metrics, step_figures)
+                                 add_region_figures, combine, split_metrics, step_figures)
 
 log = logging.getLogger("rlprof")
 
@@ -132,6 +137,8 @@ class StepBook:
         self._backends: Any = None
         self._hooked = self.tools == ()
         self.closed = False
+        self.sending = threading.Lock()
+        """Held by a process's sink while it hands the book a batch (:class:`ProcessSink`)."""
 
     # ------------------------------------------------------------------ inputs
 
@@ -166,6 +173,7 @@ class StepBook:
                     self._ended.append((step, end))
             self._loose.extend(Timing(batch.rank, role, region, start, end) for role, region, start, end in batch.timings)
             self.requests_kept.add(getattr(batch, "requests", ()))
+            self._loose.extend(Work(batch.rank, *work) for work in getattr(batch, "work", ()))  # a step's by its time
             for step, figures in getattr(batch, "splits", ()):
                 self._part(batch.process, step, figures)
 
@@ -173,11 +181,14 @@ class StepBook:
         """One announcement (``figures`` None) or one file's answer of ``process`` for ``step`` (under the lock)."""
         if step in self._split_done:
             return
-        part = self._parts.setdefault(step, {}).setdefault(process, [0, {}])
+        part = self._parts.setdefault(step, {}).setdefault(process, [0, {}, []])
         if figures is None:
             part[0] += 1
             return
         part[0] = max(0, part[0] - 1)
+        if is_late(figures):  # the process handed the file on: analysed outside it (pump starts that)
+            part[2].append(list(figures[1:]))
+            return
         for key, values in figures.items():  # the same region in two files of the step: it ran twice
             add_region_figures(part[1].setdefault(key, {}), values)
 
@@ -199,6 +210,11 @@ class StepBook:
         with self._lock:
             self._splits.append((step, metrics))
         self._emit(StepMetricsRecord("split", step, metrics, processes=processes))
+
+    def framework(self, step: int, metrics: dict[str, float], details: dict[str, Any] | None = None) -> None:
+        """The trainer's own figures of ``step`` that rlprof's stand beside (verl's ``perf/mfu/*``): one
+        ``framework`` line, for the report (never to the hook: they are the trainer's, already in its tracker)."""
+        self._emit(StepMetricsRecord("framework", step, dict(metrics), work=dict(details or {})), hook=False)
 
     # ------------------------------------------------------------------ outputs
 
@@ -271,10 +287,16 @@ class StepBook:
             self._recent.append(figures)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
-                                         _raw(timings, start_ns), stored))
+                                         figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns),
+                                         stored))
+        late = []
         for step, split, processes in self._splits_ready(closing):
-            if split:
+            if isinstance(split, list):  # some of its files were handed on: their split is finished outside
+                late.append({"step": step, "processes": split})
+            elif split:
                 self.split(step, split, processes)
+        if late:  # one program for the steps ready now: their lines in step order
+            start_late({"run": self.run_id, "metrics": str(self.path), "steps": late}, self._root / LATE_DIR, self._root)
         return len(completed)
 
     def _splits_ready(self, closing: bool) -> list[tuple[int, dict[tuple[str, str], dict[str, float]], int]]:
@@ -292,6 +314,10 @@ class StepBook:
                 del self._parts[step]
                 self._parts_since.pop(step, None)
                 self._split_done.add(step)
+                if self.path is not None and self._root is not None and any(part[2] for part in parts.values()):
+                    ready.append((step, [{"figures": [[*key, values] for key, values in part[1].items()], "late": part[2]}
+                                         for part in parts.values()], len(parts)))
+                    continue
                 answered = [part[1] for part in parts.values() if part[1]]
                 ready.append((step, combine(answered), len(answered)))
         return ready
@@ -356,7 +382,7 @@ class StepBook:
                 kept.append(timing)  # its window may not have begun yet (the driver's call comes later)
         self._loose = kept
 
-    def _emit(self, record: StepMetricsRecord) -> None:
+    def _emit(self, record: StepMetricsRecord, hook: bool = True) -> None:
         """One line of the file and one hook call (off the training thread)."""
         from rlprof.manifest import record_fields
 
@@ -366,7 +392,7 @@ class StepBook:
 
                 self._writer = ManifestWriter(self.path, {"run": self.run_id}, root=self._root or self.path.parent)
             self._writer.write(record.TYPE, **record_fields(record))
-        backends = self._hook_backends()
+        backends = self._hook_backends() if hook else None
         if backends is not None:
             backends.call("step_metrics", step=record.step, metrics=dict(record.metrics), run_id=self.run_id)
 
@@ -414,27 +440,6 @@ class StepBook:
                 break
             time.sleep(0.02)
         self.close()
-
-
-def combine(processes: list[dict[tuple[str, str], dict]]) -> dict[tuple[str, str], dict[str, float]]:
-    """One profiled step's split from each process's figures of it (``(role, region) -> compute_ms,
-    exposed_comm_ms, exposed_memory_ms, idle_ms, window_ms, peak_allocated_bytes``): per region the fractions of
-    the process whose window was longest (parts over its window), the largest peak any process recorded."""
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for key in sorted({key for figures in processes for key in figures}):
-        seen = [figures[key] for figures in processes if key in figures]
-        slowest = max(seen, key=lambda f: f.get("window_ms") or 0.0)
-        window = slowest.get("window_ms") or 0.0
-        values: dict[str, float] = {}
-        if window > 0:
-            for fraction, part in SPLIT_TIMES.items():
-                values[fraction] = (slowest.get(part) or 0.0) / window
-        peaks = [f[PEAK] for f in seen if f.get(PEAK) is not None]
-        if peaks:
-            values[PEAK] = max(peaks)
-        if values:
-            out[key] = values
-    return out
 
 
 def _raw(timings: list[Timing], start_ns: int) -> dict[str, Any]:

@@ -65,6 +65,8 @@ class Batch:
     requests: list[Any] = field(default_factory=list)
     """The rollout requests this process's sources recorded (:class:`rlprof.request_records.RequestRecord`), each
     appended before the region that served it ended (so a batch complete through a step's end holds them)."""
+    work: list[tuple[str, str, int, int, float, str, Any]] = field(default_factory=list)
+    """``(role, region, at_ns, tokens, flops, formula, peak)`` per ``Profiler.record_tokens`` (:mod:`rlprof.step_work`)."""
     splits: list[tuple[int, Any]] = field(default_factory=list)
     """This process's profiled steps' split (:mod:`rlprof.runtime.split_analyser`), in order: ``(step, None)``
     announces one file of ``step`` to be analysed; ``(step, {(role, region): figures})`` is one file's answer
@@ -81,14 +83,16 @@ class RegionTimes:
     """One Profiler's timings not sent yet: ``done`` and ``windows`` are appended to by the training
     thread only, taken by the flusher only (see the module doc)."""
 
-    __slots__ = ("done", "windows", "requests", "splits", "run_id", "process", "rank", "sink", "outlives", "_last_sent",
-                 "_closed", "sending", "__weakref__")
+    __slots__ = ("done", "windows", "requests", "work", "splits", "run_id", "process", "rank", "sink", "outlives",
+                 "_last_sent", "_closed", "sending", "__weakref__")
 
     def __init__(self, run_id: str, process: str, rank: int, sink: Sink):
         self.done: list[tuple[str, str, int, int]] = []
         self.windows: list[tuple[int, int, int, bool]] = []
         self.requests: list[Any] = []
         """Rollout request records (:meth:`rlprof.Profiler.record_requests`), appended by their source's thread."""
+        self.work: list[tuple[str, str, int, int, float, str, Any]] = []
+        """Appended to by the training thread's ``Profiler.record_tokens``, taken by the flusher."""
         self.splits: list[tuple[int, Any]] = []
         """Appended to by the process's split analyser (announcements on the training thread, answers on its
         own), taken by the flusher."""
@@ -107,16 +111,19 @@ class RegionTimes:
     def take(self, final: bool = False, now: Callable[[], float] = time.monotonic) -> Batch | None:
         """What was timed since the last call, as a batch; None when nothing was and no heartbeat is due."""
         through = time.time_ns()  # before taking: a region ending after this is left for the next batch
-        n, w, s, r = len(self.done), len(self.windows), len(self.splits), len(self.requests)
-        if not (n or w or s or r or final) and now() - self._last_sent < HEARTBEAT_S:
+        n, w, s, r, k = len(self.done), len(self.windows), len(self.splits), len(self.requests), len(self.work)
+        if not (n or w or s or r or k or final) and now() - self._last_sent < HEARTBEAT_S:
             return None
-        timings, windows, splits, requests = self.done[:n], self.windows[:w], self.splits[:s], self.requests[:r]
+        timings, windows, splits = self.done[:n], self.windows[:w], self.splits[:s]
+        requests, work = self.requests[:r], self.work[:k]
         del self.done[:n]
         del self.windows[:w]
         del self.splits[:s]
         del self.requests[:r]
+        del self.work[:k]
         self._last_sent = now()
-        return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, requests, splits)
+        return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, requests=requests, work=work,
+                     splits=splits)
 
     def add_splits(self, splits: list[tuple[int, Any]]) -> bool:
         """Append what the split analyser says (see :attr:`Batch.splits`); False once this Profiler's last

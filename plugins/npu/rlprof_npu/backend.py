@@ -125,7 +125,13 @@ class NpuBackend:
         torch_npu = self._module()
         if torch_npu is None:
             return
-        capture = NpuCapture(torch_npu, npu_settings(ctx.tool_config), ctx.output_dir())
+        settings = npu_settings(ctx.tool_config)
+        if settings.flops:  # the device's peak, measured once per run and host before the capture starts
+            try:
+                ctx.run.peak("npu:0")
+            except Exception as exc:  # the capture goes on; its rows say the peak is unknown
+                log.debug("rlprof: no peak for npu:0: %s: %s", type(exc).__name__, exc)
+        capture = NpuCapture(torch_npu, settings, ctx.output_dir())
         capture.start()
         self._capture, self._capture_id = capture, ctx.capture.capture_id
 

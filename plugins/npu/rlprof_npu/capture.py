@@ -91,6 +91,7 @@ class NpuCapture:
             profile_memory="memory" in contents,
             with_modules="module" in contents,
             with_stack="stack" in contents,
+            with_flops=settings.flops,
             experimental_config=experimental_config,
             on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(directory), analyse_flag=settings.analysis),
         )

@@ -6,6 +6,8 @@ Keys (verl's ``NPUToolConfig``; meanings from verl's Ascend profiling guide):
 ``contents``     a list drawn from ``npu, cpu, memory, shapes, module, stack``; empty = ``[npu, cpu]``
 ``analysis``     parse each capture when it closes (default false: parse later with ``rlprof npu-analyse``)
 ``export_type``  ``db`` (default, what verl writes) | ``text``, or a list of both
+``flops``        rlprof's own: ask torch_npu for FLOPs (``with_flops``; default true), for each region's counted
+                 FLOPs and MFU in the breakdown (docs/analysis.md, "What the compute achieves")
 
 ``name`` (newer verl configs carry ``name: npu``) is accepted and ignored (:mod:`rlprof.tool_config`).
 The core has already removed its own keys (``_target_``, ``profile_token_start``/``end`` and the
@@ -34,7 +36,7 @@ fallback when given no activities (verl's default config writes ``contents: []``
 DEFAULT_ANALYSIS = False
 DEFAULT_EXPORT_TYPES = ("db",)
 
-KEYS = ("level", "contents", "analysis", "export_type")
+KEYS = ("level", "contents", "analysis", "export_type", "flops")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class NpuSettings:
     contents: tuple[str, ...] = DEFAULT_CONTENTS
     analysis: bool = DEFAULT_ANALYSIS
     export_types: tuple[str, ...] = DEFAULT_EXPORT_TYPES
+    flops: bool = True
 
     def as_tool_config(self) -> dict[str, Any]:
         """The normalised mapping the core hands back as ``ctx.tool_config``; parsing it again
@@ -54,6 +57,7 @@ class NpuSettings:
             "contents": list(self.contents),
             "analysis": self.analysis,
             "export_type": list(self.export_types),
+            "flops": self.flops,
         }
 
 
@@ -69,6 +73,7 @@ def npu_settings(tool_config: Mapping[str, Any], key_path: str = "tool_config.np
         contents=parse_contents(tool_config.get("contents"), f"{key_path}.contents", CONTENTS) or DEFAULT_CONTENTS,
         analysis=parse_bool(tool_config.get("analysis"), f"{key_path}.analysis", DEFAULT_ANALYSIS),
         export_types=_export_types(tool_config.get("export_type"), f"{key_path}.export_type"),
+        flops=parse_bool(tool_config.get("flops"), f"{key_path}.flops", True),
     )
 
 

@@ -24,6 +24,14 @@ string) so every process of a host shares the clock; one pid per row, named by a
 * regions: ``ProfilerStep#N`` (a ``cpu_op``), and ranges on the mstx row (``MsTx`` or ``MsprofTx``,
   where rlprof's ``mstx.range_start`` regions land) or of category ``user_annotation``.
 
+FLOPs, where the capture asked for them (``tool_config.npu.flops``: torch_npu's ``with_flops``): a torch op's
+``args.flops`` (torch's formulas, computed by torch_npu as it records; only the matrix products rlprof counts:
+:data:`rlprof.analysis.op_flops.COUNTED`), and the ranges torch_npu's FLOPs hook marks on the mstx row (domain
+``mfu_flops``, named ``<flops>-<op>``, around each Python call of a fused NPU kernel it has a formula for:
+``npu_fusion_attention``, grouped matmuls...), which are not regions; those of the products torch already counts
+(``mm``, ``bmm``, ``matmul``, ``linear``, ``addmm``) are left out. The peak: what the run's host measured
+(:func:`rlprof.peak.recorded_peak`).
+
 ``kernel_details.csv`` lists the same device tasks as the ``Ascend Hardware`` row and
 ``communication.json`` HCCL's own per-op summary; neither adds an interval the split needs.
 """
@@ -31,14 +39,15 @@ string) so every process of a host shares the clock; one pid per row, named by a
 from __future__ import annotations
 
 import math
+from array import array
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
 import ijson
 
-from rlprof.backend_api import (BoundedTokens, COMMUNICATION, device_kind, numbered_collectives, Region,
-                                regions_in_steps, TraceEvents)
+from rlprof.backend_api import (BoundedTokens, COMMUNICATION, COUNTED, device_kind, is_uncounted, numbered_collectives,
+                                recorded_peak, Region, regions_in_steps, TraceEvents)
 from rlprof.layout import process_of
 
 DEVICE_ROW = "Ascend Hardware"
@@ -53,6 +62,10 @@ FLOW_CATEGORY = "async_npu"
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
 RANK_FILE = re.compile(r"profiler_info_(\d+)\.json$")
 """torch_npu writes ``profiler_info_<rank>.json`` beside ``ASCEND_PROFILER_OUTPUT``."""
+HOOKED_FLOPS = re.compile(r"^(\d+)-(\S+)$")
+"""A range torch_npu's FLOPs hook marks (domain ``mfu_flops``): ``<flops>-<op>``."""
+HOOKED_COUNTED = frozenset({"mm", "bmm", "matmul", "linear", "addmm"})
+"""Hooked Python calls whose aten ops carry their FLOPs already (counted from ``args.flops``)."""
 META_TOKENS = 1_000_000
 """The first pass gives up on a file whose first this-many tokens hold no trace event list."""
 
@@ -129,6 +142,10 @@ class _Reading:
         self.op_calls: list[tuple[float, float, str]] = []
         self.steps: list[Region] = []
         self.annotations: list[tuple[str, float, float]] = []
+        self.counting = False
+        """Some op carries ``args.flops``: the capture asked for FLOPs."""
+        self.flops: list[tuple[float, float]] = []
+        self.uncounted: list[tuple[float, str]] = []
 
     def take(self, event: dict[str, Any]) -> None:
         phase, name, pid = event.get("ph"), event.get("name"), event.get("pid")
@@ -150,8 +167,28 @@ class _Reading:
                 self.op_calls.append((start, end, name))
         elif STEP_NAME.match(name):
             self.steps.append(Region(name, int(STEP_NAME.match(name).group(1)), start, end))
+        elif row in REGION_ROWS and HOOKED_FLOPS.match(name):
+            flops, hooked = HOOKED_FLOPS.match(name).groups()
+            if hooked not in HOOKED_COUNTED:  # torch's own ops count these through their args
+                self.flops.append((start, float(flops)))
         elif row in REGION_ROWS or event.get("cat") == "user_annotation":
             self.annotations.append((name, start, end))
+        else:
+            self._op(event, name, start)
+
+    def _op(self, event: dict[str, Any], name: str, start: float) -> None:
+        """A torch op: its FLOPs where torch_npu computed them (``with_flops``), a compute op no formula counts."""
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        if "flops" in args:
+            self.counting = True
+            try:
+                flops = float(args["flops"])
+            except (TypeError, ValueError):
+                return
+            if name in COUNTED and flops > 0:
+                self.flops.append((start, flops))
+        elif is_uncounted(name):
+            self.uncounted.append((start, name))
 
     def _task(self, event: dict[str, Any], name: str, start: float, end: float) -> None:
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
@@ -187,6 +224,13 @@ class _Reading:
             trace.collectives = numbered_collectives((trace.starts[i], trace.ends[i], trace.launches[i], name)
                                                      for i, name in self.device_calls)
         trace.regions = regions_in_steps(self.steps, self.annotations)
+        if self.counting or self.flops:
+            counted = sorted(self.flops)
+            trace.flop_starts = array("d", (start for start, _ in counted))
+            trace.flop_counts = array("d", (flops for _, flops in counted))
+            trace.uncounted = sorted(self.uncounted)
+            peak = recorded_peak(trace.path)
+            trace.peak = peak.as_dict() if peak is not None else None
         return trace
 
 

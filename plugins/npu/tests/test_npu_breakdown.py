@@ -69,3 +69,27 @@ def test_a_bad_trace_view_costs_one_line_naming_it_and_the_others_are_reported(t
 
 def test_a_trace_view_is_never_read_as_a_kineto_trace(tmp_path):
     assert trace_readers.reader_for(trace_view(tmp_path, 0), trace_readers.readers()[0]) == "rlprof_npu.trace_reader:read_trace"
+
+
+def test_flops_torch_npu_computed_and_its_hook_marked_are_counted_per_region(tmp_path):
+    """Issue 49, on a stand-in trace view (no NPU here): a torch op's ``args.flops`` (torch_npu's ``with_flops``),
+    for the matrix products only, and the ranges torch_npu's FLOPs hook marks on the mstx row around a fused
+    kernel's Python call (``<flops>-<op>``: not a region), the hooked plain products left to their ops' args."""
+    from trace_view_standin import MSTX, task
+
+    def with_args(event, **args):
+        return {**event, "args": args}
+
+    events = [meta(PYTHON, "Python"), meta(HARDWARE, "Ascend Hardware"), meta(MSTX, "MsTx"),
+              op(PYTHON, "ProfilerStep#3", 0, 20, "cpu_op"), op(MSTX, "actor_update", 0, 10),
+              with_args(op(PYTHON, "aten::mm", 0.5, 0.6, "cpu_op"), flops=1000),
+              with_args(op(PYTHON, "aten::add", 0.7, 0.8, "cpu_op"), flops=64),  # elementwise: not counted
+              op(MSTX, "5000-npu_fusion_attention", 1.0, 2.0), op(MSTX, "1000-mm", 0.4, 0.7),
+              *task("MatMul_1", 1, 5, 0.5), op(MSTX, "ref_compute_log_prob", 12, 14), *task("Other", 12.5, 13, 12.2)]
+    rows, errors = breakdown_files.breakdown([trace_view(tmp_path, 0, events=events)])
+    assert errors == []
+    rows = by_region(rows)
+    assert rows["actor_update"].flops == 6000
+    assert rows["ref_compute_log_prob"].flops == 0  # counted, nothing in it
+    assert "5000-npu_fusion_attention" not in rows and "1000-mm" not in rows  # the hook's ranges are no regions
+    assert rows["actor_update"].mfu_note == "no peak known for its device"  # no run recorded one here

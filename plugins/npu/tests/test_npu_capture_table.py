@@ -93,7 +93,7 @@ def test_capture_arguments_order_paths_and_ranges(torch_npu_standin, tmp_path, m
         assert len(profile.args["activities"]) == len(activities)
         assert (profile.args["profile_memory"], profile.args["record_shapes"], profile.args["with_modules"],
                 profile.args["with_stack"]) == (memory, shapes, modules, stack)
-        assert profile.args["schedule"] is None and profile.args["with_flops"] is False
+        assert profile.args["schedule"] is None and profile.args["with_flops"] is True  # tool_config.npu.flops: on by default
 
         starts = [c for c in segment if c.name == "mstx.range_start"]
         ends = [c for c in segment if c.name == "mstx.range_end"]

@@ -19,7 +19,7 @@ BASE = ["global_profiler.tool=npu", "global_profiler.steps=[1]",
     (f"{KEY}.contents=npu", [f"{KEY}.contents: got 'npu' (str)", "a list of"]),
     (f"{KEY}.analysis=maybe", [f"{KEY}.analysis: got 'maybe'", "true or false"]),
     (f"{KEY}.export_type=json", [f"{KEY}.export_type: got 'json'", "db or text"]),
-    (f"{KEY}.with_memory=true", [f"{KEY}.with_memory: unknown key", "analysis, contents, export_type, level"]),
+    (f"{KEY}.with_memory=true", [f"{KEY}.with_memory: unknown key", "analysis, contents, export_type, flops, level"]),
     (f"{KEY}.levle=level1", [f"{KEY}.levle: unknown key (did you mean 'level'?)"]),
 ])
 def test_bad_values_are_config_errors_naming_key_value_and_allowed(capsys, override, expected):
@@ -38,12 +38,13 @@ def test_verl_generated_section_is_accepted(capsys):
 
 
 @pytest.mark.parametrize("section,normalised", [
-    ({}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"]}),
-    ({"contents": []}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"]}),
-    ({"contents": None, "level": None}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"]}),
+    ({}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"], "flops": True}),
+    ({"contents": []}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"], "flops": True}),
+    ({"contents": None, "level": None}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"], "flops": True}),
     ({"contents": ["memory", "npu", "memory"], "level": "level_none", "analysis": True, "export_type": "text"},
-     {"level": "level_none", "contents": ["memory", "npu"], "analysis": True, "export_type": ["text"]}),
-    ({"export_type": ["text", "db"]}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db", "text"]}),
+     {"level": "level_none", "contents": ["memory", "npu"], "analysis": True, "export_type": ["text"], "flops": True}),
+    ({"flops": False}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db"], "flops": False}),
+    ({"export_type": ["text", "db"]}, {"level": "level0", "contents": ["npu", "cpu"], "analysis": False, "export_type": ["db", "text"], "flops": True}),
 ])
 def test_normalised_form_and_it_is_stable(section, normalised):
     settings = npu_settings(section)

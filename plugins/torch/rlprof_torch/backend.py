@@ -163,13 +163,16 @@ class TorchBackend:
 
     def _open(self, ctx) -> None:
         contents = tuple(ctx.tool_config.get("contents", ()))
-        arguments = self._arguments.get(contents)
+        flops = bool(ctx.tool_config.get("flops", False))
+        arguments = self._arguments.get((contents, flops))
         if arguments is None:
             import torch
 
             # An explicit 'cuda' without a device was said once, when the section was validated (options.py).
-            arguments = self._arguments[contents] = options.profile_arguments(contents, torch.cuda.is_available())
-        session = TraceSession(ctx.capture.capture_id, ctx.run, ctx.output_dir(), arguments)  # torch copies them
+            arguments = self._arguments[(contents, flops)] = options.profile_arguments(contents, torch.cuda.is_available(),
+                                                                                       flops)
+        peak = _peak(ctx, arguments) if flops else None
+        session = TraceSession(ctx.capture.capture_id, ctx.run, ctx.output_dir(), arguments, peak)  # torch copies them
         session.start()
         self._session = session
 
@@ -228,3 +231,21 @@ class TorchBackend:
                      f"({writer.WAIT_ENV}): it is left unfinished (state 'writing' in the manifest); {export.final} "
                      f"appears only if the process lives until it is complete")
         self._list_written(ctx)
+
+
+def _peak(ctx, arguments) -> dict | None:
+    """The peak a FLOP-counting capture's MFU is divided by, written into its trace (:meth:`rlprof.context.RunInfo.peak`:
+    measured once per run and host, the first time, before the profiler starts, so no matmul of the calibration
+    is in the trace), for the capture's device: the current CUDA device where CUDA is recorded, else the CPU."""
+    from torch.profiler import ProfilerActivity
+
+    device = "cpu"
+    if ProfilerActivity.CUDA in arguments.get("activities", ()):
+        import torch
+
+        device = f"cuda:{torch.cuda.current_device()}"
+    try:
+        return ctx.run.peak(device).as_dict()
+    except Exception as exc:  # the trace is recorded all the same; its rows say the peak is unknown
+        log.debug("rlprof: no peak for %s: %s: %s", device, type(exc).__name__, exc)
+        return None

@@ -14,6 +14,9 @@ What is read, as Kineto writes it (torch 2.x, checked on traces this machine rec
   launched by a ``cuda_runtime`` / ``cuda_driver`` call with the same ``args.correlation``;
   host ops of category ``cpu_op`` and collectives of any category (``gloo:*``, ``c10d::*``, ...);
   regions: ``ProfilerStep#N`` and every other ``user_annotation``;
+* FLOPs, where the capture asked for them (the header's ``with_flops``): each ``cpu_op``'s ``Input Dims``
+  (and ``Concrete Inputs``) through :func:`rlprof.analysis.op_flops.op_flops`, since torch does not write the
+  figure itself; the compute ops no formula counts by name; the peak rlprof recorded (``rlprof.peak``);
 * memory samples (``profile_memory``): instant events ``[memory]`` whose ``args`` hold ``Total Allocated``
   (bytes allocated on the device after that change) and ``Device Type`` (0: the CPU, else an accelerator);
   a trace with device events keeps the accelerator's, a host-only trace the CPU's.
@@ -21,6 +24,7 @@ What is read, as Kineto writes it (torch 2.x, checked on traces this machine rec
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import math
 import re
@@ -31,8 +35,8 @@ from typing import Any, Iterator
 
 import ijson
 
-from rlprof.backend_api import (BoundedTokens, COMMUNICATION, COMPUTE, device_kind, is_host_collective,
-                                numbered_collectives, Region, regions_in_steps, TraceEvents)
+from rlprof.backend_api import (BoundedTokens, COMMUNICATION, COMPUTE, device_kind, is_host_collective, is_uncounted,
+                                numbered_collectives, op_flops, Region, regions_in_steps, TraceEvents)
 
 DEVICE_CATEGORIES = {"kernel": False, "gpu_memcpy": True, "gpu_memset": True}
 """Device event categories -> whether the event is a copy (memory) rather than a kernel."""
@@ -45,8 +49,9 @@ MEMORY_EVENT = "[memory]"
 CPU_DEVICE_TYPE = 0
 """``args["Device Type"]`` of a memory sample of the CPU (c10's ``DeviceType::CPU``)."""
 STEP_NAME = re.compile(r"ProfilerStep#(\d+)$")
+PEAK_KEYS = ("tflops", "source", "device", "dtype", "measured_tflops", "refused")
 HEADER_KEYS = {"distributedInfo.rank", "baseTimeNanoseconds", "rlprof.global_rank", "rlprof.run_id", "rlprof.capture",
-               "rlprof.training_steps.item"}
+               "rlprof.training_steps.item", "with_flops", *(f"rlprof.peak.{key}" for key in PEAK_KEYS)}
 
 
 class NotKineto(ValueError):
@@ -122,6 +127,12 @@ class _Reading:
         self.steps: list[Region] = []
         self.memory_samples: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
         """``(ts, total allocated)`` of the CPU's samples (True) and the accelerators' (False)."""
+        self.counting = "with_flops" in header
+        """The capture asked for FLOPs: ``(tid, start, end, flops or name)`` of its matrix products and of the
+        compute ops no formula counts, sorted out at :meth:`finish`."""
+        self.flop_ops: list[tuple[Any, float, float, Any]] = []
+        if self.counting:
+            self.trace.peak = {key: header[f"rlprof.peak.{key}"] for key in PEAK_KEYS if f"rlprof.peak.{key}" in header} or None
 
     def memory(self, event: dict[str, Any]) -> None:
         args = event.get("args")
@@ -154,6 +165,10 @@ class _Reading:
         if step and category in REGION_CATEGORIES:  # a region, never an op (older Kineto files it as a cpu_op)
             self.steps.append(Region(name, int(step.group(1)), start, end))
             return
+        if self.counting and category == "cpu_op":
+            flops = op_flops(name, event.get("args"))
+            if flops is not None or is_uncounted(name):
+                self.flop_ops.append((event.get("tid"), start, end, flops if flops is not None else name))
         collective = is_host_collective(name)
         if (category == "cpu_op" or collective) and not len(self.trace.kinds):  # host ops matter only without device events
             self.host.add(start, end, COMMUNICATION if collective else COMPUTE)
@@ -179,6 +194,8 @@ class _Reading:
         else:
             raise NotKineto("no device events and no host ops")
         trace.regions = regions_in_steps(self.steps, self.annotations, default_step=self.only_step)
+        if self.counting:
+            _count(trace, self.flop_ops)
         origin = self.origin or 0
         for ts, allocated in sorted(self.memory_samples[trace.device == "cpu"]):
             trace.memory_times.append((ts - origin) / 1000.0)
@@ -204,3 +221,30 @@ def _outermost(calls: list[tuple[Any, float, float, str]]) -> Iterator[tuple[flo
             continue
         kept_end[tid] = end
         yield start, end, name
+
+
+def _count(trace: TraceEvents, ops: list[tuple[Any, float, float, Any]]) -> None:
+    """Put the counted operators' FLOPs and the uncounted ones' names in ``trace``: per thread, a counted op inside
+    another counted op is not counted again, and an uncounted op with a counted op inside it (SDPA's math path,
+    through ``bmm``) is counted through that one."""
+    counted: list[tuple[float, float]] = []
+    uncounted: list[tuple[float, str]] = []
+    by_thread: dict[Any, list[tuple[float, float, Any]]] = {}
+    for tid, start, end, what in ops:
+        by_thread.setdefault(str(tid), []).append((start, end, what))
+    for calls in by_thread.values():
+        calls.sort(key=lambda c: (c[0], -c[1]))
+        starts = [c[0] for c in calls if not isinstance(c[2], str)]
+        outer_end = -math.inf
+        for start, end, what in calls:
+            if isinstance(what, str):
+                inside = bisect.bisect_left(starts, start)
+                if inside >= len(starts) or starts[inside] > end:
+                    uncounted.append((start, what))
+            elif start >= outer_end:
+                counted.append((start, what))
+                outer_end = end
+    counted.sort()
+    trace.flop_starts = array("d", (start for start, _ in counted))
+    trace.flop_counts = array("d", (flops for _, flops in counted))
+    trace.uncounted = sorted(uncounted)

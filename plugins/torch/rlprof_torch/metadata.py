@@ -5,7 +5,8 @@ Two keys, both written with ``profile.add_metadata_json`` just before the captur
 * ``rlprof`` — run id, global rank, world size, host, pid, capture id, the training step numbers,
   roles and regions the capture saw, and ``stop_path``: how the capture was to end (``nogil``: stopped,
   saved and freed without the GIL; ``torch``: torch's own calls, :mod:`rlprof_torch.nogil`). Lets a
-  trace found on its own be placed in the run without the manifest.
+  trace found on its own be placed in the run without the manifest. A capture that counts FLOPs adds
+  ``peak``: the peak its MFU is divided by (:class:`rlprof.peak.Peak`), which the reader puts in each row.
 * ``distributedInfo`` — ``{"backend", "rank", "world_size"}``, the block Holistic Trace Analysis
   reads to tell the processes of a multi-rank job apart (it takes the first ``"rank": N`` in the
   file; a trace without one is taken for rank 0, so every rank but one would be lost). torch
@@ -30,7 +31,7 @@ def torch_writes_distributed_info() -> bool:
 
 
 def trace_metadata(run, capture_id: str, training_steps: Iterable[int], roles: Iterable[str], regions: Iterable[str],
-                   *, distributed_info: bool, stop_path: str | None = None) -> dict[str, str]:
+                   *, distributed_info: bool, stop_path: str | None = None, peak: Any = None) -> dict[str, str]:
     """``{key: JSON text}`` for :meth:`torch.profiler.profile.add_metadata_json`.
 
     :param run: the :class:`rlprof.context.RunInfo` of the process.
@@ -51,6 +52,8 @@ def trace_metadata(run, capture_id: str, training_steps: Iterable[int], roles: I
     }
     if stop_path is not None:
         info["stop_path"] = stop_path
+    if peak is not None:
+        info["peak"] = peak
     # HTA finds the rank with the pattern '"rank":\s+N' (so json.dumps' default ": " separator matters),
     # and takes the first match: the rlprof block says "global_rank" so it can never be that match.
     metadata = {"rlprof": json.dumps(info)}

@@ -4,6 +4,11 @@ verl's meaning of ``contents`` is kept: an empty list asks for everything the ma
 (CPU and, where there is one, CUDA); ``memory``, ``shapes`` and ``stack`` switch on the profiler's
 ``profile_memory``, ``record_shapes`` and ``with_stack``. Unlike verl, CPU activity is always on:
 the role ranges rlprof marks are CPU events, and a trace without them cannot be read per role.
+
+``flops`` (rlprof's own key, default true): the profiler is asked for FLOPs (``with_flops``), so each role
+region's row in the breakdown has its counted FLOPs and MFU (docs/analysis.md, "What the compute achieves").
+torch then records every op's input shapes (``record_shapes``: a few microseconds an op while the capture
+records, bench/bench_flops.py); ``false`` records none.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from rlprof.backend_api import check_keys, parse_contents, say_once
+from rlprof.backend_api import check_keys, parse_bool, parse_contents, say_once
 
 log = logging.getLogger("rlprof.torch")
 
@@ -39,7 +44,7 @@ def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
     GPU nodes) but is said here, so ``rlprof check`` shows it before a run. Each warning is said
     once per process (:func:`rlprof.notices.say_once`): the section is validated for every role
     and every Profiler."""
-    check_keys(tool_config, key_path, used=("contents",), ignored=VERL_UNUSED_KEYS)
+    check_keys(tool_config, key_path, used=("contents", "flops"), ignored=VERL_UNUSED_KEYS)
     contents = parse_contents(tool_config.get("contents"), f"{key_path}.contents", CONTENTS)
     for key, defaults in VERL_UNUSED_DEFAULTS.items():
         if key in tool_config and tool_config[key] not in defaults:
@@ -47,7 +52,7 @@ def validate(tool_config: Mapping[str, Any], key_path: str) -> dict[str, Any]:
                      key_path, key, tool_config[key], REPLACEMENT[key])
     if "cuda" in contents:
         _warn_if_no_cuda(f"{key_path}.contents")
-    return {"contents": contents}
+    return {"contents": contents, "flops": parse_bool(tool_config.get("flops"), f"{key_path}.flops", default=True)}
 
 
 def _warn_if_no_cuda(key: str) -> None:
@@ -59,8 +64,8 @@ def _warn_if_no_cuda(key: str) -> None:
                  "is False): torch traces here hold CPU activity only", key)
 
 
-def profile_arguments(contents: tuple[str, ...], cuda_available: bool) -> dict[str, Any]:
-    """Keyword arguments for :class:`torch.profiler.profile` from a validated ``contents``."""
+def profile_arguments(contents: tuple[str, ...], cuda_available: bool, flops: bool = False) -> dict[str, Any]:
+    """Keyword arguments for :class:`torch.profiler.profile` from a validated ``contents`` and ``flops``."""
     from torch.profiler import ProfilerActivity
 
     activities = [ProfilerActivity.CPU]
@@ -69,6 +74,7 @@ def profile_arguments(contents: tuple[str, ...], cuda_available: bool) -> dict[s
     arguments: dict[str, Any] = {"activities": activities}
     for name, flag in _FLAGS.items():
         arguments[flag] = name in contents
+    arguments["with_flops"] = bool(flops)
     if not arguments["with_stack"]:
         arguments.update(_trace_only())
     return arguments

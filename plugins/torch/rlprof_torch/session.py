@@ -39,7 +39,8 @@ class OtherThread(RuntimeError):
 class TraceSession:
     """A running torch profiler plus what the capture has seen so far (step numbers, roles, regions)."""
 
-    def __init__(self, capture_id: str, run, directory: Path, profile_arguments: Mapping[str, Any]):
+    def __init__(self, capture_id: str, run, directory: Path, profile_arguments: Mapping[str, Any],
+                 peak: Mapping[str, Any] | None = None):
         import torch.profiler
 
         self.capture_id = capture_id
@@ -49,6 +50,8 @@ class TraceSession:
         self.seen_roles: list[str] = []
         self.seen_regions: list[str] = []
         self._profile = torch.profiler.profile(**profile_arguments)
+        self.peak = peak
+        """The peak this capture's FLOPs are divided by (:class:`rlprof.peak.Peak` as a dict), where it counts FLOPs."""
         self._step_range = None
         self._distributed_info_written = False
         self._thread: int | None = None
@@ -95,7 +98,8 @@ class TraceSession:
         self.end_step()
         planned = nogil.TORCH if nogil.unavailable() else nogil.NOGIL
         metadata = trace_metadata(self.run, self.capture_id, self.seen_steps, self.seen_roles, self.seen_regions,
-                                  distributed_info=not self._distributed_info_written, stop_path=planned)
+                                  distributed_info=not self._distributed_info_written, stop_path=planned,
+                                  peak=self.peak)
         for key, value in metadata.items():
             self._profile.add_metadata_json(key, value)
         self.stop_path = nogil.stop(self._profile)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlprof.analysis.rows_cache import _cached
+from rlprof.analysis.late_split import pending, wait
 from rlprof.step_metrics import SPLIT_STEP, read_step_metrics
 
 WORKLOAD_SCRIPT = Path(__file__).with_name("torch_workload.py")
@@ -20,6 +21,8 @@ FRACS = ("compute_frac", "exposed_comm_frac", "exposed_memory_frac", "idle_frac"
 
 
 def split_lines(run_dir):
+    """The run's split lines, once the splits its process handed on as it ended are written (issue 49)."""
+    assert wait(run_dir), pending(run_dir)
     return [r for r in read_step_metrics(run_dir / "step_metrics.jsonl") if r.kind == "split"]
 
 
@@ -65,9 +68,31 @@ def test_step_metrics_off_analyses_nothing(make_config, run_training):
 def test_with_contents_memory_each_regions_peak_reaches_the_split(run_training):
     """A user who asked for ``contents: [memory]`` gets each region's peak allocated memory with the split."""
     run = run_training(steps=(1, 2, 3), torch_config={"contents": ["cpu", "memory"]})
-    rows = [row for trace in run.files() for row in _cached(str(trace)).rows]
     assert [line.step for line in split_lines(run.run_dir)] == [1, 2]
+    rows = [row for trace in run.files() for row in _cached(str(trace)).rows]
     for line in split_lines(run.run_dir):
         for role, region, name in (("actor", "actor_update", "update"), ("ref", "ref_compute_log_prob", "compute_log_prob")):
             (row,) = [r for r in rows if r.step == line.step and r.region == region]
             assert line.metrics[f"rlprof/{role}/{name}/peak_allocated_bytes"] == row.peak_allocated_bytes > 0
+
+
+def test_finalize_waits_for_no_analysis_and_each_split_comes_after_the_run(run_training, monkeypatch):
+    """Issue 49: with the in-run analysis held up (a slow trace, a loaded machine), finalize returns anyway; the
+    traces are analysed outside the process and each profiled step's split reaches step_metrics.jsonl after the
+    run, marked late, with its fractions and counted MFU; the report reads the rows that analysis cached."""
+    import threading
+
+    from rlprof.runtime import split_analyser
+
+    held = threading.Event()
+    monkeypatch.setattr(split_analyser, "analyse", lambda *args, **kwargs: held.wait(120) and {})
+    try:
+        run = run_training(steps=(1, 2, 3))  # returns while both analyses are held
+        lines = split_lines(run.run_dir)
+    finally:
+        held.set()
+    assert [line.step for line in lines] == [1, 2] and all(line.late for line in lines)
+    for line in lines:
+        assert sum(line.metrics[f"rlprof/actor/update/{frac}"] for frac in FRACS) == pytest.approx(1.0, abs=1e-4)
+        assert 0 < line.metrics["rlprof/actor/update/mfu_compute"] <= 1
+    assert all(_cached(str(trace)) is not None for trace in run.files())  # rows where the report reads them

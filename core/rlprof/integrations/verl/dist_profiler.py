@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Callable, Mapping
 
 from rlprof.integrations.verl import global_keys, run_signals
+from rlprof.integrations.verl import tokens
 from rlprof.integrations.verl.models import worker_module
 from rlprof.integrations.verl.sections import field, hosted_roles, rlprof_source
 from rlprof.notices import say_once
@@ -313,6 +314,9 @@ class DistProfiler:
         hands the region the module verl's worker holds for its role
         (:func:`rlprof.integrations.verl.models.worker_module`; None when nothing resolves).
 
+        An actor, ref or critic stage's batch also says its tokens (:mod:`rlprof.integrations.verl.tokens`): the
+        step's tokens/s and MFU of the region.
+
         Cost when nothing is profiled: one attribute check; the role and stage are resolved at
         decoration and the region once per profiler.
         """
@@ -321,6 +325,7 @@ class DistProfiler:
             name = str(message or kwargs_outer.get("role") or func.__name__)
             named_role, stage = _split(name)
             key = (name, bool(kwargs_outer.get("scheduled", False)))
+            trains = tokens.counted(stage) if named_role else None  # its batch's tokens: the step's MFU
 
             @functools.wraps(func)
             def wrapper(self_instance, *args, **kwargs):
@@ -336,8 +341,12 @@ class DistProfiler:
                     region = profiler._region(key, named_role, stage, name)
                 if profiler._reads_module:  # a selected backend reads the model: verl's worker holds it
                     region.module = worker_module(self_instance, region.role)
+                batch = tokens.before(args, kwargs) if trains is not None else None
                 with region:
-                    return func(self_instance, *args, **kwargs)
+                    result = func(self_instance, *args, **kwargs)
+                if batch is not None:
+                    tokens.record(profiler._prof, self_instance, region, trains, batch)
+                return result
 
             return wrapper
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ FINISH_WAIT_S = 30.0
 """The longest the end of ``fit`` waits for the last steps' timings and the last profiled steps' splits (each
 worker analyses its traces once written: seconds for a large trace) before writing them; it ends as soon as
 nothing is missing (the timings: a few ms), so only a worker that never answers makes the job wait it out."""
+FRAMEWORK_MFU = "perf/mfu/"
+"""verl's own MFU figures (``perf/mfu/actor``, ``perf/mfu/critic``, ``perf/mfu/actor_infer``)."""
 ROLLOUT_PHASE = "gen"
 """verl's phase (``timing_s/gen``) timed here as the rollout's region."""
 ROLLOUT_REGION = ("rollout", "rollout_generate")
@@ -123,6 +126,8 @@ class TrainerMetrics:
         self.waited_s: list[float] = []
         """How long each ``Tracking.log`` waited for the step's timings (the last 1000)."""
         self.wait_s = tracker_wait_s()
+        self.framework_peak: float | None = None
+        """The peak verl divides its MFU by (TFLOP/s; ``inf`` for a device its table lacks), looked up once."""
 
     @classmethod
     def open(cls, config: Any, run_dir: Path, run_id: str) -> "TrainerMetrics | None":
@@ -143,7 +148,9 @@ class TrainerMetrics:
         return cls(book, Collector(book, mailbox))
 
     def tracked(self, data: Any, step: Any) -> Any:
-        """``data`` with the ``rlprof/`` figures of ``step`` added (a new dict; ``data`` when there are none)."""
+        """``data`` with the ``rlprof/`` figures of ``step`` added (a new dict; ``data`` when there are none).
+        verl's own MFU figures in it (``perf/mfu/*``) are kept beside rlprof's (:meth:`keep_framework`)."""
+        self.keep_framework(data, step)
         try:
             began = time.monotonic()
             extra = self.book.for_tracker(int(step), wait_s=self.wait_s)
@@ -154,6 +161,25 @@ class TrainerMetrics:
         if not extra:
             return data
         return {**extra, **data} if isinstance(data, dict) else data
+
+    def keep_framework(self, data: Any, step: Any) -> None:
+        """verl's ``perf/mfu/*`` of ``step``, as it logs them, in a ``framework`` line of ``step_metrics.jsonl`` with
+        the peak verl divides by (its table's, for this process's device: ``get_device_flops``), so the report sets
+        them beside rlprof's MFU and says where they differ (docs/analysis.md, "What the compute achieves")."""
+        try:
+            found = {k: float(v) for k, v in data.items() if isinstance(k, str) and k.startswith(FRAMEWORK_MFU)
+                     and isinstance(v, (int, float))} if isinstance(data, dict) else {}
+            if not found or step is None:
+                return
+            if self.framework_peak is None:
+                from verl.utils.flops_counter import get_device_flops
+
+                self.framework_peak = float(get_device_flops(unit="T"))
+            peak = self.framework_peak if math.isfinite(self.framework_peak) else None  # inf: a device verl lacks
+            self.book.framework(int(step), found, {"source": "verl", "peak_tflops": peak,
+                                                   "timing_s/update_actor": data.get("timing_s/update_actor")})
+        except Exception as exc:  # the trainer's own logging must never fail because of rlprof
+            log.debug("rlprof: verl's MFU of step %s not kept: %s: %s", step, type(exc).__name__, exc)
 
     def close(self) -> None:
         waited = sorted(self.waited_s)
