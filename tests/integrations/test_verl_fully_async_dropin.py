@@ -110,7 +110,7 @@ def test_a_capture_asked_mid_run_is_decided_before_the_sync_that_starts_its_vers
     so the trainer's workers and the replicas capture it. The request waits for the first unplanned version."""
     from omegaconf import OmegaConf
 
-    from rlprof.capture import answer, request
+    from rlprof.runtime.capture_requests import answer, request
     from rlprof.integrations.verl import step_metrics, trainer_steps
 
     monkeypatch.setenv("RLPROF_RUN_ID", "fully-async-capture")
