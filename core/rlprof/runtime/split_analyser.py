@@ -41,8 +41,10 @@ import logging
 import os
 import queue
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rlprof.priority import SPAWN
