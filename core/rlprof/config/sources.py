@@ -137,7 +137,34 @@ def _create(data: Any, where: str, OmegaConf) -> Any:
     try:
         return OmegaConf.create(data)
     except Exception as exc:  # omegaconf's validation: unsupported key or value types, bad interpolation syntax
+        found = _unparsable(data, "", OmegaConf)
+        if found is not None:  # a string OmegaConf reads as a broken interpolation: named by its key
+            path, value = found
+            raise ConfigError(f"{path}: got {value!r}, which OmegaConf cannot parse ({_first_line(exc)}); allowed: a "
+                              "complete interpolation such as ${other.key}, or no '${' in the value") from None
         raise ConfigError(f"{where}: cannot be used as a configuration: {_first_line(exc)}") from None
+
+
+def _unparsable(value: Any, path: str, OmegaConf) -> tuple[str, str] | None:
+    """The key path and value of the first string under ``value`` that OmegaConf refuses on its own (a ``${``
+    that opens no complete interpolation), else None."""
+    if isinstance(value, dict):
+        items = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, str) and "${" in value:
+        try:
+            OmegaConf.create({"value": value})
+        except Exception:
+            return path, value
+        return None
+    else:
+        return None
+    for where, item in items:
+        found = _unparsable(item, where, OmegaConf)
+        if found is not None:
+            return found
+    return None
 
 
 def _plain(value: Any, path: str) -> Any:

@@ -31,9 +31,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rlprof.config.schema import ProfilerConfig, load_config
 from rlprof.context import RunInfo
-from rlprof.layout import hostname, safe_name
+from rlprof.layout import hostname
 from rlprof.manifest import settled_artifacts
 from rlprof.runtime.plan import ProcessPlan, resolve_plan
+from rlprof.runtime.profiler_records import FrameworkRecords
 from rlprof.runtime.regions import IdleRegion, Iteration, ProfiledRegion, TimedRegion
 from rlprof.runtime.run_id import run_id_for
 from rlprof.runtime.step_timings import now_ns as _now
@@ -45,7 +46,7 @@ FINALIZE_STEPS = ("_stop_listening", "_close_window", "_leave_session", "_go_idl
 """What :meth:`Profiler.finalize` does, in order: each a method taking ``(reason, wait_for_analysis)``."""
 
 
-class Profiler:
+class Profiler(FrameworkRecords):
     """The profiler of one process (one rank, the roles it hosts).
 
     :param config: a YAML path, mapping, OmegaConf ``DictConfig`` or :class:`ProfilerConfig`. A loaded
@@ -218,68 +219,12 @@ class Profiler:
         """Contained failures of the process session so far (the manifest's ``error`` records)."""
         return self._session.errors if self._session is not None else []
 
-    def record_error(self, source: str, hook: str, error: str, *, kind: str = "engine", **details: Any) -> None:
-        """Record a failure of something rlprof drives outside the backends' hooks (a rollout engine's
-        profiler, see :mod:`rlprof.integrations.engines.replica`) as an ``error`` record of this process's
-        manifest, which ``rlprof report`` and the verdict show. Does nothing when this process does not
-        profile. Never raises into training."""
-        if self._session is not None:
-            self._session.record_error(source, hook, kind, error, **details)
-
-    def record_warning(self, source: str, message: str, **details: Any) -> None:
-        """Record a warning (kind ``backend``, from ``source``) in this process's manifest, for what
-        rlprof drives outside the backends' hooks (an engine setting it cannot honour). Does nothing
-        when this process does not profile."""
-        if self._session is not None:
-            self._session.record_warning(source, message, **details)
-
-    def record_wait(self, source: str, start_ns: int, end_ns: int, **details: Any) -> None:
-        """Record that training waited ``[start_ns, end_ns]`` for profiling's own work outside a hook
-        (a rollout replica's export still running when the next generate came): a ``profiling_wait``
-        record, so the wait counts as profiling's cost instead of hiding in the caller's time. Does
-        nothing when this process does not profile."""
-        if self._session is not None:
-            self._session.record_wait(source, start_ns, end_ns, **details)
-
     @property
     def timings(self):
         """This Profiler's :class:`~rlprof.runtime.step_timings.RegionTimes` (its regions' timings on every
         step, on their way to the step metrics), or None when no hosted role is timed. An integration sets
         its ``sink`` before the first region (a Ray worker's: the run's mailbox)."""
         return self._times
-
-    def record_timing(self, role: str, stage: str | None, start_ns: int, end_ns: int) -> None:
-        """A region of ``role`` that ran from ``start_ns`` to ``end_ns`` (``time.time_ns()``) outside a
-        ``with prof.role(...)``: a rollout replica's server generating for requests it served one by one.
-        Nothing when the role is not timed."""
-        times = self._times
-        if times is not None and role in self.plan.timed:
-            times.done.append((role, safe_name(f"{role}_{stage}" if stage else role), start_ns, end_ns))
-
-    def record_requests(self, records: Iterable[Any]) -> None:
-        """Rollout requests this process served (:class:`rlprof.request_records.RequestRecord`, times on the run's
-        clock), handed on with its step timings to the run's driver, which keeps them and their figures
-        (docs/engines.md, "Request records"). Call before the region that served them ends (then a step's
-        records are complete when its timings are). One list extend; nothing when the rollout is not timed."""
-        times = self._times
-        if times is not None and "rollout" in self.plan.timed:
-            times.requests.extend(records)
-
-    def record_tokens(self, role: str, stage: str | None, tokens: int, *, model: Any = None, train: bool = False,
-                      sequences: Any = (), flops: float | None = None, formula: str | None = None) -> None:
-        """``role``'s region ``stage`` processed ``tokens`` tokens in this step: its analytic FLOPs (``model``'s by
-        :mod:`rlprof.model_flops`, ``train``: forward and backward; ``sequences``: each sequence's length, for
-        attention; or ``flops`` by a ``formula`` of the caller's) give the step's tokens/s, model TFLOP/s and MFU
-        over the region's window (:mod:`rlprof.runtime.tokens`). Call it at or after the region's end, in the step.
-        Nothing when the role is not timed."""
-        times = self._times
-        if times is not None and role in self.plan.timed:
-            if self._tokens is None:
-                from rlprof.runtime.tokens import TokenCounter
-
-                self._tokens = TokenCounter(self.run)
-            self._tokens.record(times, role, stage, tokens, model=model, train=train, sequences=sequences,
-                                flops=flops, formula=formula)
 
     def role(self, role: str, stage: str | None = None, module: Any = None) -> ProfiledRegion:
         """A region of ``role`` (``stage`` names what it does: ``update``, ``compute_log_prob``,
