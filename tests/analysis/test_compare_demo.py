@@ -31,7 +31,9 @@ def told_in_text(stdout: str) -> dict[str, str]:
     for line in table[1:]:
         if not line.strip():
             break
-        match = re.match(r"(\S+)\s+.*?[+-]\d+\.\d+%\s+(.*)$", line)
+        # the row's name up to the first wide gap ('(requests) tail' holds a space); a change in %, or '-' where
+        # A is 0 (the demo's request tail: one batch, no tail)
+        match = re.match(r"(\S(?:.*?\S)?)\s{2,}.*?(?:[+-]\d+\.\d+%|[+-]\d+\.\d+\s+-)\s+(.*)$", line)
         assert match, line
         cells[match[1]] = match[2]
     return cells

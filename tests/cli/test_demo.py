@@ -260,15 +260,19 @@ def test_demo_output_holds_only_lines_rlprof_wrote(default_demo, monkeypatch):
     """No Kineto USDT lines, no Ray token notice or log-deduplication hint, no colour codes when
     redirected: each line is rlprof's (the demo's own, or the report's)."""
     import rlprof.cli
+    from rlprof.analysis.compute import add_compute
     from rlprof.analysis.inside import add_inside
     from rlprof.analysis.report import build_reports, render
+    from rlprof.analysis.rollout_requests import add_request_curves
 
     proc, save = default_demo
     monkeypatch.chdir(save.parent)  # the report shows paths relative to where the demo ran
     monkeypatch.setattr(sys, "argv", [str(Path(rlprof.cli.__file__).with_name("__main__.py"))])  # started as the demo was: its next: lines say python -m rlprof.cli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [report] = build_reports([save])
-    add_inside([report])
+    add_inside([report])  # what the demo adds to its report, as rlprof report does
+    add_request_curves([report])
+    add_compute([report])
     reported = set(render(report).splitlines())
     foreign = [line for line in (proc.stdout + proc.stderr).splitlines()
                if line.strip() and line not in reported and not any(p.fullmatch(line) for p in DEMO_LINES)]

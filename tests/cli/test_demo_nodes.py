@@ -52,8 +52,9 @@ def test_demo_on_three_nodes_reports_every_rank_and_where_each_file_lives(tmp_pa
     assert all(p.stat().st_size < 64 * 1024 for p in shipped)
     tops = [p.relative_to(save / run["run"]).parts[0] for p in (save / run["run"]).rglob("*") if p.is_file()]
     # no trace here: only the core's own files (the shipped rows, the manifests, the step metrics, the
-    # armed run's requests/driver.json)
-    assert set(tops) <= {"breakdown", "manifest", "step_metrics.jsonl", "requests"} and tops.count("breakdown") == 6, tops
+    # armed run's requests/driver.json, the rollout's request records)
+    assert set(tops) <= {"breakdown", "manifest", "step_metrics.jsonl", "requests", "rollout_requests.jsonl.gz"} \
+        and tops.count("breakdown") == 6, tops
 
     shutil.rmtree(node_roots)
     after = rlprof("report", str(save))

@@ -190,9 +190,11 @@ def _print_outcome(run) -> bool:
     from rlprof.analysis.compute import add_compute
     from rlprof.analysis.inside import add_inside
     from rlprof.analysis.report import build_reports, render, verdict
+    from rlprof.analysis.rollout_requests import add_request_curves
 
     reports = build_reports([run.run_dir])
     add_inside(reports, warn=lambda line: print(line, file=sys.stderr))  # the split inside regions, and who waited for whom
+    add_request_curves(reports)  # the rollout's requests: the slowest ids, as rlprof report shows them
     add_compute(reports)  # what the compute achieved: FLOPs and MFU
     shown = render(reports[0]) if reports else ""
     if shown:
