@@ -101,19 +101,30 @@ class RequestRecord:
 
 
 def joined(records: Sequence[RequestRecord]) -> list[RequestRecord]:
-    """``records`` with those of one request (one ``id``) as one: a source that knows part of a request (a
-    framework's per-sample metrics, ``replica`` -1: it does not know the replica) fills what its replica's record
-    left None. The replica's record is kept first (a record with a replica before one without), in order."""
+    """``records`` with those of one request as one: a source that knows part of a request (a framework's
+    per-sample metrics, ``replica`` -1: it does not know the replica) fills what its replica's record left None.
+    A request is its ``id`` on its replica: two replicas' engines number their requests alike (vLLM counts from 0
+    in each), so their records stay apart; a record without a replica joins the first replica's record of its id.
+    The replica's record is kept first (a record with a replica before one without), in order."""
     if len(records) < 2:
         return list(records)
     out: list[RequestRecord] = []
+    on_replica: dict[tuple[int, str], RequestRecord] = {}
     by_id: dict[str, RequestRecord] = {}
     for record in sorted(records, key=lambda r: r.replica < 0):
-        kept = by_id.get(record.id)
-        if kept is None:
-            by_id[record.id] = record
-            out.append(record)
-            continue
+        if record.replica >= 0:
+            kept = on_replica.get((record.replica, record.id))
+            if kept is None:
+                on_replica[record.replica, record.id] = record
+                by_id.setdefault(record.id, record)
+                out.append(record)
+                continue
+        else:
+            kept = by_id.get(record.id)
+            if kept is None:
+                by_id[record.id] = record
+                out.append(record)
+                continue
         for name in FIELDS:
             if getattr(kept, name) is None:
                 setattr(kept, name, getattr(record, name))

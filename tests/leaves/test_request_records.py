@@ -74,3 +74,18 @@ def test_an_engine_monotonic_clock_maps_to_the_run_clock_once_and_is_checked():
     said = off.check([bad])
     assert said is not None and "measured again" in said and off.remapped == 1
     assert abs(off.offset_ns - clock.offset_ns) < 5_000_000
+
+
+def test_two_replicas_requests_of_one_id_stay_two_and_a_framework_record_joins_its_replica():
+    """vLLM numbers each engine's requests from 0: the two replicas' request "0" of a step are two requests (the
+    vLLM demo lost one replica's 16 records a step to the other's before). A record without a replica (verl's
+    per-sample metrics) fills what the first replica's record of its id left None."""
+    from rlprof.request_records import joined
+
+    a = RequestRecord("0", 0, step=1, arrival_ns=10, last_token_ns=20)
+    b = RequestRecord("0", 1, step=1, arrival_ns=11, last_token_ns=40)
+    framework = RequestRecord("0", -1, step=1, generate_s=0.5)
+    kept = joined([framework, a, b])
+    assert [(r.id, r.replica) for r in kept] == [("0", 0), ("0", 1)]
+    assert kept[0].generate_s == 0.5 and kept[1].generate_s is None
+    assert joined([a, RequestRecord("0", 0, step=1, generated_tokens=3)])[0].generated_tokens == 3  # one request's two parts: one record
