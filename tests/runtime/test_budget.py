@@ -241,9 +241,11 @@ def test_a_budget_the_user_set_holds_when_the_last_trace_is_written_seconds_into
     budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0, exact=True)
     trace = tmp_path / "step1" / "rank0" / "trace.json.gz"
 
-    def placed_late():
+    def placed_late():  # whole or not at all, as the process's trace writer places a trace
         trace.parent.mkdir(parents=True, exist_ok=True)
-        trace.write_bytes(b"x" * (2 * MB))
+        written = trace.with_name("written")
+        written.write_bytes(b"x" * (2 * MB))
+        written.rename(trace)
 
     writer = threading.Timer(2.5, placed_late)
     writer.start()
