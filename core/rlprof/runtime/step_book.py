@@ -240,12 +240,12 @@ class StepBook:
         while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
             time.sleep(0.002)
         if wait_s > 0 and self.requests_kept.many(self._windows.get(step)):
-            while all(f.step != step for f in reversed(self._recent)) and time.monotonic() < deadline:
+            while self._written(step) is None and time.monotonic() < deadline:
                 time.sleep(0.002)
         with self._lock:
             self._assign()
             window = self._windows.get(step)
-            done = next((f for f in reversed(self._recent) if f.step == step), None)
+            done = self._written(step)
             timings = list(window[3]) if window is not None and done is None else None
             records = list(window[4]) if window is not None and done is None else []
             start_ns, end_ns = (window[0], window[1]) if window is not None else (0, 0)
@@ -260,6 +260,12 @@ class StepBook:
         if split is not None:
             out.update(split[1])
         return out
+
+    def _written(self, step: int) -> StepFigures | None:
+        """``step``'s figures if it was written (is among :meth:`recent`). From a copy: the pump appends to the deque
+        outside the lock, and iterating the deque itself while it does raised (``deque mutated during iteration``:
+        a trainer's logger then logged a step without any ``rlprof/`` figure, test_verl_trainer's e2e run in CI)."""
+        return next((f for f in reversed(tuple(self._recent)) if f.step == step), None)
 
     # ------------------------------------------------------------------ the work
 
