@@ -56,3 +56,35 @@ def test_the_logger_asking_while_the_pump_writes_steps_always_gets_its_figures()
         stop.set()
         writer.join()
     assert failures == [], (len(failures), failures[:3])
+
+
+def test_the_logger_asking_while_the_pump_writes_that_very_step_gets_its_figures():
+    """The pump takes a complete step out of the open windows, then, off the lock, writes its request records and
+    computes its figures, and only then lists it written. A logger asking in between (verl's logger waits for the
+    same timings the pump does, so it asks just as the pump writes) found the step neither open nor written and
+    got none of its figures: CI's verl e2e run logged step 3 as ``(3, [])``, a run here step 2 with the previous
+    step's split only. Here the pump's writing of the records is held until the logger has asked."""
+    book = StepBook(None, "run", ())
+    start = time.time_ns() - 10 * S
+    book.began(1, start)
+    book.ended(1, start + S)
+    book.receive(Batch("run", "rank0", 0, [("actor", "actor_update", start, start + S // 2)], [], start + 2 * S))
+    writing, asked = threading.Event(), threading.Event()
+    keep = book.requests_kept.keep
+
+    def slow_keep(*args):  # writing the step's records (a gzip file) takes a while
+        writing.set()
+        asked.wait(30)
+        return keep(*args)
+
+    book.requests_kept.keep = slow_keep
+    pump = threading.Thread(target=book.pump)
+    pump.start()
+    try:
+        assert writing.wait(30)
+        figures = book.for_tracker(1, wait_s=1.0)
+    finally:
+        asked.set()
+        pump.join()
+    assert figures.get("rlprof/actor/update/slowest_s") == 0.5, sorted(figures)
+    assert [f.step for f in book.recent()] == [1]
