@@ -14,6 +14,12 @@ session's group at nice 19 (``/proc/self/autogroup``), the process at nice 19 an
 only on a core nothing else wants), and killed with its parent (``PR_SET_PDEATHSIG``: a worker killed at
 the end of a job leaves no analysis running). Each step that the system refuses is skipped: the helper
 runs anyway.
+
+A helper that must outlive its parent (a split finished after the run, :mod:`rlprof.analysis.late_split`) is
+started :func:`detached`: not a child of the process that asks for it. Ray kills a worker's children when the
+worker ends (``RAY_kill_child_processes_on_worker_exit``, on by default; a session of their own does not save them),
+and verl's trainer runs in a Ray actor: a late split started as its child was killed at the job's end, its job file
+left unfinished (tests/integrations/test_verl_trainer.py's e2e run).
 """
 
 from __future__ import annotations
@@ -25,6 +31,22 @@ import sys
 SPAWN = {"start_new_session": True}
 """``subprocess`` arguments for a helper process: a session (and so a CPU group) of its own."""
 NICE = 19
+DETACH = ("/bin/sh", "-c", '"$@" &', "rlprof-detach")
+"""A shell that starts its arguments in the background and ends at once: their parent is gone, so they are
+nobody's child (:func:`detached`)."""
+DETACH_WAIT_S = 10.0
+
+
+def detached(argv: list[str]) -> None:
+    """Start ``argv`` in a session of its own as an orphan (adopted by init), not a child of this process, so that
+    ending this process's children does not end it (see the module doc). Waits only for the shell that starts it
+    (a few ms).
+
+    :raises OSError: the shell could not be started; :raises subprocess.CalledProcessError: it failed."""
+    import subprocess
+
+    subprocess.run([*DETACH, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   close_fds=True, check=True, timeout=DETACH_WAIT_S, **SPAWN)
 
 
 def command(module: str, *args: str) -> list[str]:

@@ -230,3 +230,40 @@ def test_a_user_who_sets_the_default_value_is_held_exactly_too(tmp_path, monkeyp
                                                       exact=chosen.capture_budget_given)
     budget.refused(("actor",))
     assert budget.waited
+
+
+def test_a_budget_the_user_set_holds_when_the_last_trace_is_written_seconds_into_the_next_profiled_step(tmp_path):
+    """A loaded CI machine wrote a rollout replica's step-1 trace (9.8 MiB, FLOPs counted) more than 2 s after verl's
+    step 2 began; the step waited 2 s (the old bound), then captured past ``capture_budget_mb=1`` (test_verl_trainer's
+    budget run: steps [1, 2]). The trace here is placed 2.5 s into the step: still the budget decides on it."""
+    import threading
+
+    budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0, exact=True)
+    trace = tmp_path / "step1" / "rank0" / "trace.json.gz"
+
+    def placed_late():  # whole or not at all, as the process's trace writer places a trace
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        written = trace.with_name("written")
+        written.write_bytes(b"x" * (2 * MB))
+        written.rename(trace)
+
+    writer = threading.Timer(2.5, placed_late)
+    writer.start()
+    try:
+        refused = budget.refused(("actor",))
+    finally:
+        writer.join()
+    assert budget.waited and refused["actor"].measured_bytes == 2 * MB, refused
+
+
+def test_a_trace_over_the_budget_while_still_compressed_ends_the_wait(tmp_path):
+    """The bytes compressed so far (``<trace>.partial``) already over ``capture_budget_mb``: the capture is over, the
+    step stops waiting for the rest (never placed here) and is skipped."""
+    from rlprof.layout import PARTIAL_SUFFIX
+
+    budget = _budget_with_a_trace_still_being_written(tmp_path, 1.0, exact=True)
+    partial = tmp_path / "step1" / "rank0" / ("trace.json.gz" + PARTIAL_SUFFIX)
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"x" * (MB + 1))
+    refused = budget.refused(("actor",))
+    assert refused["actor"].budget == "capture_budget_mb" and refused["actor"].measured_bytes == MB + 1, refused

@@ -116,3 +116,43 @@ def test_at_the_end_files_not_answered_are_handed_on_never_waited_for(tmp_path, 
                                                                    (3, str(tmp_path / "c"))]
     assert all(answer[2] == ["actor"] for _, answer in late)
     assert not [a for _, a in times.splits if isinstance(a, dict)]  # "a"'s answer came after the hand-off: not sent
+
+
+ENDS_KILLING_ITS_CHILDREN = """
+import json, os, signal, sys
+from pathlib import Path
+from rlprof.runtime.split_analyser import start_late
+run = Path(sys.argv[1])
+job = {"run": "run", "metrics": str(run / "step_metrics.jsonl"), "steps": [{"step": 2, "processes": [
+    {"figures": [["actor", "actor_update", json.loads(sys.argv[2])]], "late": []}]}]}
+assert start_late(job, run / "late_splits", run) is not None
+for entry in os.listdir("/proc"):  # as Ray ends a worker (RAY_kill_child_processes_on_worker_exit): its children
+    try:
+        ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (ValueError, OSError, IndexError):
+        continue
+    if ppid == os.getpid():
+        os.kill(int(entry), signal.SIGKILL)
+"""
+
+
+def test_a_late_split_outlives_a_starter_whose_children_are_killed_as_it_ends(tmp_path):
+    """Issue 49's late split, started by verl's trainer in a Ray actor: Ray kills a worker's children when the
+    worker ends (by default), and the job's end ends the trainer's actor at once. The late program is nobody's
+    child (``rlprof.priority.detached``), so it still writes the step's split line and removes its job file.
+    Before the fix it was the actor's child: killed, its job file left in ``late_splits/`` and no split line
+    (test_verl_trainer.py's e2e run: ``late_split.wait`` False)."""
+    import json
+    import subprocess
+    import sys
+
+    from rlprof.analysis.late_split import pending, wait
+    from rlprof.step_metrics import read_step_metrics
+
+    update = {"compute_ms": 60.0, "exposed_comm_ms": 20.0, "exposed_memory_ms": 0.0, "idle_ms": 20.0,
+              "window_ms": 100.0, "peak_allocated_bytes": None}
+    subprocess.run([sys.executable, "-c", ENDS_KILLING_ITS_CHILDREN, str(tmp_path), json.dumps(update)], check=True,
+                   timeout=120)
+    assert wait(tmp_path, timeout_s=300), pending(tmp_path)  # the late program runs at the lowest priority there is
+    (split,) = [r for r in read_step_metrics(tmp_path / "step_metrics.jsonl") if r.kind == "split"]
+    assert split.step == 2 and split.metrics["rlprof/actor/update/compute_frac"] == 0.6, split.metrics

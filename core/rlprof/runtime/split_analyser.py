@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlprof.priority import SPAWN
+from rlprof.priority import SPAWN, detached
 from rlprof.priority import command as lowered
 from rlprof.runtime.trace_writer import pending_export
 
@@ -220,8 +220,7 @@ def start_late(job: dict[str, Any], folder: Path, root: Path) -> Path | None:
         path = folder / f"step{job['steps'][0]['step']}-{os.getpid()}-{time.time_ns()}.json"
         with open_file(path, root, "w") as out:
             out.write(json.dumps(job))
-        subprocess.Popen([sys.executable, "-m", LATE_MODULE, str(path)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, **SPAWN)
+        detached([sys.executable, "-m", LATE_MODULE, str(path)])  # a Ray actor's children die with it
         return path
     except Exception as exc:
         from rlprof.notices import say_once

@@ -114,6 +114,9 @@ class StepBook:
         self._ended: list[tuple[int, int]] = []
         self._windows: dict[int, list[Any]] = {}
         """Step -> ``[start_ns, end_ns or None, profiled, timings, request records]`` of steps not written yet."""
+        self._writing: dict[int, list[Any]] = {}
+        """Steps the pump took out of :attr:`_windows` and has not put in :meth:`recent` yet (their line being made:
+        the request records written, the figures computed, off the lock), as their windows were."""
         self._loose: list[Timing] = []
         """Timings whose step's window has not begun or ended yet, oldest first."""
         self.requests_kept = StepRequests(path and records_path(path, root or path.parent), root, records_mb)
@@ -239,13 +242,15 @@ class StepBook:
         deadline = time.monotonic() + wait_s
         while wait_s > 0 and not self._arrived(step) and time.monotonic() < deadline:
             time.sleep(0.002)
-        if wait_s > 0 and self.requests_kept.many(self._windows.get(step)):
-            while all(f.step != step for f in reversed(self._recent)) and time.monotonic() < deadline:
+        if wait_s > 0 and self.requests_kept.many(self._windows.get(step) or self._writing.get(step)):
+            while self._written(step) is None and time.monotonic() < deadline:
                 time.sleep(0.002)
         with self._lock:
             self._assign()
-            window = self._windows.get(step)
-            done = next((f for f in reversed(self._recent) if f.step == step), None)
+            # a step the pump is writing now is neither open nor written yet: its window is kept meanwhile (without
+            # it the logger got none of the step's figures: CI's verl e2e run, '(3, [])')
+            window = self._windows.get(step) or self._writing.get(step)
+            done = self._written(step)
             timings = list(window[3]) if window is not None and done is None else None
             records = list(window[4]) if window is not None and done is None else []
             start_ns, end_ns = (window[0], window[1]) if window is not None else (0, 0)
@@ -260,6 +265,12 @@ class StepBook:
         if split is not None:
             out.update(split[1])
         return out
+
+    def _written(self, step: int) -> StepFigures | None:
+        """``step``'s figures if it was written (is among :meth:`recent`). From a copy: the pump appends to the deque
+        outside the lock, and iterating the deque itself while it does raised (``deque mutated during iteration``:
+        a trainer's logger then logged a step without any ``rlprof/`` figure, test_verl_trainer's e2e run in CI)."""
+        return next((f for f in reversed(tuple(self._recent)) if f.step == step), None)
 
     # ------------------------------------------------------------------ the work
 
@@ -278,13 +289,15 @@ class StepBook:
                     continue
                 if end_ns is None or not (closing or self._complete(end_ns, now)):
                     break
-                del self._windows[step]
+                self._writing[step] = self._windows.pop(step)
                 self.requests_kept.written(step, end_ns)
                 completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
         for step, start_ns, end_ns, profiled, timings, records, processes in completed:
             requests, stored = self.requests_kept.keep(step, start_ns, records)
             figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes, requests)
             self._recent.append(figures)
+            with self._lock:
+                self._writing.pop(step, None)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns),
