@@ -109,6 +109,7 @@ class RolloutDistProfiler(DistProfiler):
         if times is not None:
             super()._send_timings()
             times.sink = _RequestsOnly(times.sink)
+            times.requests_only = True
 
     # ------------------------------------------------------------------ request records
 

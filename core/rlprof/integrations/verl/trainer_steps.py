@@ -228,8 +228,11 @@ class StepTimer:
 
     def end(self, step: int) -> None:
         self._window = None
-        if self.metrics is not None and self._phase != step:
-            self.metrics.book.ended(int(step), self.clock_ns())
+        if self.metrics is not None:
+            if self._phase != step:
+                self.metrics.book.ended(int(step), self.clock_ns())
+            else:  # verl's step phase goes on (V1: on_step_end's weight sync): no worker times a region of it
+                self.metrics.book.calls_ended(int(step), self.clock_ns())
         if self.decider is not None and self._began is not None and self._began[0] == step:
             self.decider.step_ended(int(step), (self.clock_ns() - self._began[1]) / 1e9,
                                     captured=self._began[2] or self.captured == step)
