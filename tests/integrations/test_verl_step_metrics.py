@@ -198,3 +198,28 @@ def test_the_logger_waits_for_the_workers_timings_not_for_a_replica_that_only_se
     assert clock.now - began < 0.01
     logged = lines(path)[0]["data"]
     assert logged["rlprof/requests/count"] == 1 and logged["rlprof/actor/update/slowest_s"] == pytest.approx(0.4)
+
+
+def test_a_step_logged_while_its_line_is_being_written_keeps_its_figures(tracked, monkeypatch):
+    """The run's collector thread writes a step's line once every worker has passed its end: it takes the step's
+    window, then computes its figures outside the book's lock. A logger asking in between (the batch that ends
+    its wait is the one that completes the line) found neither the window nor the line: before, verl's line of the
+    last step of a separate_async run held no ``rlprof/`` figure at all."""
+    from rlprof.runtime import step_book
+
+    tracking, book, path = tracked
+    a_step(book, 1, time.time_ns() - 100 * S)
+    original = step_book.step_figures
+    logged = []
+
+    def figures_being_computed(*args, **kwargs):
+        if not logged:  # the line's figures, on the collector's thread: the trainer logs the step now
+            logged.append(1)
+            tracking.log(data={}, step=1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(step_book, "step_figures", figures_being_computed)
+    assert book.pump() == 1
+    [line] = lines(path)
+    assert line["data"]["rlprof/actor/update/slowest_s"] == pytest.approx(0.4)
+    assert line["data"]["rlprof/step/time_s"] == pytest.approx(1.0)

@@ -118,6 +118,9 @@ class StepBook:
         window ends later; set by the driver's thread (one item assignment, no lock)."""
         self._windows: dict[int, list[Any]] = {}
         """Step -> ``[start_ns, end_ns or None, profiled, timings, request records]`` of steps not written yet."""
+        self._writing: dict[int, list[Any]] = {}
+        """Step -> its window, taken by :meth:`pump` and not in :attr:`_recent` yet (its figures are computed outside
+        the lock): what :meth:`for_tracker` reads meanwhile."""
         self._loose: list[Timing] = []
         """Timings whose step's window has not begun or ended yet, oldest first."""
         self.requests_kept = StepRequests(path and records_path(path, root or path.parent), root, records_mb)
@@ -261,7 +264,7 @@ class StepBook:
                 time.sleep(0.002)
         with self._lock:
             self._assign()
-            window = self._windows.get(step)
+            window = self._windows.get(step) or self._writing.get(step)
             done = next((f for f in reversed(self._recent) if f.step == step), None)
             timings = list(window[3]) if window is not None and done is None else None
             records = list(window[4]) if window is not None and done is None else []
@@ -296,7 +299,7 @@ class StepBook:
                     continue
                 if end_ns is None or not (closing or self._complete(end_ns, now)):
                     break
-                del self._windows[step]
+                self._writing[step] = self._windows.pop(step)
                 self._calls_ended.pop(step, None)
                 self.requests_kept.written(step, end_ns)
                 completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
@@ -304,6 +307,7 @@ class StepBook:
             requests, stored = self.requests_kept.keep(step, start_ns, records)
             figures = step_figures(step, start_ns, end_ns, timings, self.recent(NOISE_STEPS), processes, requests)
             self._recent.append(figures)
+            self._writing.pop(step, None)
             self.version += 1
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns),
