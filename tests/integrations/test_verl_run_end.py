@@ -227,3 +227,38 @@ def test_sigterm_finalizes_an_asyncio_actor_and_a_killed_one_stays_not_finalized
     report = subprocess.run([sys.executable, "-m", "rlprof.cli", "report", str(save)], capture_output=True, text=True)
     assert f"pid {killed}" in report.stdout and "not finalized" in report.stdout
     assert f"pid {terminated})" not in report.stdout.split("not finalized", 1)[1]
+
+
+def test_the_end_of_fit_waits_until_every_process_of_the_run_finalized(monkeypatch):
+    """verl's ``fit`` returned: every profiling process finalizes while the trainer's actors are alive; the trainer
+    waits for them (at most ``RLPROF_VERL_FINALIZE_WAIT_S``). Before, it only said so and returned; its task ended
+    and Ray killed the actors it owned, a replica still writing the last capture of its step among them: in verl's
+    V1 colocate_async mode the replica's last profiled step closes at the weight sync that ends that step, seconds
+    of trace export before the run's last (short) step ended ("1 of 2 profiling processes finalized", the replica's
+    step-3 capture lost)."""
+    import types
+
+    from kv_stand_in import StandInKV
+
+    from rlprof.integrations.verl import run_signals, trainer_steps
+
+    class Store(StandInKV):
+        """The run's store, with a replica that says ``finalized`` at the trainer's second look once told the run's
+        profiling is over (its export takes a while): a trainer that never looks again leaves it ``open``."""
+
+        looks = 0
+
+        def _internal_kv_list(self, prefix, namespace=None):
+            if prefix.endswith("/process/") and self._internal_kv_get(f"{timer.run_id}/done", namespace) is not None:
+                self.looks += 1
+                if self.looks == 2:
+                    self._internal_kv_put(replica, b"finalized", namespace=namespace)
+            return super()._internal_kv_list(prefix, namespace)
+
+    store = Store()
+    monkeypatch.setattr(run_signals, "_kv", lambda: store)
+    timer = trainer_steps.StepTimer({"global_profiler": {}})
+    replica = f"{timer.run_id}/process/replica-host-1"
+    store._internal_kv_put(replica, b"open", namespace=run_signals.NAMESPACE)
+    trainer_steps.fit_ended(types.SimpleNamespace(_rlprof_steps=timer))
+    assert store._internal_kv_get(replica, namespace=run_signals.NAMESPACE) == b"finalized"

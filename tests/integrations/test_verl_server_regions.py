@@ -133,3 +133,32 @@ def test_a_synchronous_replica_keeps_one_step_long_generate_and_closes_at_stop(t
     assert sorted(steps) == [1]
     assert [r["region"] for r in found] == ["rollout_generate"]
     assert found[0]["end_ns"] - found[0]["start_ns"] >= 0.005e9  # from start to stop, the gate's wait included
+
+
+@pytest.mark.timing
+def test_a_replica_paused_before_its_step_began_is_finalized_at_the_runs_last_step(tmp_path):
+    """verl's V1 separate_async trainer with ``hybrid_rollout.enable_switch``: the trainer's own replica is switched
+    back to training (``abort_all_requests``) at the top of a step, before its profiling starts, and stopped in
+    ``on_step_end``; it resumes only if the trainer lends it to rollout again, which it never does after the last
+    step. Before, its stop waited for that resume: the replica stayed inside its step, the end of the run's
+    profiling (``last``) never finalized it, and Ray ended the actor with its capture open ("2 of 3 profiling
+    processes finalized"). Its step ends at the stop, with its capture written."""
+    from rlprof.integrations.verl import run_signals
+    from rlprof.integrations.verl.dist_profiler import _finalize_process
+
+    server = make_server(tmp_path)
+    controller = server.profiler_controller
+
+    async def run():
+        await sync(server)  # lent to rollout at the end of step 1 (switch_to_rollout: weights, resume)
+        await server.generate()
+        await server.abort_all_requests()  # step 2's on_step_begin: switch_to_trainer
+        controller.start(profile_step=2)  # _start_profiling
+        controller.stop()  # on_step_end: _stop_rollout_profiling; no switch to rollout follows
+
+    asyncio.run(run())
+    assert _finalize_process(controller.profiler.run.run_id, run_signals.LAST)  # the run's last profiled step ended
+    assert controller.profiler.finalized
+    steps, found, records = regions(tmp_path)
+    assert sorted(steps) == [2]
+    assert [r["step"] for r in records if r["type"] == "artifact" and r.get("state") == "written"] == [2]

@@ -193,3 +193,28 @@ def test_regions_stay_timed_after_finalize_where_a_driver_combines_the_steps(tes
     prof.timings.flush()
     assert [t[1] for b in batches for t in b.timings] == ["actor_update", "actor_update"]
     assert not any(b.final for b in batches)
+
+
+def test_after_a_batch_with_timings_the_next_flush_says_how_far_the_process_is_then_heartbeats_only():
+    """A worker's last region of a step often ends just before its driver ends the step (verl: the actor update,
+    then ``_stop_profiling``); the batch that carries it was taken before that end. The next flush sends one empty
+    batch more, so the driver learns within a flush that the worker has passed the end; before, it learned at the
+    next heartbeat (0.5 s), which verl's logger waited for. Idle after that, the heartbeats only."""
+    from rlprof.runtime.step_timings import FLUSH_S, HEARTBEAT_S, RegionTimes
+
+    times = RegionTimes("run", "rank0-host-1", 0, sink=None)
+    clock = [100.0]
+
+    def take():
+        return times.take(now=lambda: clock[0])
+
+    times.done.append(("actor", "actor_update", time.time_ns() - 10**6, time.time_ns()))
+    first = take()
+    assert first.timings and first.through_ns
+    clock[0] += FLUSH_S
+    follow = take()
+    assert follow is not None and not follow.timings and follow.through_ns >= first.through_ns
+    clock[0] += FLUSH_S
+    assert take() is None  # idle: nothing until the heartbeat
+    clock[0] += HEARTBEAT_S
+    assert take() is not None

@@ -85,10 +85,11 @@ has at most this many; a larger step's line says how many it left out."""
 
 
 class _Process:
-    __slots__ = ("through_ns", "heard", "final", "rank")
+    __slots__ = ("through_ns", "heard", "final", "rank", "requests_only")
 
     def __init__(self, rank: int):
         self.rank, self.through_ns, self.heard, self.final = rank, 0, time.monotonic(), False
+        self.requests_only = False
 
 
 class StepBook:
@@ -112,6 +113,9 @@ class StepBook:
         self._began: list[tuple[int, int, bool]] = []
         """``(step, start_ns, profiled)`` the driver began, not taken into :attr:`_windows` yet (appended lock-free)."""
         self._ended: list[tuple[int, int]] = []
+        self._calls_ended: dict[int, int] = {}
+        """Step -> when the driver's calls into its workers for it ended (:meth:`calls_ended`), where the step's
+        window ends later; set by the driver's thread (one item assignment, no lock)."""
         self._windows: dict[int, list[Any]] = {}
         """Step -> ``[start_ns, end_ns or None, profiled, timings, request records]`` of steps not written yet."""
         self._writing: dict[int, list[Any]] = {}
@@ -153,6 +157,15 @@ class StepBook:
         """The driver's step ``step`` ended (its thread: one append, no lock)."""
         self._ended.append((step, end_ns))
 
+    def calls_ended(self, step: int, at_ns: int) -> None:
+        """The driver's calls into its workers for ``step`` ended at ``at_ns``, and its window goes on with the
+        driver's own work (verl's V1 trainer: ``_stop_profiling``, inside its ``step`` phase, then the weight sync
+        of ``on_step_end``): :meth:`for_tracker` waits for every process's timings up to ``at_ns`` only. A worker
+        idle after it sends its next batch at its heartbeat (:data:`~rlprof.runtime.step_timings.HEARTBEAT_S`),
+        which the trainer's logger, called right after the window's end, would otherwise wait for. The step's
+        line still waits for the window's end (off the training thread)."""
+        self._calls_ended[step] = at_ns
+
     def expect(self, processes: int) -> None:
         """The driver knows ``processes`` processes will send timings (its workers with a timed role): until
         that many have been heard from, a step is complete only after :data:`WAIT_S` (a worker's first batch
@@ -170,6 +183,7 @@ class StepBook:
             process.heard = time.monotonic()
             process.through_ns = max(process.through_ns, batch.through_ns)
             process.final = process.final or batch.final
+            process.requests_only = getattr(batch, "requests_only", False)
             if self.own_windows:
                 for step, start, end, profiled in batch.windows:
                     self._began.append((step, start, profiled))
@@ -235,8 +249,11 @@ class StepBook:
     def for_tracker(self, step: int, wait_s: float = 0.0) -> dict[str, Any]:
         """On the trainer's thread, as its logger logs ``step``: that step's figures from what has arrived,
         and the oldest analysed split not logged yet (with its own step key). Empty when there is nothing.
-        ``wait_s``: wait at most that long for every process that reports to have sent its timings past the
-        step's end (another thread delivers them: :meth:`receive`), and, for a step of more request records
+        ``wait_s``: wait at most that long for every process that reports timings to have sent them past the
+        step's end, or past the end of the driver's calls into its workers (:meth:`calls_ended`) where that came
+        first (another thread delivers them: :meth:`receive`); not for one that sends request records only
+        (``Batch.requests_only``: a replica, paused or idle, is heard at its heartbeat only): its records are
+        sent as each request finishes, and those that arrived are the step's here (its line waits for all); and, for a step of more request records
         than :data:`~rlprof.runtime.step_requests.ON_CALLER` (their figures: 6 ms a thousand), for its line, whose
         figures the delivering thread computes; past it they are computed here."""
         deadline = time.monotonic() + wait_s
@@ -285,11 +302,13 @@ class StepBook:
                 start_ns, end_ns, profiled, timings, records = self._windows[step]
                 if closing and end_ns is None:  # never ended (the driver stopped inside it): no figures
                     del self._windows[step]
+                    self._calls_ended.pop(step, None)
                     self.requests_kept.written(step, None)
                     continue
                 if end_ns is None or not (closing or self._complete(end_ns, now)):
                     break
                 self._writing[step] = self._windows.pop(step)
+                self._calls_ended.pop(step, None)
                 self.requests_kept.written(step, end_ns)
                 completed.append((step, start_ns, end_ns, profiled, timings, records, len(self._processes)))
         for step, start_ns, end_ns, profiled, timings, records, processes in completed:
@@ -346,7 +365,9 @@ class StepBook:
             now = time.monotonic()
             if len(self._processes) < self._expected:
                 return False
-            return all(p.final or p.through_ns >= window[1] or now - p.heard > STALE_S for p in self._processes.values())
+            through = min(window[1], self._calls_ended.get(step, window[1]))
+            return all(p.requests_only or p.final or p.through_ns >= through or now - p.heard > STALE_S
+                       for p in self._processes.values())
 
     def _complete(self, end_ns: int, now: float) -> bool:
         """Every process that reports has sent what it timed past ``end_ns`` (or is final, or silent)."""

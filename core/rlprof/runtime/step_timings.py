@@ -38,7 +38,11 @@ FLUSH_S = 0.05
 within this (plus the transport) after it closed, well before verl's trainer logs the step."""
 HEARTBEAT_S = 0.5
 """A process that timed nothing new still sends an empty batch this often, so its driver knows it has
-passed the steps that ended meanwhile (a rank with no region in a step is not waited for forever)."""
+passed the steps that ended meanwhile (a rank with no region in a step is not waited for forever). And once right
+after a batch that carried something (the next flush, :data:`FLUSH_S` later): a worker whose last region of a step
+ended just before the driver ended the step then says it has passed that end within a flush, not a heartbeat, which
+the trainer's logger waited for (0.2-0.5 s a step in verl's V1 trainer). At most one more message per batch sent,
+none while the process is idle."""
 FINAL_WAIT_S = 5.0
 """How long ``finalize``'s last batch waits for one the flusher is still sending (a sink that hangs costs
 the end of training this, never more)."""
@@ -67,6 +71,9 @@ class Batch:
     appended before the region that served it ended (so a batch complete through a step's end holds them)."""
     work: list[tuple[str, str, int, int, float, str, Any]] = field(default_factory=list)
     """``(role, region, at_ns, tokens, flops, formula, peak)`` per ``Profiler.record_tokens`` (:mod:`rlprof.step_work`)."""
+    requests_only: bool = False
+    """The process sends its driver request records only (a rollout replica's server, an agent-loop worker): a
+    trainer's logger does not wait for it (:meth:`rlprof.runtime.step_book.StepBook.for_tracker`)."""
     splits: list[tuple[int, Any]] = field(default_factory=list)
     """This process's profiled steps' split (:mod:`rlprof.runtime.split_analyser`), in order: ``(step, None)``
     announces one file of ``step`` to be analysed; ``(step, {(role, region): figures})`` is one file's answer
@@ -84,7 +91,7 @@ class RegionTimes:
     thread only, taken by the flusher only (see the module doc)."""
 
     __slots__ = ("done", "windows", "requests", "work", "splits", "run_id", "process", "rank", "sink", "outlives",
-                 "_last_sent", "_closed", "sending", "__weakref__")
+                 "requests_only", "_last_sent", "_follow", "_closed", "sending", "__weakref__")
 
     def __init__(self, run_id: str, process: str, rank: int, sink: Sink):
         self.done: list[tuple[str, str, int, int]] = []
@@ -99,11 +106,15 @@ class RegionTimes:
         self.run_id, self.process, self.rank = run_id, process, rank
         self.sink: Sink = sink
         """Replaced by an integration before the first region (a Ray worker's: the run's mailbox)."""
+        self.requests_only = False
+        """Only request records leave this process (:attr:`Batch.requests_only`; set with the sink)."""
         self.outlives = False
         """The timings go on after the Profiler finalizes (set with a driver's sink: a driver's run goes on
         after a worker's profiling ended, verl's workers finalize at the last profiled step); its finalize
         then sends what is left without ``final``, and its regions stay timed."""
         self._last_sent = 0.0
+        self._follow = False
+        """The last batch carried something: the next take sends one even if empty (see :data:`HEARTBEAT_S`)."""
         self._closed = False
         self.sending = threading.Lock()
         """Held while a batch is taken and sent (the flusher's thread or ``flush``): batches reach the sink in order."""
@@ -112,8 +123,10 @@ class RegionTimes:
         """What was timed since the last call, as a batch; None when nothing was and no heartbeat is due."""
         through = time.time_ns()  # before taking: a region ending after this is left for the next batch
         n, w, s, r, k = len(self.done), len(self.windows), len(self.splits), len(self.requests), len(self.work)
-        if not (n or w or s or r or k or final) and now() - self._last_sent < HEARTBEAT_S:
+        carries = bool(n or w or s or r or k)
+        if not (carries or final or self._follow) and now() - self._last_sent < HEARTBEAT_S:
             return None
+        self._follow = carries
         timings, windows, splits = self.done[:n], self.windows[:w], self.splits[:s]
         requests, work = self.requests[:r], self.work[:k]
         del self.done[:n]
@@ -123,7 +136,7 @@ class RegionTimes:
         del self.work[:k]
         self._last_sent = now()
         return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, requests=requests, work=work,
-                     splits=splits)
+                     requests_only=self.requests_only, splits=splits)
 
     def add_splits(self, splits: list[tuple[int, Any]]) -> bool:
         """Append what the split analyser says (see :attr:`Batch.splits`); False once this Profiler's last

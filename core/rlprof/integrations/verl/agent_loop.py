@@ -216,6 +216,7 @@ class Sender:
         run_id = run_id_for(shared)
         times = RegionTimes(run_id, f"agentloop-{hostname()}-{os.getpid()}", -1, RaySink(run_id, _Nowhere()))
         times.outlives = True
+        times.requests_only = True  # a trainer's logger does not wait for it (StepBook.for_tracker)
         return cls(register(times))
 
     def send(self, record: Any) -> None:

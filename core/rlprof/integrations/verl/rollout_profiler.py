@@ -89,6 +89,8 @@ class RolloutDistProfiler(DistProfiler):
     its first weight sync): no step-long ``rollout_generate``, and the step ends after the next sync."""
     _pause: Any = None
     """The ``rollout_weight_pause`` region open since the sync's abort, until its resume."""
+    _held = False
+    """The server is paused: an abort no resume has ended yet, whether or not a step was profiled then."""
     _stop_after_sync: Any = None
     """The ``stop()`` verl asked for just before a weight sync, run when that sync has ended."""
 
@@ -107,6 +109,7 @@ class RolloutDistProfiler(DistProfiler):
         if times is not None:
             super()._send_timings()
             times.sink = _RequestsOnly(times.sink)
+            times.requests_only = True
 
     # ------------------------------------------------------------------ request records
 
@@ -211,20 +214,28 @@ class RolloutDistProfiler(DistProfiler):
         * elsewhere it closes at once.
 
         A server whose calls are the regions (:attr:`regions_by_request`) ends the step after the weight
-        sync that follows (:meth:`sync_ended`), so that the version's pause is in its step."""
-        if self.regions_by_request and self._rlprof_live and self._stop_after_sync is None:
+        sync that follows (:meth:`sync_ended`), so that the version's pause is in its step; not one paused since
+        before its step began (verl's V1 separate_async switches the trainer's own replica back to training at the
+        top of a step and resumes it only when it lends it to rollout again, maybe never): no pause of the step is
+        left to wait for, and a stop waiting for that resume kept the replica inside its step until the run ended
+        (never finalized, its capture lost)."""
+        paused_before = self._held and self._pause is None
+        if self.regions_by_request and self._rlprof_live and self._stop_after_sync is None and not paused_before:
             self._stop_after_sync = functools.partial(self._stop_now, run_command, executor=executor)
             return
         self._stop_now(run_command, executor=executor)
 
-    def pause_began(self, region: Any) -> None:
-        """The weight sync paused the server (its abort returned): ``region`` stays open until :meth:`sync_ended`."""
-        if self._pause is None:
+    def pause_began(self, region: Any = None) -> None:
+        """The weight sync paused the server (its abort returned): ``region`` (None outside a profiled step) stays
+        open until :meth:`sync_ended`."""
+        self._held = True
+        if region is not None and self._pause is None:
             region.__enter__()
             self._pause = region
 
     def sync_ended(self) -> None:
         """The weight sync resumed the server: the pause ends, then a step verl stopped before the sync."""
+        self._held = False
         pause, self._pause = self._pause, None
         if pause is not None:
             pause.__exit__(None, None, None)

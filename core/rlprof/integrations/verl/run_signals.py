@@ -12,8 +12,9 @@ So, under the run id every process shares (``<run>`` below), in Ray's internal k
 * ``<run>/step`` — the profiled step the trainer began last. The trainer starts the training worker
   group (and waits for it) before it starts the replicas, so a replica's ``start()`` reads its step here;
 * ``<run>/done`` — profiling is over: ``last`` when a training worker got ``stop(run_command=True)``
-  (the trainer's last profiled step), ``exit`` when the driver of ``python -m rlprof.verl`` saw
-  verl's entry point return;
+  (the trainer's last profiled step), ``exit`` when the trainer's ``fit`` returned (it then waits, as the
+  driver does below, its actors still alive) or the driver of ``python -m rlprof.verl`` saw verl's entry point
+  return;
 * ``<run>/process/<host>-<pid>`` — ``open`` while a process profiles, ``finalized`` once it finalized;
 * ``<run>/rollout`` — the rollout's own profiler section (``config.rollout.profiler`` of the training
   worker that hosts the rollout role; JSON). verl's agent-loop servers drop theirs when the tool is not torch or npu (they pass
@@ -230,8 +231,8 @@ def _watch(run_id: str, finalize: Callable[[str], bool]) -> None:
 
 
 def finish_run(run_ids: list[str], timeout_s: float | None = None) -> list[str]:
-    """In the driver, after verl's entry point returned: tell every profiling process of ``run_ids``
-    that the run is over and wait until each finalized (at most ``timeout_s``, default
+    """In the driver, after verl's entry point returned (and in the trainer, once its ``fit`` returned: its actors are
+    alive then): tell every profiling process of ``run_ids`` that the run is over and wait until each finalized (at most ``timeout_s``, default
     ``RLPROF_VERL_FINALIZE_WAIT_S`` or 30 s). Returns the processes still not finalized."""
     kv = _kv()
     if kv is None:

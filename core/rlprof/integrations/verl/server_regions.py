@@ -59,8 +59,7 @@ def wrap_server(cls: Any, *, generate: str = "generate", abort: str = "abort_all
             controller = _controller(self)
             if controller is not None:  # a server that syncs weights: its regions are its calls from now on
                 controller.regions_by_request = True
-                if controller._rlprof_live:
-                    controller.pause_began(_region(controller, "weight_pause"))
+                controller.pause_began(_region(controller, "weight_pause") if controller._rlprof_live else None)
             return result
         return abort_all_requests
 

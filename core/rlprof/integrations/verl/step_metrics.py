@@ -32,7 +32,12 @@ training, step 0) is passed on unchanged. The figures are the step's as far as t
 waits at most :data:`TRACKER_WAIT_S` for every worker's timings to pass the step's end (they are sent
 every :data:`~rlprof.runtime.step_timings.FLUSH_S`, so about that plus two Ray messages where the machine
 keeps up; the end of ``fit`` logs the median and longest wait), then logs what is there; the step's line
-of ``step_metrics.jsonl`` is written complete regardless.
+of ``step_metrics.jsonl`` is written complete regardless. In a V1 step, whose window goes on after
+``_stop_profiling`` with ``on_step_end`` (no worker times a region there), it waits for the timings up to that
+stop only (:meth:`~rlprof.runtime.step_book.StepBook.calls_ended`): a worker idle since then sends its next
+batch only at its heartbeat, every 0.5 s, which the logger otherwise waited for. Nor does it wait for a process
+that sends request records only (a replica's server, an agent-loop worker; paused, it too is heard at its
+heartbeat only): the records that arrived are the step's ``rlprof/requests/`` figures there.
 
 **A figure that arrives late** (a profiled step's split, known after its trace is analysed) is never
 logged at the step it describes, which wandb would refuse as lower than one already logged: it goes with

@@ -132,11 +132,16 @@ def _decider(config: Any, save_path: Any, shared: str | None, metrics: Any) -> A
 
 
 def fit_ended(trainer: Any) -> None:
-    """verl's ``fit`` returned: the run's profiling is over, so every process of it finalizes now (``LAST``),
-    while verl's actors are alive. Without this, a run whose last profiled step never came (an armed run
-    with nothing planned, captured on request or by a trigger; a plan naming steps past the last one trained)
-    was finalized only by the driver's exit signal, after the trainer's task had returned and Ray had ended
-    the actors it owned: its closing line said "0 of 2 profiling processes finalized" after a 30 s wait."""
+    """verl's ``fit`` returned: the run's profiling is over, so every process of it finalizes now, while verl's
+    actors are alive, and the trainer waits until each said so (:func:`run_signals.finish_run`: at most
+    ``RLPROF_VERL_FINALIZE_WAIT_S``, 30 s; at once where all are finalized already), as the fully async trainer's
+    end does. Without this, a run whose last profiled step never came (an armed run with nothing planned,
+    captured on request or by a trigger; a plan naming steps past the last one trained) was finalized only by the
+    driver's exit signal, after the trainer's task had returned and Ray had ended the actors it owned: its closing
+    line said "0 of 2 profiling processes finalized" after a 30 s wait. And without the wait a replica still
+    writing its last capture was ended with it: verl's V1 colocate_async trainer ends a replica's profiled step at
+    the weight sync that ends the step, and a short last step after it left the export no time ("1 of 2 profiling
+    processes finalized", that step's replica capture lost). The wait is after the training, never in a step."""
     timer = getattr(trainer, "__dict__", {}).get("_rlprof_steps")
     if timer is None or not timer.run_id:
         return
@@ -144,7 +149,7 @@ def fit_ended(trainer: Any) -> None:
         timer.decider.stop()
     from rlprof.integrations.verl import run_signals
 
-    run_signals.publish_done(timer.run_id, run_signals.LAST)
+    run_signals.finish_run([timer.run_id])
 
 
 class StepTimer:
@@ -223,8 +228,11 @@ class StepTimer:
 
     def end(self, step: int) -> None:
         self._window = None
-        if self.metrics is not None and self._phase != step:
-            self.metrics.book.ended(int(step), self.clock_ns())
+        if self.metrics is not None:
+            if self._phase != step:
+                self.metrics.book.ended(int(step), self.clock_ns())
+            else:  # verl's step phase goes on (V1: on_step_end's weight sync): no worker times a region of it
+                self.metrics.book.calls_ended(int(step), self.clock_ns())
         if self.decider is not None and self._began is not None and self._began[0] == step:
             self.decider.step_ended(int(step), (self.clock_ns() - self._began[1]) / 1e9,
                                     captured=self._began[2] or self.captured == step)
