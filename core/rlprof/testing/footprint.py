@@ -125,6 +125,19 @@ def _open_descriptors() -> dict[int, str]:
     return found
 
 
+def _cores_analysis(pid: str) -> bool:
+    """The child is the core's own trace analysis (:func:`rlprof.priority.command`: a step's split), which by design
+    goes on after finalize while its process lives (:meth:`~rlprof.runtime.split_analyser.SplitAnalyser.hand_off`):
+    not the backend's to stop. On a loaded machine it is still running when finalize returns."""
+    from rlprof.runtime.split_analyser import MODULE
+
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return MODULE.encode() in handle.read()
+    except OSError:
+        return False
+
+
 def _children() -> dict[int, str]:
     """Live child processes of this process: {pid: command}, from /proc (empty elsewhere)."""
     me = os.getpid()
@@ -141,7 +154,7 @@ def _children() -> dict[int, str]:
                 stat = handle.read().decode(errors="replace")
             # "pid (comm) state ppid ...": comm may hold spaces and parentheses
             after = stat.rsplit(")", 1)[1].split()
-            if int(after[1]) == me and after[0] != "Z":
+            if int(after[1]) == me and after[0] != "Z" and not _cores_analysis(entry):
                 found[int(entry)] = stat.split("(", 1)[1].rsplit(")", 1)[0]
         except (OSError, IndexError, ValueError):
             continue
