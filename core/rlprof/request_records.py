@@ -242,12 +242,10 @@ class RecordFile:
             return False
 
     def close(self) -> None:
+        from rlprof.layout import close_quietly
+
         handle, self._handle = self._handle, None
-        if handle is not None:
-            try:
-                handle.close()
-            except (OSError, ValueError):
-                pass
+        close_quietly(handle)
 
 
 def record_files(run_dir: Path) -> list[Path]:

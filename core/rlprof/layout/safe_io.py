@@ -90,6 +90,17 @@ def open_file(path: Path, root: Path, mode: str = "w") -> IO:
         os.close(dir_fd)
 
 
+def close_quietly(handle: IO | None) -> None:
+    """Close a handle of a file rlprof appends to while training runs, after a write failed or at the end: a second
+    error from the close itself (the disk still full, the handle closed under us) says nothing new, so it is dropped;
+    the caller has already told the first."""
+    if handle is not None:
+        try:
+            handle.close()
+        except (OSError, ValueError):
+            pass
+
+
 def _open_in(dir_fd: int, name: str, path: os.PathLike | str, mode: str, flags: int) -> IO:
     """:func:`open_file`'s open of ``name`` in the directory ``dir_fd`` (``path``: the same file, for
     messages and the audit)."""

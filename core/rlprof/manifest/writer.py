@@ -102,12 +102,10 @@ class ManifestWriter:
             return False
 
     def _drop_handle(self) -> None:
+        from rlprof.layout import close_quietly
+
         handle, self._handle = self._handle, None
-        if handle is not None:
-            try:
-                handle.close()
-            except (OSError, ValueError):
-                pass
+        close_quietly(handle)
 
     def close(self) -> None:
         with self._lock:
