@@ -39,14 +39,6 @@ VERSIONS = 4
 LOGGED = "verl_file_logger.jsonl"
 
 
-KNOWN_CAPTURE_DEFECT = pytest.mark.xfail(strict=False, reason=(
-    "known defect, open (issue 48): rlprof capture asked once version 1 has trained is answered 'will capture step "
-    "2 ... asked at step 2' (a version already planned) in some runs, version 3 in others (a race: 2 of 3 runs on "
-    "2026-11-28 lost the requested version), so the requested version is not always captured. Not the trainer's "
-    "decider alone: leaving the process's own Profiler out of the decision did not change it"))
-"""The tests that expect version 3 captured (the mid-run request), or that stop at the version-1 logger gap."""
-
-
 @pytest.fixture(scope="module")
 def example():
     """The example's modules (``fully_async``, ``verl_cpu_checkpoint_engine``), importable as run.py imports them."""
@@ -57,8 +49,9 @@ def example():
 
 PROFILED = (2, 3)
 """The versions captured: 2 planned (``global_profiler.steps``), 3 asked for in the middle of the run with
-``rlprof capture`` (once version 1 has trained; the trainer answers at the sync that ends version 2, the first
-unplanned version's)."""
+``rlprof capture`` (once version 1 has trained: the trainer reads the request as version 2 or 3 starts, whichever
+comes after it, and grants the first version not planned: 3; before requests moved past planned steps, 2 of 3 runs
+were granted the planned version 2)."""
 PROFILE = ["global_profiler.tool=torch", "global_profiler.steps=[2]",
            "actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.all_ranks=true",
            "actor_rollout_ref.rollout.profiler.enable=true", "actor_rollout_ref.rollout.profiler.all_ranks=true",
@@ -155,7 +148,6 @@ def test_every_process_finalizes_and_the_report_is_ok(run, facts):
     assert facts["ok"] and not facts["missing"], facts.get("verdict")
 
 
-@KNOWN_CAPTURE_DEFECT
 @pytest.mark.slow
 def test_captures_are_keyed_by_parameter_version_and_share_its_window(run, facts):
     _, _, save = run
@@ -173,7 +165,6 @@ def test_captures_are_keyed_by_parameter_version_and_share_its_window(run, facts
         assert shared > 0.5 * (replica["end_ns"] - replica["start_ns"]), (version, replica, start, end)
 
 
-@KNOWN_CAPTURE_DEFECT
 @pytest.mark.slow
 def test_the_overlap_table_has_both_sides_of_every_profiled_version(facts):
     overlap = facts["overlap"]
@@ -200,7 +191,6 @@ def test_the_overlap_table_has_both_sides_of_every_profiled_version(facts):
     assert any(v["replicas"][0]["held_ms"] > 0 for v in overlap["versions"]), overlap["versions"]
 
 
-@KNOWN_CAPTURE_DEFECT
 @pytest.mark.slow
 def test_rlprof_capture_mid_run_captures_one_version_on_the_trainer_and_the_replica(run, facts):
     """Issue 48: ``rlprof capture`` reaches the fully async trainer (issue 43 left it out): asked once version 1 has
@@ -217,7 +207,6 @@ def test_rlprof_capture_mid_run_captures_one_version_on_the_trainer_and_the_repl
     assert {c["reason"] for c in captures if c["step"] == PROFILED[1]} == {f"requested: {granted[2]}"}
 
 
-@KNOWN_CAPTURE_DEFECT
 @pytest.mark.slow
 def test_every_version_has_its_step_metrics_and_request_records(run):
     """Issue 48 (issue 42's step metrics, which issue 43 left out of the fully async trainer): every version, profiled
@@ -253,7 +242,6 @@ def test_every_versions_staleness_is_recorded_profiled_or_not(run):
     assert any(r["max"] == 1 for r in stale.values())  # staleness 1: some trained on the previous version's
 
 
-@KNOWN_CAPTURE_DEFECT
 @pytest.mark.slow
 def test_the_timeline_puts_both_sides_on_one_clock_with_versions_and_syncs_marked(run, tmp_path):
     _, _, save = run

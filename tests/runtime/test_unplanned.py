@@ -305,6 +305,25 @@ def test_a_tool_that_must_start_with_the_process_refuses_mid_run_requests_with_t
     assert decider.decide(1) is None and not list((run_dir / REQUESTS).glob("r*.json"))
 
 
+def test_a_request_asked_as_a_planned_step_starts_gets_the_next_step_the_plan_leaves_out(tmp_path):
+    """A request asks for a capture more: the step starting when it arrives, if planned, is captured anyway, so the
+    request gets the first step neither planned nor granted (verl's fully async trainer, asked as planned version 2
+    began, was answered 'will capture step 2' in some runs and 3 in others, as the request raced the step start)."""
+    from rlprof.runtime.capture_requests import answer, request
+
+    run_dir = tmp_path / "run"
+    decider = Decider(run_dir, planned=(2, 3, 5))
+    assert decider.decide(1) is None
+    one = request(run_dir)
+    assert decider.decide(2) is None  # planned: the plan captures it, not the request
+    assert answer(run_dir, one, 0) == {"id": one, "steps": [4], "reason": f"requested: {one}", "asked_at_step": 2}
+    two = request(run_dir, steps=2)  # N steps in a row, none of them planned or granted already
+    assert decider.decide(3) is None
+    assert answer(run_dir, two, 0)["steps"] == [6, 7]
+    assert [decider.decide(step) for step in (4, 5, 6, 7, 8)] == [
+        f"requested: {one}", None, f"requested: {two}", f"requested: {two}", None]
+
+
 from hypothesis import given, settings, strategies as st
 
 _VALUES = st.recursive(st.none() | st.booleans() | st.integers(-5, 50) | st.floats(allow_nan=True) | st.text(max_size=5),

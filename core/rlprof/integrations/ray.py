@@ -236,7 +236,7 @@ class ProfilingController:
             self.decider = Decider(self.run_dir, self.config.global_.trigger,
                                    refuse=refusal(self.config, launched=bool(self._profiled_steps)),
                                    tools=self.config.global_.tools, mode=armed_mode(self.config),
-                                   planned=bool(self.config.global_.steps))
+                                   planned=self.config.global_.steps or ())
             self.decider.book = self.step_metrics  # the late_rank trigger reads each step's figures
         return result
 

@@ -344,7 +344,7 @@ class Profiler(FrameworkRecords):
             from rlprof.runtime.unplanned import process_decider
 
             decider = self._decider = process_decider(self.run, self.config.global_.trigger, tools=self.plan.tools,
-                                                      mode=armed_mode(self.config), planned=bool(self.config.global_.steps))
+                                                      mode=armed_mode(self.config), planned=self.config.global_.steps or ())
         reason = decider.decide(step)
         if reason is not None:
             self.capture((step,), reason)

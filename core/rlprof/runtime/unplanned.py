@@ -39,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from rlprof.config.trigger import Trigger
 from rlprof.layout import ensure_dir
@@ -79,12 +79,13 @@ class Decider:
         another wrote (the other ranks of a plain run).
     :param tools: the run's ``global_profiler.tool``, and ``mode`` (``e2e``, ``discrete``) its captures would have:
         what the ``armed`` record names where no process profiled.
-    :param planned: the run has planned steps (``global_profiler.steps``): its end speaks of unplanned captures
-        only when a trigger was set or something unplanned was asked for.
+    :param planned: the run's planned steps (``global_profiler.steps``): a request moves past them (they are
+        captured anyway, and the request asked for a capture more), and the end of a run that has some speaks of
+        unplanned captures only when a trigger was set or something unplanned was asked for.
     """
 
     def __init__(self, run_dir: Path, trigger: Trigger | None = None, *, ahead: int = 0, refuse: str | None = None,
-                 answers: bool = True, tools: Sequence[str] = (), mode: str = "?", planned: bool = False):
+                 answers: bool = True, tools: Sequence[str] = (), mode: str = "?", planned: Collection[int] = ()):
         self.root = Path(run_dir)
         """The run directory: what rlprof writes here never follows a link planted at or under it."""
         self.requests = self.root / REQUESTS
@@ -112,7 +113,7 @@ class Decider:
         self._version = 0
         self._fed = 0
         self.stopped = False
-        self.tools, self.mode, self.planned = list(tools), mode, planned
+        self.tools, self.mode, self.planned = list(tools), mode, frozenset(planned)
         self.seen = 0
         """Steps started (asked of :meth:`decide`)."""
         self.captured: list[tuple[int, str]] = []
@@ -372,7 +373,9 @@ class Decider:
                 answer = {"id": request_id, "refused": self.refuse}
             else:
                 first = step + self.ahead
-                while any(s in self.granted for s in range(first, first + count)):  # a trigger's step: its own reason
+                # a trigger's step keeps its own reason; a planned one is captured anyway: a request asks for more
+                # (fully async verl, asked as version 2 began: granted version 2, already planned, in 2 of 3 runs)
+                while any(s in self.granted or s in self.planned for s in range(first, first + count)):
                     first += 1
                 made = self.grant(tuple(range(first, first + count)), requested(request_id))
                 answer = {"id": request_id, "steps": list(made.steps), "reason": made.reason, "asked_at_step": step}
@@ -409,7 +412,7 @@ _DECIDERS: dict[tuple[str, int, int], Decider] = {}
 
 
 def process_decider(run: Any, trigger: Trigger | None, *, tools: Sequence[str] = (), mode: str = "?",
-                    planned: bool = False) -> Decider:
+                    planned: Collection[int] = ()) -> Decider:
     """The decider of a plain Profiler's process (its colocated Profilers share it): rank 0 answers requests
     and fires triggers, :data:`AHEAD` steps on when there are other ranks; the other ranks follow its answers."""
     key = (str(run.run_dir), run.rank, os.getpid())

@@ -123,7 +123,7 @@ def _decider(config: Any, save_path: Any, shared: str | None, metrics: Any) -> A
         from rlprof.runtime.unplanned import Decider
 
         decider = Decider(Path(save_path or DEFAULT_SAVE_PATH).absolute() / run_id_for(shared), loaded.global_.trigger,
-                          tools=loaded.global_.tools, mode=armed_mode(loaded), planned=bool(loaded.global_.steps))
+                          tools=loaded.global_.tools, mode=armed_mode(loaded), planned=loaded.global_.steps or ())
         decider.book = metrics.book if metrics is not None else None
         return decider
     except Exception as exc:  # never the run's failure: it goes on without unplanned captures
