@@ -8,6 +8,8 @@
    ratios. Two workloads: the torch benchmarks' tiny MLP (width 64: every op a few microseconds, the recording's
    per-op cost at its largest share) and the same MLP at width 1024 (each op's arithmetic dominates).
    ``with_flops`` costs what ``record_shapes`` costs: torch 2.13 forces it on, to record every op's input shapes.
+   Beside each, the same step under a bare ``torch.profiler.profile`` with ``with_flops`` on and off: what torch
+   itself charges for FLOPs, which rlprof can only avoid by not asking (``flops: false``).
 2. **An unprofiled step.** ``Profiler.record_tokens`` on a timed role (what the demo and verl's drop-in call once
    per region) against none: microseconds per call, beside the region's own cost (bench_step_metrics).
 
@@ -73,6 +75,28 @@ def profiled_steps(width: int, rounds: int) -> None:
         print(f"  {side} / {base}: {ratio:.3f}  (target <= 1.03)")
 
 
+def raw_steps(width: int, rounds: int) -> None:
+    """The same step under a bare ``torch.profiler.profile`` (CPU activity, nothing exported), ``with_flops`` on and
+    off, interleaved the same way: torch's own price of FLOPs, beside rlprof's (the ratio above)."""
+    import contextlib
+
+    import bench_torch_overhead
+
+    model, optimizer, _ = tiny_mlp(width=width)
+    batch = torch.randn(32 if width <= 64 else 256, width)
+
+    def unit(flops: bool):
+        def run(step):
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_flops=flops):
+                step_body(model, optimizer, batch, MICRO_BATCHES, lambda *_: contextlib.nullcontext())
+        return run
+
+    times = interleaved({"on": unit(True), "off": unit(False)}, rounds, iter(range(bench_torch_overhead.WARMUP + rounds)))
+    ratio = statistics.median(a[0] / b[0] for a, b in zip(times["on"], times["off"]))
+    print(f"width {width}, bare torch.profiler: median ms per step   with_flops {statistics.median(t[0] for t in times['on']) * 1e3:.2f}   "
+          f"without {statistics.median(t[0] for t in times['off']) * 1e3:.2f}   on / off: {ratio:.3f}  (torch's own price)")
+
+
 def unprofiled_calls(n: int = 20_000) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         prof = rlprof.Profiler(None, rank=0, world_size=1, roles=("actor",), overrides=[
@@ -102,7 +126,9 @@ def main() -> None:
     logging.disable(logging.WARNING)
     quiet_kineto()
     profiled_steps(64, opts.rounds)
+    raw_steps(64, opts.rounds)
     profiled_steps(1024, max(10, opts.rounds // 3))
+    raw_steps(1024, max(10, opts.rounds // 3))
     unprofiled_calls()
 
 

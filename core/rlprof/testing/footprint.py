@@ -125,6 +125,22 @@ def _open_descriptors() -> dict[int, str]:
     return found
 
 
+CHILDREN_GRACE_S = 30.0
+"""How long child processes started during the run get to end after finalize. A backend's process left running
+(a tool it never stopped) outlives any wait; a short-lived one started meanwhile by someone else in the same
+process (a CI run's pytest worker, its earlier tests' background work) may need seconds to end on a loaded machine:
+a CI run of 2026-11-28 counted 2 to 7 such ``python`` processes against a backend that starts none, after 1 s."""
+
+
+def _command_line(pid: int) -> str:
+    """The first 160 characters of a process's command line (what it is, in a failure's message)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()[:160] or "?"
+    except OSError:
+        return "ended"
+
+
 def _cores_analysis(pid: str) -> bool:
     """The child is the core's own trace analysis (:func:`rlprof.priority.command`: a step's split), which by design
     goes on after finalize while its process lives (:meth:`~rlprof.runtime.split_analyser.SplitAnalyser.hand_off`):
@@ -199,21 +215,22 @@ class Footprint:
             new = _files_under(directory, self.run_dir) - self._before_files[label]
             self.appeared.extend(f"{path} (in {label})" for path in sorted(new))
 
-    def settle(self, grace_s: float = 1.0) -> None:
-        """Call after finalize: record what is still open or running (threads and children get
-        ``grace_s`` to finish)."""
+    def settle(self, grace_s: float = 1.0, children_grace_s: float = CHILDREN_GRACE_S) -> None:
+        """Call after finalize: record what is still open or running (threads get ``grace_s`` to finish, child
+        processes ``children_grace_s``)."""
         deadline = time.monotonic() + grace_s
         threads = [t for t in threading.enumerate() if t not in self._before_threads and not t.daemon]
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self.live_threads = [f"thread {t.name!r}" for t in threads if t.is_alive()]
         children = {}
+        deadline = time.monotonic() + children_grace_s
         while True:
             children = {pid: cmd for pid, cmd in _children().items() if pid not in self._before_children}
             if not children or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
-        self.live_children = [f"process {pid} ({cmd})" for pid, cmd in sorted(children.items())]
+        self.live_children = [f"process {pid} ({cmd}: {_command_line(pid)})" for pid, cmd in sorted(children.items())]
         roots = [str(self.run_dir), *(str(d) for d in self.watched.values())]
         self.open_files = sorted(
             target for fd, target in _open_descriptors().items()
