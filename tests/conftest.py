@@ -87,17 +87,18 @@ def rlprof_cli(capsys):
 
 ARMED_SLOW_FROM = 9
 """The armed demo's rank 1 is late from this step on."""
-ARMED_TRAIN_STEPS = 11
+ARMED_TRAIN_STEPS = 10
 
 
 @pytest.fixture(scope="session")
 def armed_demo(tmp_path_factory):
     """One armed ``rlprof demo`` (issue 42) for every test of unplanned captures (tests/cli/test_demo_unplanned.py,
     tests/analysis/test_step_series.py): nothing planned, ``rlprof capture`` asked once step 3 has started, rank 1
-    late by 3000 ms from step 9 and ``trigger.slow_step=20`` (window 5). The slowdown is planted far above any noise:
-    a late step takes 20-85x the others' median, which a busy machine does not reach by itself (before: 300 ms
+    late by 9000 ms from step 9 and ``trigger.slow_step=15`` (window 5). The slowdown is planted far above any noise:
+    it fires while the others' median is under 600 ms, and an unslowed step would have to take 15x it (before: 300 ms
     against a factor of 1.5, which a loaded step could pass; then 1500 ms against 5, which a step 8 passed at a
-    load average of 11, two verl runs beside the suite). Returns its output, what ``rlprof capture`` said,
+    load average of 11, two verl runs beside the suite; then 3000 ms against 20, which a CI run whose steps' median
+    was over 150 ms never reached, while one unslowed step of another demo there took 7x its run's median). Returns its output, what ``rlprof capture`` said,
     ``rlprof report --json``'s run and the run directory."""
     heavy("an rlprof demo")
     pytest.importorskip("ray")
@@ -109,8 +110,8 @@ def armed_demo(tmp_path_factory):
     save = tmp_path_factory.mktemp("armed") / "save"
     demo = subprocess.Popen(
         [sys.executable, "-m", "rlprof.cli", "demo", "--workers", "2", "--train-steps", str(ARMED_TRAIN_STEPS),
-         "--slow-rank", "1", "--slow-ms", "3000", "--slow-from-step", str(ARMED_SLOW_FROM), "--save-path", str(save),
-         "global_profiler.steps=null", "global_profiler.trigger.slow_step=20", "global_profiler.trigger.window=5"],
+         "--slow-rank", "1", "--slow-ms", "9000", "--slow-from-step", str(ARMED_SLOW_FROM), "--save-path", str(save),
+         "global_profiler.steps=null", "global_profiler.trigger.slow_step=15", "global_profiler.trigger.window=5"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=save.parent)
     lines, asked = [], None
     deadline = time.monotonic() + 600

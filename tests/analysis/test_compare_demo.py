@@ -6,7 +6,8 @@ whose rank 1 spends 1500 ms more in ``rollout_generate`` on purpose (``--slow-ra
 
 The slowdown is planted far above any noise a busy machine adds: at 30 ms (10x the region) a CI run under load
 flagged the slowed rank in 1 of 6 steps; at 300 ms a fresh-clone run said the step's +147.5% was inside the
-noise (the slowed run's own step times ranged 390-691 ms, wider than the change). That two runs of the same code differ by no row is the noise
+noise (the slowed run's own step times ranged 390-691 ms, wider than the change); so the run-level rows are not
+held to a verdict here, the slowed rank's rows are. That two runs of the same code differ by no row is the noise
 rule's claim on recorded timings of such a pair, which a test can hold whatever the machine's load:
 tests/analysis/test_noise.py::test_two_runs_of_the_same_demo_on_a_busy_machine_differ_by_no_row (two real runs
 one after the other differ as the machine's load changes between them; before issue 46 a second demo run
@@ -40,14 +41,17 @@ def told_in_text(stdout: str) -> dict[str, str]:
     return cells
 
 
-@pytest.mark.timing
 def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_run):
     """Every line of the text table says what ``--json`` says of its row (the verdict, then its note: the part
-    that moved most, from the traces); step 1 is left out as warm-up."""
+    that moved most, from the traces), and both exit alike; step 1 is left out as warm-up. What the verdicts are is
+    not asked here: the run-level ``(step)`` row of two real runs is judged against their own step-to-step range,
+    which one loaded step can widen past any planted change (a fresh-clone CI run: A's steps 69-1557 ms). The planted
+    regression is asserted per rank, below, where the slowed rank's own range stays clear."""
     a, slow = demo_run("six", *SIX_STEPS), demo_run("six-slow", *SLOW)
     text = cli("compare", a, slow, "--fail-above", "10")
     data = cli("compare", a, slow, "--fail-above", "10", "--json")
-    assert text.returncode == data.returncode == 1, text.stdout + text.stderr  # the planted regression
+    assert text.returncode == data.returncode in (0, 1), text.stdout + text.stderr
+    assert bool(json.loads(data.stdout)["regressions"]) == (data.returncode == 1)
     assert "step 1 left out as warm-up, 5 compared" in text.stdout
     rows = json.loads(data.stdout)["changes"]
     shown = told_in_text(text.stdout)
@@ -55,7 +59,6 @@ def test_text_and_json_say_the_same_of_every_row_and_leave_out_the_warm_up(demo_
     for c in rows:
         said = f"clearly {c['change']}" if c["change"] in ("slower", "faster") else c["change"]
         assert shown[c["region"]] == "; ".join(part for part in (said, c["note"]) if part), (shown, c)
-    assert shown["(step)"].startswith("clearly slower"), shown  # rank 1's 1500 ms; per rank: the test below
 
 
 @pytest.mark.timing

@@ -2,8 +2,8 @@
 ``rlprof capture`` asked mid-run captures the step it names on every rank, and ``trigger.slow_step`` with a
 rank made late from a given step on (``--slow-from-step``) captures a step after the slowdown and none before;
 the report names the late rank and says why each step was captured. One demo run serves every assertion, and
-tests/analysis/test_step_series.py's too (tests/conftest.py's ``armed_demo``: rank 1 late by 3000 ms, a factor
-of 20, far above a busy machine's noise).
+tests/analysis/test_step_series.py's too (tests/conftest.py's ``armed_demo``: rank 1 late by 9000 ms, a factor
+of 15, far above a busy machine's noise).
 
 ``window=5`` (not the default 20) keeps the run short; it also keeps the steps next to the request (the CLI
 starting on this 2-core machine slows them) out of any window the trigger may fire on."""
