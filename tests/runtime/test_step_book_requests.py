@@ -41,13 +41,16 @@ def test_records_go_to_their_steps_and_become_figures_and_a_file(tmp_path):
     assert lines[1]["rlprof/requests/slowest/tokens"] == 90 and lines[1]["rlprof/requests/slowest/replica"] == 1
     assert lines[1]["rlprof/requests/finish_spread_s"] == pytest.approx(5.0)  # replica 0 last ends at 4 s, replica 1 at 9 s
     assert book.latest.requests.waited_for_replica == 0  # step 2: replica 0 alone
-    # a record of a step already written is left out, and counted
-    book.receive(Batch("run", "replica0", 0, [], [], t0 + 40 * S, requests=[record(30, 0, t0 + S, t0 + 2 * S)]))
+    # after step 1 was written: a record that names it still reaches the file (a line of its own, joined on reading;
+    # the step's figures were written without it), one that names no step and falls in it is left out, and counted
+    book.receive(Batch("run", "replica1", 1, [], [], t0 + 40 * S, requests=[record(30, 0, t0 + S, t0 + 2 * S),
+                                                                             record(31, 1, t0 + S, t0 + 2 * S, step=1)]))
     book.pump()
     book.close()
-    assert book.requests_kept.late == 1
+    assert (book.requests_kept.late, book.requests_kept.kept_after) == (1, 1)
     kept = read_run(tmp_path)
-    assert {step: sorted(r.id for r in part.records) for step, part in kept.items()} == {1: ["q0", "q1", "q2", "q9"], 2: ["q20"]}
+    assert {step: sorted(r.id for r in part.records) for step, part in kept.items()} == {
+        1: ["q0", "q1", "q2", "q31", "q9"], 2: ["q20"]}
     assert kept[1].records[0].last_token_ns - t0 in (2 * S, 3 * S, 4 * S, 9 * S)
 
 

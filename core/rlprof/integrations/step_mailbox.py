@@ -88,11 +88,17 @@ LOOKUP_S = 300.0
 before it keeps its figures to itself: verl's trainer makes the mailbox at its first step, after its
 workers were built and validated."""
 LOOKUP_EVERY_S = 1.0
+LOOKUP_EARLY_S = 0.1
+"""How often a worker looks for the mailbox in its first :data:`EARLY_S` seconds: a run whose steps are short (verl's
+in-process vLLM server, three steps in 0.6 s) had its steps written before a replica that looked once a second found
+the mailbox, and their lines lacked the replica's request records. A lookup is one call to Ray's GCS (about a ms)."""
+EARLY_S = 60.0
 
 
 class RaySink:
     """A worker Profiler's sink (:class:`rlprof.runtime.step_timings.Sink`): the run's mailbox, looked up on
-    the flusher thread (again every :data:`LOOKUP_EVERY_S` for :data:`LOOKUP_S`, the batches held meanwhile);
+    the flusher thread (again every :data:`LOOKUP_EARLY_S`, after a minute every :data:`LOOKUP_EVERY_S`, for
+    :data:`LOOKUP_S`, the batches held meanwhile);
     ``fallback`` (the process's own book) when the run has none."""
 
     def __init__(self, run_id: str, fallback: Any):
@@ -106,7 +112,7 @@ class RaySink:
 
     def _look(self) -> None:
         now = time.monotonic()
-        if now - self._last_look < LOOKUP_EVERY_S:
+        if now - self._last_look < (LOOKUP_EARLY_S if now - self._first < EARLY_S else LOOKUP_EVERY_S):
             return
         self._last_look = now
         try:

@@ -4,7 +4,10 @@ A :class:`~rlprof.runtime.step_book.StepBook` holds one :class:`StepRequests` an
 (so nothing here locks). Records arrive with the processes' batches (``Batch.requests``) or from the driver
 itself; **a record belongs to the step it names, else to the step whose window holds its arrival** (its start,
 its end, where the source gives no arrival): the rule region timings follow, on the same wall clock. A record
-of a step already written, or that no window can hold, is left out and counted (:attr:`StepRequests.late`).
+that names a step already written (a process the book heard of only after it wrote the step: verl's in-process vLLM
+server, whose first batches waited for the run's mailbox) is still kept in the run's file, in a line of its own
+(:attr:`StepRequests.after`), though the step's figures were written without it; one that no window can hold is left
+out and counted (:attr:`StepRequests.late`).
 When the book writes a step, the step's records become its figures (:func:`rlprof.request_figures.request_figures`)
 and one line of the run's records file (:class:`rlprof.request_records.RecordFile`, within the budget).
 """
@@ -50,6 +53,11 @@ class StepRequests:
         """The run's records file, made at the first step that has records."""
         self._written = 0
         self._written_end_ns = 0
+        self.after: dict[int, list[Any]] = {}
+        """Records naming a step already written, to be appended to the file (:meth:`keep_after`)."""
+        self.kept_after = 0
+        """How many such records the file got."""
+        self._origins: dict[int, int] = {}
 
     def add(self, records: Iterable[Any]) -> None:
         self.loose.extend(records)
@@ -77,7 +85,7 @@ class StepRequests:
             if window is not None:
                 window[4].append(record)
             elif step <= self._written:
-                self.late += 1
+                self.after.setdefault(step, []).append(record)
             else:
                 kept.append(record)
         self.loose = kept
@@ -105,10 +113,35 @@ class StepRequests:
         if self.file is None:
             self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
         kept = self.file.write(step, origin_ns, records)
+        self._origins[step] = origin_ns
         return self.figures(step, records), len(records) if kept else 0
 
+    def take_after(self) -> list[tuple[int, list[Any]]]:
+        """The records naming written steps, taken (under the book's lock) for :meth:`keep_after`."""
+        after, self.after = self.after, {}
+        return sorted(after.items())
+
+    def keep_after(self, step: int, records: list[Any]) -> None:
+        """Append records of ``step``, written already, to the run's file (the book's pump thread): a line of their
+        own, which readers join with the step's (:func:`rlprof.request_records.read_run`); counted, never dropped
+        where the file can take them."""
+        if self.path is None or not records:
+            self.late += len(records)
+            return
+        records = joined(records)
+        if self.file is None:
+            self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
+        origin = self._origins.get(step)
+        if origin is None:
+            origin = min((t for r in records for t in (r.arrival_ns, r.start_ns, r.end_ns) if t is not None), default=0)
+        if self.file.write(step, origin, records):
+            self.kept_after += len(records)
+        else:
+            self.late += len(records)
+
     def close(self) -> None:
-        self.late += len(self.loose)  # their step never came
+        self.late += len(self.loose) + sum(len(records) for records in self.after.values())  # their step never came
+        self.after = {}
         self.loose = []
         if self.file is not None:
             self.file.close()
