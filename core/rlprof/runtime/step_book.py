@@ -321,10 +321,7 @@ class StepBook:
             self._emit(StepMetricsRecord("step", step, figures.metrics(), start_ns, end_ns, processes, profiled,
                                          figures.work(), _raw([t for t in timings if not isinstance(t, Work)], start_ns),
                                          stored))
-        with self._lock:
-            after = self.requests_kept.take_after()
-        for step, records in after:  # records of a step written before their process was heard of
-            self.requests_kept.keep_after(step, records)
+        self.requests_kept.keep_after(self._lock)  # records of a step written before their process was heard of
         late = []
         for step, split, processes in self._splits_ready(closing):
             if isinstance(split, list):  # some of its files were handed on: their split is finished outside

@@ -116,15 +116,16 @@ class StepRequests:
         self._origins[step] = origin_ns
         return self.figures(step, records), len(records) if kept else 0
 
-    def take_after(self) -> list[tuple[int, list[Any]]]:
-        """The records naming written steps, taken (under the book's lock) for :meth:`keep_after`."""
-        after, self.after = self.after, {}
-        return sorted(after.items())
+    def keep_after(self, lock: Any) -> None:
+        """Append the records naming steps written already to the run's file (the book's pump thread; ``lock``, the
+        book's, held while they are taken): a line of their own a step, which readers join with the step's
+        (:func:`rlprof.request_records.read_run`); counted, never dropped where the file can take them."""
+        with lock:
+            after, self.after = self.after, {}
+        for step, records in sorted(after.items()):
+            self._keep_after(step, records)
 
-    def keep_after(self, step: int, records: list[Any]) -> None:
-        """Append records of ``step``, written already, to the run's file (the book's pump thread): a line of their
-        own, which readers join with the step's (:func:`rlprof.request_records.read_run`); counted, never dropped
-        where the file can take them."""
+    def _keep_after(self, step: int, records: list[Any]) -> None:
         if self.path is None or not records:
             self.late += len(records)
             return
