@@ -81,10 +81,12 @@ def test_timeline_has_both_ranks_as_named_processes_with_their_role_slices(demo_
             (name, role, step) for name, role in REGIONS.items() for step in STEPS["e2e"]}
         steps = [e for e in events if e["ph"] == "X" and e["pid"] == pid and e.get("cat") == "rlprof.step"]
         assert sorted(e["name"] for e in steps) == [f"ProfilerStep#{step}" for step in STEPS["e2e"]]
-        # the torch trace's own ranges, merged on the same clock, fall inside the manifest's regions
+        # the torch trace's own ranges, merged on the same clock, overlap the manifest's regions. Not "start within
+        # 2 ms of it": Kineto's base time (its clock read against the wall clock) was off by more on a loaded
+        # fresh-clone CI run (rank 1's step-1 actor_compute_log_prob); a trace on the wrong clock is seconds off
         for region in slices:
             theirs = [e for e in events if e["pid"] == pid and e.get("cat") == "user_annotation" and e["name"] == region["name"]
-                      and region["ts"] - 2000 <= e["ts"] <= region["ts"] + region["dur"] + 2000]
+                      and e["ts"] < region["ts"] + region["dur"] and region["ts"] < e["ts"] + e.get("dur", 0)]
             assert theirs, (pid, region["name"], region["args"]["step"])
 
 
