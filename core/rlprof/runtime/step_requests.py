@@ -110,9 +110,7 @@ class StepRequests:
         if self.path is None or not records:
             return self.figures(step, records), 0
         records = joined(records)  # a request's parts from several sources (an engine's, a framework's) as one
-        if self.file is None:
-            self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
-        kept = self.file.write(step, origin_ns, records)
+        kept = self._file().write(step, origin_ns, records)
         self._origins[step] = origin_ns
         return self.figures(step, records), len(records) if kept else 0
 
@@ -130,15 +128,19 @@ class StepRequests:
             self.late += len(records)
             return
         records = joined(records)
-        if self.file is None:
-            self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
         origin = self._origins.get(step)
         if origin is None:
             origin = min((t for r in records for t in (r.arrival_ns, r.start_ns, r.end_ns) if t is not None), default=0)
-        if self.file.write(step, origin, records):
+        if self._file().write(step, origin, records):
             self.kept_after += len(records)
         else:
             self.late += len(records)
+
+    def _file(self) -> RecordFile:
+        """The run's records file, made at the first step that has records."""
+        if self.file is None:
+            self.file = RecordFile(self.path, self.root or self.path.parent, int(self.records_mb * 1e6))
+        return self.file
 
     def close(self) -> None:
         self.late += len(self.loose) + sum(len(records) for records in self.after.values())  # their step never came
