@@ -46,13 +46,13 @@ def test_a_replica_hands_on_its_servers_records_of_the_step_its_weights_serve_an
                             tool_config=TorchProfilerToolConfig(contents=["cpu"]))
     replica = build_rollout_dist_profiler(1, 1, config=config, tool_config=config.tool_config)
     times = replica.profiler.timings
-    kept = times.sink.inner = Kept()  # where the run's mailbox (or, without Ray, the process's own book) was
+    kept = times.sink = Kept()  # where the run's mailbox (or, without Ray, the process's own book) was
     with replica.profiler.unsampled_role("rollout", "generate"):  # a region of the replica: never sent
         replica.record_requests([RequestRecord("a", -1, arrival_ns=1, last_token_ns=2)], version=4)
     replica.record_requests([RequestRecord("b", -1, step=9)])  # a record that names its step keeps it
     times.flush()
     (batch,) = kept.batches
-    assert batch.timings == [] and batch.splits == []
+    assert batch.timings == [] and batch.splits == [] and batch.requests_only
     assert [(r.id, r.replica, r.step) for r in batch.requests] == [("a", 1, 5), ("b", 1, 9)]
     assert replica.step_of(0) == 1  # the weights of version 0 (synced before training) serve step 1
     replica.finalize()

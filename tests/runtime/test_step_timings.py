@@ -218,3 +218,19 @@ def test_after_a_batch_with_timings_the_next_flush_says_how_far_the_process_is_t
     assert take() is None  # idle: nothing until the heartbeat
     clock[0] += HEARTBEAT_S
     assert take() is not None
+
+
+def test_a_process_that_sends_request_records_only_keeps_its_region_timings_and_splits():
+    """A rollout replica's server (verl tells it only of profiled steps, so its regions would say nothing of the
+    others) and an agent-loop worker: their batches carry request records and how far they have sent, never region
+    timings or splits, and say so (a trainer's logger does not wait for them); what they timed does not pile up."""
+    from rlprof.runtime.step_timings import RegionTimes
+
+    times = RegionTimes("run", "rank0-host-1", 0, sink=None)
+    times.requests_only = True
+    times.done.append(("rollout", "rollout_generate", time.time_ns() - 10**6, time.time_ns()))
+    times.splits.append((1, None))
+    times.requests.append("a record")
+    batch = times.take()
+    assert (batch.timings, batch.splits, batch.requests, batch.requests_only) == ([], [], ["a record"], True)
+    assert batch.through_ns and not times.done and not times.splits

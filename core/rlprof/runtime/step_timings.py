@@ -107,7 +107,8 @@ class RegionTimes:
         self.sink: Sink = sink
         """Replaced by an integration before the first region (a Ray worker's: the run's mailbox)."""
         self.requests_only = False
-        """Only request records leave this process (:attr:`Batch.requests_only`; set with the sink)."""
+        """Only request records (and how far it has sent) leave this process, not its region timings or splits
+        (:attr:`Batch.requests_only`; set with the sink): a rollout replica's server, an agent-loop worker."""
         self.outlives = False
         """The timings go on after the Profiler finalizes (set with a driver's sink: a driver's run goes on
         after a worker's profiling ended, verl's workers finalize at the last profiled step); its finalize
@@ -135,6 +136,8 @@ class RegionTimes:
         del self.requests[:r]
         del self.work[:k]
         self._last_sent = now()
+        if self.requests_only:  # its region timings and splits stay here (taken above, so they do not pile up)
+            timings, splits = [], []
         return Batch(self.run_id, self.process, self.rank, timings, windows, through, final, requests=requests, work=work,
                      requests_only=self.requests_only, splits=splits)
 

@@ -37,20 +37,6 @@ at once. 50 ms lost a server's last capture when Ray destroyed its actor meanwhi
 runs of ``test_verl_run_end``'s runner-owned actors. If the loop cancels the pending close as the actor
 ends, the close runs then, on the loop's thread (:meth:`RolloutDistProfiler._close_after_answer`)."""
 
-class _RequestsOnly:
-    """A replica's sink (see :meth:`RolloutDistProfiler._send_timings`): its request records, and how far it has
-    sent, go on to the run's driver; its region timings and splits do not."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-
-    def send(self, batch: Any) -> None:
-        batch.timings = []
-        batch.splits = []
-        self.inner.send(batch)
-
 
 class RolloutDistProfiler(DistProfiler):
     """The profiler of one rollout replica's server (made by :func:`build_rollout_dist_profiler`).
@@ -108,7 +94,6 @@ class RolloutDistProfiler(DistProfiler):
         times = self._prof.timings
         if times is not None:
             super()._send_timings()
-            times.sink = _RequestsOnly(times.sink)
             times.requests_only = True
 
     # ------------------------------------------------------------------ request records
